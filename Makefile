@@ -1,0 +1,44 @@
+# Flemma: build, test and benchmark entry points. See README.md.
+BUILD_DIR  ?= build
+ASAN_DIR   ?= build-asan
+FUZZ_DIR   ?= build-fuzz
+JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
+SPEC       ?=
+BENCH      ?=
+FUZZ_TIME  ?= 60
+LIBUV      := .deps/libuv/build/libuv_a.a
+
+.PHONY: all build deps test asan bench fuzz clean distclean
+
+all: build
+
+# Build (Release). Builds the position-independent libuv first if it is missing.
+build: $(LIBUV)
+	@cmake -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=Release >/dev/null
+	@cmake --build $(BUILD_DIR) -j$(JOBS) -- --no-print-directory >/dev/null || cmake --build $(BUILD_DIR) -j1
+
+$(LIBUV):
+	@bash scripts/deps.sh --libuv-only
+
+# Build and test packages (apt-get), Neovim 0.10.4 and 0.12.4 in .deps/, PIC libuv.
+deps:
+	@bash scripts/deps.sh
+
+test: deps build
+	@SPEC="$(SPEC)" bash scripts/test.sh
+
+# The native suite with AddressSanitizer and UndefinedBehaviorSanitizer.
+asan: deps
+	@cmake -S . -B $(ASAN_DIR) -DCMAKE_BUILD_TYPE=Debug -DFLEMMA_SANITIZE=ON >/dev/null
+	@cmake --build $(ASAN_DIR) -j$(JOBS)
+	@cd $(ASAN_DIR) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+		ctest --output-on-failure -j2
+
+bench: deps build
+	@BENCH="$(BENCH)" bash scripts/bench.sh
+
+clean:
+	rm -rf $(BUILD_DIR) $(ASAN_DIR) $(FUZZ_DIR)
+
+distclean: clean
+	rm -rf .deps

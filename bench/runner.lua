@@ -1,0 +1,91 @@
+-- Runs the benchmarks of bench/*_bench.lua inside Neovim and prints, for each:
+--   bench <name>: <median> <unit> (target <= <value> <unit>) PASS|MISS
+-- A benchmark file returns a list of
+--   { name, unit, target, op = "<=" | ">=", runs = 7, warmup = 1,
+--     setup = fn()?, teardown = fn()?, run = fn() -> number }
+-- `run` returns one measurement; the line reports the median of `runs` of them,
+-- taken after `warmup` unreported runs.
+local root = vim.fn.fnamemodify(debug.getinfo(1, "S").source:sub(2), ":p:h:h")
+package.path = table.concat({ root .. "/lua/?.lua", root .. "/lua/?/init.lua", root .. "/?.lua", package.path }, ";")
+vim.opt.runtimepath:prepend(root)
+vim.opt.shadafile = "NONE"
+vim.opt.swapfile = false
+vim.cmd("runtime! plugin/flemma.lua")
+_G.FLEMMA_ROOT = root
+
+local only = os.getenv("BENCH")
+if only == "" then
+  only = nil
+end
+
+local function median(xs)
+  table.sort(xs)
+  local n = #xs
+  if n % 2 == 1 then
+    return xs[(n + 1) / 2]
+  end
+  return (xs[n / 2] + xs[n / 2 + 1]) / 2
+end
+
+local function fmt(x)
+  if x >= 100 then
+    return ("%.0f"):format(x)
+  elseif x >= 10 then
+    return ("%.1f"):format(x)
+  end
+  return ("%.2f"):format(x)
+end
+
+local files = vim.fn.glob(root .. "/bench/*_bench.lua", false, true)
+table.sort(files)
+local found, missed = 0, 0
+for _, file in ipairs(files) do
+  local list = dofile(file)
+  for _, b in ipairs(list) do
+    if not only or only == b.name then
+      found = found + 1
+      local ok, err = pcall(function()
+        if b.setup then
+          b.setup()
+        end
+        for _ = 1, b.warmup or 1 do
+          b.run()
+        end
+        local xs = {}
+        for i = 1, b.runs or 7 do
+          xs[i] = b.run()
+        end
+        if b.teardown then
+          b.teardown()
+        end
+        local m = median(xs)
+        local op = b.op or "<="
+        local pass = (op == "<=" and m <= b.target) or (op == ">=" and m >= b.target)
+        if not pass then
+          missed = missed + 1
+        end
+        io.stdout:write(
+          ("bench %s: %s %s (target %s %s %s) %s%s\n"):format(
+            b.name,
+            fmt(m),
+            b.unit,
+            op,
+            fmt(b.target),
+            b.unit,
+            pass and "PASS" or "MISS",
+            b.note and ("  # " .. b.note()) or ""
+          )
+        )
+        io.stdout:flush()
+      end)
+      if not ok then
+        io.stdout:write(("bench %s: ERROR %s\n"):format(b.name, tostring(err)))
+        missed = missed + 1
+      end
+    end
+  end
+end
+if only and found == 0 then
+  io.stderr:write("no benchmark named " .. only .. "\n")
+  os.exit(2)
+end

@@ -1,0 +1,195 @@
+--- Configuration: the defaults (one comment per option) and all validation.
+local util = require("flemma.util")
+
+local M = {}
+local H = {}
+
+---@class flemma.Config
+H.defaults = {
+  -- Which provider sends the conversation: "anthropic" | "openai" | "vertex" | "openai_chat".
+  provider = "anthropic",
+  -- Model name; nil uses the provider's default model.
+  model = nil,
+  parameters = {
+    max_tokens = nil, -- maximum output tokens (nil: the provider's default)
+    temperature = nil, -- sampling temperature
+    thinking = nil, -- unified thinking level: "low" | "medium" | "high" | false
+    cache_retention = "short", -- prompt caching: "none" | "short" | "long"
+    timeout = 600, -- seconds a whole request may take
+    connect_timeout = 10, -- seconds to establish the connection
+    anthropic = { thinking_budget = nil },
+    openai = { reasoning = nil },
+    vertex = { project_id = nil, location = "global", thinking_budget = nil },
+  },
+  -- Transport: endpoints and where keys come from. Never overridable from frontmatter.
+  providers = {
+    anthropic = { endpoint = "https://api.anthropic.com/v1/messages", api_key_env = "ANTHROPIC_API_KEY" },
+    openai = { endpoint = "https://api.openai.com/v1/responses", api_key_env = "OPENAI_API_KEY" },
+    vertex = { endpoint = nil, api_key_env = "VERTEX_ACCESS_TOKEN" },
+    openai_chat = { endpoint = "http://127.0.0.1:11434/v1/chat/completions", api_key_env = "OPENAI_API_KEY" },
+  },
+  tools = {
+    -- false registers a catch-all resolver that approves every tool call.
+    require_approval = true,
+    -- Tool names and $presets to approve, a function(tool_name, input, ctx), or a module path.
+    auto_approve = { "$default" },
+    -- Extra or overriding presets: { ["$name"] = { approve = {...}, deny = {...} } }.
+    presets = {},
+    -- Approve tools that declare can_auto_approve_if_sandboxed while the sandbox is on.
+    auto_approve_sandboxed = true,
+    -- Seconds a tool (and an async tool source) may run.
+    default_timeout = 30,
+    -- Where the cursor goes after a result is injected: "result" | "stay" | "next".
+    cursor_after_result = "result",
+    -- Chain approved tools and sends by themselves, up to max_turns model turns.
+    autopilot = { enabled = true, max_turns = 100 },
+    -- How many tools run at the same time.
+    max_concurrent = 4,
+    -- Limits of a tool's output before it is truncated (the full output goes to a file).
+    truncate = { max_lines = 2000, max_bytes = 51200 },
+    -- The bash tool: which shell runs commands and extra environment variables.
+    bash = { shell = "bash", env = nil },
+  },
+  sandbox = {
+    enabled = false, -- opt-in; bash stays gated by default
+    backend = "auto", -- "auto" | "bwrap" | "sandbox-exec"
+    policy = {
+      rw_paths = nil, -- writable roots; nil: cwd, the buffer's directory, /tmp, $TMPDIR, XDG cache
+      network = true, -- false cuts the network inside the sandbox
+    },
+  },
+  highlights = { tool_preview = "Comment" },
+  keymaps = { enabled = true, send = "<C-]>", execute = "<M-CR>", cancel = "<C-c>" },
+}
+
+-- Types of options whose default is nil, or that accept more than their default's type.
+H.types = {
+  ["model"] = { "string" },
+  ["parameters.max_tokens"] = { "number" },
+  ["parameters.temperature"] = { "number" },
+  ["parameters.thinking"] = { "string", "boolean", "number" },
+  ["parameters.anthropic.thinking_budget"] = { "number" },
+  ["parameters.openai.reasoning"] = { "string" },
+  ["parameters.vertex.project_id"] = { "string" },
+  ["parameters.vertex.thinking_budget"] = { "number" },
+  ["providers.vertex.endpoint"] = { "string" },
+  ["tools.auto_approve"] = { "table", "function", "string" },
+  ["tools.bash.env"] = { "table" },
+  ["sandbox.policy.rw_paths"] = { "table" },
+  ["highlights.tool_preview"] = { "string", "table" },
+  ["keymaps.send"] = { "string", "boolean" },
+  ["keymaps.execute"] = { "string", "boolean" },
+  ["keymaps.cancel"] = { "string", "boolean" },
+}
+
+-- Allowed values of enumerated options.
+H.enums = {
+  ["provider"] = { "anthropic", "openai", "vertex", "openai_chat" },
+  ["tools.cursor_after_result"] = { "result", "stay", "next" },
+  ["sandbox.backend"] = { "auto", "bwrap", "sandbox-exec" },
+  ["parameters.cache_retention"] = { "none", "short", "long" },
+}
+
+-- Tables whose keys are open: any key is accepted (and checked only if known).
+H.open = {
+  ["tools"] = true, -- per-tool subtrees, read by ctx:get_config()
+  ["tools.presets"] = true,
+  ["parameters"] = true,
+  ["providers"] = true,
+  ["tools.bash.env"] = true,
+  ["sandbox.policy.rw_paths"] = true,
+  ["tools.auto_approve"] = true,
+}
+
+function H.check(value, default, path)
+  local allowed = H.types[path]
+  local vt = type(value)
+  if allowed then
+    if not vim.tbl_contains(allowed, vt) then
+      util.error(("`%s` should be a %s, not %s"):format(path, table.concat(allowed, " or "), vt))
+    end
+  elseif default ~= nil and vt ~= type(default) then
+    util.error(("`%s` should be a %s, not %s"):format(path, type(default), vt))
+  end
+  local enum = H.enums[path]
+  if enum and not vim.tbl_contains(enum, value) then
+    util.error(("`%s` should be one of %s, not %s"):format(path, table.concat(enum, ", "), vim.inspect(value)))
+  end
+  if vt == "table" and type(default) == "table" and not H.open[path] and not vim.islist(default) then
+    for k, v in pairs(value) do
+      local sub = path .. "." .. tostring(k)
+      if default[k] == nil and H.types[sub] == nil then
+        util.error(("unknown option `%s`"):format(sub))
+      end
+      H.check(v, default[k], sub)
+    end
+  elseif vt == "table" and type(default) == "table" and H.open[path] then
+    for k, v in pairs(value) do
+      local sub = path .. "." .. tostring(k)
+      if default[k] ~= nil or H.types[sub] ~= nil then
+        H.check(v, default[k], sub)
+      end
+    end
+  end
+end
+
+--- Validates user options against the defaults; raises "(flemma) `x` should be ..." errors.
+---@param opts table
+function M.validate(opts)
+  if opts == nil then
+    return
+  end
+  if type(opts) ~= "table" then
+    util.error("setup() expects a table, not " .. type(opts))
+  end
+  for k, v in pairs(opts) do
+    local path = tostring(k)
+    if H.defaults[k] == nil and H.types[path] == nil then
+      util.error(("unknown option `%s`"):format(path))
+    end
+    H.check(v, H.defaults[k], path)
+  end
+end
+
+-- Lists replace lists (auto_approve = { "$readonly" } must not keep "$default").
+function H.merge(base, over)
+  if type(over) ~= "table" or (vim.islist(over) and next(over) ~= nil) then
+    return vim.deepcopy(over)
+  end
+  if type(base) ~= "table" or (vim.islist(base) and next(base) ~= nil) then
+    return vim.deepcopy(over)
+  end
+  local out = vim.deepcopy(base)
+  for k, v in pairs(over) do
+    out[k] = H.merge(base[k], v)
+  end
+  return out
+end
+
+H.current = vim.deepcopy(H.defaults)
+
+--- Applies user options on top of the defaults.
+---@param opts? table
+---@return flemma.Config
+function M.setup(opts)
+  M.validate(opts)
+  H.current = H.merge(H.defaults, opts or {})
+  return H.current
+end
+
+--- The active configuration (do not modify; use setup()).
+---@return flemma.Config
+function M.get()
+  return H.current
+end
+
+--- A deep copy of the defaults.
+---@return flemma.Config
+function M.defaults()
+  return vim.deepcopy(H.defaults)
+end
+
+--- Merges `over` into `base` the way setup() does (lists replace lists).
+M.merge = H.merge
+
+return M

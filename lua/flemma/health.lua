@@ -1,0 +1,67 @@
+--- :checkhealth flemma
+local M = {}
+local H = {}
+
+--- Reports an executable and the first line of its version output.
+---@param name string
+---@param args string[] arguments that print the version
+---@param required boolean error (true) or warning (false) when missing
+function H.executable(name, args, required)
+  if vim.fn.executable(name) ~= 1 then
+    local report = required and vim.health.error or vim.health.warn
+    report(("`%s` not found in $PATH"):format(name))
+    return
+  end
+  local cmd = { name }
+  vim.list_extend(cmd, args)
+  local ok, res = pcall(function()
+    return vim.system(cmd, { text = true }):wait(3000)
+  end)
+  local out = ok and res and ((res.stdout or "") ~= "" and res.stdout or res.stderr) or ""
+  local line = vim.trim((out or ""):match("[^\n]*") or "")
+  vim.health.ok(("`%s` found%s"):format(name, line ~= "" and (": " .. line) or ""))
+end
+
+function M.check()
+  vim.health.start("flemma: Neovim")
+  local v = vim.version()
+  local vs = ("%d.%d.%d"):format(v.major, v.minor, v.patch)
+  if vim.fn.has("nvim-0.10") == 1 then
+    vim.health.ok("Neovim " .. vs)
+  else
+    vim.health.error("Neovim " .. vs .. " is too old", { "Flemma needs Neovim 0.10 or later" })
+  end
+  if jit then
+    vim.health.ok("LuaJIT " .. tostring(jit.version))
+  else
+    vim.health.error("Neovim is not built with LuaJIT", { "Flemma's native core is loaded through LuaJIT's FFI" })
+  end
+
+  vim.health.start("flemma: native library")
+  local native = require("flemma.native")
+  native.reset()
+  local path = native.library_path()
+  local ok, err = native.available()
+  if ok then
+    vim.health.ok("library: " .. path)
+    vim.health.ok(("ABI version %d (library %s)"):format(native.abi_version(), native.version()))
+  else
+    vim.health.error(err, { "Run `make` in " .. require("flemma.util").root() })
+  end
+
+  vim.health.start("flemma: external programs")
+  H.executable("bash", { "--version" }, true)
+  H.executable("curl", { "--version" }, false)
+  local sysname = vim.uv.os_uname().sysname
+  if sysname == "Linux" then
+    H.executable("bwrap", { "--version" }, false)
+  elseif sysname == "Darwin" then
+    if vim.fn.executable("sandbox-exec") == 1 then
+      vim.health.ok("`sandbox-exec` found")
+    else
+      vim.health.warn("`sandbox-exec` not found: the sandbox is unavailable")
+    end
+  end
+end
+
+return M

@@ -1,0 +1,200 @@
+--- The only module that touches LuaJIT's FFI: loads build/libflemma_core.so,
+--- declares the C ABI of native/include/flemma/flemma.h and returns Lua-shaped
+--- results (Lua strings, 1-based indices, `nil, err` on failure). Memory returned
+--- by the library is either copied and freed at once or attached to ffi.gc.
+local ffi = require("ffi")
+local util = require("flemma.util")
+
+local M = {}
+local H = {}
+
+--- The ABI version this binding was written for (FLEMMA_ABI_VERSION).
+M.ABI_VERSION = 1
+
+-- The declarations of flemma.h, section by section, in the header's order.
+-- spec/flemma/native_spec.lua checks that they match the header.
+H.cdef = {
+  core = [[
+int flemma_abi_version(void);
+const char *flemma_version(void);
+const char *flemma_last_error(void);
+]],
+  truncate = [[
+int flemma_format_size(int64_t bytes, char *buf, size_t cap);
+]],
+  document = [[
+]],
+  process = [[
+]],
+  sandbox = [[
+]],
+}
+H.order = { "core", "truncate", "document", "process", "sandbox" }
+
+--- All declarations, as passed to ffi.cdef.
+---@return string
+function M.cdef()
+  local parts = {}
+  for _, name in ipairs(H.order) do
+    parts[#parts + 1] = H.cdef[name]
+  end
+  return table.concat(parts, "\n")
+end
+
+--- The file name of the library on this system.
+---@return string
+function M.library_name()
+  if ffi.os == "OSX" then
+    return "libflemma_core.dylib"
+  elseif ffi.os == "Windows" then
+    return "flemma_core.dll"
+  end
+  return "libflemma_core.so"
+end
+
+--- The absolute path where the library is expected (never relative to the cwd).
+---@return string
+function M.library_path()
+  if vim.g.flemma_library_path then
+    return vim.g.flemma_library_path
+  end
+  return util.root() .. "/build/" .. M.library_name()
+end
+
+H.lib = nil
+H.load_error = nil
+H.declared = false
+
+function H.build_hint()
+  return "build it with `make` in " .. util.root()
+end
+
+function H.load()
+  local path = M.library_path()
+  if vim.uv.fs_stat(path) == nil then
+    return nil, ("native library not found at %s: %s"):format(path, H.build_hint())
+  end
+  if not H.declared then
+    local ok, err = pcall(ffi.cdef, M.cdef())
+    if not ok then
+      return nil, "cannot declare the native ABI: " .. tostring(err)
+    end
+    H.declared = true
+  end
+  local ok, lib = pcall(ffi.load, path)
+  if not ok then
+    return nil, ("cannot load native library %s (%s): rebuild it with `make` in %s"):format(
+      path,
+      tostring(lib),
+      util.root()
+    )
+  end
+  local version = lib.flemma_abi_version()
+  if version ~= M.ABI_VERSION then
+    return nil,
+      ("native library %s has ABI version %d but this plugin needs %d: rebuild it with `make` in %s"):format(
+        path,
+        version,
+        M.ABI_VERSION,
+        util.root()
+      )
+  end
+  return lib
+end
+
+--- Returns the loaded library, loading it on first use. Raises one clear error
+--- (naming the path and the build command) if it cannot be used.
+---@return ffi.namespace*
+function M.lib()
+  if H.lib then
+    return H.lib
+  end
+  if H.load_error then
+    util.error(H.load_error)
+  end
+  local lib, err = H.load()
+  if not lib then
+    H.load_error = err
+    util.error(err)
+  end
+  H.lib = lib
+  return lib
+end
+
+--- Whether the library can be used, without raising.
+---@return boolean ok
+---@return string? err
+function M.available()
+  local ok, err = pcall(M.lib)
+  if ok then
+    return true
+  end
+  return false, util.message(err)
+end
+
+--- Forgets a failed load so that the next use tries again (after `make`).
+function M.reset()
+  if not H.lib then
+    H.load_error = nil
+  end
+end
+
+--- The message of the last failed native call on this thread.
+---@return string
+function M.last_error()
+  return ffi.string(M.lib().flemma_last_error())
+end
+
+---@return integer
+function M.abi_version()
+  return M.lib().flemma_abi_version()
+end
+
+---@return string
+function M.version()
+  return ffi.string(M.lib().flemma_version())
+end
+
+-- ---------------------------------------------------------------------------
+-- Truncation
+-- ---------------------------------------------------------------------------
+
+H.size_buf = nil
+
+--- "512B", "12.1KB", "1.0MB".
+---@param bytes number
+---@return string
+function M.format_size(bytes)
+  if type(bytes) ~= "number" then
+    util.error("format_size: `bytes` should be a number, not " .. type(bytes))
+  end
+  local lib = M.lib()
+  H.size_buf = H.size_buf or ffi.new("char[32]")
+  local n = lib.flemma_format_size(bytes, H.size_buf, 32)
+  if n < 0 then
+    util.error("format_size: " .. M.last_error())
+  end
+  return ffi.string(H.size_buf, math.min(n, 31))
+end
+
+-- @@TRUNCATE_LUA@@
+
+-- ---------------------------------------------------------------------------
+-- Document
+-- ---------------------------------------------------------------------------
+
+-- @@DOCUMENT_LUA@@
+
+-- ---------------------------------------------------------------------------
+-- Process manager
+-- ---------------------------------------------------------------------------
+
+-- @@PROCESS_LUA@@
+
+-- ---------------------------------------------------------------------------
+-- Sandbox
+-- ---------------------------------------------------------------------------
+
+-- @@SANDBOX_LUA@@
+
+return M

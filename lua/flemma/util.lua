@@ -1,0 +1,65 @@
+--- Small helpers shared by every module: errors, notifications, safe callbacks.
+local M = {}
+
+local PREFIX = "(flemma) "
+
+--- Raises an error meant for the user: no file and line noise.
+---@param msg string
+function M.error(msg)
+  error(PREFIX .. msg, 0)
+end
+
+--- Notifies the user with the plugin's prefix. Safe to call from fast callbacks.
+---@param msg string
+---@param level? integer vim.log.levels.*
+function M.notify(msg, level)
+  level = level or vim.log.levels.INFO
+  if vim.in_fast_event() then
+    vim.schedule(function()
+      vim.notify(PREFIX .. msg, level)
+    end)
+  else
+    vim.notify(PREFIX .. msg, level)
+  end
+end
+
+function M.warn(msg)
+  M.notify(msg, vim.log.levels.WARN)
+end
+
+--- Strips the plugin prefix from an error value, for messages that get wrapped again.
+---@param err any
+---@return string
+function M.message(err)
+  local s = type(err) == "string" and err or vim.inspect(err)
+  if s:sub(1, #PREFIX) == PREFIX then
+    s = s:sub(#PREFIX + 1)
+  end
+  return s
+end
+
+--- Wraps fn so that an error inside it (e.g. in an event-loop callback) is reported
+--- with a traceback instead of breaking the editor.
+---@param fn function
+---@param what string what was running, for the message
+---@return function
+function M.safe(fn, what)
+  return function(...)
+    local ok, err = xpcall(fn, debug.traceback, ...)
+    if not ok then
+      M.notify(what .. " failed: " .. tostring(err), vim.log.levels.ERROR)
+    end
+    return ok
+  end
+end
+
+--- The plugin's root directory (the folder holding lua/, plugin/ and build/).
+---@return string
+function M.root()
+  local src = debug.getinfo(1, "S").source
+  src = src:sub(1, 1) == "@" and src:sub(2) or src
+  local dir = vim.fs.dirname(vim.fs.normalize(vim.fn.fnamemodify(src, ":p")))
+  return vim.fs.dirname(vim.fs.dirname(dir))
+end
+
+return M

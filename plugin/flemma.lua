@@ -1,0 +1,19 @@
+-- Lazy entry point: cheap definitions only. Nothing here loads the native library.
+if vim.g.loaded_flemma then
+  return
+end
+vim.g.loaded_flemma = true
+
+vim.filetype.add({ extension = { chat = "chat" } })
+
+vim.api.nvim_create_user_command("Flemma", function(opts)
+  require("flemma.commands").run(opts)
+end, {
+  nargs = "*",
+  desc = "Flemma: :Flemma {subcommand}",
+  complete = function(...)
+    return require("flemma.commands").complete(...)
+  end,
+})
+
+require("flemma.highlights").setup()

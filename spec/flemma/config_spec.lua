@@ -1,0 +1,53 @@
+local config = require("flemma.config")
+
+describe("flemma.config", function()
+  after_each(function()
+    config.setup({})
+  end)
+
+  it("has the contract's defaults", function()
+    local c = config.setup({})
+    assert.equals("anthropic", c.provider)
+    assert.same({ "$default" }, c.tools.auto_approve)
+    assert.equals(30, c.tools.default_timeout)
+    assert.same({ max_lines = 2000, max_bytes = 51200 }, c.tools.truncate)
+    assert.is_false(c.sandbox.enabled)
+    assert.equals("<C-]>", c.keymaps.send)
+  end)
+
+  it("merges user options, lists replacing lists", function()
+    local c = config.setup({ tools = { auto_approve = { "$readonly" }, default_timeout = 5 } })
+    assert.same({ "$readonly" }, c.tools.auto_approve)
+    assert.equals(5, c.tools.default_timeout)
+    assert.equals(4, c.tools.max_concurrent)
+    c = config.setup({ tools = { auto_approve = {} } })
+    assert.same({}, c.tools.auto_approve)
+  end)
+
+  it("starts from the defaults on each setup", function()
+    config.setup({ tools = { default_timeout = 5 } })
+    assert.equals(30, config.setup({}).tools.default_timeout)
+  end)
+
+  local bad = {
+    { { tools = { default_timeout = "30" } }, "`tools.default_timeout` should be a number, not string" },
+    { { provider = "nope" }, "`provider` should be one of anthropic, openai, vertex, openai_chat" },
+    { { sandbox = { enabled = 1 } }, "`sandbox.enabled` should be a boolean, not number" },
+    { { sandbox = { polcy = {} } }, "unknown option `sandbox.polcy`" },
+    { { bogus = true }, "unknown option `bogus`" },
+    { { tools = { cursor_after_result = "top" } }, "`tools.cursor_after_result` should be one of result, stay, next" },
+    { { tools = { auto_approve = 3 } }, "`tools.auto_approve` should be a table or function or string, not number" },
+  }
+  for _, case in ipairs(bad) do
+    it("refuses " .. case[2], function()
+      local ok, err = pcall(config.setup, case[1])
+      assert.is_false(ok)
+      assert.matches("(flemma) " .. case[2], err, 1, true)
+    end)
+  end
+
+  it("accepts per-tool subtrees under tools", function()
+    local c = config.setup({ tools = { export = { max_size = 10 } } })
+    assert.same({ max_size = 10 }, c.tools.export)
+  end)
+end)

@@ -1,0 +1,82 @@
+local helpers = require("spec.support.helpers")
+
+-- Runs :checkhealth flemma in Neovim and returns the report's text.
+local function health_report_here()
+  vim.cmd("checkhealth flemma")
+  local text = table.concat(vim.api.nvim_buf_get_lines(0, 0, -1, false), "\n")
+  vim.cmd("bwipeout!")
+  return text
+end
+
+describe("health", function()
+  after_each(helpers.cleanup)
+
+  it("reports Neovim, LuaJIT, the library, its ABI version and external programs", function()
+    local text = health_report_here()
+    local v = vim.version()
+    assert.matches(("Neovim %d.%d.%d"):format(v.major, v.minor, v.patch), text, 1, true)
+    assert.matches("LuaJIT", text, 1, true)
+    assert.matches("library: " .. helpers.root .. "/build/libflemma_core.so", text, 1, true)
+    assert.matches("ABI version 1", text, 1, true)
+    assert.matches("`bash` found: GNU bash", text, 1, true)
+    assert.matches("`curl` found: curl %d", text)
+    assert.matches("`bwrap` found: bubblewrap %d", text)
+  end)
+
+  it("reports a missing library with its path and the build command", function()
+    -- A copy of the plugin without build/: what a user gets before running `make`.
+    local dir = helpers.tmpdir()
+    vim.fn.system({ "cp", "-r", helpers.root .. "/lua", helpers.root .. "/plugin", dir })
+    local out = dir .. "/health.txt"
+    local res = helpers.run_nvim({
+      rtp = dir,
+      lua = ([[
+        vim.cmd("checkhealth flemma")
+        local lines = vim.api.nvim_buf_get_lines(0, 0, -1, false)
+        vim.fn.writefile(lines, %q)
+      ]]):format(out),
+    })
+    assert.equals(0, res.code, res.stderr)
+    local text = assert(helpers.read_file(out))
+    assert.matches("native library not found at " .. dir .. "/build/libflemma_core.so", text, 1, true)
+    assert.matches("make", text, 1, true)
+    assert.matches("ERROR", text, 1, true)
+  end)
+end)
+
+describe("startup without the native library", function()
+  after_each(helpers.cleanup)
+
+  it("does not throw on startup, and the first use says what is wrong and how to fix it", function()
+    local dir = helpers.tmpdir()
+    vim.fn.system({ "cp", "-r", helpers.root .. "/lua", helpers.root .. "/plugin", dir })
+    local out = dir .. "/result.txt"
+    local res = helpers.run_nvim({
+      rtp = dir,
+      lua = ([[
+        local lines = {}
+        lines[#lines + 1] = "errmsg=" .. vim.v.errmsg
+        local chat = vim.fn.tempname() .. ".chat"
+        vim.cmd("edit " .. chat)
+        lines[#lines + 1] = "filetype=" .. vim.bo.filetype
+        require("flemma").setup({})
+        local ok, err = pcall(require("flemma.native").format_size, 10)
+        lines[#lines + 1] = "ok=" .. tostring(ok)
+        lines[#lines + 1] = "err=" .. tostring(err)
+        vim.fn.writefile(lines, %q)
+      ]]):format(out),
+    })
+    assert.equals(0, res.code, res.stderr)
+    assert.equals("", res.stderr)
+    local text = assert(helpers.read_file(out))
+    assert.matches("errmsg=\n", text, 1, true)
+    assert.matches("filetype=chat", text, 1, true)
+    assert.matches("ok=false", text, 1, true)
+    assert.matches(
+      "err=(flemma) native library not found at " .. dir .. "/build/libflemma_core.so: build it with `make` in " .. dir,
+      text,
+      1,
+      true
+    )
+  end)
+end)

@@ -1,0 +1,73 @@
+local native = require("flemma.native")
+
+local function read(path)
+  local f = assert(io.open(path, "rb"))
+  local s = f:read("*a")
+  f:close()
+  return s
+end
+
+-- The function declarations of the public header, normalized.
+local function header_declarations()
+  local src = read(FLEMMA_ROOT .. "/native/include/flemma/flemma.h")
+  src = src:gsub("/%*.-%*/", ""):gsub("//[^\n]*", ""):gsub("\n#[^\n]*", "\n")
+  local decls = {}
+  for decl in src:gmatch("FLEMMA_API%s+([^;]+);") do
+    decls[#decls + 1] = (decl:gsub("%s+", " "):gsub(" %*", " *"):gsub("%* ", "*"))
+  end
+  return decls
+end
+
+local function cdef_declarations()
+  local decls = {}
+  local src = native.cdef():gsub("/%*.-%*/", ""):gsub("//[^\n]*", "")
+  for decl in src:gmatch("([^;]+);") do
+    decl = vim.trim(decl)
+    if decl:match("%(") and not decl:match("^typedef") and not decl:match("^struct") then
+      decls[#decls + 1] = (decl:gsub("%s+", " "):gsub(" %*", " *"):gsub("%* ", "*"))
+    end
+  end
+  return decls
+end
+
+describe("flemma.native", function()
+  it("declares exactly the functions of flemma.h, with the same signatures", function()
+    local h, c = header_declarations(), cdef_declarations()
+    table.sort(h)
+    table.sort(c)
+    assert.is_true(#h >= 4)
+    assert.same(h, c)
+  end)
+
+  it("finds the library next to the plugin, not in the current directory", function()
+    local path = native.library_path()
+    assert.equals(FLEMMA_ROOT .. "/build/" .. native.library_name(), path)
+    local cwd = vim.fn.getcwd()
+    vim.cmd("cd /tmp")
+    assert.equals(path, native.library_path())
+    vim.cmd("cd " .. vim.fn.fnameescape(cwd))
+  end)
+
+  it("loads the library and checks its ABI version", function()
+    assert.is_true((native.available()))
+    assert.equals(native.ABI_VERSION, native.abi_version())
+    assert.is_truthy(native.version():match("^%d+%.%d+%.%d+"))
+  end)
+
+  describe("format_size", function()
+    it("formats sizes as the spec shows", function()
+      assert.equals("0B", native.format_size(0))
+      assert.equals("1023B", native.format_size(1023))
+      assert.equals("12.1KB", native.format_size(12345))
+      assert.equals("50.0KB", native.format_size(51200))
+      assert.equals("1.0MB", native.format_size(1024 * 1024))
+      assert.equals("2.5GB", native.format_size(2.5 * 1024 * 1024 * 1024))
+    end)
+
+    it("refuses a non-number with a clear error", function()
+      local ok, err = pcall(native.format_size, "12")
+      assert.is_false(ok)
+      assert.matches("format_size: `bytes` should be a number, not string", err, 1, true)
+    end)
+  end)
+end)
