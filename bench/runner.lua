@@ -12,6 +12,9 @@ vim.opt.shadafile = "NONE"
 vim.opt.swapfile = false
 vim.cmd("runtime! plugin/flemma.lua")
 _G.FLEMMA_ROOT = root
+if os.getenv("FLEMMA_LIBRARY") and os.getenv("FLEMMA_LIBRARY") ~= "" then
+  vim.g.flemma_library_path = os.getenv("FLEMMA_LIBRARY")
+end
 
 local only = os.getenv("BENCH")
 if only == "" then

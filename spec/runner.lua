@@ -18,6 +18,10 @@ vim.opt.swapfile = false
 vim.cmd("runtime! plugin/flemma.lua")
 
 _G.FLEMMA_ROOT = root
+-- FLEMMA_LIBRARY=<path> tests a library built elsewhere (e.g. build-asan/).
+if os.getenv("FLEMMA_LIBRARY") and os.getenv("FLEMMA_LIBRARY") ~= "" then
+  vim.g.flemma_library_path = os.getenv("FLEMMA_LIBRARY")
+end
 if #arg == 0 then
   arg[1] = root .. "/spec"
 end

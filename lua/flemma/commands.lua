@@ -12,6 +12,20 @@ local M = {}
 ---@type table<string, flemma.Subcommand>
 local subcommands = {}
 
+-- Modules that register subcommands when loaded; loaded on the first :Flemma.
+local modules = {}
+local loaded = false
+
+local function load_modules()
+  if loaded then
+    return
+  end
+  loaded = true
+  for _, name in ipairs(modules) do
+    require(name)
+  end
+end
+
 ---@param name string
 ---@param spec flemma.Subcommand
 function M.register(name, spec)
@@ -20,6 +34,7 @@ end
 
 ---@return string[]
 function M.names()
+  load_modules()
   local names = vim.tbl_keys(subcommands)
   table.sort(names)
   return names
@@ -32,6 +47,7 @@ function M.run(opts)
     util.notify("usage: :Flemma {subcommand}; one of: " .. table.concat(M.names(), ", "), vim.log.levels.WARN)
     return
   end
+  load_modules()
   local sub = subcommands[name]
   if not sub then
     util.notify(
