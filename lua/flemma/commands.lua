@@ -13,7 +13,9 @@ local M = {}
 local subcommands = {}
 
 -- Modules that register subcommands when loaded; loaded on the first :Flemma.
-local modules = {}
+local modules = {
+  "flemma.cycle_commands",
+}
 local loaded = false
 
 local function load_modules()

@@ -1,0 +1,781 @@
+--- The three-phase cycle driven by one key (<C-]>):
+---   1. categorize: every tool use without a result gets a placeholder whose status
+---      the approval chain decides (approved, pending, denied);
+---   2. execute: approved placeholders run, denied/rejected ones become error results,
+---      pending ones block;
+---   3. send: once every tool use has its result, the conversation is sent.
+--- Results are written where their placeholder is found again by tool id at the time
+--- they arrive, never at a line number remembered from before.
+local util = require("flemma.util")
+
+local M = {}
+local H = {}
+
+---@class flemma.cycle.BufState
+---@field running table<string, { name: string, handle: table|nil }>
+---@field queue { id: string, name: string, input: table }[]
+---@field locked boolean
+---@field saved_modifiable boolean
+---@field turns integer automatic sends since the user last pressed the key
+---@field autopilot boolean|nil per-buffer override
+
+---@type table<integer, flemma.cycle.BufState>
+H.state = {}
+
+function H.get_state(bufnr)
+  local s = H.state[bufnr]
+  if not s then
+    s = { running = {}, queue = {}, locked = false, saved_modifiable = true, turns = 0 }
+    H.state[bufnr] = s
+    vim.api.nvim_create_autocmd({ "BufWipeout", "BufUnload", "BufDelete" }, {
+      buffer = bufnr,
+      once = true,
+      callback = function()
+        M.detach(bufnr)
+      end,
+    })
+  end
+  return s
+end
+
+function H.doc(bufnr)
+  return require("flemma.document").get(bufnr)
+end
+
+function H.config()
+  return require("flemma.config").get()
+end
+
+--- The autopilot setting of a buffer (per-buffer toggle, else config).
+function M.autopilot_enabled(bufnr)
+  local s = H.state[bufnr]
+  if s and s.autopilot ~= nil then
+    return s.autopilot
+  end
+  return H.config().tools.autopilot.enabled
+end
+
+function M.set_autopilot(bufnr, enabled)
+  H.get_state(bufnr).autopilot = enabled
+end
+
+--- The tool uses of the last assistant message and the results that follow it.
+---@return { assistant: table|nil, index: integer|nil, uses: table[], results: table<string, table>, after: table|nil }
+function H.scan(doc)
+  local idx
+  for i = #doc.messages, 1, -1 do
+    if doc.messages[i].role == "assistant" then
+      idx = i
+      break
+    end
+  end
+  local out = { uses = {}, results = {}, index = idx }
+  if not idx then
+    return out
+  end
+  out.assistant = doc.messages[idx]
+  for _, part in ipairs(out.assistant.parts) do
+    if part.kind == "tool_use" then
+      out.uses[#out.uses + 1] = part
+    end
+  end
+  for i = idx + 1, #doc.messages do
+    local msg = doc.messages[i]
+    if msg.role == "user" and not out.after then
+      out.after = msg
+    end
+    for _, part in ipairs(msg.parts) do
+      if part.kind == "tool_result" and out.results[part.id] == nil then
+        out.results[part.id] = part
+      end
+    end
+  end
+  return out
+end
+
+--- Finds the tool_use and tool_result parts of a tool id in the current document.
+function H.find(doc, id)
+  local use, result
+  for _, msg in ipairs(doc.messages) do
+    for _, part in ipairs(msg.parts) do
+      if part.id == id then
+        if part.kind == "tool_use" then
+          use = part
+        elseif part.kind == "tool_result" then
+          result = part
+        end
+      end
+    end
+  end
+  return use, result
+end
+
+--- Sets lines while the buffer may be locked by running tools.
+function H.set_lines(bufnr, first, last, lines)
+  local bo = vim.bo[bufnr]
+  local was = bo.modifiable
+  bo.modifiable = true
+  local ok, err = pcall(vim.api.nvim_buf_set_lines, bufnr, first, last, false, lines)
+  bo.modifiable = was
+  if not ok then
+    error(err, 0)
+  end
+end
+
+function H.lock(bufnr)
+  local s = H.get_state(bufnr)
+  if not s.locked then
+    s.locked = true
+    s.saved_modifiable = vim.bo[bufnr].modifiable
+    vim.bo[bufnr].modifiable = false
+  end
+end
+
+function H.unlock(bufnr)
+  local s = H.state[bufnr]
+  if s and s.locked then
+    s.locked = false
+    if vim.api.nvim_buf_is_valid(bufnr) then
+      vim.bo[bufnr].modifiable = s.saved_modifiable
+    end
+  end
+end
+
+function H.event(name, data)
+  vim.api.nvim_exec_autocmds("User", { pattern = name, modeline = false, data = data })
+end
+
+function H.refresh_previews(bufnr)
+  if vim.api.nvim_buf_is_valid(bufnr) then
+    require("flemma.ui.preview").refresh(bufnr)
+  end
+end
+
+function H.set_cursor(bufnr, line)
+  local win = vim.fn.bufwinid(bufnr)
+  if win ~= -1 and line then
+    local count = vim.api.nvim_buf_line_count(bufnr)
+    pcall(vim.api.nvim_win_set_cursor, win, { math.min(line, count), 0 })
+  end
+end
+
+-- ---------------------------------------------------------------------------
+-- Phase 1: categorize
+-- ---------------------------------------------------------------------------
+
+--- Asks the approval chain about one tool call; a broken chain requires approval.
+function H.decide(bufnr, use)
+  if use.input == nil then
+    return "denied"
+  end
+  local ok, decision = pcall(require("flemma.tools.approval").resolve, use.name, use.input, {
+    bufnr = bufnr,
+    tool_id = use.id,
+  })
+  if not ok then
+    util.warn("approval failed for `" .. use.id .. "`: " .. util.message(decision))
+    return "pending"
+  end
+  if decision == "approve" then
+    return "approved"
+  elseif decision == "deny" then
+    return "denied"
+  end
+  return "pending"
+end
+
+--- Injects placeholders for every tool use without a result. Returns the counts.
+---@return { approved: integer, pending: integer, denied: integer }|nil
+function M.categorize(bufnr)
+  local document = require("flemma.document")
+  local doc = H.doc(bufnr)
+  local scan = H.scan(doc)
+  local missing = {}
+  for _, use in ipairs(scan.uses) do
+    if not scan.results[use.id] then
+      missing[#missing + 1] = use
+    end
+  end
+  if #missing == 0 then
+    return nil
+  end
+  local counts = { approved = 0, pending = 0, denied = 0 }
+  local block = {}
+  local statuses = {}
+  for i, use in ipairs(missing) do
+    local status = H.decide(bufnr, use)
+    statuses[use.id] = status
+    counts[status] = counts[status] + 1
+    if i > 1 then
+      block[#block + 1] = ""
+    end
+    vim.list_extend(block, document.render_placeholder(use.id, status))
+  end
+
+  local lines = vim.api.nvim_buf_get_lines(bufnr, 0, -1, false)
+  local at -- 0-based index before which the block goes
+  local after = scan.after
+  if after then
+    local last_result
+    for _, part in ipairs(after.parts) do
+      if part.kind == "tool_result" then
+        last_result = part
+      end
+    end
+    if last_result then
+      at = last_result.last_line
+      table.insert(block, 1, "")
+    else
+      at = after.first_line
+    end
+    if lines[at + 1] ~= nil and lines[at + 1] ~= "" then
+      block[#block + 1] = ""
+    end
+  else
+    at = scan.assistant.last_line
+    local prefix = { "@You:" }
+    if lines[at] ~= "" then
+      table.insert(prefix, 1, "")
+    end
+    for i = #prefix, 1, -1 do
+      table.insert(block, 1, prefix[i])
+    end
+  end
+  H.set_lines(bufnr, at, at, block)
+
+  doc = H.doc(bufnr)
+  local first_pending
+  for _, use in ipairs(missing) do
+    if statuses[use.id] == "pending" then
+      local _, result = H.find(doc, use.id)
+      first_pending = result and (result.fence_line or result.first_line)
+      break
+    end
+  end
+  if first_pending then
+    H.set_cursor(bufnr, first_pending)
+  end
+  H.refresh_previews(bufnr)
+  return counts
+end
+
+-- ---------------------------------------------------------------------------
+-- Phase 2: execute
+-- ---------------------------------------------------------------------------
+
+--- Replaces the placeholder of `id` (found again now, by id) with a result.
+---@return integer|nil line the 1-based header line of the written result
+function H.write_result(bufnr, id, output, is_error)
+  if not vim.api.nvim_buf_is_valid(bufnr) then
+    return nil
+  end
+  local doc = H.doc(bufnr)
+  local _, part = H.find(doc, id)
+  if not part or part.status == nil then
+    util.warn(("the placeholder of `%s` is gone; its result was not written"):format(id))
+    return nil
+  end
+  local lines = require("flemma.document").render_result(id, output, is_error)
+  H.set_lines(bufnr, part.first_line - 1, part.last_line, lines)
+  return part.first_line
+end
+
+function H.place_cursor_after(bufnr, line)
+  local mode = H.config().tools.cursor_after_result
+  if mode == "stay" or not line then
+    return
+  elseif mode == "result" then
+    H.set_cursor(bufnr, line)
+  elseif mode == "next" then
+    H.set_cursor(bufnr, vim.api.nvim_buf_line_count(bufnr))
+  end
+end
+
+--- Resolves one placeholder without running anything (denied, rejected, pending
+--- with the user's own content). Returns true when it wrote a result.
+function H.resolve_static(bufnr, part)
+  local content = part.content or ""
+  local line
+  if part.status == "denied" then
+    line = H.write_result(bufnr, part.id, "The tool call was denied by the approval policy.", true)
+  elseif part.status == "rejected" then
+    local msg = vim.trim(content) ~= "" and content or "The user rejected this tool call."
+    line = H.write_result(bufnr, part.id, msg, true)
+  elseif part.status == "pending" and vim.trim(content) ~= "" then
+    -- Content-overwrite protection: the user's text is the result.
+    line = H.write_result(bufnr, part.id, content, false)
+  else
+    return false
+  end
+  H.place_cursor_after(bufnr, line)
+  return true
+end
+
+function H.all_done(bufnr)
+  local s = H.state[bufnr]
+  return not s or (next(s.running) == nil and #s.queue == 0)
+end
+
+--- Called when the last running tool of a buffer finished.
+function H.on_idle(bufnr)
+  H.unlock(bufnr)
+  require("flemma.ui.spinner").stop_all(bufnr)
+  if not vim.api.nvim_buf_is_valid(bufnr) then
+    return
+  end
+  H.refresh_previews(bufnr)
+  local s = H.get_state(bufnr)
+  if s.paused or s.single then
+    s.single = false
+    return
+  end
+  local doc = H.doc(bufnr)
+  local scan = H.scan(doc)
+  local remaining = false
+  for _, use in ipairs(scan.uses) do
+    local r = scan.results[use.id]
+    if not r or r.status ~= nil then
+      remaining = true
+    end
+  end
+  if not remaining and M.autopilot_enabled(bufnr) then
+    vim.schedule(function()
+      M.send(bufnr, { auto = true })
+    end)
+  elseif remaining then
+    M.focus_pending(bufnr)
+  end
+end
+
+function H.start_next(bufnr)
+  local s = H.state[bufnr]
+  if not s then
+    return
+  end
+  local limit = math.max(1, H.config().tools.max_concurrent or 4)
+  while #s.queue > 0 and vim.tbl_count(s.running) < limit do
+    local job = table.remove(s.queue, 1)
+    H.run(bufnr, job)
+  end
+end
+
+function H.finish(bufnr, job, result)
+  local s = H.state[bufnr]
+  if not s or not s.running[job.id] then
+    return -- already finished (e.g. a tool calling back twice) or buffer gone
+  end
+  s.running[job.id] = nil
+  require("flemma.ui.spinner").stop(bufnr, job.id)
+  if vim.api.nvim_buf_is_valid(bufnr) then
+    local line
+    if result.success then
+      line = H.write_result(bufnr, job.id, result.output == nil and "" or result.output, false)
+    else
+      local msg = result.error or "the tool failed"
+      if result.output ~= nil and result.output ~= "" then
+        local out = type(result.output) == "table" and vim.json.encode(result.output) or tostring(result.output)
+        msg = msg .. "\n\n" .. out
+      end
+      line = H.write_result(bufnr, job.id, msg, true)
+    end
+    H.place_cursor_after(bufnr, line)
+    H.event("FlemmaToolFinished", {
+      bufnr = bufnr,
+      tool_id = job.id,
+      tool_name = job.name,
+      success = result.success and true or false,
+    })
+  end
+  H.start_next(bufnr)
+  if H.all_done(bufnr) then
+    H.on_idle(bufnr)
+  end
+end
+
+function H.run(bufnr, job)
+  local s = H.get_state(bufnr)
+  local doc = H.doc(bufnr)
+  local _, part = H.find(doc, job.id)
+  if not part or part.status ~= "approved" then
+    return
+  end
+  H.lock(bufnr)
+  s.running[job.id] = { name = job.name }
+  require("flemma.ui.spinner").start(bufnr, job.id, job.name, (part.fence_line or part.first_line) - 1)
+  H.event("FlemmaToolExecuting", { bufnr = bufnr, tool_id = job.id, tool_name = job.name })
+  local done = function(result)
+    local ok, err = xpcall(H.finish, debug.traceback, bufnr, job, result or { success = false, error = "no result" })
+    if not ok then
+      util.notify("writing the result of `" .. job.id .. "` failed: " .. tostring(err), vim.log.levels.ERROR)
+      local st = H.state[bufnr]
+      if st then
+        st.running[job.id] = nil
+        if H.all_done(bufnr) then
+          H.on_idle(bufnr)
+        end
+      end
+    end
+  end
+  local on_done = function(result)
+    if vim.in_fast_event() then
+      vim.schedule(function()
+        done(result)
+      end)
+    else
+      done(result)
+    end
+  end
+  local ok, handle = pcall(require("flemma.tools").execute, bufnr, {
+    id = job.id,
+    name = job.name,
+    input = job.input,
+  }, on_done, {
+    on_progress = function(p)
+      if p and p.last_line then
+        require("flemma.ui.spinner").progress(bufnr, job.id, p.last_line)
+      end
+    end,
+  })
+  if not ok then
+    on_done({ success = false, error = util.message(handle) })
+  elseif s.running[job.id] then
+    s.running[job.id].handle = handle
+  end
+end
+
+--- Queues approved placeholders (a list of parts) for execution.
+function H.enqueue(bufnr, parts)
+  local s = H.get_state(bufnr)
+  local doc = H.doc(bufnr)
+  for _, part in ipairs(parts) do
+    local use = H.find(doc, part.id)
+    if use and not s.running[part.id] then
+      local queued = false
+      for _, j in ipairs(s.queue) do
+        queued = queued or j.id == part.id
+      end
+      if not queued then
+        s.queue[#s.queue + 1] = { id = part.id, name = use.name, input = use.input }
+      end
+    end
+  end
+  H.start_next(bufnr)
+  if H.all_done(bufnr) then
+    H.on_idle(bufnr)
+  end
+end
+
+--- The placeholders following the last assistant message, in buffer order.
+function H.placeholders(bufnr)
+  local doc = H.doc(bufnr)
+  local scan = H.scan(doc)
+  local out = {}
+  if not scan.index then
+    return out
+  end
+  for i = scan.index + 1, #doc.messages do
+    for _, part in ipairs(doc.messages[i].parts) do
+      if part.kind == "tool_result" and part.status ~= nil then
+        out[#out + 1] = part
+      end
+    end
+  end
+  return out
+end
+
+--- Moves the cursor to the first empty pending placeholder and says so.
+---@return boolean true if one was found
+function M.focus_pending(bufnr)
+  for _, part in ipairs(H.placeholders(bufnr)) do
+    if part.status == "pending" and vim.trim(part.content or "") == "" then
+      H.set_cursor(bufnr, part.fence_line or part.first_line)
+      return true
+    end
+  end
+  return false
+end
+
+--- Phase 2 over every placeholder. `only_approved` runs approved tools and leaves
+--- everything else (autopilot's early start while others are pending).
+function M.execute(bufnr, opts)
+  opts = opts or {}
+  local s = H.get_state(bufnr)
+  s.paused = false
+  s.single = false
+  local to_run = {}
+  local edited = {}
+  local blocked = false
+  -- Resolve the static ones first, one at a time (each write shifts lines).
+  local progress = true
+  while progress do
+    progress = false
+    for _, part in ipairs(H.placeholders(bufnr)) do
+      if not opts.only_approved and part.status ~= "approved" and H.resolve_static(bufnr, part) then
+        progress = true
+        break
+      end
+    end
+  end
+  for _, part in ipairs(H.placeholders(bufnr)) do
+    if part.status == "approved" then
+      if vim.trim(part.content or "") ~= "" then
+        edited[#edited + 1] = part
+      elseif not s.running[part.id] then
+        to_run[#to_run + 1] = part
+      end
+    elseif part.status == "pending" then
+      blocked = true
+    elseif not ({ approved = true, pending = true, denied = true, rejected = true })[part.status] then
+      util.warn(
+        ("`%s` has an unknown status `%s`: use approved, pending, rejected or denied"):format(part.id, part.status)
+      )
+      blocked = true
+    end
+  end
+  if #edited > 0 then
+    s.paused = true
+    H.set_cursor(bufnr, edited[1].fence_line or edited[1].first_line)
+    util.warn(
+      ("the approved placeholder of `%s` has content you edited, so it was not executed: remove the text to run the tool, or remove the `flemma:tool` fence to send your text as the result"):format(
+        edited[1].id
+      )
+    )
+  end
+  if blocked and #to_run == 0 and next(s.running) == nil then
+    M.focus_pending(bufnr)
+    H.refresh_previews(bufnr)
+    if not opts.quiet then
+      util.notify("waiting for your decision on a pending tool call (set status=approved or rejected, then <C-]>)")
+    end
+    return
+  end
+  if #to_run > 0 then
+    H.enqueue(bufnr, to_run)
+  elseif next(s.running) == nil and not s.paused then
+    H.on_idle(bufnr)
+  end
+end
+
+-- ---------------------------------------------------------------------------
+-- Phase 3 and the key
+-- ---------------------------------------------------------------------------
+
+--- Sends the conversation (phase 3). `opts.auto` marks an automatic (autopilot) send.
+function M.send(bufnr, opts)
+  opts = opts or {}
+  local s = H.get_state(bufnr)
+  if opts.auto then
+    local max = H.config().tools.autopilot.max_turns
+    if s.turns >= max then
+      util.warn(
+        ("autopilot stopped after %d turns (tools.autopilot.max_turns); press <C-]> to continue"):format(max)
+      )
+      return false
+    end
+    s.turns = s.turns + 1
+  end
+  return require("flemma.send").send(bufnr, {
+    on_response = function()
+      M.on_response(bufnr)
+    end,
+  })
+end
+
+--- Called by the send path once a response was written into the buffer.
+function M.on_response(bufnr)
+  if not vim.api.nvim_buf_is_valid(bufnr) or not M.autopilot_enabled(bufnr) then
+    return
+  end
+  vim.schedule(function()
+    M.advance(bufnr, { auto = true })
+  end)
+end
+
+--- One press of <C-]>: the next phase of the cycle.
+---@param bufnr? integer
+---@param opts? { auto?: boolean }
+function M.advance(bufnr, opts)
+  bufnr = (bufnr == nil or bufnr == 0) and vim.api.nvim_get_current_buf() or bufnr
+  opts = opts or {}
+  local s = H.get_state(bufnr)
+  if not opts.auto then
+    s.turns = 0
+  end
+  if next(s.running) ~= nil or #s.queue > 0 then
+    util.notify(("%d tool(s) still running; <C-c> cancels them"):format(vim.tbl_count(s.running) + #s.queue))
+    return
+  end
+  local counts = M.categorize(bufnr)
+  if counts then
+    if counts.pending == 0 then
+      vim.schedule(function()
+        M.execute(bufnr)
+      end)
+    elseif counts.approved > 0 and M.autopilot_enabled(bufnr) then
+      vim.schedule(function()
+        M.execute(bufnr, { only_approved = true, quiet = true })
+      end)
+    end
+    return
+  end
+  if #H.placeholders(bufnr) > 0 then
+    M.execute(bufnr)
+    return
+  end
+  if opts.auto then
+    -- A response without tool calls ends the autopilot chain.
+    return
+  end
+  M.send(bufnr)
+end
+
+--- <M-CR>: executes or resolves just the tool block under the cursor.
+function M.execute_at_cursor(bufnr)
+  bufnr = (bufnr == nil or bufnr == 0) and vim.api.nvim_get_current_buf() or bufnr
+  local line = vim.api.nvim_win_get_cursor(0)[1]
+  local doc = H.doc(bufnr)
+  local target
+  for _, msg in ipairs(doc.messages) do
+    for _, part in ipairs(msg.parts) do
+      if (part.kind == "tool_use" or part.kind == "tool_result") and line >= part.first_line and line <= part.last_line then
+        target = part
+      end
+    end
+  end
+  if not target then
+    util.warn("the cursor is not on a tool block")
+    return
+  end
+  local use, result = H.find(doc, target.id)
+  if not use then
+    util.warn(("no **Tool Use:** block has the id `%s`"):format(target.id))
+    return
+  end
+  if result and result.status == nil then
+    util.notify(("`%s` already has a result"):format(target.id))
+    return
+  end
+  if not result then
+    -- Give it a placeholder first, approved by the user's explicit action.
+    local scan = H.scan(doc)
+    if scan.assistant ~= nil and vim.tbl_contains(scan.uses, use) then
+      M.categorize(bufnr)
+      doc = H.doc(bufnr)
+      use, result = H.find(doc, target.id)
+    end
+    if not result then
+      util.warn(("`%s` is not part of the last assistant message"):format(target.id))
+      return
+    end
+  end
+  if result.status == "denied" or result.status == "rejected" then
+    H.resolve_static(bufnr, result)
+    H.refresh_previews(bufnr)
+    return
+  end
+  if result.status == "pending" and vim.trim(result.content or "") ~= "" then
+    H.resolve_static(bufnr, result)
+    H.refresh_previews(bufnr)
+    return
+  end
+  if result.status == "approved" and vim.trim(result.content or "") ~= "" then
+    util.warn(("the approved placeholder of `%s` has content you edited, so it was not executed"):format(target.id))
+    return
+  end
+  if result.status == "pending" then
+    M.set_status(bufnr, target.id, "approved")
+    doc = H.doc(bufnr)
+    use, result = H.find(doc, target.id)
+  end
+  if result and result.status == "approved" then
+    H.get_state(bufnr).single = true -- a single tool: do not chain into a send
+    H.enqueue(bufnr, { result })
+  end
+end
+
+--- Rewrites the status of a placeholder in the buffer.
+function M.set_status(bufnr, id, status, content)
+  local doc = H.doc(bufnr)
+  local _, part = H.find(doc, id)
+  if not part or part.status == nil then
+    util.error(("`%s` has no placeholder"):format(id))
+  end
+  if content == nil then
+    content = part.content ~= "" and part.content or nil
+  end
+  local lines = require("flemma.document").render_placeholder(id, status, content)
+  H.set_lines(bufnr, part.first_line - 1, part.last_line, lines)
+  H.refresh_previews(bufnr)
+end
+
+--- Cancels the running (and queued) tools of a buffer, or just tool `id`.
+---@return integer how many were cancelled
+function M.cancel(bufnr, id)
+  bufnr = (bufnr == nil or bufnr == 0) and vim.api.nvim_get_current_buf() or bufnr
+  local s = H.state[bufnr]
+  if not s then
+    return 0
+  end
+  local n = 0
+  local kept, dropped = {}, {}
+  for _, job in ipairs(s.queue) do
+    if id == nil or job.id == id then
+      dropped[#dropped + 1] = job
+    else
+      kept[#kept + 1] = job
+    end
+  end
+  s.queue = kept
+  s.paused = true -- no automatic send after a cancel
+  for _, job in ipairs(dropped) do
+    n = n + 1
+    s.running[job.id] = { name = job.name }
+    H.finish(bufnr, job, { success = false, error = "The tool call was cancelled by the user before it started." })
+  end
+  for rid, run in pairs(vim.deepcopy(s.running, true)) do
+    if id == nil or rid == id then
+      n = n + 1
+      local handle = s.running[rid] and s.running[rid].handle
+      if handle and handle.cancel then
+        pcall(handle.cancel)
+      end
+      -- Tools that do not call back after cancel still end here.
+      H.finish(bufnr, { id = rid, name = run.name }, { success = false, error = "The tool call was cancelled by the user." })
+    end
+  end
+  return n
+end
+
+--- Running tools of a buffer: list of { id, name }.
+function M.running(bufnr)
+  local s = H.state[bufnr]
+  local out = {}
+  for id, run in pairs(s and s.running or {}) do
+    out[#out + 1] = { id = id, name = run.name }
+  end
+  table.sort(out, function(a, b)
+    return a.id < b.id
+  end)
+  return out
+end
+
+--- Forgets a buffer that is being closed: cancels its tools without writing.
+function M.detach(bufnr)
+  local s = H.state[bufnr]
+  if not s then
+    return
+  end
+  H.state[bufnr] = nil
+  s.queue = {}
+  for _, run in pairs(s.running) do
+    if run.handle and run.handle.cancel then
+      pcall(run.handle.cancel)
+    end
+  end
+  require("flemma.ui.spinner").stop_all(bufnr)
+end
+
+M._scan = H.scan
+M._placeholders = H.placeholders
+
+return M

@@ -1,0 +1,129 @@
+--- :Flemma subcommands of the tool cycle.
+local commands = require("flemma.commands")
+local util = require("flemma.util")
+
+local function cycle()
+  return require("flemma.cycle")
+end
+
+--- The placeholder under the cursor, else the first pending one.
+local function target_placeholder(bufnr)
+  local line = vim.api.nvim_win_get_cursor(0)[1]
+  local first_pending
+  for _, part in ipairs(cycle()._placeholders(bufnr)) do
+    if line >= part.first_line and line <= part.last_line then
+      return part
+    end
+    if part.status == "pending" and not first_pending then
+      first_pending = part
+    end
+  end
+  return first_pending
+end
+
+commands.register("send", {
+  desc = "next step of the tool cycle, or send",
+  run = function()
+    cycle().advance(0)
+  end,
+})
+
+commands.register("cancel", {
+  desc = "cancel the request or the running tools",
+  run = function()
+    local n = cycle().cancel(0)
+    util.notify(n > 0 and ("cancelled %d tool(s)"):format(n) or "nothing is running")
+  end,
+})
+
+commands.register("tool:execute", {
+  desc = "execute or resolve the tool block under the cursor",
+  run = function()
+    cycle().execute_at_cursor(0)
+  end,
+})
+
+commands.register("tool:approve", {
+  desc = "approve the placeholder under the cursor (or the first pending one)",
+  run = function()
+    local bufnr = vim.api.nvim_get_current_buf()
+    local part = target_placeholder(bufnr)
+    if not part then
+      util.error("no tool placeholder to approve")
+    end
+    cycle().set_status(bufnr, part.id, "approved", "")
+  end,
+})
+
+commands.register("tool:reject", {
+  desc = "reject the placeholder under the cursor (or the first pending one), with an optional message",
+  run = function(args)
+    local bufnr = vim.api.nvim_get_current_buf()
+    local part = target_placeholder(bufnr)
+    if not part then
+      util.error("no tool placeholder to reject")
+    end
+    local msg = table.concat(args, " ")
+    cycle().set_status(bufnr, part.id, "rejected", msg ~= "" and msg or nil)
+  end,
+})
+
+commands.register("tool:cancel", {
+  desc = "cancel the running tool under the cursor (or all when not on one)",
+  run = function()
+    local bufnr = vim.api.nvim_get_current_buf()
+    local line = vim.api.nvim_win_get_cursor(0)[1]
+    local id
+    local doc = require("flemma.document").get(bufnr)
+    for _, msg in ipairs(doc.messages) do
+      for _, part in ipairs(msg.parts) do
+        if part.id and line >= part.first_line and line <= part.last_line then
+          id = part.id
+        end
+      end
+    end
+    local n = cycle().cancel(bufnr, id)
+    util.notify(n > 0 and ("cancelled %d tool(s)"):format(n) or "no running tool to cancel")
+  end,
+})
+
+commands.register("tool:cancel-all", {
+  desc = "cancel every running tool of the buffer",
+  run = function()
+    local n = cycle().cancel(0)
+    util.notify(n > 0 and ("cancelled %d tool(s)"):format(n) or "no running tool to cancel")
+  end,
+})
+
+commands.register("tool:list", {
+  desc = "list the registered tools and the running ones",
+  run = function()
+    local bufnr = vim.api.nvim_get_current_buf()
+    local lines = { "tools: " .. table.concat(require("flemma.tools").list(), ", ") }
+    local running = cycle().running(bufnr)
+    if #running == 0 then
+      lines[#lines + 1] = "running: none"
+    else
+      for _, r in ipairs(running) do
+        lines[#lines + 1] = ("running: %s (%s)"):format(r.name, r.id)
+      end
+    end
+    util.notify(table.concat(lines, "\n"))
+  end,
+})
+
+for _, verb in ipairs({ "enable", "disable", "status" }) do
+  commands.register("autopilot:" .. verb, {
+    desc = verb .. " autopilot for this buffer",
+    run = function()
+      local bufnr = vim.api.nvim_get_current_buf()
+      if verb ~= "status" then
+        cycle().set_autopilot(bufnr, verb == "enable")
+      end
+      local max = require("flemma.config").get().tools.autopilot.max_turns
+      util.notify(("autopilot is %s (max %d turns)"):format(cycle().autopilot_enabled(bufnr) and "on" or "off", max))
+    end,
+  })
+end
+
+return {}

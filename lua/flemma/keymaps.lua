@@ -1,0 +1,106 @@
+--- Buffer-local keys and autocmds of chat buffers.
+local M = {}
+local H = {}
+
+M.group = vim.api.nvim_create_augroup("flemma.chat", { clear = true })
+
+function H.map(bufnr, modes, lhs, rhs, desc)
+  if type(lhs) ~= "string" or lhs == "" then
+    return
+  end
+  vim.keymap.set(modes, lhs, rhs, { buffer = bufnr, desc = desc, silent = true })
+end
+
+function H.safe(fn, what)
+  return function()
+    local ok, err = xpcall(fn, debug.traceback)
+    if not ok then
+      require("flemma.util").notify(what .. " failed: " .. tostring(err), vim.log.levels.ERROR)
+    end
+  end
+end
+
+--- Attaches Flemma to a chat buffer: keys (when keymaps.enabled) and preview refresh.
+---@param bufnr integer
+function M.attach(bufnr)
+  if vim.b[bufnr].flemma_attached then
+    return
+  end
+  vim.b[bufnr].flemma_attached = true
+  local config = require("flemma.config").get()
+  local km = config.keymaps
+  if km.enabled then
+    H.map(
+      bufnr,
+      "n",
+      km.send,
+      H.safe(function()
+        require("flemma.cycle").advance(bufnr)
+      end, "<C-]>"),
+      "Flemma: next step of the tool cycle / send"
+    )
+    H.map(
+      bufnr,
+      "i",
+      km.send,
+      H.safe(function()
+        vim.cmd("stopinsert")
+        vim.schedule(function()
+          require("flemma.cycle").advance(bufnr)
+        end)
+      end, "<C-]>"),
+      "Flemma: next step of the tool cycle / send"
+    )
+    H.map(
+      bufnr,
+      "n",
+      km.execute,
+      H.safe(function()
+        require("flemma.cycle").execute_at_cursor(bufnr)
+      end, "<M-CR>"),
+      "Flemma: execute or resolve the tool block under the cursor"
+    )
+    H.map(
+      bufnr,
+      "n",
+      km.cancel,
+      H.safe(function()
+        local n = require("flemma.cycle").cancel(bufnr)
+        if n > 0 then
+          require("flemma.util").notify(("cancelled %d tool(s)"):format(n))
+        end
+      end, "<C-c>"),
+      "Flemma: cancel running tools"
+    )
+  end
+
+  local refresh = function()
+    if not vim.api.nvim_buf_is_valid(bufnr) then
+      return true
+    end
+    local ok, err = pcall(require("flemma.ui.preview").refresh, bufnr)
+    if not ok and not H.warned then
+      H.warned = true
+      require("flemma.util").warn("tool previews unavailable: " .. require("flemma.util").message(err))
+    end
+  end
+  vim.api.nvim_create_autocmd({ "TextChanged", "InsertLeave", "BufWinEnter" }, {
+    group = M.group,
+    buffer = bufnr,
+    callback = refresh,
+  })
+  vim.api.nvim_create_autocmd({ "VimResized", "WinResized" }, {
+    group = M.group,
+    callback = function()
+      if not vim.api.nvim_buf_is_valid(bufnr) then
+        return true
+      end
+      if vim.fn.bufwinid(bufnr) ~= -1 then
+        refresh()
+      end
+    end,
+  })
+  vim.schedule(refresh)
+end
+
+return M
