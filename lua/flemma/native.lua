@@ -21,6 +21,21 @@ const char *flemma_last_error(void);
 ]],
   truncate = [[
 int flemma_format_size(int64_t bytes, char *buf, size_t cap);
+typedef struct flemma_truncate_result {
+  const char *content;
+  size_t content_len;
+  int truncated;
+  int truncated_by;
+  int64_t total_lines;
+  int64_t total_bytes;
+  int64_t output_lines;
+  int64_t output_bytes;
+  int last_line_partial;
+  int first_line_exceeds_limit;
+} flemma_truncate_result;
+flemma_truncate_result *flemma_truncate_head(const char *text, size_t len, int64_t max_lines, int64_t max_bytes);
+flemma_truncate_result *flemma_truncate_tail(const char *text, size_t len, int64_t max_lines, int64_t max_bytes);
+void flemma_truncate_result_free(flemma_truncate_result *result);
 ]],
   document = [[
 ]],
@@ -178,6 +193,36 @@ function M.format_size(bytes)
 end
 
 -- @@TRUNCATE_LUA@@
+
+H.truncated_by = { [0] = nil, [1] = "lines", [2] = "bytes" }
+
+--- Truncates text to a head or tail window. Limits <= 0 mean none.
+---@param which "head"|"tail"
+---@param text string
+---@param max_lines integer
+---@param max_bytes integer
+---@return flemma.truncate.Result
+function M.truncate(which, text, max_lines, max_bytes)
+  local lib = M.lib()
+  local fn = which == "head" and lib.flemma_truncate_head or lib.flemma_truncate_tail
+  local r = fn(text, #text, max_lines, max_bytes)
+  if r == nil then
+    util.error("truncate_" .. which .. ": " .. M.last_error())
+  end
+  local out = {
+    content = ffi.string(r.content, r.content_len),
+    truncated = r.truncated ~= 0,
+    truncated_by = H.truncated_by[r.truncated_by],
+    total_lines = tonumber(r.total_lines),
+    total_bytes = tonumber(r.total_bytes),
+    output_lines = tonumber(r.output_lines),
+    output_bytes = tonumber(r.output_bytes),
+    last_line_partial = r.last_line_partial ~= 0,
+    first_line_exceeds_limit = r.first_line_exceeds_limit ~= 0,
+  }
+  lib.flemma_truncate_result_free(r)
+  return out
+end
 
 -- ---------------------------------------------------------------------------
 -- Document

@@ -64,7 +64,35 @@ FLEMMA_API const char *flemma_last_error(void);
  * text (excluding the NUL), like snprintf; negative on error. The caller owns buf. */
 FLEMMA_API int flemma_format_size(int64_t bytes, char *buf, size_t cap);
 
-/* @@TRUNCATE@@ */
+/* The result of flemma_truncate_head / flemma_truncate_tail. `content` points
+ * into the result (content_len bytes, NUL-terminated) and lives until the result
+ * is freed. truncated_by: 0 not truncated, 1 by the line limit, 2 by the byte limit. */
+typedef struct flemma_truncate_result {
+  const char *content;
+  size_t content_len;
+  int truncated;
+  int truncated_by;
+  int64_t total_lines;
+  int64_t total_bytes;
+  int64_t output_lines;
+  int64_t output_bytes;
+  int last_line_partial;
+  int first_line_exceeds_limit;
+} flemma_truncate_result;
+
+/* Keeps the first max_lines lines and max_bytes bytes of text (whole lines; a
+ * first line over max_bytes is cut with a marker; never inside a UTF-8 code
+ * point). A limit <= 0 means none. text may be NULL when len is 0.
+ * The caller owns the result: free it with flemma_truncate_result_free.
+ * NULL on failure (see flemma_last_error). */
+FLEMMA_API flemma_truncate_result *flemma_truncate_head(const char *text, size_t len, int64_t max_lines, int64_t max_bytes);
+
+/* Keeps the last max_lines lines and max_bytes bytes of text; a last line over
+ * max_bytes keeps its end, after a marker. Ownership as flemma_truncate_head. */
+FLEMMA_API flemma_truncate_result *flemma_truncate_tail(const char *text, size_t len, int64_t max_lines, int64_t max_bytes);
+
+/* Frees a result of flemma_truncate_head/tail. NULL is a no-op. */
+FLEMMA_API void flemma_truncate_result_free(flemma_truncate_result *result);
 
 /* ==========================================================================
  * Document
