@@ -4,6 +4,7 @@ local M = {}
 -- Modules with a `setup(config)` function, called in this order by setup().
 local subsystems = {
   "flemma.highlights",
+  "flemma.tools",
 }
 
 --- Configures Flemma. Safe to call more than once; each call starts from the defaults.

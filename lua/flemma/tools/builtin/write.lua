@@ -1,0 +1,51 @@
+--- The `write` tool: creates or replaces a file atomically, creating missing parent
+--- directories; refused outside the sandbox's writable paths while the sandbox is on.
+local fs = require("flemma.tools.builtin.fs")
+local preview = require("flemma.tools.preview")
+
+---@type flemma.tools.Definition
+return {
+  name = "write",
+  description = "Write a file (created, or replaced entirely). Missing parent directories are "
+    .. "created. Relative paths are resolved against the chat file's directory.",
+  strict = true,
+  input_schema = {
+    type = "object",
+    properties = {
+      path = { type = "string", description = "The file to write" },
+      content = { type = "string", description = "The complete new content" },
+      label = { type = { "string", "null" }, description = "A few words on why (shown to the user)" },
+    },
+    required = { "path", "content", "label" },
+    additionalProperties = false,
+  },
+  format_preview = function(input)
+    local size = require("flemma.native").format_size(#(input.content or ""))
+    return preview.with_comment(("%s (%s)"):format(input.path or "?", size), input.label)
+  end,
+  execute = function(input, ctx)
+    local path = ctx.path.resolve(input.path)
+    local target = fs.write_target(path)
+    for _, p in ipairs(target == path and { path } or { path, target }) do
+      if not ctx.sandbox.is_path_writable(p) then
+        return {
+          success = false,
+          error = ("sandbox: %s is outside the writable paths; write inside the project or /tmp, "
+            .. "or turn the sandbox off with :Flemma sandbox:disable"):format(p),
+        }
+      end
+    end
+    local ok, err = fs.atomic_write(target, input.content)
+    if not ok then
+      return { success = false, error = err }
+    end
+    return {
+      success = true,
+      output = ("Wrote %s (%d lines) to %s"):format(
+        ctx.truncate.format_size(#input.content),
+        fs.count_lines(input.content),
+        input.path
+      ),
+    }
+  end,
+}

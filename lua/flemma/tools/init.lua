@@ -1,0 +1,633 @@
+--- The tool registry: definitions, async definition sources, input validation and
+--- execution. See `:help flemma-tools-register`.
+local util = require("flemma.util")
+
+local M = {}
+local H = {}
+
+---@class flemma.tools.Result
+---@field success boolean
+---@field output? string|table
+---@field error? string
+
+---@class flemma.tools.Definition
+---@field name string
+---@field description string
+---@field input_schema table JSON schema of the input (type = "object")
+---@field strict? boolean
+---@field async? boolean execute(input, ctx, callback) -> cancel function
+---@field capabilities? string[] e.g. { "can_auto_approve_if_sandboxed" }
+---@field format_preview? fun(input: table, max_length: integer): string
+---@field execute? fun(input: table, ctx: flemma.tools.Context, callback?: fun(result: flemma.tools.Result)): flemma.tools.Result|function|nil
+---@field enabled? boolean|fun(): boolean
+
+-- The message shown in a buffer whose send waits for async sources.
+M.WAITING_MESSAGE = "Waiting for tool definitions to load..."
+
+-- The built-in tools registered by setup(), by module.
+H.builtins = { "bash", "calculator", "calculator_async", "edit", "read", "write" }
+
+H.defs = {} ---@type table<string, flemma.tools.Definition>
+H.sources = {} -- async sources not done yet (set)
+H.ready_callbacks = {}
+H.running = 0 -- executions in flight
+H.queue = {} -- executions waiting for a slot (tools.max_concurrent)
+
+-- Optional fields and the types they accept.
+H.optional = {
+  strict = { "boolean" },
+  async = { "boolean" },
+  capabilities = { "table" },
+  format_preview = { "function" },
+  execute = { "function" },
+  enabled = { "boolean", "function" },
+}
+
+---@param name string|nil the name given next to the definition
+---@param def any
+---@return flemma.tools.Definition
+function H.check_definition(name, def)
+  if type(def) ~= "table" then
+    util.error(("tool definition%s should be a table, not %s"):format(name and (" `" .. name .. "`") or "", type(def)))
+  end
+  local dname = def.name
+  if dname == nil then
+    dname = name
+  end
+  local what = dname and ("tool `" .. tostring(dname) .. "`") or "tool definition"
+  if type(dname) ~= "string" or dname == "" then
+    util.error(what .. " is missing the required field `name` (a non-empty string)")
+  end
+  if name ~= nil and def.name ~= nil and def.name ~= name then
+    util.error(("tool registered as `%s` has name `%s`: the two should match"):format(name, def.name))
+  end
+  if not dname:match("^[%w_%-%.:]+$") then
+    util.error(("tool name `%s` may only hold letters, digits, `_`, `-`, `.` and `:`"):format(dname))
+  end
+  if type(def.description) ~= "string" or def.description == "" then
+    util.error(what .. " is missing the required field `description` (a non-empty string)")
+  end
+  if type(def.input_schema) ~= "table" then
+    util.error(what .. " is missing the required field `input_schema` (a JSON schema table)")
+  end
+  if def.input_schema.type ~= "object" then
+    util.error(what .. ": `input_schema.type` should be \"object\", not " .. vim.inspect(def.input_schema.type))
+  end
+  for field, types in pairs(H.optional) do
+    local v = def[field]
+    if v ~= nil and not vim.tbl_contains(types, type(v)) then
+      util.error(("%s: `%s` should be a %s, not %s"):format(what, field, table.concat(types, " or "), type(v)))
+    end
+  end
+  local copy = {}
+  for k, v in pairs(def) do
+    copy[k] = v
+  end
+  copy.name = dname
+  return copy
+end
+
+function H.add(name, def)
+  local checked = H.check_definition(name, def)
+  H.defs[checked.name] = checked
+  return checked.name
+end
+
+--- A readable name for a function: "file.lua:12".
+function H.describe_fn(fn)
+  local info = debug.getinfo(fn, "S")
+  return ("%s:%d"):format(info.short_src or "?", info.linedefined or 0)
+end
+
+function H.fire_ready()
+  if next(H.sources) ~= nil then
+    return
+  end
+  local callbacks = H.ready_callbacks
+  H.ready_callbacks = {}
+  for _, fn in ipairs(callbacks) do
+    util.safe(fn, "tool on_ready callback")()
+  end
+end
+
+--- Starts one async definition source.
+---@param label string how warnings name the source
+---@param resolve fun(register: function, done: fun(err?: any))
+---@param timeout number|nil seconds
+function H.add_source(label, resolve, timeout)
+  if timeout ~= nil and (type(timeout) ~= "number" or timeout <= 0) then
+    util.error(("tool source %s: `timeout` should be a positive number of seconds, not %s"):format(label, vim.inspect(timeout)))
+  end
+  timeout = timeout or require("flemma.config").get().tools.default_timeout or 30
+  local finished = false
+  local timer = vim.uv.new_timer()
+  local source = { label = label }
+  H.sources[source] = true
+
+  local function finish(err)
+    if finished then
+      return
+    end
+    finished = true
+    if timer and not timer:is_closing() then
+      timer:stop()
+      timer:close()
+    end
+    if err ~= nil then
+      util.warn(("tool source %s failed: %s"):format(label, util.message(err)))
+    end
+    H.sources[source] = nil
+    if vim.in_fast_event() then
+      vim.schedule(H.fire_ready)
+    else
+      H.fire_ready()
+    end
+  end
+
+  local function register(name, def)
+    local ok, err = pcall(H.add, name, def)
+    if not ok then
+      util.warn(("tool source %s: %s"):format(label, util.message(err)))
+    end
+    return ok
+  end
+
+  timer:start(math.max(1, math.floor(timeout * 1000)), 0, function()
+    vim.schedule(function()
+      finish(("timed out after %gs without calling done()"):format(timeout))
+    end)
+  end)
+
+  local ok, err = xpcall(resolve, debug.traceback, register, finish)
+  if not ok then
+    finish(err)
+  end
+end
+
+--- Registers tools. Forms:
+--- - `register(name, definition)`
+--- - `register(definition)` (a table with a `name`)
+--- - `register({ def1, def2, ... })`
+--- - `register("my.module")`: its `.definitions` array, or its `.resolve(register, done)`
+---   as an async source with its optional `.timeout` (seconds)
+--- - `register(function(register, done) ... end)`: an async source
+--- - `register({ resolve = fn, timeout = seconds })`: an async source
+---@param arg1 string|table|function
+---@param arg2? table
+---@return string[]|nil names registered synchronously
+function M.register(arg1, arg2)
+  local t = type(arg1)
+  if t == "string" and arg2 ~= nil then
+    return { H.add(arg1, arg2) }
+  elseif t == "string" then
+    local ok, mod = pcall(require, arg1)
+    if not ok then
+      util.error(("cannot load tool module `%s`: %s"):format(arg1, util.message(mod)))
+    end
+    if type(mod) ~= "table" then
+      util.error(("tool module `%s` should return a table, not %s"):format(arg1, type(mod)))
+    end
+    if type(mod.definitions) == "table" then
+      return M.register(mod.definitions)
+    elseif type(mod.resolve) == "function" then
+      H.add_source(arg1, mod.resolve, mod.timeout)
+      return {}
+    elseif type(mod.name) == "string" and mod.input_schema then
+      return { H.add(nil, mod) }
+    end
+    util.error(("tool module `%s` exports neither `definitions` (a list) nor `resolve` (a function)"):format(arg1))
+  elseif t == "function" then
+    H.add_source("function at " .. H.describe_fn(arg1), arg1, nil)
+    return {}
+  elseif t == "table" then
+    if type(arg1.resolve) == "function" then
+      H.add_source("function at " .. H.describe_fn(arg1.resolve), arg1.resolve, arg1.timeout)
+      return {}
+    elseif arg1.name ~= nil or arg1.input_schema ~= nil then
+      return { H.add(nil, arg1) }
+    elseif vim.islist(arg1) and #arg1 > 0 then
+      -- Check everything first so that a bad entry registers nothing.
+      local checked = {}
+      for i, def in ipairs(arg1) do
+        local ok, res = pcall(H.check_definition, nil, def)
+        if not ok then
+          util.error(("definition #%d: %s"):format(i, util.message(res)))
+        end
+        checked[i] = res
+      end
+      local names = {}
+      for i, def in ipairs(checked) do
+        H.defs[def.name] = def
+        names[i] = def.name
+      end
+      return names
+    end
+    util.error("register() expects a definition, a list of definitions or { resolve = fn, timeout = n }")
+  end
+  util.error("register() expects a name and a definition, a module path, a list, or a function; not " .. t)
+end
+
+--- Removes a tool; true when it was registered.
+---@param name string
+---@return boolean
+function M.unregister(name)
+  if H.defs[name] == nil then
+    return false
+  end
+  H.defs[name] = nil
+  return true
+end
+
+--- The definition of a tool, or nil.
+---@param name string
+---@return flemma.tools.Definition|nil
+function M.get(name)
+  return H.defs[name]
+end
+
+function H.is_enabled(def)
+  if type(def.enabled) == "function" then
+    local ok, res = pcall(def.enabled)
+    return ok and res ~= false and res ~= nil
+  end
+  return def.enabled ~= false
+end
+
+--- The names of the enabled tools, sorted.
+---@return string[]
+function M.list()
+  local names = {}
+  for name, def in pairs(H.defs) do
+    if H.is_enabled(def) then
+      names[#names + 1] = name
+    end
+  end
+  table.sort(names)
+  return names
+end
+
+--- Whether every async source has finished (or timed out).
+---@return boolean
+function M.is_ready()
+  return next(H.sources) == nil
+end
+
+--- Calls fn once all async sources are done; at once when they already are.
+---@param fn function
+function M.on_ready(fn)
+  if next(H.sources) == nil then
+    fn()
+  else
+    H.ready_callbacks[#H.ready_callbacks + 1] = fn
+  end
+end
+
+--- The tools available in a buffer: the enabled ones, narrowed by the frontmatter's
+--- `flemma.opt.tools` selection. A broken frontmatter leaves all tools and returns err.
+---@param bufnr integer
+---@return string[] names
+---@return string|nil err
+function M.for_buffer(bufnr)
+  local names = M.list()
+  local ok, frontmatter = pcall(require, "flemma.frontmatter")
+  if not ok or type(frontmatter) ~= "table" or type(frontmatter.get) ~= "function" then
+    return names
+  end
+  local got, opts, err = pcall(frontmatter.get, bufnr)
+  if not got then
+    return names, util.message(opts)
+  end
+  if opts == nil or type(opts.tools) ~= "table" then
+    return names, err
+  end
+  local selected = {}
+  for _, n in ipairs(opts.tools) do
+    selected[n] = true
+  end
+  local out = {}
+  for _, n in ipairs(names) do
+    if selected[n] then
+      out[#out + 1] = n
+    end
+  end
+  return out, err
+end
+
+-- Input validation ---------------------------------------------------------------
+
+function H.json_type(v)
+  local t = type(v)
+  if v == vim.NIL then
+    return "null"
+  elseif t == "string" or t == "boolean" then
+    return t
+  elseif t == "number" then
+    return (v == math.floor(v) and v > -math.huge and v < math.huge) and "integer" or "number"
+  elseif t == "table" then
+    if next(v) == nil then
+      return "empty"
+    end
+    return vim.islist(v) and "array" or "object"
+  end
+  return t
+end
+
+function H.type_ok(actual, allowed)
+  for _, want in ipairs(allowed) do
+    if want == actual then
+      return true
+    elseif want == "number" and actual == "integer" then
+      return true
+    elseif actual == "empty" and (want == "array" or want == "object") then
+      return true
+    end
+  end
+  return false
+end
+
+--- Checks value against schema; returns an error message naming the field, or nil.
+function H.check_value(schema, value, path)
+  if type(schema) ~= "table" then
+    return nil
+  end
+  local allowed = schema.type
+  if type(allowed) == "string" then
+    allowed = { allowed }
+  end
+  local actual = H.json_type(value)
+  if value == nil then
+    actual = "null"
+  end
+  if type(allowed) == "table" and not H.type_ok(actual, allowed) then
+    if value == nil or value == vim.NIL then
+      return ("missing required field `%s`"):format(path)
+    end
+    return ("field `%s` should be %s, not %s"):format(
+      path,
+      table.concat(allowed, " or "),
+      actual == "empty" and "an empty table" or actual
+    )
+  end
+  if value == nil or value == vim.NIL then
+    return nil
+  end
+  if type(schema.enum) == "table" and not vim.tbl_contains(schema.enum, value) then
+    return ("field `%s` should be one of %s, not %s"):format(
+      path,
+      table.concat(vim.tbl_map(vim.inspect, schema.enum), ", "),
+      vim.inspect(value)
+    )
+  end
+  if type(value) == "table" then
+    if actual == "array" or (actual == "empty" and schema.items) then
+      for i, item in ipairs(value) do
+        local err = H.check_value(schema.items, item, ("%s[%d]"):format(path, i))
+        if err then
+          return err
+        end
+      end
+    elseif schema.properties or schema.required then
+      return H.check_object(schema, value, path .. ".")
+    end
+  end
+  return nil
+end
+
+function H.check_object(schema, value, prefix)
+  local props = schema.properties or {}
+  for _, key in ipairs(schema.required or {}) do
+    if value[key] == nil or value[key] == vim.NIL then
+      local prop = props[key]
+      local types = prop and prop.type
+      local nullable = types == "null" or (type(types) == "table" and vim.tbl_contains(types, "null"))
+      if not nullable then
+        return ("missing required field `%s%s`"):format(prefix, key)
+      end
+    end
+  end
+  for key, v in pairs(value) do
+    local prop = props[key]
+    if prop == nil then
+      if schema.additionalProperties == false then
+        return ("unknown field `%s%s`"):format(prefix, tostring(key))
+      end
+    else
+      local err = H.check_value(prop, v, prefix .. key)
+      if err then
+        return err
+      end
+    end
+  end
+  return nil
+end
+
+--- Validates a tool input against a definition's schema.
+---@param def flemma.tools.Definition
+---@param input any
+---@return string|nil err
+function M.validate_input(def, input)
+  if input == nil or input == vim.NIL then
+    input = {}
+  end
+  if type(input) ~= "table" or (vim.islist(input) and next(input) ~= nil) then
+    return "the input should be a JSON object, not " .. H.json_type(input)
+  end
+  return H.check_object(def.input_schema, input, "")
+end
+
+--- A copy of the input with JSON nulls turned into nil (tools write `input.x or default`).
+function H.strip_nulls(v)
+  if type(v) ~= "table" then
+    return v
+  end
+  local out = {}
+  for k, x in pairs(v) do
+    if x ~= vim.NIL then
+      out[k] = H.strip_nulls(x)
+    end
+  end
+  return out
+end
+
+-- Execution ------------------------------------------------------------------------
+
+function H.normalize(name, result)
+  if type(result) ~= "table" then
+    return { success = false, error = ("tool `%s` returned %s instead of a result table"):format(name, type(result)) }
+  end
+  local out = { success = result.success == true, output = result.output, error = result.error }
+  if out.error ~= nil and type(out.error) ~= "string" then
+    out.error = util.message(out.error)
+  end
+  if not out.success and (out.error == nil or out.error == "") then
+    out.error = ("tool `%s` failed without a message"):format(name)
+  end
+  return out
+end
+
+function H.max_concurrent()
+  local n = require("flemma.config").get().tools.max_concurrent
+  return (type(n) == "number" and n >= 1) and n or math.huge
+end
+
+function H.pump()
+  while #H.queue > 0 and H.running < H.max_concurrent() do
+    local job = table.remove(H.queue, 1)
+    job.start()
+  end
+end
+
+--- Runs a tool call. `on_done(result)` is called exactly once, on the main thread and
+--- never before execute() returns. Input that does not match the schema becomes an
+--- error result naming the field, and nothing runs. Runs at most
+--- `tools.max_concurrent` tools at once; the others wait in line.
+---@param bufnr integer
+---@param tool_use { id?: string, name: string, input: table }
+---@param on_done fun(result: flemma.tools.Result)
+---@param opts? { on_progress?: fun(progress: { bytes?: integer, lines?: integer, last_line?: string }) }
+---@return { cancel: fun() }
+function M.execute(bufnr, tool_use, on_done, opts)
+  if type(on_done) ~= "function" then
+    util.error("execute: `on_done` should be a function, not " .. type(on_done))
+  end
+  local name = type(tool_use) == "table" and tool_use.name or nil
+  local state = { done = false, started = false, cancel_fn = nil }
+  local job = {}
+
+  local function finish(result)
+    if state.done then
+      return
+    end
+    state.done = true
+    if state.started then
+      H.running = H.running - 1
+    else
+      for i, j in ipairs(H.queue) do
+        if j == job then
+          table.remove(H.queue, i)
+          break
+        end
+      end
+    end
+    result = H.normalize(name or "?", result)
+    vim.schedule(function()
+      util.safe(on_done, ("tool `%s` on_done"):format(name or "?"))(result)
+      H.pump()
+    end)
+  end
+
+  local handle = {
+    cancel = function()
+      if state.done then
+        return
+      end
+      local cancel_fn = state.cancel_fn
+      finish({ success = false, error = ("tool `%s` was cancelled"):format(name or "?") })
+      if cancel_fn then
+        local ok, err = pcall(cancel_fn)
+        if not ok then
+          util.warn(("cancelling tool `%s` failed: %s"):format(name, util.message(err)))
+        end
+      end
+    end,
+  }
+
+  local def = name and H.defs[name]
+  if not def then
+    finish({
+      success = false,
+      error = type(name) == "string" and ("unknown tool `%s`"):format(name) or "the tool call names no tool",
+    })
+    return handle
+  end
+  if type(def.execute) ~= "function" then
+    finish({ success = false, error = ("tool `%s` has no execute function"):format(name) })
+    return handle
+  end
+  local err = M.validate_input(def, tool_use.input)
+  if err then
+    finish({ success = false, error = ("invalid input for `%s`: %s"):format(name, err) })
+    return handle
+  end
+  local input = H.strip_nulls(tool_use.input or {})
+
+  job.start = function()
+    if state.done then
+      return
+    end
+    state.started = true
+    H.running = H.running + 1
+    local ctx = require("flemma.tools.context").new(bufnr, name, opts)
+    if def.async then
+      local callback = function(result)
+        if vim.in_fast_event() then
+          vim.schedule(function()
+            finish(result)
+          end)
+        else
+          finish(result)
+        end
+      end
+      local ok, res = xpcall(def.execute, debug.traceback, input, ctx, callback)
+      if not ok then
+        finish({ success = false, error = ("tool `%s` raised an error: %s"):format(name, util.message(res)) })
+      elseif type(res) == "function" then
+        state.cancel_fn = res
+      elseif type(res) == "table" and type(res.cancel) == "function" then
+        state.cancel_fn = function()
+          res.cancel()
+        end
+      end
+    else
+      local ok, res = xpcall(def.execute, debug.traceback, input, ctx)
+      if not ok then
+        res = { success = false, error = ("tool `%s` raised an error: %s"):format(name, util.message(res)) }
+      end
+      finish(res)
+    end
+  end
+
+  H.queue[#H.queue + 1] = job
+  H.pump()
+  return handle
+end
+
+--- The one-line preview of a tool call (without the `name: ` prefix): the tool's
+--- `format_preview`, or the generic `key="value"` summary. Not cut to the width.
+---@param name string
+---@param input table|nil
+---@param max_length? integer width available after the `name: ` prefix
+---@return string
+function M.preview(name, input, max_length)
+  local preview = require("flemma.tools.preview")
+  local def = H.defs[name]
+  max_length = max_length or 80
+  local clean = H.strip_nulls(type(input) == "table" and input or {})
+  if def and def.format_preview then
+    local ok, res = pcall(def.format_preview, clean, max_length)
+    if ok and type(res) == "string" then
+      return preview.one_line(res)
+    end
+  end
+  return preview.one_line(preview.generic(clean))
+end
+
+--- Registers the built-in tools (bash, read, write, edit, calculator, calculator_async).
+---@param config? flemma.Config
+function M.setup(config)
+  local _ = config
+  for _, tool in ipairs(H.builtins) do
+    H.add(nil, require("flemma.tools.builtin." .. tool))
+  end
+end
+
+--- Forgets every tool and async source (for tests).
+function M._reset()
+  H.defs = {}
+  H.sources = {}
+  H.ready_callbacks = {}
+  H.queue = {}
+  H.running = 0
+end
+
+return M
