@@ -72,7 +72,7 @@ function H.tokenize(src)
     local c = src:sub(i, i)
     if c:match("%s") then
       i = i + 1
-    elseif c:match("[%d%.]") then
+    elseif c:match("%d") or (c == "." and src:sub(i + 1, i + 1):match("%d")) then
       local num = src:match("^%d*%.?%d*[eE][%+%-]?%d+", i) or src:match("^%d*%.?%d*", i)
       local value = tonumber(num)
       if not value then

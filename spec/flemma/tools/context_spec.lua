@@ -1,0 +1,120 @@
+local context = require("flemma.tools.context")
+local config = require("flemma.config")
+local helpers = require("spec.support.helpers")
+
+describe("flemma.tools.context", function()
+  local dir
+  before_each(function()
+    config.setup({})
+    dir = helpers.tmpdir()
+  end)
+  after_each(function()
+    config.setup({})
+    helpers.cleanup()
+  end)
+
+  describe("new", function()
+    it("has bufnr, cwd, timeout and the paths of a saved buffer", function()
+      config.setup({ tools = { default_timeout = 12 } })
+      local buf = helpers.buffer({ "x" }, dir .. "/talk.chat")
+      local ctx = context.new(buf, "read")
+      assert.equals(buf, ctx.bufnr)
+      assert.equals(vim.fs.normalize(vim.fn.getcwd()), ctx.cwd)
+      assert.equals(12, ctx.timeout)
+      assert.equals(dir .. "/talk.chat", ctx.__filename)
+      assert.equals(dir, ctx.__dirname)
+    end)
+
+    it("has nil paths for an unsaved buffer", function()
+      local buf = helpers.buffer({ "x" })
+      local ctx = context.new(buf, "read")
+      assert.is_nil(ctx.__filename)
+      assert.is_nil(ctx.__dirname)
+    end)
+
+    it("builds namespaces only on first access", function()
+      local ctx = context.new(helpers.buffer({}), "read")
+      for _, ns in ipairs({ "path", "sandbox", "truncate" }) do
+        assert.is_nil(rawget(ctx, ns), ns)
+      end
+      local _ = ctx.path
+      assert.is_not_nil(rawget(ctx, "path"))
+      assert.is_nil(rawget(ctx, "sandbox"))
+      assert.is_true(context.is_loaded(ctx, "path"))
+      assert.is_false(context.is_loaded(ctx, "truncate"))
+      assert.equals(ctx.path, ctx.path)
+    end)
+
+    it("shows only the spec's fields when iterated", function()
+      local ctx = context.new(helpers.buffer({}, dir .. "/a.chat"), "read")
+      local keys = {}
+      for k in pairs(ctx) do
+        keys[#keys + 1] = k
+      end
+      table.sort(keys)
+      assert.same({ "__dirname", "__filename", "bufnr", "cwd", "timeout" }, keys)
+    end)
+  end)
+
+  describe("path.resolve", function()
+    it("resolves against the buffer's directory", function()
+      local ctx = context.new(helpers.buffer({}, dir .. "/a.chat"), "read")
+      assert.equals(dir .. "/sub/f.txt", ctx.path.resolve("sub/f.txt"))
+      assert.equals(dir .. "/f.txt", ctx.path.resolve("./sub/../f.txt"))
+    end)
+
+    it("resolves against cwd for an unsaved buffer and keeps absolute paths", function()
+      local ctx = context.new(helpers.buffer({}), "read")
+      assert.equals(vim.fs.normalize(vim.fn.getcwd()) .. "/f.txt", ctx.path.resolve("f.txt"))
+      assert.equals("/etc/hosts", ctx.path.resolve("/etc/hosts"))
+      assert.equals(vim.fs.normalize("~") .. "/x", ctx.path.resolve("~/x"))
+    end)
+
+    it("refuses a non-string path", function()
+      local ctx = context.new(helpers.buffer({}), "read")
+      local ok, err = pcall(ctx.path.resolve, nil)
+      assert.is_false(ok)
+      assert.matches("path.resolve: expected a non-empty string", err, 1, true)
+    end)
+  end)
+
+  describe("sandbox", function()
+    it("allows every path and leaves commands alone while the sandbox is off", function()
+      local ctx = context.new(helpers.buffer({}), "bash")
+      assert.is_true(ctx.sandbox.is_path_writable("/usr/lib/anything"))
+      assert.same({ "bash", "-c", "true" }, ctx.sandbox.wrap_command({ "bash", "-c", "true" }))
+    end)
+  end)
+
+  describe("truncate", function()
+    it("exposes the constants and format_size", function()
+      local ctx = context.new(helpers.buffer({}), "bash")
+      assert.equals(2000, ctx.truncate.MAX_LINES)
+      assert.equals(51200, ctx.truncate.MAX_BYTES)
+      assert.equals("12.1KB", ctx.truncate.format_size(12345))
+    end)
+  end)
+
+  describe("get_config", function()
+    it("returns a deep copy of config.tools[tool_name]", function()
+      config.setup({ tools = { bash = { shell = "zsh", env = { A = "1" } } } })
+      local ctx = context.new(helpers.buffer({}), "bash")
+      local c = ctx:get_config()
+      assert.equals("zsh", c.shell)
+      assert.same({ A = "1" }, c.env)
+      c.shell = "fish"
+      c.env.A = "changed"
+      assert.equals("zsh", config.get().tools.bash.shell)
+      assert.equals("1", config.get().tools.bash.env.A)
+      assert.equals("zsh", ctx:get_config().shell)
+    end)
+
+    it("returns a custom tool's subtree and nil when there is none", function()
+      config.setup({ tools = { export = { max_size = 10 } } })
+      assert.same({ max_size = 10 }, context.new(helpers.buffer({}), "export"):get_config())
+      assert.is_nil(context.new(helpers.buffer({}), "calculator"):get_config())
+      -- a scalar option of the same name is no tool config
+      assert.is_nil(context.new(helpers.buffer({}), "default_timeout"):get_config())
+    end)
+  end)
+end)
