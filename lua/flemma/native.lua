@@ -38,6 +38,63 @@ flemma_truncate_result *flemma_truncate_tail(const char *text, size_t len, int64
 void flemma_truncate_result_free(flemma_truncate_result *result);
 ]],
   document = [[
+typedef struct flemma_doc flemma_doc;
+typedef struct flemma_doc_str {
+  int32_t off;
+  int32_t len;
+} flemma_doc_str;
+enum flemma_doc_kind {
+  FLEMMA_DOC_FRONTMATTER = 1,
+  FLEMMA_DOC_MESSAGE = 2,
+  FLEMMA_DOC_TEXT = 3,
+  FLEMMA_DOC_TOOL_USE = 4,
+  FLEMMA_DOC_TOOL_RESULT = 5,
+  FLEMMA_DOC_THINKING = 6
+};
+enum flemma_doc_role { FLEMMA_DOC_SYSTEM = 1, FLEMMA_DOC_USER = 2, FLEMMA_DOC_ASSISTANT = 3 };
+enum flemma_doc_status {
+  FLEMMA_DOC_STATUS_NONE = 0,
+  FLEMMA_DOC_STATUS_APPROVED = 1,
+  FLEMMA_DOC_STATUS_PENDING = 2,
+  FLEMMA_DOC_STATUS_DENIED = 3,
+  FLEMMA_DOC_STATUS_REJECTED = 4,
+  FLEMMA_DOC_STATUS_UNKNOWN = 5
+};
+enum flemma_doc_flag {
+  FLEMMA_DOC_F_ERROR = 1,
+  FLEMMA_DOC_F_LEGACY = 2,
+  FLEMMA_DOC_F_REDACTED = 4,
+  FLEMMA_DOC_F_BAD_INPUT = 8,
+  FLEMMA_DOC_F_UNCLOSED = 16,
+  FLEMMA_DOC_F_NO_FENCE = 32
+};
+enum flemma_doc_severity { FLEMMA_DOC_SEV_ERROR = 1, FLEMMA_DOC_SEV_WARNING = 2, FLEMMA_DOC_SEV_INFO = 3 };
+typedef struct flemma_doc_item {
+  int32_t kind;
+  int32_t role;
+  int32_t status;
+  int32_t flags;
+  int32_t first_line;
+  int32_t last_line;
+  int32_t fence_line;
+  int32_t reserved;
+  flemma_doc_str key;
+  flemma_doc_str label;
+  flemma_doc_str body;
+  flemma_doc_str note;
+} flemma_doc_item;
+typedef struct flemma_doc_diag {
+  int32_t line;
+  int32_t severity;
+  flemma_doc_str message;
+} flemma_doc_diag;
+flemma_doc *flemma_doc_new(const char *text, size_t len);
+void flemma_doc_free(flemma_doc *doc);
+int32_t flemma_doc_item_count(const flemma_doc *doc);
+const flemma_doc_item *flemma_doc_items(const flemma_doc *doc);
+int32_t flemma_doc_diag_count(const flemma_doc *doc);
+const flemma_doc_diag *flemma_doc_diags(const flemma_doc *doc);
+const char *flemma_doc_arena(const flemma_doc *doc);
 ]],
   process = [[
 ]],
@@ -229,6 +286,134 @@ end
 -- ---------------------------------------------------------------------------
 
 -- @@DOCUMENT_LUA@@
+
+H.ROLES = { "system", "user", "assistant" }
+H.STATUSES = { "approved", "pending", "denied", "rejected" }
+H.SEVERITIES = { "error", "warning", "info" }
+
+--- Parses a .chat document held in one string (lines joined by "\n") and
+--- returns the raw model: frontmatter, messages with parts, diagnostics. Tool
+--- use parts carry `input_json` (the validated JSON text, nil when invalid) and
+--- `input_error`; flemma.document decodes them. `tool_uses` lists those parts.
+---@param text string
+---@return table
+function M.parse_document(text)
+  if type(text) ~= "string" then
+    util.error("parse_document: `text` should be a string, not " .. type(text))
+  end
+  local lib = M.lib()
+  local doc = lib.flemma_doc_new(text, #text)
+  if doc == nil then
+    util.error("cannot parse the document: " .. M.last_error())
+  end
+  local ok, res = pcall(H.convert_document, lib, doc, text)
+  lib.flemma_doc_free(doc)
+  if not ok then
+    error(res, 0)
+  end
+  return res
+end
+
+function H.convert_document(lib, doc, text)
+  local ffi_string = ffi.string
+  -- The text as a pointer: the Lua string stays referenced by this frame.
+  local base = ffi.cast("const char *", text)
+  local arena = lib.flemma_doc_arena(doc)
+  local function str(s)
+    local off, len = s.off, s.len
+    if off >= 0 then
+      return ffi_string(base + off, len)
+    end
+    return ffi_string(arena + (-off - 1), len)
+  end
+  local ROLES, STATUSES = H.ROLES, H.STATUSES
+  local items = lib.flemma_doc_items(doc)
+  local n = lib.flemma_doc_item_count(doc)
+  local messages, tool_uses = {}, {}
+  local frontmatter
+  local parts
+  for i = 0, n - 1 do
+    local it = items[i]
+    local kind = it.kind
+    if kind == 3 then
+      parts[#parts + 1] = { kind = "text", first_line = it.first_line, last_line = it.last_line, text = str(it.body) }
+    elseif kind == 2 then
+      parts = {}
+      messages[#messages + 1] = {
+        role = ROLES[it.role],
+        first_line = it.first_line,
+        last_line = it.last_line,
+        parts = parts,
+      }
+    elseif kind == 4 then
+      local flags = it.flags
+      local p = {
+        kind = "tool_use",
+        first_line = it.first_line,
+        last_line = it.last_line,
+        id = str(it.key),
+        name = str(it.label),
+      }
+      if bit.band(flags, 8) == 0 then
+        p.input_json = str(it.body)
+      else
+        p.input_error = str(it.note)
+      end
+      if it.fence_line > 0 then
+        p.fence_line = it.fence_line
+      end
+      parts[#parts + 1] = p
+      tool_uses[#tool_uses + 1] = p
+    elseif kind == 5 then
+      local flags = it.flags
+      local status = it.status
+      local p = {
+        kind = "tool_result",
+        first_line = it.first_line,
+        last_line = it.last_line,
+        id = str(it.key),
+        is_error = bit.band(flags, 1) ~= 0,
+        content = str(it.body),
+        info = str(it.label),
+        legacy = bit.band(flags, 2) ~= 0,
+      }
+      if status == 5 then
+        p.status = str(it.note)
+      elseif status ~= 0 then
+        p.status = STATUSES[status]
+      end
+      if it.fence_line > 0 then
+        p.fence_line = it.fence_line
+      end
+      parts[#parts + 1] = p
+    elseif kind == 6 then
+      local p = {
+        kind = "thinking",
+        first_line = it.first_line,
+        last_line = it.last_line,
+        text = str(it.body),
+        redacted = bit.band(it.flags, 4) ~= 0,
+      }
+      if it.key.len > 0 then
+        p.signature = str(it.key)
+      end
+      if it.label.len > 0 then
+        p.provider = str(it.label)
+      end
+      parts[#parts + 1] = p
+    elseif kind == 1 then
+      frontmatter = { lang = str(it.key), code = str(it.body), first_line = it.first_line, last_line = it.last_line }
+    end
+  end
+  local diagnostics = {}
+  local diags = lib.flemma_doc_diags(doc)
+  local SEV = H.SEVERITIES
+  for i = 0, lib.flemma_doc_diag_count(doc) - 1 do
+    local d = diags[i]
+    diagnostics[i + 1] = { line = d.line, severity = SEV[d.severity], message = str(d.message) }
+  end
+  return { frontmatter = frontmatter, messages = messages, diagnostics = diagnostics, tool_uses = tool_uses }
+end
 
 -- ---------------------------------------------------------------------------
 -- Process manager

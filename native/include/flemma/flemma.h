@@ -98,7 +98,100 @@ FLEMMA_API void flemma_truncate_result_free(flemma_truncate_result *result);
  * Document
  * ========================================================================== */
 
-/* @@DOCUMENT@@ */
+/* A parsed .chat document: flat arrays of items and diagnostics that point
+ * into the parsed text. Lines are 1-based; byte offsets are 0-based. */
+typedef struct flemma_doc flemma_doc;
+
+/* A byte range. off >= 0: offset into the text given to flemma_doc_new;
+ * off < 0: offset (-off - 1) into flemma_doc_arena(). */
+typedef struct flemma_doc_str {
+  int32_t off;
+  int32_t len;
+} flemma_doc_str;
+
+enum flemma_doc_kind {
+  FLEMMA_DOC_FRONTMATTER = 1,
+  FLEMMA_DOC_MESSAGE = 2,
+  FLEMMA_DOC_TEXT = 3,
+  FLEMMA_DOC_TOOL_USE = 4,
+  FLEMMA_DOC_TOOL_RESULT = 5,
+  FLEMMA_DOC_THINKING = 6
+};
+
+enum flemma_doc_role { FLEMMA_DOC_SYSTEM = 1, FLEMMA_DOC_USER = 2, FLEMMA_DOC_ASSISTANT = 3 };
+
+/* Status of a tool result: NONE is a real result; UNKNOWN is a placeholder
+ * whose status word is not one of the four (the raw word is in `note`). */
+enum flemma_doc_status {
+  FLEMMA_DOC_STATUS_NONE = 0,
+  FLEMMA_DOC_STATUS_APPROVED = 1,
+  FLEMMA_DOC_STATUS_PENDING = 2,
+  FLEMMA_DOC_STATUS_DENIED = 3,
+  FLEMMA_DOC_STATUS_REJECTED = 4,
+  FLEMMA_DOC_STATUS_UNKNOWN = 5
+};
+
+enum flemma_doc_flag {
+  FLEMMA_DOC_F_ERROR = 1,       /* tool result: ` (error)` on the header */
+  FLEMMA_DOC_F_LEGACY = 2,      /* tool result: `(status)` header suffix */
+  FLEMMA_DOC_F_REDACTED = 4,    /* thinking: `redacted` attribute */
+  FLEMMA_DOC_F_BAD_INPUT = 8,   /* tool use: input is not a valid JSON object */
+  FLEMMA_DOC_F_UNCLOSED = 16,   /* the block's fence or tag is never closed */
+  FLEMMA_DOC_F_NO_FENCE = 32    /* a tool header without its fenced block */
+};
+
+enum flemma_doc_severity { FLEMMA_DOC_SEV_ERROR = 1, FLEMMA_DOC_SEV_WARNING = 2, FLEMMA_DOC_SEV_INFO = 3 };
+
+/* One item. Items come in document order: the frontmatter (if any), then
+ * each message followed by its parts. Fields per kind:
+ *   frontmatter: key = lang, body = code
+ *   message:     role
+ *   text:        body = text (blank lines around it trimmed)
+ *   tool_use:    key = id, label = name, body = input JSON, note = input error
+ *   tool_result: key = id, label = fence info string, body = content,
+ *                note = raw status word, status, fence_line
+ *   thinking:    key = signature, label = provider, body = text */
+typedef struct flemma_doc_item {
+  int32_t kind;       /* enum flemma_doc_kind */
+  int32_t role;       /* enum flemma_doc_role (messages) */
+  int32_t status;     /* enum flemma_doc_status (tool results) */
+  int32_t flags;      /* enum flemma_doc_flag bits */
+  int32_t first_line; /* 1-based, inclusive */
+  int32_t last_line;  /* 1-based, inclusive */
+  int32_t fence_line; /* opening fence of a tool block, 0 if none */
+  int32_t reserved;
+  flemma_doc_str key;
+  flemma_doc_str label;
+  flemma_doc_str body;
+  flemma_doc_str note;
+} flemma_doc_item;
+
+typedef struct flemma_doc_diag {
+  int32_t line;     /* 1-based */
+  int32_t severity; /* enum flemma_doc_severity */
+  flemma_doc_str message;
+} flemma_doc_diag;
+
+/* Parses len bytes of text (lines separated by "\n"; a "\r" before "\n" is
+ * ignored). Never fails on content; NULL only on bad arguments (text NULL with
+ * len > 0, len >= 2 GiB) or out of memory. The caller frees the result with
+ * flemma_doc_free and must keep `text` alive while it reads ranges of it. */
+FLEMMA_API flemma_doc *flemma_doc_new(const char *text, size_t len);
+
+/* Frees a document; NULL is a no-op. */
+FLEMMA_API void flemma_doc_free(flemma_doc *doc);
+
+/* The items and their count. Owned by the document, valid until it is freed. */
+FLEMMA_API int32_t flemma_doc_item_count(const flemma_doc *doc);
+FLEMMA_API const flemma_doc_item *flemma_doc_items(const flemma_doc *doc);
+
+/* The diagnostics (ordered by line) and their count. Owned by the document. */
+FLEMMA_API int32_t flemma_doc_diag_count(const flemma_doc *doc);
+FLEMMA_API const flemma_doc_diag *flemma_doc_diags(const flemma_doc *doc);
+
+/* The document's own bytes (messages, normalized text), for ranges with off < 0.
+ * Owned by the document. */
+FLEMMA_API const char *flemma_doc_arena(const flemma_doc *doc);
 
 /* ==========================================================================
  * Process manager

@@ -1,0 +1,393 @@
+--- The .chat document model: parsing (in the native core), a per-buffer cache,
+--- writers for tool blocks, the provider-neutral conversation, and the checks
+--- run before a buffer is sent. See `:help flemma-format`.
+local native = require("flemma.native")
+local util = require("flemma.util")
+
+local M = {}
+local H = {}
+
+---@class flemma.document.Diagnostic
+---@field line integer 1-based
+---@field severity "error"|"warning"|"info"
+---@field message string
+
+---@class flemma.document.Part
+---@field kind "text"|"tool_use"|"tool_result"|"thinking"
+---@field first_line integer
+---@field last_line integer
+---@field text? string text, thinking
+---@field id? string tool_use, tool_result
+---@field name? string tool_use
+---@field input? table tool_use: the decoded input object, nil when invalid
+---@field input_error? string tool_use: why `input` is nil
+---@field status? string tool_result: nil for a real result, else the placeholder status
+---@field is_error? boolean tool_result
+---@field content? string tool_result: the text between the fences
+---@field fence_line? integer tool_use, tool_result: the opening fence line
+---@field info? string tool_result: the fence's info string
+---@field legacy? boolean tool_result: status given as a `(status)` header suffix
+---@field signature? string thinking
+---@field provider? string thinking
+---@field redacted? boolean thinking
+
+---@class flemma.document.Message
+---@field role "system"|"user"|"assistant"
+---@field first_line integer
+---@field last_line integer
+---@field parts flemma.document.Part[]
+
+---@class flemma.document.Doc
+---@field frontmatter? { lang: string, code: string, first_line: integer, last_line: integer }
+---@field messages flemma.document.Message[]
+---@field diagnostics flemma.document.Diagnostic[]
+
+--- Statuses a placeholder may have.
+M.STATUSES = { "approved", "pending", "denied", "rejected" }
+H.status_set = { approved = true, pending = true, denied = true, rejected = true }
+
+H.decode_opts = { luanil = { object = true, array = true } }
+
+--- Decodes the tool inputs of a raw model in place.
+function H.decode_inputs(raw)
+  local decode, opts = vim.json.decode, H.decode_opts
+  for _, p in ipairs(raw.tool_uses) do
+    local json = p.input_json
+    p.input_json = nil
+    if json then
+      local ok, value = pcall(decode, json, opts)
+      if ok and type(value) == "table" then
+        p.input = value
+      else
+        p.input_error = "the input cannot be decoded: " .. util.message(value)
+        table.insert(raw.diagnostics, {
+          line = p.fence_line or p.first_line,
+          severity = "error",
+          message = ("the input of tool use `%s` (%s) cannot be decoded (%s): fix the JSON between the fences"):format(
+            p.id,
+            p.name,
+            util.message(value)
+          ),
+        })
+      end
+    end
+  end
+  raw.tool_uses = nil
+  return raw
+end
+
+--- Parses a document given as its text (lines joined by "\n").
+---@param text string
+---@return flemma.document.Doc
+function M.parse_text(text)
+  return H.decode_inputs(native.parse_document(text))
+end
+
+--- Parses a document given as a list of lines (as from nvim_buf_get_lines).
+---@param lines string[]
+---@return flemma.document.Doc
+function M.parse(lines)
+  if type(lines) ~= "table" then
+    util.error("document.parse: `lines` should be a list of strings, not " .. type(lines))
+  end
+  return M.parse_text(table.concat(lines, "\n"))
+end
+
+H.cache = {} ---@type table<integer, { tick: integer, doc: flemma.document.Doc }>
+
+--- The parsed model of a buffer, parsed again only when b:changedtick moved.
+--- The returned table is shared: treat it as read-only.
+---@param bufnr? integer 0 or nil for the current buffer
+---@return flemma.document.Doc
+function M.get(bufnr)
+  if bufnr == nil or bufnr == 0 then
+    bufnr = vim.api.nvim_get_current_buf()
+  end
+  if not vim.api.nvim_buf_is_valid(bufnr) then
+    util.error("document.get: buffer " .. tostring(bufnr) .. " is not valid")
+  end
+  local tick = vim.api.nvim_buf_get_changedtick(bufnr)
+  local entry = H.cache[bufnr]
+  if entry and entry.tick == tick then
+    return entry.doc
+  end
+  if not entry then
+    vim.api.nvim_create_autocmd({ "BufWipeout", "BufDelete" }, {
+      buffer = bufnr,
+      once = true,
+      callback = function()
+        H.cache[bufnr] = nil
+      end,
+    })
+  end
+  local doc = M.parse(vim.api.nvim_buf_get_lines(bufnr, 0, -1, false))
+  H.cache[bufnr] = { tick = tick, doc = doc }
+  return doc
+end
+
+-- ---------------------------------------------------------------------------
+-- Writers
+-- ---------------------------------------------------------------------------
+
+--- A fence of backticks longer than any backtick run in text (at least 3).
+---@param text string
+---@return string
+function M.fence_for(text)
+  local longest = 0
+  for run in text:gmatch("`+") do
+    if #run > longest then
+      longest = #run
+    end
+  end
+  return string.rep("`", math.max(3, longest + 1))
+end
+
+function H.encode(value)
+  if type(value) == "table" and next(value) == nil then
+    return "{}"
+  end
+  return vim.json.encode(value)
+end
+
+function H.check_id(id, what)
+  if type(id) ~= "string" or id == "" or id:find("[`\n]") then
+    util.error(("%s: `id` should be a non-empty string without backticks or newlines, not %s"):format(what, vim.inspect(id)))
+  end
+end
+
+function H.block(header, info, content)
+  local lines = { header, "" }
+  local fence = M.fence_for(content)
+  lines[#lines + 1] = fence .. info
+  if content ~= "" then
+    for _, l in ipairs(vim.split(content, "\n", { plain = true })) do
+      lines[#lines + 1] = l
+    end
+  end
+  lines[#lines + 1] = fence
+  return lines
+end
+
+--- Lines of a tool use block: header, blank line, ```json fence with the input.
+---@param id string
+---@param name string
+---@param input table
+---@return string[]
+function M.render_tool_use(id, name, input)
+  H.check_id(id, "render_tool_use")
+  if type(name) ~= "string" or name == "" or name:find("[`\n]") then
+    util.error("render_tool_use: `name` should be a non-empty string without backticks, not " .. vim.inspect(name))
+  end
+  if type(input) ~= "table" then
+    util.error("render_tool_use: `input` should be a table, not " .. type(input))
+  end
+  return H.block(("**Tool Use:** `%s` (`%s`)"):format(name, id), "json", H.encode(input))
+end
+
+--- Lines of a placeholder: `flemma:tool status=STATUS` fence, optional content.
+---@param id string
+---@param status "approved"|"pending"|"denied"|"rejected"
+---@param content? string
+---@return string[]
+function M.render_placeholder(id, status, content)
+  H.check_id(id, "render_placeholder")
+  if not H.status_set[status] then
+    util.error(
+      "render_placeholder: `status` should be one of approved, pending, denied, rejected, not " .. vim.inspect(status)
+    )
+  end
+  if content ~= nil and type(content) ~= "string" then
+    util.error("render_placeholder: `content` should be a string or nil, not " .. type(content))
+  end
+  return H.block(("**Tool Result:** `%s`"):format(id), "flemma:tool status=" .. status, content or "")
+end
+
+--- Lines of a real result. A table output is written as JSON with a `json`
+--- info string; a string is written as is (one trailing newline dropped).
+---@param id string
+---@param output string|table
+---@param is_error? boolean writes ` (error)` after the id
+---@return string[]
+function M.render_result(id, output, is_error)
+  H.check_id(id, "render_result")
+  local info, content = "", nil
+  if type(output) == "table" then
+    info, content = "json", H.encode(output)
+  elseif type(output) == "string" then
+    content = output:gsub("\r\n", "\n"):gsub("\n$", "")
+  elseif output == nil then
+    content = ""
+  else
+    content = tostring(output)
+  end
+  local header = ("**Tool Result:** `%s`"):format(id) .. (is_error and " (error)" or "")
+  return H.block(header, info, content)
+end
+
+--- Lines of an error result holding message.
+---@param id string
+---@param message string
+---@return string[]
+function M.render_error(id, message)
+  return M.render_result(id, message, true)
+end
+
+-- ---------------------------------------------------------------------------
+-- The conversation sent to a provider
+-- ---------------------------------------------------------------------------
+
+--- The provider-neutral conversation: system text and user/assistant messages
+--- as ordered parts. Consecutive messages of the same role are merged; empty
+--- messages are dropped.
+---@param doc flemma.document.Doc
+---@return { system: string|nil, messages: { role: "user"|"assistant", parts: table[] }[] }
+function M.to_messages(doc)
+  local system = {}
+  local out = {}
+  for _, msg in ipairs(doc.messages) do
+    if msg.role == "system" then
+      for _, p in ipairs(msg.parts) do
+        if p.kind == "text" then
+          system[#system + 1] = p.text
+        end
+      end
+    else
+      local parts = {}
+      for _, p in ipairs(msg.parts) do
+        if p.kind == "text" then
+          parts[#parts + 1] = { kind = "text", text = p.text }
+        elseif p.kind == "tool_use" then
+          parts[#parts + 1] = { kind = "tool_use", id = p.id, name = p.name, input = p.input or {} }
+        elseif p.kind == "tool_result" then
+          parts[#parts + 1] = { kind = "tool_result", id = p.id, content = p.content, is_error = p.is_error }
+        elseif p.kind == "thinking" then
+          parts[#parts + 1] = {
+            kind = "thinking",
+            text = p.text,
+            signature = p.signature,
+            provider = p.provider,
+            redacted = p.redacted,
+          }
+        end
+      end
+      if #parts > 0 then
+        local last = out[#out]
+        if last and last.role == msg.role then
+          vim.list_extend(last.parts, parts)
+        else
+          out[#out + 1] = { role = msg.role, parts = parts }
+        end
+      end
+    end
+  end
+  return { system = #system > 0 and table.concat(system, "\n\n") or nil, messages = out }
+end
+
+--- Checks that a document can be sent: no error diagnostics, every tool use has
+--- exactly one result in the next @You: message, and no placeholder remains.
+---@param doc flemma.document.Doc
+---@return boolean ok
+---@return { line: integer, message: string }[] problems ordered by line
+function M.validate_for_send(doc)
+  local problems = {}
+  local function add(line, message)
+    problems[#problems + 1] = { line = line, message = message }
+  end
+  for _, d in ipairs(doc.diagnostics) do
+    if d.severity == "error" then
+      add(d.line, d.message)
+    end
+  end
+  local msgs = doc.messages
+  for i, msg in ipairs(msgs) do
+    if msg.role == "assistant" then
+      local uses = {}
+      for _, p in ipairs(msg.parts) do
+        if p.kind == "tool_use" then
+          uses[#uses + 1] = p
+        end
+      end
+      if #uses > 0 then
+        local next_msg = msgs[i + 1]
+        local results = {}
+        if next_msg and next_msg.role == "user" then
+          for _, p in ipairs(next_msg.parts) do
+            if p.kind == "tool_result" then
+              results[p.id] = (results[p.id] or 0) + 1
+            end
+          end
+        end
+        for _, u in ipairs(uses) do
+          local count = results[u.id] or 0
+          if count == 0 then
+            add(
+              u.first_line,
+              ("tool use `%s` (%s) has no result in the next @You: message: run it with <M-CR> or :Flemma tool:execute, or write a **Tool Result:** `%s` block"):format(
+                u.id,
+                u.name,
+                u.id
+              )
+            )
+          elseif count > 1 then
+            add(
+              u.first_line,
+              ("tool use `%s` (%s) has %d results in the next @You: message: keep exactly one"):format(u.id, u.name, count)
+            )
+          end
+        end
+      end
+    elseif msg.role == "user" then
+      local prev = msgs[i - 1]
+      local ids = {}
+      if prev and prev.role == "assistant" then
+        for _, p in ipairs(prev.parts) do
+          if p.kind == "tool_use" then
+            ids[p.id] = true
+          end
+        end
+      end
+      for _, p in ipairs(msg.parts) do
+        if p.kind == "tool_result" then
+          if p.status ~= nil then
+            add(
+              p.first_line,
+              ("tool result `%s` is still a %s placeholder: resolve it with <C-]> or <M-CR> (or replace it with a real result)"):format(
+                p.id,
+                p.status
+              )
+            )
+          end
+          if not ids[p.id] then
+            add(
+              p.first_line,
+              ("tool result `%s` does not answer a tool use of the @Assistant: message just above it: move it below that message or delete it"):format(
+                p.id
+              )
+            )
+          end
+        end
+      end
+    end
+  end
+  for i, p in ipairs(problems) do
+    p.order = i
+  end
+  table.sort(problems, function(a, b)
+    if a.line ~= b.line then
+      return a.line < b.line
+    end
+    return a.order < b.order
+  end)
+  -- Drop exact duplicates (the parser and the pairing check may see the same problem).
+  local out, seen = {}, {}
+  for _, p in ipairs(problems) do
+    local key = p.line .. "\0" .. p.message
+    if not seen[key] then
+      seen[key] = true
+      out[#out + 1] = { line = p.line, message = p.message }
+    end
+  end
+  return #out == 0, out
+end
+
+return M

@@ -1,0 +1,800 @@
+// The .chat parser. Linear in the input: a first pass records the few lines
+// that matter for lookahead (role markers, closing fences, </thinking>), the
+// second pass walks the lines once and jumps over closed blocks using those
+// lists, so no line is examined more than a constant number of times.
+#include "document.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <cstring>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <unordered_map>
+
+#include "guard.hpp"
+
+namespace flemma::document {
+
+namespace {
+
+using sv = std::string_view;
+
+constexpr int kMaxJsonDepth = 500;
+constexpr size_t kMaxInput = size_t{1} << 30;  // 1 GiB: keeps offsets in int32 with room for the arena
+
+bool is_blank_char(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\f' || c == '\v'; }
+
+sv rtrim(sv s) {
+  while (!s.empty() && is_blank_char(s.back())) s.remove_suffix(1);
+  return s;
+}
+sv ltrim(sv s) {
+  while (!s.empty() && is_blank_char(s.front())) s.remove_prefix(1);
+  return s;
+}
+bool is_blank(sv s) { return rtrim(s).empty(); }
+
+// One line: [start, end) is its content without "\r\n"; next is the start of
+// the following line, or -1 for the last line.
+struct Line {
+  int32_t idx = 0;
+  int32_t start = 0;
+  int32_t end = 0;
+  int32_t next = -1;
+};
+
+struct Fence {
+  char ch = 0;
+  int32_t len = 0;
+  bool opener = false;
+  bool closer = false;
+  sv info;  // trimmed
+};
+
+Fence fence_of(sv s) {
+  Fence f;
+  size_t k = 0;
+  while (k < 3 && k < s.size() && s[k] == ' ') ++k;
+  if (k >= s.size() || (s[k] != '`' && s[k] != '~')) return f;
+  char c = s[k];
+  size_t n = 0;
+  while (k + n < s.size() && s[k + n] == c) ++n;
+  if (n < 3) return f;
+  sv rest = s.substr(k + n);
+  sv info = ltrim(rtrim(rest));
+  f.ch = c;
+  f.len = static_cast<int32_t>(std::min<size_t>(n, std::numeric_limits<int32_t>::max()));
+  f.closer = info.empty();
+  f.opener = c == '~' || info.find('`') == sv::npos;
+  f.info = info;
+  return f;
+}
+
+int role_of(sv s) {
+  s = rtrim(s);
+  if (s == "@You:") return FLEMMA_DOC_USER;
+  if (s == "@Assistant:") return FLEMMA_DOC_ASSISTANT;
+  if (s == "@System:") return FLEMMA_DOC_SYSTEM;
+  return 0;
+}
+
+struct Mark {
+  int32_t line;
+  int32_t start;
+  int32_t role;
+};
+struct Closer {
+  int32_t line;
+  int32_t start;
+  int32_t len;
+  char ch;
+};
+
+constexpr sv kToolUse = "**Tool Use:**";
+constexpr sv kToolResult = "**Tool Result:**";
+constexpr sv kThinkOpen = "<thinking";
+constexpr sv kThinkClose = "</thinking>";
+
+// Reads "`...`" at s[pos]; returns the inner range or npos.
+bool read_ticked(sv s, size_t& pos, size_t& a, size_t& b) {
+  if (pos >= s.size() || s[pos] != '`') return false;
+  size_t e = s.find('`', pos + 1);
+  if (e == sv::npos || e == pos + 1) return false;
+  a = pos + 1;
+  b = e;
+  pos = e + 1;
+  return true;
+}
+void skip_spaces(sv s, size_t& pos) {
+  while (pos < s.size() && (s[pos] == ' ' || s[pos] == '\t')) ++pos;
+}
+
+class Parser {
+ public:
+  explicit Parser(sv text) : t_(text) {}
+
+  Document run() {
+    prepass();
+    Line l = line_at(0, 0);
+    bool first_is_text = false;
+    if (parse_frontmatter(l, first_is_text)) {
+      if (l.next < 0) return finish();
+      l = line_at(l.idx + 1, l.next);
+    }
+    for (;;) {
+      int32_t resume_idx = -1, resume_start = -1;
+      step(l, first_is_text, resume_idx, resume_start);
+      first_is_text = false;
+      if (resume_idx < 0) break;
+      l = line_at(resume_idx, resume_start);
+    }
+    return finish();
+  }
+
+ private:
+  sv t_;
+  Document doc_;
+  std::vector<Mark> markers_;
+  std::vector<Closer> closers_;
+  std::vector<int32_t> suf_tick_, suf_tilde_;  // suffix max of closer lengths per char
+  std::vector<Mark> think_closes_;
+  size_t mp_ = 0, cp_ = 0, tp_ = 0;
+
+  bool in_msg_ = false;
+  size_t msg_item_ = 0;
+  int32_t msg_last_ = -1;  // last non-blank line index of the current message
+  int32_t run_first_ = -1, run_last_ = -1, run_start_ = 0, run_end_ = 0;
+
+  Line line_at(int32_t idx, int32_t start) const {
+    Line l;
+    l.idx = idx;
+    l.start = start;
+    const void* nl = start < static_cast<int32_t>(t_.size())
+                         ? std::memchr(t_.data() + start, '\n', t_.size() - static_cast<size_t>(start))
+                         : nullptr;
+    int32_t e = nl ? static_cast<int32_t>(static_cast<const char*>(nl) - t_.data()) : static_cast<int32_t>(t_.size());
+    l.next = nl ? e + 1 : -1;
+    if (e > start && t_[static_cast<size_t>(e) - 1] == '\r') --e;
+    l.end = e;
+    return l;
+  }
+  sv text_of(const Line& l) const { return t_.substr(static_cast<size_t>(l.start), static_cast<size_t>(l.end - l.start)); }
+  // End of the content of the line before the line that starts at `start`.
+  int32_t end_before(int32_t start) const {
+    int32_t e = start - 1;  // the '\n'
+    if (e > 0 && t_[static_cast<size_t>(e) - 1] == '\r') --e;
+    return e;
+  }
+
+  void prepass() {
+    int32_t idx = 0, start = 0;
+    for (;;) {
+      Line l = line_at(idx, start);
+      sv s = text_of(l);
+      if (!s.empty()) {
+        char c0 = s[0];
+        if (c0 == '@') {
+          if (int r = role_of(s)) markers_.push_back({idx, start, r});
+        } else if (c0 == '<') {
+          if (rtrim(s) == kThinkClose) think_closes_.push_back({idx, start, 0});
+        } else if (c0 == '`' || c0 == '~' || c0 == ' ') {
+          Fence f = fence_of(s);
+          if (f.closer) closers_.push_back({idx, start, f.len, f.ch});
+        }
+      }
+      if (l.next < 0) break;
+      ++idx;
+      start = l.next;
+    }
+    suf_tick_.assign(closers_.size() + 1, 0);
+    suf_tilde_.assign(closers_.size() + 1, 0);
+    for (size_t i = closers_.size(); i-- > 0;) {
+      suf_tick_[i] = suf_tick_[i + 1];
+      suf_tilde_[i] = suf_tilde_[i + 1];
+      auto& m = closers_[i].ch == '`' ? suf_tick_[i] : suf_tilde_[i];
+      m = std::max(m, closers_[i].len);
+    }
+  }
+
+  // ---- output helpers ----------------------------------------------------
+
+  flemma_doc_str arena(sv s) {
+    int32_t off = static_cast<int32_t>(doc_.arena.size());
+    doc_.arena.append(s);
+    return {-off - 1, static_cast<int32_t>(s.size())};
+  }
+  // A range of the input; rewritten into the arena without "\r" before "\n".
+  flemma_doc_str range(int32_t a, int32_t b) {
+    if (b <= a) return {a, 0};
+    sv s = t_.substr(static_cast<size_t>(a), static_cast<size_t>(b - a));
+    if (s.find("\r\n") == sv::npos) return {a, b - a};
+    std::string out;
+    out.reserve(s.size());
+    for (size_t i = 0; i < s.size(); ++i) {
+      if (s[i] == '\r' && i + 1 < s.size() && s[i + 1] == '\n') continue;
+      out.push_back(s[i]);
+    }
+    return arena(out);
+  }
+  flemma_doc_str slice(sv part) {
+    return {static_cast<int32_t>(part.data() - t_.data()), static_cast<int32_t>(part.size())};
+  }
+  void diag(int32_t idx, int severity, const std::string& msg) {
+    doc_.diags.push_back({idx + 1, severity, arena(msg)});
+  }
+  flemma_doc_item& push(int32_t kind, int32_t first_idx, int32_t last_idx) {
+    flemma_doc_item it{};
+    it.kind = kind;
+    it.first_line = first_idx + 1;
+    it.last_line = last_idx + 1;
+    doc_.items.push_back(it);
+    return doc_.items.back();
+  }
+
+  // ---- lookahead ---------------------------------------------------------
+
+  // The first role marker after line idx (markers_.size() if none).
+  size_t marker_after(int32_t idx) {
+    while (mp_ < markers_.size() && markers_[mp_].line <= idx) ++mp_;
+    return mp_;
+  }
+  // The first closer of (ch, len) after line idx, or npos.
+  size_t closer_after(int32_t idx, char ch, int32_t len) {
+    while (cp_ < closers_.size() && closers_[cp_].line <= idx) ++cp_;
+    const auto& suf = ch == '`' ? suf_tick_ : suf_tilde_;
+    if (suf[cp_] < len) return std::string::npos;
+    for (size_t q = cp_; q < closers_.size(); ++q)
+      if (closers_[q].ch == ch && closers_[q].len >= len) return q;
+    return std::string::npos;  // unreachable: the suffix max said there is one
+  }
+  size_t think_close_after(int32_t idx) {
+    while (tp_ < think_closes_.size() && think_closes_[tp_].line <= idx) ++tp_;
+    return tp_;
+  }
+
+  // Walks from the line after `from` to the line before the next role marker;
+  // returns the last non-blank line (or `from`) and sets the resume point.
+  Line walk_to_marker(const Line& from, int32_t& resume_idx, int32_t& resume_start) {
+    size_t m = marker_after(from.idx);
+    int32_t stop = m < markers_.size() ? markers_[m].line : std::numeric_limits<int32_t>::max();
+    Line last = from;
+    Line l = from;
+    while (l.next >= 0 && l.idx + 1 < stop) {
+      l = line_at(l.idx + 1, l.next);
+      if (!is_blank(text_of(l))) last = l;
+    }
+    if (m < markers_.size()) {
+      resume_idx = markers_[m].line;
+      resume_start = markers_[m].start;
+    } else {
+      resume_idx = -1;
+    }
+    return last;
+  }
+
+  // ---- messages and text runs ---------------------------------------------
+
+  void flush_text() {
+    if (run_first_ < 0) return;
+    auto& it = push(FLEMMA_DOC_TEXT, run_first_, run_last_);
+    it.body = range(run_start_, run_end_);
+    run_first_ = -1;
+  }
+  void extend_text(int32_t first_idx, int32_t first_start, int32_t last_idx, int32_t last_end) {
+    if (run_first_ < 0) {
+      run_first_ = first_idx;
+      run_start_ = first_start;
+    }
+    run_last_ = last_idx;
+    run_end_ = last_end;
+    note_line(last_idx);
+  }
+  void note_line(int32_t idx) { msg_last_ = std::max(msg_last_, idx); }
+  void close_message() {
+    flush_text();
+    if (!in_msg_) return;
+    auto& m = doc_.items[msg_item_];
+    m.last_line = std::max(m.first_line, msg_last_ + 1);
+    in_msg_ = false;
+  }
+  void open_message(int role, int32_t idx) {
+    close_message();
+    msg_item_ = doc_.items.size();
+    auto& m = push(FLEMMA_DOC_MESSAGE, idx, idx);
+    m.role = role;
+    in_msg_ = true;
+    msg_last_ = idx;
+  }
+  int current_role() const { return in_msg_ ? doc_.items[msg_item_].role : 0; }
+
+  // ---- frontmatter --------------------------------------------------------
+
+  bool parse_frontmatter(Line& l, bool& first_is_text) {
+    Fence f = fence_of(text_of(l));
+    if (!f.opener || f.ch != '`' || (f.info != "lua" && f.info != "json")) return false;
+    size_t q = closer_after(0, f.ch, f.len);
+    if (q == std::string::npos) {
+      diag(0, FLEMMA_DOC_SEV_ERROR,
+           "the frontmatter opened on line 1 is never closed: add a line with " + std::string(static_cast<size_t>(f.len), '`') +
+               " after its code (until then line 1 is read as plain text)");
+      first_is_text = true;
+      return false;
+    }
+    const Closer& c = closers_[q];
+    auto& it = push(FLEMMA_DOC_FRONTMATTER, 0, c.line);
+    it.key = slice(f.info);
+    it.body = c.line > 1 ? range(l.next, end_before(c.start)) : flemma_doc_str{c.start, 0};
+    l = line_at(c.line, c.start);
+    return true;
+  }
+
+  // ---- one step of the main loop: handles the line l and says where to go on
+
+  void step(const Line& l, bool plain_text, int32_t& resume_idx, int32_t& resume_start) {
+    auto go_next = [&](const Line& x) {
+      if (x.next < 0) {
+        resume_idx = -1;
+      } else {
+        resume_idx = x.idx + 1;
+        resume_start = x.next;
+      }
+    };
+    sv s = text_of(l);
+    size_t m = marker_after(l.idx - 1);
+    if (m < markers_.size() && markers_[m].line == l.idx) {
+      open_message(markers_[m].role, l.idx);
+      go_next(l);
+      return;
+    }
+    if (is_blank(s)) {
+      go_next(l);
+      return;
+    }
+    if (!in_msg_) open_message(FLEMMA_DOC_USER, l.idx);
+    doc_.items[msg_item_].first_line = std::min(doc_.items[msg_item_].first_line, l.idx + 1);
+    if (!plain_text) {
+      if (s.substr(0, kToolUse.size()) == kToolUse) {
+        if (tool_use(l, resume_idx, resume_start)) return;
+      } else if (s.substr(0, kToolResult.size()) == kToolResult) {
+        if (tool_result(l, resume_idx, resume_start)) return;
+      } else if (s.substr(0, kThinkOpen.size()) == kThinkOpen) {
+        if (thinking(l, resume_idx, resume_start)) return;
+      }
+      Fence f = fence_of(s);
+      if (f.opener) {
+        size_t q = closer_after(l.idx, f.ch, f.len);
+        if (q != std::string::npos) {
+          const Closer& c = closers_[q];
+          Line cl = line_at(c.line, c.start);
+          extend_text(l.idx, l.start, cl.idx, cl.end);
+          go_next(cl);
+          return;
+        }
+        Line last = walk_to_marker(l, resume_idx, resume_start);
+        extend_text(l.idx, l.start, last.idx, last.end);
+        diag(l.idx, FLEMMA_DOC_SEV_WARNING,
+             "this code fence is never closed, so it runs to the end of the message: add a closing line of " +
+                 std::to_string(f.len) + " " + (f.ch == '`' ? "backticks" : "tildes"));
+        return;
+      }
+    }
+    extend_text(l.idx, l.start, l.idx, l.end);
+    go_next(l);
+  }
+
+  // The fenced block after a tool header: skips blank lines, then expects a
+  // fence opener. Returns false (and sets resume to the offending line) if
+  // there is none.
+  struct Block {
+    bool found = false;
+    bool closed = false;
+    Fence fence;
+    Line open;
+    Line last;             // closing fence, or last non-blank line when unclosed
+    int32_t body_a = 0;    // byte range of the content
+    int32_t body_b = 0;
+  };
+  Block fenced_block(const Line& header, int32_t& resume_idx, int32_t& resume_start) {
+    Block b;
+    Line l = header;
+    for (;;) {
+      if (l.next < 0) {
+        resume_idx = -1;
+        return b;
+      }
+      l = line_at(l.idx + 1, l.next);
+      sv s = text_of(l);
+      if (!is_blank(s)) break;
+    }
+    resume_idx = l.idx;
+    resume_start = l.start;
+    sv s = text_of(l);
+    if (role_of(s)) return b;
+    Fence f = fence_of(s);
+    if (!f.opener) return b;
+    b.found = true;
+    b.fence = f;
+    b.open = l;
+    size_t q = closer_after(l.idx, f.ch, f.len);
+    if (q != std::string::npos) {
+      const Closer& c = closers_[q];
+      b.closed = true;
+      b.last = line_at(c.line, c.start);
+      b.body_a = l.next;
+      b.body_b = c.line > l.idx + 1 ? end_before(c.start) : l.next;
+      if (b.last.next < 0) {
+        resume_idx = -1;
+      } else {
+        resume_idx = b.last.idx + 1;
+        resume_start = b.last.next;
+      }
+      return b;
+    }
+    b.last = walk_to_marker(l, resume_idx, resume_start);
+    b.body_a = l.next < 0 ? l.end : l.next;
+    b.body_b = b.last.idx > l.idx ? b.last.end : b.body_a;
+    return b;
+  }
+
+  bool tool_use(const Line& l, int32_t& resume_idx, int32_t& resume_start) {
+    sv s = rtrim(text_of(l));
+    size_t pos = kToolUse.size(), na, nb, ia, ib;
+    skip_spaces(s, pos);
+    bool ok = read_ticked(s, pos, na, nb);
+    if (ok) {
+      skip_spaces(s, pos);
+      ok = pos < s.size() && s[pos] == '(';
+      ++pos;
+      ok = ok && read_ticked(s, pos, ia, ib) && pos + 1 == s.size() && s[pos] == ')';
+    }
+    if (!ok) {
+      diag(l.idx, FLEMMA_DOC_SEV_ERROR,
+           "malformed **Tool Use:** header: write it as **Tool Use:** `NAME` (`ID`) (it is read as plain text until then)");
+      return false;
+    }
+    flush_text();
+    note_line(l.idx);
+    Block b = fenced_block(l, resume_idx, resume_start);
+    flemma_doc_item it{};
+    it.kind = FLEMMA_DOC_TOOL_USE;
+    it.first_line = l.idx + 1;
+    it.last_line = l.idx + 1;
+    it.key = slice(s.substr(ia, ib - ia));
+    it.label = slice(s.substr(na, nb - na));
+    std::string name(s.substr(na, nb - na));
+    std::string where = "tool use `" + std::string(s.substr(ia, ib - ia)) + "` (" + name + ")";
+    if (current_role() != FLEMMA_DOC_ASSISTANT)
+      diag(l.idx, FLEMMA_DOC_SEV_WARNING,
+           where + " is outside an @Assistant: message: only the model writes tool uses; move it below an @Assistant: line");
+    if (!b.found) {
+      it.flags |= FLEMMA_DOC_F_NO_FENCE | FLEMMA_DOC_F_BAD_INPUT;
+      std::string msg = where + " has no fenced input block: add a blank line and a ```json block holding the input object";
+      it.note = arena("no fenced input block");
+      diag(l.idx, FLEMMA_DOC_SEV_ERROR, msg);
+      doc_.items.push_back(it);
+      return true;
+    }
+    it.fence_line = b.open.idx + 1;
+    it.last_line = b.last.idx + 1;
+    note_line(b.last.idx);
+    it.body = range(b.body_a, b.body_b);
+    if (!b.closed) {
+      it.flags |= FLEMMA_DOC_F_UNCLOSED;
+      diag(b.open.idx, FLEMMA_DOC_SEV_ERROR,
+           "the input block of " + where + " is never closed: add a closing " +
+               std::string(static_cast<size_t>(std::min(b.fence.len, 64)), b.fence.ch) + " line after the JSON");
+    }
+    std::string err;
+    int32_t err_line = b.open.idx + 1;
+    check_json(t_.substr(static_cast<size_t>(b.body_a), static_cast<size_t>(b.body_b - b.body_a)), err, err_line);
+    if (!err.empty()) {
+      it.flags |= FLEMMA_DOC_F_BAD_INPUT;
+      it.note = arena(err);
+      diag(err_line, FLEMMA_DOC_SEV_ERROR, "the input of " + where + " is not valid: " + err);
+    }
+    doc_.items.push_back(it);
+    return true;
+  }
+
+  struct Sax : nlohmann::json_sax<nlohmann::json> {
+    int depth = 0;
+    bool first = true;
+    bool not_object = false;
+    bool too_deep = false;
+    bool error = false;
+    size_t error_pos = 0;
+    std::string message;
+    bool scalar() {
+      if (first) {
+        first = false;
+        not_object = true;
+        return false;
+      }
+      return true;
+    }
+    bool open(bool obj) {
+      if (first) {
+        first = false;
+        if (!obj) {
+          not_object = true;
+          return false;
+        }
+      }
+      if (++depth > kMaxJsonDepth) {
+        too_deep = true;
+        return false;
+      }
+      return true;
+    }
+    bool null() override { return scalar(); }
+    bool boolean(bool) override { return scalar(); }
+    bool number_integer(number_integer_t) override { return scalar(); }
+    bool number_unsigned(number_unsigned_t) override { return scalar(); }
+    bool number_float(number_float_t, const string_t&) override { return scalar(); }
+    bool string(string_t&) override { return scalar(); }
+    bool binary(binary_t&) override { return scalar(); }
+    bool start_object(std::size_t) override { return open(true); }
+    bool key(string_t&) override { return true; }
+    bool end_object() override {
+      --depth;
+      return true;
+    }
+    bool start_array(std::size_t) override { return open(false); }
+    bool end_array() override {
+      --depth;
+      return true;
+    }
+    bool parse_error(std::size_t position, const std::string&, const nlohmann::detail::exception& ex) override {
+      error = true;
+      error_pos = position;
+      message = ex.what();
+      return false;
+    }
+  };
+
+  static std::string printable(sv s, size_t max) {
+    std::string out;
+    for (char c : s.substr(0, max)) {
+      auto u = static_cast<unsigned char>(c);
+      out.push_back(u < 0x20 || u >= 0x7f ? '?' : c);
+    }
+    if (s.size() > max) out += "...";
+    return out;
+  }
+
+  // Validates a tool input; on failure sets err (what is wrong and how to fix
+  // it) and err_line (0-based) to the line of the problem.
+  void check_json(sv body, std::string& err, int32_t& err_line) {
+    if (body.find_first_not_of(" \t\r\n\f\v") == sv::npos) {
+      err = "the block is empty: write a JSON object, {} if the tool takes no arguments";
+      return;
+    }
+    Sax sax;
+    bool ok = nlohmann::json::sax_parse(body.begin(), body.end(), &sax);
+    if (ok && !sax.not_object && !sax.too_deep && !sax.error) return;
+    if (sax.not_object) {
+      err = "the input is not a JSON object: wrap the arguments in { }";
+    } else if (sax.too_deep) {
+      err = "the JSON nests deeper than " + std::to_string(kMaxJsonDepth) + " levels: flatten it";
+    } else {
+      std::string what = sax.message;
+      // "[json.exception.parse_error.101] parse error at line 1, column 5: ..." -> the part after the location
+      size_t colon = what.find(": ");
+      if (colon != std::string::npos) what = what.substr(colon + 2);
+      size_t pos = std::min(sax.error_pos > 0 ? sax.error_pos - 1 : 0, body.size());
+      err_line += static_cast<int32_t>(std::count(body.begin(), body.begin() + static_cast<std::ptrdiff_t>(pos), '\n'));
+      err = "JSON " + printable(what, 160) + "; fix the JSON between the fences";
+    }
+  }
+
+  static int status_of(sv w) {
+    if (w == "approved") return FLEMMA_DOC_STATUS_APPROVED;
+    if (w == "pending") return FLEMMA_DOC_STATUS_PENDING;
+    if (w == "denied") return FLEMMA_DOC_STATUS_DENIED;
+    if (w == "rejected") return FLEMMA_DOC_STATUS_REJECTED;
+    return FLEMMA_DOC_STATUS_UNKNOWN;
+  }
+
+  bool tool_result(const Line& l, int32_t& resume_idx, int32_t& resume_start) {
+    sv s = rtrim(text_of(l));
+    size_t pos = kToolResult.size(), ia, ib;
+    skip_spaces(s, pos);
+    bool ok = read_ticked(s, pos, ia, ib);
+    sv suffix;
+    if (ok) {
+      skip_spaces(s, pos);
+      if (pos < s.size()) {
+        ok = s[pos] == '(' && s.back() == ')' && s.size() - pos > 2;
+        if (ok) suffix = ltrim(rtrim(s.substr(pos + 1, s.size() - pos - 2)));
+      }
+    }
+    if (!ok) {
+      diag(l.idx, FLEMMA_DOC_SEV_ERROR,
+           "malformed **Tool Result:** header: write it as **Tool Result:** `ID`, or **Tool Result:** `ID` (error) "
+           "(it is read as plain text until then)");
+      return false;
+    }
+    flush_text();
+    note_line(l.idx);
+    std::string id(s.substr(ia, ib - ia));
+    flemma_doc_item it{};
+    it.kind = FLEMMA_DOC_TOOL_RESULT;
+    it.first_line = it.last_line = l.idx + 1;
+    it.key = slice(s.substr(ia, ib - ia));
+    std::string where = "tool result `" + id + "`";
+    if (current_role() != FLEMMA_DOC_USER)
+      diag(l.idx, FLEMMA_DOC_SEV_WARNING,
+           where + " is outside a @You: message: results are sent by you; move it below a @You: line");
+    if (suffix == "error") {
+      it.flags |= FLEMMA_DOC_F_ERROR;
+    } else if (!suffix.empty()) {
+      it.flags |= FLEMMA_DOC_F_LEGACY;
+      it.status = status_of(suffix);
+      it.note = slice(suffix);
+      if (it.status == FLEMMA_DOC_STATUS_UNKNOWN)
+        diag(l.idx, FLEMMA_DOC_SEV_ERROR,
+             where + " has an unknown status (" + printable(suffix, 40) +
+                 "): use (error), or one of (approved), (pending), (denied), (rejected)");
+    }
+    Block b = fenced_block(l, resume_idx, resume_start);
+    if (!b.found) {
+      it.flags |= FLEMMA_DOC_F_NO_FENCE;
+      diag(l.idx, FLEMMA_DOC_SEV_ERROR,
+           where + " has no fenced block: add a blank line and a fenced block with the output (or a ```flemma:tool "
+                   "status=pending placeholder)");
+      doc_.items.push_back(it);
+      return true;
+    }
+    it.fence_line = b.open.idx + 1;
+    it.last_line = b.last.idx + 1;
+    note_line(b.last.idx);
+    it.label = slice(b.fence.info);
+    it.body = range(b.body_a, b.body_b);
+    if (!b.closed) {
+      it.flags |= FLEMMA_DOC_F_UNCLOSED;
+      diag(b.open.idx, FLEMMA_DOC_SEV_ERROR,
+           "the block of " + where + " is never closed: add a closing " +
+               std::string(static_cast<size_t>(std::min(b.fence.len, 64)), b.fence.ch) + " line after its content");
+    }
+    sv info = b.fence.info;
+    constexpr sv kTag = "flemma:tool";
+    if (info.substr(0, kTag.size()) == kTag && (info.size() == kTag.size() || is_blank_char(info[kTag.size()]))) {
+      it.flags &= ~FLEMMA_DOC_F_LEGACY;
+      sv rest = ltrim(info.substr(kTag.size()));
+      sv word;
+      while (!rest.empty()) {
+        size_t e = 0;
+        while (e < rest.size() && !is_blank_char(rest[e])) ++e;
+        sv tok = rest.substr(0, e);
+        if (tok.substr(0, 7) == "status=") word = tok.substr(7);
+        rest = ltrim(rest.substr(e));
+      }
+      it.note = slice(word);
+      it.status = status_of(word);
+      if (it.status == FLEMMA_DOC_STATUS_UNKNOWN)
+        diag(b.open.idx, FLEMMA_DOC_SEV_ERROR,
+             word.empty() ? "placeholder of " + where + " has no status: write ```flemma:tool status=pending (or approved, denied, rejected)"
+                          : "placeholder of " + where + " has an unknown status `" + printable(word, 40) +
+                                "`: use approved, pending, denied or rejected");
+    }
+    doc_.items.push_back(it);
+    return true;
+  }
+
+  bool thinking(const Line& l, int32_t& resume_idx, int32_t& resume_start) {
+    sv s = rtrim(text_of(l));
+    if (s.size() < kThinkOpen.size() + 1 || s.back() != '>') return false;
+    sv attrs = s.substr(kThinkOpen.size(), s.size() - kThinkOpen.size() - 1);
+    if (!attrs.empty() && !is_blank_char(attrs[0])) return false;
+    flemma_doc_item it{};
+    it.kind = FLEMMA_DOC_THINKING;
+    attrs = ltrim(attrs);
+    while (!attrs.empty()) {
+      size_t e = 0;
+      while (e < attrs.size() && (std::isalnum(static_cast<unsigned char>(attrs[e])) || attrs[e] == '_' || attrs[e] == ':' ||
+                                  attrs[e] == '-' || attrs[e] == '.'))
+        ++e;
+      if (e == 0) return false;
+      sv name = attrs.substr(0, e);
+      sv value;
+      attrs = attrs.substr(e);
+      if (!attrs.empty() && attrs[0] == '=') {
+        if (attrs.size() < 2 || attrs[1] != '"') return false;
+        size_t q = attrs.find('"', 2);
+        if (q == sv::npos) return false;
+        value = attrs.substr(2, q - 2);
+        attrs = attrs.substr(q + 1);
+      }
+      if (!attrs.empty() && !is_blank_char(attrs[0])) return false;
+      attrs = ltrim(attrs);
+      constexpr sv kSig = "signature";
+      if (name == "redacted") {
+        it.flags |= FLEMMA_DOC_F_REDACTED;
+      } else if (name == kSig) {
+        it.key = slice(value);
+      } else if (name.size() > kSig.size() + 1 && name.substr(name.size() - kSig.size()) == kSig &&
+                 name[name.size() - kSig.size() - 1] == ':') {
+        it.key = slice(value);
+        it.label = slice(name.substr(0, name.size() - kSig.size() - 1));
+      }
+    }
+    flush_text();
+    note_line(l.idx);
+    it.first_line = l.idx + 1;
+    size_t m = marker_after(l.idx);
+    size_t c = think_close_after(l.idx);
+    int32_t marker_line = m < markers_.size() ? markers_[m].line : std::numeric_limits<int32_t>::max();
+    if (c < think_closes_.size() && think_closes_[c].line < marker_line) {
+      const Mark& cm = think_closes_[c];
+      it.last_line = cm.line + 1;
+      it.body = cm.line > l.idx + 1 ? range(l.next, end_before(cm.start)) : flemma_doc_str{cm.start, 0};
+      Line cl = line_at(cm.line, cm.start);
+      note_line(cl.idx);
+      if (cl.next < 0) {
+        resume_idx = -1;
+      } else {
+        resume_idx = cl.idx + 1;
+        resume_start = cl.next;
+      }
+    } else {
+      Line last = walk_to_marker(l, resume_idx, resume_start);
+      it.flags |= FLEMMA_DOC_F_UNCLOSED;
+      it.last_line = last.idx + 1;
+      note_line(last.idx);
+      it.body = last.idx > l.idx ? range(l.next, last.end) : flemma_doc_str{l.end, 0};
+      diag(l.idx, FLEMMA_DOC_SEV_WARNING,
+           "this <thinking> block is never closed, so it runs to the end of the message: add a </thinking> line");
+    }
+    doc_.items.push_back(it);
+    return true;
+  }
+
+  // ---- end -----------------------------------------------------------------
+
+  void check_ids() {
+    std::unordered_map<sv, int32_t> uses, results;
+    for (const auto& it : doc_.items) {
+      if (it.kind == FLEMMA_DOC_TOOL_USE) {
+        sv id = doc_.str(t_, it.key);
+        auto [pos, fresh] = uses.emplace(id, it.first_line);
+        if (!fresh)
+          diag(it.first_line - 1, FLEMMA_DOC_SEV_ERROR,
+               "tool use id `" + printable(id, 80) + "` is already used on line " + std::to_string(pos->second) +
+                   ": every tool use needs its own id; rename or delete one of them");
+      }
+    }
+    for (const auto& it : doc_.items) {
+      if (it.kind != FLEMMA_DOC_TOOL_RESULT) continue;
+      sv id = doc_.str(t_, it.key);
+      auto [pos, fresh] = results.emplace(id, it.first_line);
+      if (!fresh)
+        diag(it.first_line - 1, FLEMMA_DOC_SEV_ERROR,
+             "tool `" + printable(id, 80) + "` already has a result on line " + std::to_string(pos->second) +
+                 ": delete one of the two results");
+      if (uses.find(id) == uses.end())
+        diag(it.first_line - 1, FLEMMA_DOC_SEV_ERROR,
+             "tool result `" + printable(id, 80) +
+                 "` matches no **Tool Use:** block: correct the id or delete this result");
+    }
+  }
+
+  Document finish() {
+    close_message();
+    check_ids();
+    std::stable_sort(doc_.diags.begin(), doc_.diags.end(),
+                     [](const flemma_doc_diag& a, const flemma_doc_diag& b) { return a.line < b.line; });
+    return std::move(doc_);
+  }
+};
+
+}  // namespace
+
+Document parse(sv text) {
+  if (text.size() >= kMaxInput)
+    throw Error(FLEMMA_E_INVALID, "the document is " + std::to_string(text.size() >> 20) +
+                                      " MiB; documents of 1 GiB or more cannot be parsed: split the conversation");
+  return Parser(text).run();
+}
+
+}  // namespace flemma::document
