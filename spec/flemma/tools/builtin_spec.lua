@@ -1,0 +1,319 @@
+local tools = require("flemma.tools")
+local config = require("flemma.config")
+local helpers = require("spec.support.helpers")
+
+local uv = vim.uv
+
+-- Runs a tool through the registry in buf and waits for its result.
+local function run(buf, name, input, timeout)
+  local result
+  local handle = tools.execute(buf, { id = "toolu_spec", name = name, input = input }, function(r)
+    result = r
+  end)
+  vim.wait(timeout or 5000, function()
+    return result ~= nil
+  end, 5)
+  assert(result, name .. " gave no result in time")
+  return result, handle
+end
+
+local function dir_entries(dir)
+  local out = {}
+  for name in vim.fs.dir(dir) do
+    out[#out + 1] = name
+  end
+  table.sort(out)
+  return out
+end
+
+describe("built-in tools", function()
+  local dir, buf
+  before_each(function()
+    tools._reset()
+    tools.setup(config.setup({}))
+    dir = helpers.tmpdir()
+    buf = helpers.buffer({ "@You:", "hi" }, dir .. "/talk.chat")
+  end)
+  after_each(function()
+    if vim.api.nvim_buf_is_valid(buf) then
+      vim.api.nvim_buf_delete(buf, { force = true })
+    end
+    helpers.cleanup()
+    tools._reset()
+    config.setup({})
+  end)
+
+  describe("calculator", function()
+    local good = {
+      { "2 + 2", "4" },
+      { "2 + 3 * 4", "14" },
+      { "(2 + 3) * 4", "20" },
+      { "-2^2", "-4" },
+      { "2^3^2", "512" },
+      { "2 ** 10", "1024" },
+      { "7 % 3", "1" },
+      { "10 / 4", "2.5" },
+      { "sqrt(16) + abs(-3)", "7" },
+      { "max(1, 9, 4) - min(3, 2)", "7" },
+      { "log(8, 2)", "3" },
+      { "round(3.14159, 2)", "3.14" },
+      { "floor(PI)", "3" },
+      { "1.5e3 + .5", "1500.5" },
+      { "1/3", "0.333333333333333" },
+    }
+    for _, case in ipairs(good) do
+      it(("evaluates %s to %s"):format(case[1], case[2]), function()
+        local res = run(buf, "calculator", { expression = case[1], label = vim.NIL })
+        assert.same({ success = true, output = case[2] }, res)
+      end)
+    end
+
+    local bad = {
+      { "1 / 0", "division by zero" },
+      { "5 % (2 - 2)", "modulo by zero" },
+      { "2 +", "unexpected end of expression" },
+      { "(1 + 2", "expected `)`" },
+      { "1 2", "unexpected `2`" },
+      { "os.exit(1)", "unexpected character `.`" },
+      { "print(1)", "unknown function `print`" },
+      { "x + 1", "unknown name `x`" },
+      { "sqrt(1, 2)", "`sqrt` takes 1 argument, got 2" },
+      { "sqrt(-1)", "not a number" },
+      { "\"a\" .. 'b'", "unexpected character" },
+      { "   ", "empty expression" },
+    }
+    for _, case in ipairs(bad) do
+      it(("refuses %s with a clear error"):format(case[1]), function()
+        local res = run(buf, "calculator", { expression = case[1], label = vim.NIL })
+        assert.is_false(res.success)
+        assert.matches("cannot evaluate", res.error, 1, true)
+        assert.matches(case[2], res.error, 1, true)
+      end)
+    end
+
+    it("never runs code: a would-be global assignment stays an error", function()
+      _G.flemma_calc_probe = nil
+      local res = run(buf, "calculator", { expression = "flemma_calc_probe = 1", label = vim.NIL })
+      assert.is_false(res.success)
+      assert.is_nil(_G.flemma_calc_probe)
+    end)
+  end)
+
+  describe("calculator_async", function()
+    it("answers after the delay", function()
+      local t0 = uv.hrtime()
+      local res = run(buf, "calculator_async", { expression = "sqrt(16)", delay = 80, label = vim.NIL })
+      assert.same({ success = true, output = "4" }, res)
+      assert.is_true((uv.hrtime() - t0) / 1e6 >= 75)
+    end)
+
+    it("reports evaluation errors", function()
+      local res = run(buf, "calculator_async", { expression = "1/0", delay = 0, label = vim.NIL })
+      assert.is_false(res.success)
+      assert.matches("division by zero", res.error, 1, true)
+    end)
+
+    it("can be cancelled while it waits", function()
+      local got = {}
+      local handle = tools.execute(buf, {
+        name = "calculator_async",
+        input = { expression = "1 + 1", delay = 150, label = vim.NIL },
+      }, function(r)
+        got[#got + 1] = r
+      end)
+      vim.wait(20)
+      handle.cancel()
+      vim.wait(400)
+      assert.equals(1, #got)
+      assert.is_false(got[1].success)
+      assert.matches("cancelled", got[1].error, 1, true)
+    end)
+  end)
+
+  describe("read", function()
+    local function read(input)
+      return run(buf, "read", vim.tbl_extend("keep", input, { offset = vim.NIL, limit = vim.NIL, label = vim.NIL }))
+    end
+
+    it("reads a file relative to the chat file", function()
+      helpers.write_file(dir .. "/notes.txt", "one\ntwo\nthree\n")
+      assert.same({ success = true, output = "one\ntwo\nthree" }, read({ path = "notes.txt" }))
+    end)
+
+    it("reads a window with offset and limit and says how to continue", function()
+      local lines = {}
+      for i = 1, 10 do
+        lines[i] = "line " .. i
+      end
+      helpers.write_file(dir .. "/ten.txt", table.concat(lines, "\n") .. "\n")
+      local res = read({ path = "ten.txt", offset = 3, limit = 2 })
+      assert.is_true(res.success)
+      assert.equals("line 3\nline 4\n\n[Showing lines 3-4 of 10. Use offset=5 to continue.]", res.output)
+      res = read({ path = "ten.txt", offset = 9, limit = 5 })
+      assert.equals("line 9\nline 10", res.output)
+    end)
+
+    it("cuts a long file at the line limit with a hint", function()
+      local lines = {}
+      for i = 1, 3000 do
+        lines[i] = "L" .. i
+      end
+      helpers.write_file(dir .. "/long.txt", table.concat(lines, "\n"))
+      local res = read({ path = dir .. "/long.txt" })
+      local shown = vim.split(res.output, "\n")
+      assert.equals("L1", shown[1])
+      assert.equals("L2000", shown[2000])
+      assert.matches("Showing lines 1-2000 of 3000 (2000-line limit). Use offset=2001 to continue.", res.output, 1, true)
+      res = read({ path = dir .. "/long.txt", offset = 2001 })
+      assert.equals("L2001", vim.split(res.output, "\n")[1])
+      assert.is_nil(res.output:find("Showing"))
+    end)
+
+    it("cuts at the byte limit of tools.truncate", function()
+      config.setup({ tools = { truncate = { max_lines = 2000, max_bytes = 100 } } })
+      helpers.write_file(dir .. "/wide.txt", string.rep(string.rep("w", 30) .. "\n", 10))
+      local res = read({ path = "wide.txt" })
+      local body = res.output:match("^(.-)\n\n%[")
+      assert.equals(3, #vim.split(body, "\n"))
+      assert.matches("Showing lines 1-3 of 10 (100B limit). Use offset=4 to continue.", res.output, 1, true)
+    end)
+
+    it("shows the start of a single line over the byte limit without splitting UTF-8", function()
+      config.setup({ tools = { truncate = { max_lines = 2000, max_bytes = 101 } } })
+      helpers.write_file(dir .. "/oneline.txt", string.rep("é", 200) .. "\nnext\n")
+      local res = read({ path = "oneline.txt" })
+      assert.is_true(res.success)
+      local first = vim.split(res.output, "\n")[1]
+      assert.equals(string.rep("é", 50), first)
+      assert.matches("Line 1 alone is over", res.output, 1, true)
+      assert.matches("Use offset=2 to continue", res.output, 1, true)
+    end)
+
+    it("describes binary files instead of dumping them", function()
+      helpers.write_file(dir .. "/pic.png", "\137PNG\r\n\26\n" .. string.rep("\0\1\2", 400))
+      helpers.write_file(dir .. "/blob.bin", "abc\0def")
+      local res = read({ path = "pic.png" })
+      assert.same({ success = true, output = "pic.png is a binary file (PNG image, 1.2KB); its content is not shown." }, res)
+      res = read({ path = "blob.bin" })
+      assert.matches("binary file %(binary data, 7B%)", res.output)
+    end)
+
+    it("gives clear errors for a missing file, a directory, a broken link and a bad offset", function()
+      local res = read({ path = "nope.txt" })
+      assert.same({ success = false, error = "file not found: " .. dir .. "/nope.txt" }, res)
+      vim.fn.mkdir(dir .. "/sub")
+      assert.matches("is a directory", read({ path = "sub" }).error, 1, true)
+      assert(uv.fs_symlink(dir .. "/gone", dir .. "/dangling"))
+      assert.matches("broken symbolic link", read({ path = "dangling" }).error, 1, true)
+      helpers.write_file(dir .. "/short.txt", "a\nb\n")
+      assert.matches("`offset` 5 is past the end of short.txt, which has 2 lines", read({ path = "short.txt", offset = 5 }).error, 1, true)
+      assert.matches("`limit` should be 1 or more", read({ path = "short.txt", limit = 0 }).error, 1, true)
+    end)
+
+    it("follows symlinks, reads non-UTF-8 names and empty files", function()
+      helpers.write_file(dir .. "/real.txt", "target content\n")
+      assert(uv.fs_symlink(dir .. "/real.txt", dir .. "/link.txt"))
+      assert.equals("target content", read({ path = "link.txt" }).output)
+      local odd = dir .. "/caf\233.txt" -- latin-1 e-acute: not valid UTF-8
+      helpers.write_file(odd, "latin\n")
+      assert.equals("latin", read({ path = odd }).output)
+      helpers.write_file(dir .. "/empty.txt", "")
+      assert.equals("(empty.txt is empty)", read({ path = "empty.txt" }).output)
+    end)
+  end)
+
+  describe("write", function()
+    local function write(path, content)
+      return run(buf, "write", { path = path, content = content, label = vim.NIL })
+    end
+
+    it("creates the file and its missing parents", function()
+      local res = write("a/b/c/out.txt", "hello\nworld\n")
+      assert.same({ success = true, output = "Wrote 12B (2 lines) to a/b/c/out.txt" }, res)
+      assert.equals("hello\nworld\n", helpers.read_file(dir .. "/a/b/c/out.txt"))
+    end)
+
+    it("replaces a file atomically, keeping its mode and leaving no temporary file", function()
+      local path = dir .. "/script.sh"
+      helpers.write_file(path, "old")
+      assert(uv.fs_chmod(path, 448)) -- 0700
+      local ino = uv.fs_stat(path).ino
+      assert.is_true(write(path, "new content").success)
+      assert.equals("new content", helpers.read_file(path))
+      assert.equals(448, uv.fs_stat(path).mode % 4096)
+      assert.are_not.equal(ino, uv.fs_stat(path).ino) -- a new inode: renamed into place
+      assert.same({ "script.sh" }, dir_entries(dir))
+    end)
+
+    it("writes through a symlink to its target", function()
+      helpers.write_file(dir .. "/target.txt", "before")
+      assert(uv.fs_symlink(dir .. "/target.txt", dir .. "/alias.txt"))
+      assert.is_true(write("alias.txt", "after").success)
+      assert.equals("link", uv.fs_lstat(dir .. "/alias.txt").type)
+      assert.equals("after", helpers.read_file(dir .. "/target.txt"))
+    end)
+
+    it("writes non-UTF-8 names and large content", function()
+      local odd = dir .. "/d\255r/f\233.bin"
+      local big = string.rep("0123456789abcdef", 2 ^ 16) -- 1 MiB
+      assert.is_true(write(odd, big).success)
+      assert.equals(big, helpers.read_file(odd))
+    end)
+
+    it("refuses to replace a directory or to write below a file", function()
+      vim.fn.mkdir(dir .. "/adir")
+      assert.matches("is a directory", write("adir", "x").error, 1, true)
+      helpers.write_file(dir .. "/plain", "x")
+      assert.matches("exists and is not a directory", write("plain/child.txt", "x").error, 1, true)
+    end)
+  end)
+
+  describe("edit", function()
+    local function edit(path, old, new)
+      return run(buf, "edit", { path = path, old_string = old, new_string = new, label = vim.NIL })
+    end
+
+    it("replaces one unique occurrence", function()
+      helpers.write_file(dir .. "/cfg.lua", "local a = 1\nlocal b = 2\nreturn a + b\n")
+      local res = edit("cfg.lua", "local b = 2", "local b = 3\nlocal c = 4")
+      assert.same({ success = true, output = "Edited cfg.lua at line 2: replaced 1 line with 2" }, res)
+      assert.equals("local a = 1\nlocal b = 3\nlocal c = 4\nreturn a + b\n", helpers.read_file(dir .. "/cfg.lua"))
+    end)
+
+    it("treats the old text literally, not as a pattern", function()
+      helpers.write_file(dir .. "/p.txt", "x = a.b(%d)\n")
+      assert.is_true(edit("p.txt", "a.b(%d)", "c").success)
+      assert.equals("x = c\n", helpers.read_file(dir .. "/p.txt"))
+    end)
+
+    it("says how many matches there were and on which lines when not unique", function()
+      local original = "foo\nbar\nfoo\nbaz\nfoo\n"
+      helpers.write_file(dir .. "/dup.txt", original)
+      local res = edit("dup.txt", "foo", "qux")
+      assert.is_false(res.success)
+      assert.matches("found 3 times in dup.txt (at lines 1, 3, 5)", res.error, 1, true)
+      assert.equals(original, helpers.read_file(dir .. "/dup.txt"))
+      res = edit("dup.txt", "missing", "x")
+      assert.is_false(res.success)
+      assert.matches("found 0 times in dup.txt", res.error, 1, true)
+      assert.equals(original, helpers.read_file(dir .. "/dup.txt"))
+    end)
+
+    it("refuses missing files, binary files, empty and unchanged texts", function()
+      assert.matches("file not found", edit("none.txt", "a", "b").error, 1, true)
+      helpers.write_file(dir .. "/bin", "a\0b")
+      assert.matches("binary file", edit("bin", "a", "b").error, 1, true)
+      helpers.write_file(dir .. "/t.txt", "abc")
+      assert.matches("`old_string` is empty", edit("t.txt", "", "b").error, 1, true)
+      assert.matches("are the same", edit("t.txt", "a", "a").error, 1, true)
+    end)
+
+    it("edits the target of a symlink and keeps the link", function()
+      helpers.write_file(dir .. "/real.txt", "hello world")
+      assert(uv.fs_symlink("real.txt", dir .. "/ln.txt"))
+      assert.is_true(edit("ln.txt", "world", "there").success)
+      assert.equals("hello there", helpers.read_file(dir .. "/real.txt"))
+      assert.equals("link", uv.fs_lstat(dir .. "/ln.txt").type)
+    end)
+  end)
+end)
