@@ -97,6 +97,59 @@ const flemma_doc_diag *flemma_doc_diags(const flemma_doc *doc);
 const char *flemma_doc_arena(const flemma_doc *doc);
 ]],
   process = [[
+typedef struct flemma_procmgr flemma_procmgr;
+typedef struct flemma_spawn_opts {
+  const char *const *argv;
+  const char *cwd;
+  const char *const *env;
+  const char *stdin_data;
+  size_t stdin_len;
+  int stdin_mode;
+  int merge_output;
+  int progress;
+  int64_t timeout_ms;
+  int64_t kill_grace_ms;
+  int64_t max_lines;
+  int64_t max_bytes;
+} flemma_spawn_opts;
+typedef struct flemma_proc_event {
+  int64_t id;
+  int kind;
+  int64_t bytes;
+  int64_t lines;
+  const char *last_line;
+  size_t last_line_len;
+  int exit_code;
+  int signal;
+  int timed_out;
+  int cancelled;
+  const char *out_tail;
+  size_t out_tail_len;
+  int out_truncated;
+  int out_binary;
+  int64_t out_total_bytes;
+  int64_t out_total_lines;
+  const char *out_path;
+  const char *err_tail;
+  size_t err_tail_len;
+  int err_truncated;
+  int err_binary;
+  int64_t err_total_bytes;
+  int64_t err_total_lines;
+  const char *err_path;
+} flemma_proc_event;
+flemma_procmgr *flemma_procmgr_new(void);
+void flemma_procmgr_free(flemma_procmgr *mgr);
+int flemma_procmgr_fd(const flemma_procmgr *mgr);
+int flemma_procmgr_spawn(flemma_procmgr *mgr, const flemma_spawn_opts *opts, int64_t *id_out, int64_t *pid_out);
+int flemma_procmgr_write(flemma_procmgr *mgr, int64_t id, const char *data, size_t len);
+int flemma_procmgr_close_stdin(flemma_procmgr *mgr, int64_t id);
+int flemma_procmgr_cancel(flemma_procmgr *mgr, int64_t id);
+int flemma_procmgr_kill_all(flemma_procmgr *mgr);
+int flemma_procmgr_ack(flemma_procmgr *mgr);
+flemma_proc_event *flemma_procmgr_next_event(flemma_procmgr *mgr);
+void flemma_proc_event_free(flemma_proc_event *event);
+int flemma_procmgr_running(const flemma_procmgr *mgr);
 ]],
   sandbox = [[
 ]],
@@ -420,6 +473,151 @@ end
 -- ---------------------------------------------------------------------------
 
 -- @@PROCESS_LUA@@
+
+H.procmgr = nil
+
+--- The process manager (created on first use, freed when collected).
+---@return ffi.cdata*
+function M.procmgr()
+  if H.procmgr then
+    return H.procmgr
+  end
+  local lib = M.lib()
+  local mgr = lib.flemma_procmgr_new()
+  if mgr == nil then
+    util.error("cannot start the process manager: " .. M.last_error())
+  end
+  H.procmgr = ffi.gc(mgr, lib.flemma_procmgr_free)
+  return H.procmgr
+end
+
+--- The descriptor that becomes readable when process events wait.
+---@return integer
+function M.proc_fd()
+  return M.lib().flemma_procmgr_fd(M.procmgr())
+end
+
+function H.cstrings(list)
+  local arr = ffi.new("const char *[?]", #list + 1)
+  for i, s in ipairs(list) do
+    arr[i - 1] = s
+  end
+  arr[#list] = nil
+  return arr
+end
+
+--- Spawns a child; raises on a bad request.
+---@param o { argv: string[], cwd?: string, env?: string[], stdin?: string, stdin_mode: integer, merge_output: boolean, progress: boolean, timeout_ms: integer, kill_grace_ms: integer, max_lines: integer, max_bytes: integer }
+---@return integer id
+---@return integer pid
+function M.proc_spawn(o)
+  local lib = M.lib()
+  local mgr = M.procmgr()
+  local opts = ffi.new("flemma_spawn_opts")
+  local argv = H.cstrings(o.argv) -- anchored until the call returns
+  local env = o.env and H.cstrings(o.env) or nil
+  opts.argv = argv
+  opts.cwd = o.cwd
+  opts.env = env
+  if o.stdin then
+    opts.stdin_data = o.stdin
+    opts.stdin_len = #o.stdin
+  end
+  opts.stdin_mode = o.stdin_mode
+  opts.merge_output = o.merge_output and 1 or 0
+  opts.progress = o.progress and 1 or 0
+  opts.timeout_ms = o.timeout_ms or 0
+  opts.kill_grace_ms = o.kill_grace_ms or -1
+  opts.max_lines = o.max_lines or 0
+  opts.max_bytes = o.max_bytes or 0
+  local id = ffi.new("int64_t[1]")
+  local pid = ffi.new("int64_t[1]")
+  if lib.flemma_procmgr_spawn(mgr, opts, id, pid) ~= 0 then
+    util.error(M.last_error())
+  end
+  return tonumber(id[0]), tonumber(pid[0])
+end
+
+function M.proc_write(id, data)
+  M.lib().flemma_procmgr_write(M.procmgr(), id, data, #data)
+end
+
+function M.proc_close_stdin(id)
+  M.lib().flemma_procmgr_close_stdin(M.procmgr(), id)
+end
+
+function M.proc_cancel(id)
+  M.lib().flemma_procmgr_cancel(M.procmgr(), id)
+end
+
+--- SIGKILL to every group the library started (also without a manager).
+function M.proc_kill_all()
+  if H.lib then
+    H.lib.flemma_procmgr_kill_all(H.procmgr)
+  end
+end
+
+---@return integer
+function M.proc_running()
+  return H.procmgr and M.lib().flemma_procmgr_running(H.procmgr) or 0
+end
+
+function H.opt_string(ptr, len)
+  if ptr == nil then
+    return nil
+  end
+  return len and ffi.string(ptr, len) or ffi.string(ptr)
+end
+
+--- Resets the descriptor and returns the waiting events as Lua tables.
+---@return table[]
+function M.proc_events()
+  if not H.procmgr then
+    return {}
+  end
+  local lib = M.lib()
+  local mgr = H.procmgr
+  lib.flemma_procmgr_ack(mgr)
+  local events = {}
+  while true do
+    local e = lib.flemma_procmgr_next_event(mgr)
+    if e == nil then
+      break
+    end
+    local ev = {
+      id = tonumber(e.id),
+      kind = e.kind == 1 and "progress" or "exit",
+      bytes = tonumber(e.bytes),
+      lines = tonumber(e.lines),
+      last_line = ffi.string(e.last_line, e.last_line_len),
+    }
+    if e.kind == 2 then
+      ev.code = e.signal == 0 and e.exit_code or nil
+      ev.signal = e.signal ~= 0 and e.signal or nil
+      ev.timed_out = e.timed_out ~= 0
+      ev.cancelled = e.cancelled ~= 0
+      ev.out = {
+        tail = ffi.string(e.out_tail, e.out_tail_len),
+        truncated = e.out_truncated ~= 0,
+        binary = e.out_binary ~= 0,
+        total_bytes = tonumber(e.out_total_bytes),
+        total_lines = tonumber(e.out_total_lines),
+        path = H.opt_string(e.out_path),
+      }
+      ev.err = {
+        tail = ffi.string(e.err_tail, e.err_tail_len),
+        truncated = e.err_truncated ~= 0,
+        binary = e.err_binary ~= 0,
+        total_bytes = tonumber(e.err_total_bytes),
+        total_lines = tonumber(e.err_total_lines),
+        path = H.opt_string(e.err_path),
+      }
+    end
+    lib.flemma_proc_event_free(e)
+    events[#events + 1] = ev
+  end
+  return events
+end
 
 -- ---------------------------------------------------------------------------
 -- Sandbox

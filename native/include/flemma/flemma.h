@@ -197,7 +197,107 @@ FLEMMA_API const char *flemma_doc_arena(const flemma_doc *doc);
  * Process manager
  * ========================================================================== */
 
-/* @@PROCESS@@ */
+/* The process manager: children run in their own session and process group,
+ * watched by a native worker thread. The worker never calls back: it queues
+ * events and makes flemma_procmgr_fd() readable; the host then calls
+ * flemma_procmgr_ack() and takes events with flemma_procmgr_next_event() on its
+ * own thread. Every child gets a non-interactive environment (CI=true,
+ * DEBIAN_FRONTEND=noninteractive, PAGER=cat, GIT_TERMINAL_PROMPT=0, ...). */
+typedef struct flemma_procmgr flemma_procmgr;
+
+/* A spawn request. Strings are copied; the caller keeps ownership.
+ * stdin_mode: 0 stdin is /dev/null; 1 stdin_data is written, then EOF;
+ * 2 stdin_data is written and stdin stays open for flemma_procmgr_write.
+ * Limits <= 0 take the defaults (2000 lines, 51200 bytes, grace 2000 ms);
+ * timeout_ms <= 0 means no timeout. */
+typedef struct flemma_spawn_opts {
+  const char *const *argv;
+  const char *cwd;
+  const char *const *env;
+  const char *stdin_data;
+  size_t stdin_len;
+  int stdin_mode;
+  int merge_output;
+  int progress;
+  int64_t timeout_ms;
+  int64_t kill_grace_ms;
+  int64_t max_lines;
+  int64_t max_bytes;
+} flemma_spawn_opts;
+
+/* An event. kind 1: progress (bytes, lines, last_line); kind 2: exit (every
+ * field). exit_code is -1 and signal non-zero when a signal ended the child.
+ * out_* describe the merged output (or stdout), err_* stderr when not merged;
+ * *_tail is the kept tail, *_path the temp file with the whole stream (NULL
+ * until the limits were passed). All pointers live until the event is freed. */
+typedef struct flemma_proc_event {
+  int64_t id;
+  int kind;
+  int64_t bytes;
+  int64_t lines;
+  const char *last_line;
+  size_t last_line_len;
+  int exit_code;
+  int signal;
+  int timed_out;
+  int cancelled;
+  const char *out_tail;
+  size_t out_tail_len;
+  int out_truncated;
+  int out_binary;
+  int64_t out_total_bytes;
+  int64_t out_total_lines;
+  const char *out_path;
+  const char *err_tail;
+  size_t err_tail_len;
+  int err_truncated;
+  int err_binary;
+  int64_t err_total_bytes;
+  int64_t err_total_lines;
+  const char *err_path;
+} flemma_proc_event;
+
+/* Starts a manager and its worker thread. The caller owns it: free it with
+ * flemma_procmgr_free. NULL on failure. */
+FLEMMA_API flemma_procmgr *flemma_procmgr_new(void);
+
+/* Kills every child of the manager, stops its worker and frees it, with any
+ * events not taken. NULL is a no-op. */
+FLEMMA_API void flemma_procmgr_free(flemma_procmgr *mgr);
+
+/* The descriptor to poll for readability. Owned by the manager. */
+FLEMMA_API int flemma_procmgr_fd(const flemma_procmgr *mgr);
+
+/* Spawns a child at once (errors such as a missing program or working
+ * directory are reported here). Writes the request id and the pid. */
+FLEMMA_API int flemma_procmgr_spawn(flemma_procmgr *mgr, const flemma_spawn_opts *opts, int64_t *id_out, int64_t *pid_out);
+
+/* Queues bytes for the child's stdin (stdin_mode 2); copied. Unknown or
+ * finished ids are ignored. */
+FLEMMA_API int flemma_procmgr_write(flemma_procmgr *mgr, int64_t id, const char *data, size_t len);
+
+/* Closes the child's stdin after the queued bytes. */
+FLEMMA_API int flemma_procmgr_close_stdin(flemma_procmgr *mgr, int64_t id);
+
+/* SIGTERM to the child's whole group, SIGKILL after the grace period; the exit
+ * event reports cancelled. */
+FLEMMA_API int flemma_procmgr_cancel(flemma_procmgr *mgr, int64_t id);
+
+/* SIGKILL, at once, to every group the library started that may be alive. */
+FLEMMA_API int flemma_procmgr_kill_all(flemma_procmgr *mgr);
+
+/* Resets the descriptor; call before taking the events. */
+FLEMMA_API int flemma_procmgr_ack(flemma_procmgr *mgr);
+
+/* The next event, or NULL when none is waiting. The caller owns it: free it
+ * with flemma_proc_event_free. */
+FLEMMA_API flemma_proc_event *flemma_procmgr_next_event(flemma_procmgr *mgr);
+
+/* Frees an event. NULL is a no-op. */
+FLEMMA_API void flemma_proc_event_free(flemma_proc_event *event);
+
+/* Children of the manager whose exit event was not queued yet. */
+FLEMMA_API int flemma_procmgr_running(const flemma_procmgr *mgr);
 
 /* ==========================================================================
  * Sandbox

@@ -1,0 +1,283 @@
+--- Child processes for tools: each runs in its own session and process group with
+--- a non-interactive environment, stdin closed unless given, bounded output (a tail
+--- window in memory, the whole output in a temp file once over the limits), timeout
+--- and cancel that end the whole group (SIGTERM, then SIGKILL after a grace period).
+--- A native worker thread watches the children; this module drains its events on
+--- the main thread and calls back through vim.schedule.
+local native = require("flemma.native")
+local util = require("flemma.util")
+
+local M = {}
+local H = {}
+
+---@class flemma.process.Progress
+---@field bytes integer output bytes so far (both streams)
+---@field lines integer output lines so far
+---@field last_line string the last complete line (at most 512 bytes)
+
+---@class flemma.process.Opts
+---@field cmd string[] argv; cmd[1] is looked up in PATH
+---@field cwd? string working directory (default: Neovim's)
+---@field env? table<string, string|number> extra variables on top of the inherited environment
+---@field stdin? string written to stdin, then stdin is closed (nil: stdin is /dev/null)
+---@field keep_stdin_open? boolean keep stdin open after `stdin` for handle:write()/close_stdin()
+---@field timeout? integer milliseconds; nil or 0: none
+---@field kill_grace? integer milliseconds between SIGTERM and SIGKILL (default 2000)
+---@field merge_output? boolean stdout and stderr in arrival order (default true)
+---@field max_lines? integer lines of the tail kept in memory (default 2000)
+---@field max_bytes? integer bytes of the tail kept in memory (default 51200)
+---@field on_progress? fun(p: flemma.process.Progress) at most every 100 ms
+
+---@class flemma.process.Result
+---@field code integer|nil exit code (nil when a signal ended the process)
+---@field signal integer|nil
+---@field timed_out boolean
+---@field cancelled boolean
+---@field output string the kept tail of the merged output (or stdout); for binary output, a notice
+---@field stderr string|nil the kept tail of stderr when not merged
+---@field truncated boolean the output passed the limits
+---@field total_bytes integer
+---@field total_lines integer
+---@field full_output_path string|nil temp file with the whole output (once over the limits, or binary)
+---@field stderr_full_output_path string|nil the same for stderr when not merged
+---@field binary boolean NUL bytes were seen
+
+---@class flemma.process.Handle
+---@field id integer
+---@field pid integer
+---@field private _done boolean
+
+H.handles = {} ---@type table<integer, flemma.process.Handle>
+H.poll = nil
+H.Handle = {}
+H.Handle.__index = H.Handle
+
+--- Ends the process group: SIGTERM, SIGKILL after the grace period. on_exit still
+--- runs (with `cancelled = true`). A no-op once the process finished.
+function H.Handle:cancel()
+  if self._done then
+    return
+  end
+  self._cancelled = true
+  native.proc_cancel(self.id)
+end
+
+--- Writes to stdin (needs `keep_stdin_open`).
+---@param data string
+function H.Handle:write(data)
+  if type(data) ~= "string" then
+    util.error("process: write() takes a string, not " .. type(data))
+  end
+  if not self._stdin_open then
+    util.error("process: stdin is not open: spawn with `keep_stdin_open = true` to write to it")
+  end
+  native.proc_write(self.id, data)
+end
+
+--- Closes stdin after what was written (the child sees EOF).
+function H.Handle:close_stdin()
+  if self._stdin_open then
+    self._stdin_open = false
+    native.proc_close_stdin(self.id)
+  end
+end
+
+---@return boolean
+function H.Handle:is_running()
+  return not self._done
+end
+
+function H.check(opts)
+  if type(opts) ~= "table" then
+    util.error("process.spawn: `opts` should be a table, not " .. type(opts))
+  end
+  local cmd = opts.cmd
+  if type(cmd) ~= "table" or #cmd == 0 then
+    util.error("process.spawn: `cmd` should be a non-empty list of strings (argv)")
+  end
+  for i, a in ipairs(cmd) do
+    if type(a) ~= "string" then
+      util.error(("process.spawn: `cmd[%d]` should be a string, not %s"):format(i, type(a)))
+    end
+  end
+  local function typed(key, t)
+    if opts[key] ~= nil and type(opts[key]) ~= t then
+      util.error(("process.spawn: `%s` should be a %s, not %s"):format(key, t, type(opts[key])))
+    end
+  end
+  typed("cwd", "string")
+  typed("env", "table")
+  typed("stdin", "string")
+  typed("keep_stdin_open", "boolean")
+  typed("merge_output", "boolean")
+  typed("on_progress", "function")
+  for _, key in ipairs({ "timeout", "kill_grace", "max_lines", "max_bytes" }) do
+    typed(key, "number")
+    if opts[key] and opts[key] < 0 then
+      util.error(("process.spawn: `%s` should not be negative"):format(key))
+    end
+  end
+  local env = nil
+  if opts.env then
+    env = {}
+    for k, v in pairs(opts.env) do
+      if type(k) ~= "string" or k == "" or k:find("=", 1, true) then
+        util.error("process.spawn: `env` keys should be variable names, not " .. vim.inspect(k))
+      end
+      if type(v) ~= "string" and type(v) ~= "number" then
+        util.error(("process.spawn: `env.%s` should be a string, not %s"):format(k, type(v)))
+      end
+      env[#env + 1] = k .. "=" .. tostring(v)
+    end
+    table.sort(env)
+  end
+  return env
+end
+
+function H.ensure_poll()
+  if H.poll then
+    return
+  end
+  local fd = native.proc_fd()
+  local poll = assert(vim.uv.new_poll(fd))
+  poll:start("r", function(err)
+    if err then
+      return
+    end
+    -- Fast context: take the events now (keeps the descriptor drained), handle
+    -- them where the API is allowed.
+    local events = native.proc_events()
+    if #events > 0 then
+      vim.schedule(function()
+        H.dispatch(events)
+      end)
+    end
+  end)
+  H.poll = poll
+end
+
+function H.result(ev, merged)
+  local out, err = ev.out, ev.err
+  local binary = out.binary or (not merged and err.binary) or false
+  local r = {
+    code = ev.code,
+    signal = ev.signal,
+    timed_out = ev.timed_out,
+    cancelled = ev.cancelled,
+    output = out.tail,
+    truncated = out.truncated or (not merged and err.truncated) or false,
+    total_bytes = out.total_bytes,
+    total_lines = out.total_lines,
+    full_output_path = out.path,
+    binary = binary,
+  }
+  if not merged then
+    r.stderr = err.tail
+    r.stderr_full_output_path = err.path
+  end
+  if out.binary then
+    r.output = ("[binary output: %s%s]"):format(
+      native.format_size(out.total_bytes),
+      out.path and ("; saved to " .. out.path) or ""
+    )
+  end
+  if not merged and err.binary then
+    r.stderr = ("[binary output: %s%s]"):format(
+      native.format_size(err.total_bytes),
+      err.path and ("; saved to " .. err.path) or ""
+    )
+  end
+  return r
+end
+
+function H.dispatch(events)
+  for _, ev in ipairs(events) do
+    local h = H.handles[ev.id]
+    if h then
+      if ev.kind == "progress" then
+        if h._on_progress and not h._done then
+          h._on_progress({ bytes = ev.bytes, lines = ev.lines, last_line = ev.last_line })
+        end
+      else
+        H.handles[ev.id] = nil
+        h._done = true
+        h._stdin_open = false
+        local result = H.result(ev, h._merged)
+        result.cancelled = result.cancelled or (h._cancelled and not result.timed_out) or false
+        h._on_exit(result)
+      end
+    end
+  end
+end
+
+--- Starts a process. on_exit(result) runs once on the main thread.
+---@param opts flemma.process.Opts
+---@param on_exit fun(result: flemma.process.Result)
+---@return flemma.process.Handle
+function M.spawn(opts, on_exit)
+  local env = H.check(opts)
+  if type(on_exit) ~= "function" then
+    util.error("process.spawn: `on_exit` should be a function, not " .. type(on_exit))
+  end
+  local merged = opts.merge_output ~= false
+  H.ensure_poll()
+  local stdin_mode = 0
+  if opts.keep_stdin_open then
+    stdin_mode = 2
+  elseif opts.stdin then
+    stdin_mode = 1
+  end
+  local id, pid = native.proc_spawn({
+    argv = opts.cmd,
+    cwd = opts.cwd,
+    env = env,
+    stdin = opts.stdin,
+    stdin_mode = stdin_mode,
+    merge_output = merged,
+    progress = opts.on_progress ~= nil,
+    timeout_ms = opts.timeout and math.floor(opts.timeout) or 0,
+    kill_grace_ms = opts.kill_grace and math.floor(opts.kill_grace) or -1,
+    max_lines = opts.max_lines and math.floor(opts.max_lines) or 0,
+    max_bytes = opts.max_bytes and math.floor(opts.max_bytes) or 0,
+  })
+  local handle = setmetatable({
+    id = id,
+    pid = pid,
+    _done = false,
+    _merged = merged,
+    _stdin_open = stdin_mode == 2,
+    _on_exit = util.safe(on_exit, "process on_exit"),
+    _on_progress = opts.on_progress and util.safe(opts.on_progress, "process on_progress") or nil,
+  }, H.Handle)
+  H.handles[id] = handle
+  return handle
+end
+
+--- Handles of the processes still running.
+---@return flemma.process.Handle[]
+function M.running()
+  local list = vim.tbl_values(H.handles)
+  table.sort(list, function(a, b)
+    return a.id < b.id
+  end)
+  return list
+end
+
+--- Kills (SIGKILL) every process group the plugin started, at once. Their
+--- on_exit callbacks still run (cancelled) if the editor keeps running.
+function M.kill_all()
+  for _, h in pairs(H.handles) do
+    h._cancelled = true
+  end
+  native.proc_kill_all()
+end
+
+vim.api.nvim_create_autocmd("VimLeavePre", {
+  group = vim.api.nvim_create_augroup("flemma.process", { clear = true }),
+  desc = "Flemma: kill running tool processes",
+  callback = function()
+    M.kill_all()
+  end,
+})
+
+return M

@@ -1,0 +1,871 @@
+#include "process.hpp"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <uv.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <unordered_map>
+
+#if defined(__linux__)
+#include <sys/eventfd.h>
+#include <sys/syscall.h>
+#endif
+
+#include "guard.hpp"
+#include "truncate.hpp"
+
+extern char** environ;
+
+namespace flemma::process {
+
+namespace {
+
+constexpr int64_t kProgressIntervalMs = 100;
+constexpr int64_t kLingerMs = 500;  // wait for EOF this long after the leader exits
+constexpr size_t kLastLineCap = 512;
+constexpr size_t kReadBuffer = 64 * 1024;
+
+std::string errno_text(int err) { return std::strerror(err); }
+
+// ---------------------------------------------------------------------------
+// Registry of process groups that may be alive, shared by every manager, so
+// that one call (or the library's unload) can kill them all.
+// ---------------------------------------------------------------------------
+struct Registry {
+  std::mutex mu;
+  std::set<pid_t> groups;
+};
+Registry& registry() {
+  static Registry* r = new Registry();  // never destroyed: used from exit handlers
+  return *r;
+}
+void registry_add(pid_t pgid) {
+  std::lock_guard<std::mutex> lock(registry().mu);
+  registry().groups.insert(pgid);
+}
+void registry_remove(pid_t pgid) {
+  std::lock_guard<std::mutex> lock(registry().mu);
+  registry().groups.erase(pgid);
+}
+
+// ---------------------------------------------------------------------------
+// Output of one stream: counters, the tail window, and the spill file.
+// ---------------------------------------------------------------------------
+struct Collector {
+  int64_t max_lines = 2000;
+  int64_t max_bytes = 51200;
+  std::string mem;    // the whole output while under the limits, then the tail window
+  bool spilled = false;
+  int fd = -1;
+  std::string path;
+  const char* prefix = "flemma-output-";
+  int64_t total_bytes = 0;
+  int64_t newlines = 0;
+  char last_char = '\n';
+  bool binary = false;
+  bool write_failed = false;
+  std::string cur_line;   // the (capped) start of the line being written
+  std::string last_line;  // the last complete line (capped)
+
+  ~Collector() {
+    if (fd >= 0) ::close(fd);
+  }
+
+  void write_file(const char* p, size_t n) {
+    while (n > 0 && !write_failed) {
+      ssize_t w = ::write(fd, p, n);
+      if (w < 0) {
+        if (errno == EINTR) continue;
+        write_failed = true;
+        break;
+      }
+      p += w;
+      n -= static_cast<size_t>(w);
+    }
+  }
+
+  void spill() {
+    const char* dir = std::getenv("TMPDIR");
+    std::string tmpl = std::string(dir && *dir ? dir : "/tmp") + "/" + prefix + "XXXXXX";
+    std::vector<char> buf(tmpl.begin(), tmpl.end());
+    buf.push_back('\0');
+    int f = ::mkstemp(buf.data());
+    if (f < 0) {
+      // No file: keep bounding memory, the result just lacks a path.
+      write_failed = true;
+    } else {
+      ::fcntl(f, F_SETFD, FD_CLOEXEC);
+      fd = f;
+      path = buf.data();
+      write_file(mem.data(), mem.size());
+    }
+    spilled = true;
+  }
+
+  void track_lines(const char* p, size_t n) {
+    const void* last_nl = nullptr;
+    for (size_t i = n; i > 0; --i) {
+      if (p[i - 1] == '\n') {
+        last_nl = p + i - 1;
+        break;
+      }
+    }
+    if (!last_nl) {
+      if (cur_line.size() < kLastLineCap) cur_line.append(p, std::min(n, kLastLineCap - cur_line.size()));
+      return;
+    }
+    size_t nl = static_cast<size_t>(static_cast<const char*>(last_nl) - p);
+    size_t prev = nl;
+    bool found_prev = false;
+    while (prev > 0) {
+      if (p[prev - 1] == '\n') {
+        found_prev = true;
+        break;
+      }
+      --prev;
+    }
+    if (found_prev) {
+      last_line.assign(p + prev, std::min(nl - prev, kLastLineCap));
+    } else {
+      last_line = cur_line;
+      if (last_line.size() < kLastLineCap) last_line.append(p, std::min(nl, kLastLineCap - last_line.size()));
+    }
+    if (last_line.size() >= kLastLineCap)
+      last_line.resize(truncate::utf8_prefix(last_line, kLastLineCap));
+    if (!last_line.empty() && last_line.back() == '\r') last_line.pop_back();
+    cur_line.assign(p + nl + 1, std::min(n - nl - 1, kLastLineCap));
+  }
+
+  void append(const char* p, size_t n) {
+    if (n == 0) return;
+    total_bytes += static_cast<int64_t>(n);
+    for (size_t i = 0; i < n; ++i) newlines += (p[i] == '\n');
+    last_char = p[n - 1];
+    if (!binary && std::memchr(p, '\0', n)) binary = true;
+    track_lines(p, n);
+    if (!spilled) {
+      mem.append(p, n);
+      if (total_bytes > max_bytes || lines() > max_lines || binary) spill();
+      else return;
+    } else {
+      write_file(p, n);
+      mem.append(p, n);
+    }
+    // Keep the tail window only: between max_bytes+1 and 2*max_bytes+1 bytes.
+    const size_t keep = static_cast<size_t>(max_bytes) + 1;
+    if (mem.size() > 2 * keep) mem.erase(0, mem.size() - keep);
+  }
+
+  int64_t lines() const { return newlines + ((total_bytes > 0 && last_char != '\n') ? 1 : 0); }
+
+  StreamResult finish() {
+    StreamResult r;
+    auto t = truncate::truncate_tail(mem, max_lines, max_bytes);
+    r.tail = std::move(t.content);
+    r.total_bytes = total_bytes;
+    r.total_lines = lines();
+    r.truncated = total_bytes > max_bytes || r.total_lines > max_lines;
+    r.binary = binary;
+    r.path = path;
+    if (fd >= 0) {
+      ::close(fd);
+      fd = -1;
+    }
+    return r;
+  }
+};
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// Environment
+// ---------------------------------------------------------------------------
+
+const std::vector<std::string>& noninteractive_env() {
+  static const std::vector<std::string> vars = {
+      "CI=true",          "DEBIAN_FRONTEND=noninteractive", "PAGER=cat", "GIT_PAGER=cat", "MANPAGER=cat",
+      "GIT_TERMINAL_PROMPT=0", "GIT_EDITOR=true",            "NO_COLOR=1",
+  };
+  return vars;
+}
+
+std::vector<std::string> build_env(const char* const* base, const std::vector<std::string>& extra) {
+  std::vector<std::string> out;
+  std::unordered_map<std::string, size_t> index;
+  auto put = [&](const std::string& kv) {
+    size_t eq = kv.find('=');
+    if (eq == std::string::npos || eq == 0) return;
+    std::string name = kv.substr(0, eq);
+    auto it = index.find(name);
+    if (it != index.end()) {
+      out[it->second] = kv;
+    } else {
+      index.emplace(std::move(name), out.size());
+      out.push_back(kv);
+    }
+  };
+  if (base)
+    for (const char* const* e = base; *e; ++e) put(*e);
+  for (const auto& kv : noninteractive_env()) put(kv);
+  for (const auto& kv : extra) put(kv);
+  return out;
+}
+
+// ---------------------------------------------------------------------------
+// The worker
+// ---------------------------------------------------------------------------
+
+struct Proc;
+
+struct Request {
+  enum class Kind { Add, Write, CloseStdin, Cancel, MarkAllCancelled, Shutdown };
+  Request(Kind k, int64_t i = 0, std::string d = {}, Proc* p = nullptr)
+      : kind(k), id(i), data(std::move(d)), proc(p) {}
+  Kind kind;
+  int64_t id;
+  std::string data;
+  Proc* proc;  // Add
+};
+
+struct Manager::Impl {
+  // Shared with the host thread.
+  std::mutex mu;
+  std::deque<Request> requests;
+  std::deque<std::unique_ptr<Event>> events;
+  int event_rfd = -1;
+  int event_wfd = -1;
+  std::atomic<int> running{0};
+  std::atomic<int64_t> next_id{1};
+
+  // Worker only.
+  uv_loop_t loop{};
+  uv_async_t wakeup{};
+  std::thread thread;
+  std::unordered_map<int64_t, Proc*> procs;
+  bool shutting_down = false;
+
+  void post(Request r) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      requests.push_back(std::move(r));
+    }
+    uv_async_send(&wakeup);
+  }
+
+  void emit(std::unique_ptr<Event> ev) {
+    bool was_empty;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      was_empty = events.empty();
+      events.push_back(std::move(ev));
+    }
+    if (was_empty) signal_fd();
+  }
+
+  void signal_fd() {
+#if defined(__linux__)
+    uint64_t one = 1;
+    while (::write(event_wfd, &one, sizeof one) < 0 && errno == EINTR) {
+    }
+#else
+    char c = 1;
+    while (::write(event_wfd, &c, 1) < 0 && errno == EINTR) {
+    }
+#endif
+  }
+
+  void run();
+  void handle_requests();
+};
+
+struct Proc {
+  Manager::Impl* mgr = nullptr;
+  int64_t id = 0;
+  pid_t pid = -1;
+  int pidfd = -1;
+  SpawnOptions opts;
+  Collector out, err;
+
+  uv_poll_t pid_poll{};
+  uv_timer_t wait_timer{};  // exit polling when there is no pidfd
+  uv_timer_t timeout{};
+  uv_timer_t grace{};
+  uv_timer_t linger{};
+  uv_pipe_t out_pipe{}, err_pipe{}, in_pipe{};
+  int out_fd = -1, err_fd = -1, in_fd = -1;
+  bool out_open = false, err_open = false, in_open = false;
+  bool in_shutdown_requested = false;
+  int open_handles = 0;
+  std::vector<char> buf = std::vector<char>(kReadBuffer);
+
+  bool exited = false;
+  int status = 0;
+  bool timed_out = false, cancelled = false, killing = false, finished = false;
+  uint64_t last_progress = 0;
+  std::string progress_line;
+};
+
+namespace {
+
+void on_handle_closed(uv_handle_t* h) {
+  Proc* p = static_cast<Proc*>(h->data);
+  if (--p->open_handles == 0) delete p;
+}
+
+void close_handle(Proc*, uv_handle_t* h) {
+  if (!uv_is_closing(h)) uv_close(h, on_handle_closed);
+}
+
+void finish(Proc* p);
+
+void maybe_finish(Proc* p) {
+  if (p->finished || !p->exited) return;
+  if (p->out_open || p->err_open) return;
+  finish(p);
+}
+
+void kill_group(Proc* p, int sig) {
+  if (::kill(-p->pid, sig) < 0 && errno == ESRCH && !p->exited) ::kill(p->pid, sig);
+}
+
+void start_kill(Proc* p) {
+  if (p->killing || p->finished) return;
+  p->killing = true;
+  kill_group(p, SIGTERM);
+  if (p->exited) {
+    kill_group(p, SIGKILL);
+    return;
+  }
+  uv_timer_start(
+      &p->grace,
+      [](uv_timer_t* t) {
+        Proc* q = static_cast<Proc*>(t->data);
+        kill_group(q, SIGKILL);
+      },
+      static_cast<uint64_t>(std::max<int64_t>(p->opts.kill_grace_ms, 0)), 0);
+}
+
+void close_stream(Proc* p, uv_pipe_t* pipe, bool& open) {
+  if (!open) return;
+  open = false;
+  uv_read_stop(reinterpret_cast<uv_stream_t*>(pipe));
+  close_handle(p, reinterpret_cast<uv_handle_t*>(pipe));
+}
+
+Collector& collector_for(Proc* p, uv_stream_t* s) {
+  return s == reinterpret_cast<uv_stream_t*>(&p->out_pipe) ? p->out : p->err;
+}
+
+void emit_progress(Proc* p, bool force) {
+  if (!p->opts.progress) return;
+  uint64_t now = uv_now(&p->mgr->loop);
+  if (!force && now - p->last_progress < static_cast<uint64_t>(kProgressIntervalMs)) return;
+  p->last_progress = now;
+  auto ev = std::make_unique<Event>();
+  ev->kind = Event::Kind::Progress;
+  ev->id = p->id;
+  ev->bytes = p->out.total_bytes + p->err.total_bytes;
+  ev->lines = p->out.lines() + p->err.lines();
+  ev->last_line = p->out.last_line.empty() ? p->err.last_line : p->out.last_line;
+  p->mgr->emit(std::move(ev));
+}
+
+void on_alloc(uv_handle_t* h, size_t, uv_buf_t* b) {
+  Proc* p = static_cast<Proc*>(h->data);
+  *b = uv_buf_init(p->buf.data(), static_cast<unsigned>(p->buf.size()));
+}
+
+void on_read(uv_stream_t* s, ssize_t n, const uv_buf_t* b) {
+  Proc* p = static_cast<Proc*>(s->data);
+  if (n > 0) {
+    collector_for(p, s).append(b->base, static_cast<size_t>(n));
+    uv_update_time(&p->mgr->loop);
+    emit_progress(p, false);
+    return;
+  }
+  if (n < 0) {  // EOF or error: the stream is done
+    if (s == reinterpret_cast<uv_stream_t*>(&p->out_pipe))
+      close_stream(p, &p->out_pipe, p->out_open);
+    else
+      close_stream(p, &p->err_pipe, p->err_open);
+    maybe_finish(p);
+  }
+}
+
+void on_exit_status(Proc* p, int status) {
+  if (p->exited) return;
+  p->exited = true;
+  p->status = status;
+  if (p->pidfd >= 0) {
+    uv_poll_stop(&p->pid_poll);
+  } else {
+    uv_timer_stop(&p->wait_timer);
+  }
+  uv_timer_stop(&p->timeout);
+  if (p->killing) {
+    // The leader is gone; nothing of the group may outlive a cancel or timeout.
+    kill_group(p, SIGKILL);
+    uv_timer_stop(&p->grace);
+  }
+  if (p->out_open || p->err_open) {
+    // Something in the group still holds the pipes: give it a moment, then stop reading.
+    uv_timer_start(
+        &p->linger,
+        [](uv_timer_t* t) {
+          Proc* q = static_cast<Proc*>(t->data);
+          close_stream(q, &q->out_pipe, q->out_open);
+          close_stream(q, &q->err_pipe, q->err_open);
+          maybe_finish(q);
+        },
+        p->killing ? 50 : kLingerMs, 0);
+  }
+  maybe_finish(p);
+}
+
+bool try_reap(Proc* p) {
+  int status = 0;
+  pid_t r;
+  do {
+    r = ::waitpid(p->pid, &status, WNOHANG);
+  } while (r < 0 && errno == EINTR);
+  if (r == p->pid) {
+    on_exit_status(p, status);
+    return true;
+  }
+  if (r < 0 && errno == ECHILD) {  // reaped elsewhere: the status is lost
+    on_exit_status(p, 0);
+    return true;
+  }
+  return false;
+}
+
+void finish(Proc* p) {
+  p->finished = true;
+  uv_timer_stop(&p->linger);
+  uv_timer_stop(&p->grace);
+  auto ev = std::make_unique<Event>();
+  ev->kind = Event::Kind::Exit;
+  ev->id = p->id;
+  if (WIFEXITED(p->status)) {
+    ev->exit_code = WEXITSTATUS(p->status);
+  } else if (WIFSIGNALED(p->status)) {
+    ev->signal = WTERMSIG(p->status);
+  }
+  ev->timed_out = p->timed_out;
+  ev->cancelled = p->cancelled;
+  ev->bytes = p->out.total_bytes + p->err.total_bytes;
+  ev->lines = p->out.lines() + p->err.lines();
+  ev->last_line = p->out.last_line.empty() ? p->err.last_line : p->out.last_line;
+  ev->out = p->out.finish();
+  if (!p->opts.merge_output) ev->err = p->err.finish();
+  // A group whose leader exited may still hold members (background jobs): keep
+  // it registered for kill_all only while it exists.
+  if (::kill(-p->pid, 0) < 0 && errno == ESRCH) registry_remove(p->pid);
+  Manager::Impl* mgr = p->mgr;
+  mgr->procs.erase(p->id);
+  if (p->in_open) {
+    p->in_open = false;
+    close_handle(p, reinterpret_cast<uv_handle_t*>(&p->in_pipe));
+  }
+  if (p->pidfd >= 0) close_handle(p, reinterpret_cast<uv_handle_t*>(&p->pid_poll));
+  else close_handle(p, reinterpret_cast<uv_handle_t*>(&p->wait_timer));
+  close_handle(p, reinterpret_cast<uv_handle_t*>(&p->timeout));
+  close_handle(p, reinterpret_cast<uv_handle_t*>(&p->grace));
+  close_handle(p, reinterpret_cast<uv_handle_t*>(&p->linger));
+  mgr->running.fetch_sub(1);
+  mgr->emit(std::move(ev));
+  if (mgr->shutting_down && mgr->procs.empty() && !uv_is_closing(reinterpret_cast<uv_handle_t*>(&mgr->wakeup)))
+    uv_close(reinterpret_cast<uv_handle_t*>(&mgr->wakeup), nullptr);
+}
+
+struct WriteReq {
+  uv_write_t req{};
+  std::string data;
+  Proc* proc = nullptr;
+};
+
+void stdin_shutdown(Proc* p) {
+  if (!p->in_open || p->in_shutdown_requested) return;
+  p->in_shutdown_requested = true;
+  // Close after the pending writes are flushed (a plain close would cancel them).
+  auto* req = new uv_shutdown_t();
+  req->data = p;
+  int rc = uv_shutdown(req, reinterpret_cast<uv_stream_t*>(&p->in_pipe), [](uv_shutdown_t* r, int) {
+    Proc* q = static_cast<Proc*>(r->data);
+    delete r;
+    if (q->in_open) {
+      q->in_open = false;
+      close_handle(q, reinterpret_cast<uv_handle_t*>(&q->in_pipe));
+    }
+  });
+  if (rc != 0) {
+    delete req;
+    p->in_open = false;
+    close_handle(p, reinterpret_cast<uv_handle_t*>(&p->in_pipe));
+  }
+}
+
+void stdin_write(Proc* p, std::string data) {
+  if (!p->in_open || data.empty()) return;
+  auto* w = new WriteReq();
+  w->data = std::move(data);
+  w->proc = p;
+  uv_buf_t b = uv_buf_init(w->data.data(), static_cast<unsigned>(w->data.size()));
+  int rc = uv_write(&w->req, reinterpret_cast<uv_stream_t*>(&p->in_pipe), &b, 1, [](uv_write_t* req, int) {
+    // Errors (EPIPE: the child closed stdin) are not the caller's problem.
+    delete reinterpret_cast<WriteReq*>(req);
+  });
+  if (rc != 0) delete w;
+}
+
+// Sets up the worker-side handles of a freshly spawned child.
+void add_proc(Manager::Impl* m, Proc* p) {
+  m->procs[p->id] = p;
+  uv_loop_t* loop = &m->loop;
+  auto init_timer = [&](uv_timer_t* t) {
+    uv_timer_init(loop, t);
+    t->data = p;
+    ++p->open_handles;
+  };
+  init_timer(&p->timeout);
+  init_timer(&p->grace);
+  init_timer(&p->linger);
+  auto open_pipe = [&](uv_pipe_t* pipe, int fd, bool& open, bool readable) {
+    if (fd < 0) return;
+    uv_pipe_init(loop, pipe, 0);
+    pipe->data = p;
+    ++p->open_handles;
+    if (uv_pipe_open(pipe, fd) != 0) {
+      ::close(fd);
+      close_handle(p, reinterpret_cast<uv_handle_t*>(pipe));
+      return;
+    }
+    open = true;
+    if (readable) uv_read_start(reinterpret_cast<uv_stream_t*>(pipe), on_alloc, on_read);
+  };
+  open_pipe(&p->out_pipe, p->out_fd, p->out_open, true);
+  open_pipe(&p->err_pipe, p->err_fd, p->err_open, true);
+  open_pipe(&p->in_pipe, p->in_fd, p->in_open, false);
+  if (p->in_open) {
+    stdin_write(p, std::move(p->opts.stdin_data));
+    if (p->opts.stdin_mode == SpawnOptions::Stdin::Data) stdin_shutdown(p);
+  }
+  bool watching = false;
+  if (p->pidfd >= 0) {
+    if (uv_poll_init(loop, &p->pid_poll, p->pidfd) == 0) {
+      p->pid_poll.data = p;
+      ++p->open_handles;
+      uv_poll_start(&p->pid_poll, UV_READABLE, [](uv_poll_t* h, int, int) {
+        try_reap(static_cast<Proc*>(h->data));
+      });
+      watching = true;
+    } else {
+      ::close(p->pidfd);
+      p->pidfd = -1;
+    }
+  }
+  if (!watching) {
+    init_timer(&p->wait_timer);
+    uv_timer_start(
+        &p->wait_timer, [](uv_timer_t* t) { try_reap(static_cast<Proc*>(t->data)); }, 5, 10);
+  }
+  if (p->opts.timeout_ms > 0) {
+    uv_timer_start(
+        &p->timeout,
+        [](uv_timer_t* t) {
+          Proc* q = static_cast<Proc*>(t->data);
+          if (q->exited || q->finished) return;
+          q->timed_out = true;
+          start_kill(q);
+        },
+        static_cast<uint64_t>(p->opts.timeout_ms), 0);
+  }
+  // The child may have exited before the watch started.
+  try_reap(p);
+}
+
+}  // namespace
+
+void Manager::Impl::handle_requests() {
+  std::deque<Request> batch;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    batch.swap(requests);
+  }
+  for (auto& r : batch) {
+    if (r.kind == Request::Kind::Add) {
+      add_proc(this, r.proc);
+      continue;
+    }
+    if (r.kind == Request::Kind::Shutdown) {
+      shutting_down = true;
+      std::vector<Proc*> all;
+      for (auto& [id, p] : procs) all.push_back(p);
+      for (Proc* p : all) {
+        p->cancelled = true;
+        kill_group(p, SIGKILL);
+      }
+      continue;
+    }
+    if (r.kind == Request::Kind::MarkAllCancelled) {
+      for (auto& [id, p] : procs) p->cancelled = true;
+      continue;
+    }
+    auto it = procs.find(r.id);
+    if (it == procs.end()) continue;  // already finished: nothing to do
+    Proc* p = it->second;
+    switch (r.kind) {
+      case Request::Kind::Write:
+        stdin_write(p, std::move(r.data));
+        break;
+      case Request::Kind::CloseStdin:
+        stdin_shutdown(p);
+        break;
+      case Request::Kind::Cancel:
+        if (!p->exited) {
+          p->cancelled = true;
+          start_kill(p);
+        }
+        break;
+      default:
+        break;
+    }
+  }
+  if (shutting_down && procs.empty() && !uv_is_closing(reinterpret_cast<uv_handle_t*>(&wakeup))) {
+    uv_close(reinterpret_cast<uv_handle_t*>(&wakeup), nullptr);
+  }
+}
+
+void Manager::Impl::run() {
+  sigset_t all;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, nullptr);
+  uv_run(&loop, UV_RUN_DEFAULT);
+}
+
+// ---------------------------------------------------------------------------
+// Manager (host side)
+// ---------------------------------------------------------------------------
+
+Manager::Manager() : impl_(std::make_unique<Impl>()) {
+  Impl* m = impl_.get();
+#if defined(__linux__)
+  int efd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (efd < 0) throw Error(FLEMMA_E_IO, "process manager: eventfd failed: " + errno_text(errno));
+  m->event_rfd = m->event_wfd = efd;
+#else
+  int fds[2];
+  if (::pipe(fds) < 0) throw Error(FLEMMA_E_IO, "process manager: pipe failed: " + errno_text(errno));
+  for (int fd : fds) {
+    ::fcntl(fd, F_SETFD, FD_CLOEXEC);
+    ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+  }
+  m->event_rfd = fds[0];
+  m->event_wfd = fds[1];
+#endif
+  if (int rc = uv_loop_init(&m->loop); rc != 0)
+    throw Error(FLEMMA_E_IO, std::string("process manager: uv_loop_init failed: ") + uv_strerror(rc));
+  m->wakeup.data = m;
+  uv_async_init(&m->loop, &m->wakeup, [](uv_async_t* a) { static_cast<Impl*>(a->data)->handle_requests(); });
+  m->thread = std::thread([m] { m->run(); });
+}
+
+Manager::~Manager() {
+  Impl* m = impl_.get();
+  m->post(Request{Request::Kind::Shutdown});
+  if (m->thread.joinable()) m->thread.join();
+  // Handles still closing are finished by one more pass.
+  uv_run(&m->loop, UV_RUN_NOWAIT);
+  uv_loop_close(&m->loop);
+  ::close(m->event_rfd);
+  if (m->event_wfd != m->event_rfd) ::close(m->event_wfd);
+}
+
+int Manager::fd() const { return impl_->event_rfd; }
+
+int Manager::running() const { return impl_->running.load(); }
+
+void Manager::ack() {
+#if defined(__linux__)
+  uint64_t v;
+  while (::read(impl_->event_rfd, &v, sizeof v) < 0 && errno == EINTR) {
+  }
+#else
+  char b[256];
+  while (::read(impl_->event_rfd, b, sizeof b) > 0) {
+  }
+#endif
+}
+
+std::unique_ptr<Event> Manager::next_event() {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  if (impl_->events.empty()) return nullptr;
+  auto ev = std::move(impl_->events.front());
+  impl_->events.pop_front();
+  return ev;
+}
+
+void Manager::write_stdin(int64_t id, std::string data) {
+  impl_->post(Request{Request::Kind::Write, id, std::move(data)});
+}
+void Manager::close_stdin(int64_t id) { impl_->post(Request{Request::Kind::CloseStdin, id}); }
+void Manager::cancel(int64_t id) { impl_->post(Request{Request::Kind::Cancel, id}); }
+
+void Manager::kill_all() {
+  kill_all_groups();
+  impl_->post(Request{Request::Kind::MarkAllCancelled});
+}
+
+void kill_all_groups() {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  for (pid_t pg : r.groups) ::kill(-pg, SIGKILL);
+  // Leaders are reaped by their manager; the groups can go.
+  r.groups.clear();
+}
+
+namespace {
+
+struct Fds {
+  int fd[2] = {-1, -1};
+  ~Fds() {
+    for (int f : fd)
+      if (f >= 0) ::close(f);
+  }
+  void make() {
+#if defined(__linux__)
+    if (::pipe2(fd, O_CLOEXEC) < 0) throw Error(FLEMMA_E_IO, "cannot create a pipe: " + errno_text(errno));
+#else
+    if (::pipe(fd) < 0) throw Error(FLEMMA_E_IO, "cannot create a pipe: " + errno_text(errno));
+    ::fcntl(fd[0], F_SETFD, FD_CLOEXEC);
+    ::fcntl(fd[1], F_SETFD, FD_CLOEXEC);
+#endif
+  }
+  int release(int i) {
+    int f = fd[i];
+    fd[i] = -1;
+    return f;
+  }
+};
+
+struct SpawnAttrs {
+  posix_spawn_file_actions_t fa;
+  posix_spawnattr_t at;
+  SpawnAttrs() {
+    posix_spawn_file_actions_init(&fa);
+    posix_spawnattr_init(&at);
+  }
+  ~SpawnAttrs() {
+    posix_spawn_file_actions_destroy(&fa);
+    posix_spawnattr_destroy(&at);
+  }
+};
+
+}  // namespace
+
+int64_t Manager::spawn(SpawnOptions opts, pid_t* pid_out) {
+  if (opts.argv.empty() || opts.argv[0].empty())
+    throw Error(FLEMMA_E_INVALID, "spawn: the command is empty: give at least the program name");
+  if (!opts.cwd.empty()) {
+    struct stat st;
+    if (::stat(opts.cwd.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+      throw Error(FLEMMA_E_INVALID, "spawn: the working directory `" + opts.cwd + "` does not exist");
+  }
+  if (opts.max_lines <= 0) opts.max_lines = truncate::kMaxLines;
+  if (opts.max_bytes <= 0) opts.max_bytes = truncate::kMaxBytes;
+  if (opts.kill_grace_ms < 0) opts.kill_grace_ms = 2000;
+
+  Fds out, err, in;
+  out.make();
+  if (!opts.merge_output) err.make();
+  if (opts.stdin_mode != SpawnOptions::Stdin::Closed) in.make();
+
+  SpawnAttrs sa;
+  if (opts.stdin_mode == SpawnOptions::Stdin::Closed)
+    posix_spawn_file_actions_addopen(&sa.fa, 0, "/dev/null", O_RDONLY, 0);
+  else
+    posix_spawn_file_actions_adddup2(&sa.fa, in.fd[0], 0);
+  posix_spawn_file_actions_adddup2(&sa.fa, out.fd[1], 1);
+  posix_spawn_file_actions_adddup2(&sa.fa, opts.merge_output ? out.fd[1] : err.fd[1], 2);
+  if (!opts.cwd.empty()) {
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 29)) || defined(__APPLE__)
+    posix_spawn_file_actions_addchdir_np(&sa.fa, opts.cwd.c_str());
+#else
+#error "posix_spawn_file_actions_addchdir_np is needed"
+#endif
+  }
+  sigset_t none, all;
+  sigemptyset(&none);
+  sigfillset(&all);
+  posix_spawnattr_setsigmask(&sa.at, &none);
+  posix_spawnattr_setsigdefault(&sa.at, &all);
+  short flags = POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF;
+#if defined(POSIX_SPAWN_SETSID)
+  flags |= POSIX_SPAWN_SETSID;
+#else
+  flags |= POSIX_SPAWN_SETPGROUP;  // at least a group of its own
+  posix_spawnattr_setpgroup(&sa.at, 0);
+#endif
+  posix_spawnattr_setflags(&sa.at, flags);
+
+  std::vector<std::string> env = build_env(environ, opts.env);
+  std::vector<char*> envp;
+  envp.reserve(env.size() + 1);
+  for (auto& kv : env) envp.push_back(kv.data());
+  envp.push_back(nullptr);
+  std::vector<char*> argv;
+  argv.reserve(opts.argv.size() + 1);
+  for (auto& a : opts.argv) argv.push_back(a.data());
+  argv.push_back(nullptr);
+
+  pid_t pid = -1;
+  int rc = ::posix_spawnp(&pid, argv[0], &sa.fa, &sa.at, argv.data(), envp.data());
+  if (rc != 0) {
+    throw Error(rc == ENOENT ? FLEMMA_E_INVALID : FLEMMA_E_IO,
+                "spawn: cannot run `" + opts.argv[0] + "`: " + errno_text(rc) +
+                    (rc == ENOENT ? " (is it installed and on PATH?)" : ""));
+  }
+  registry_add(pid);
+
+  auto* p = new Proc();
+  p->mgr = impl_.get();
+  p->id = impl_->next_id.fetch_add(1);
+  p->pid = pid;
+#if defined(__linux__) && defined(SYS_pidfd_open)
+  p->pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+  if (p->pidfd >= 0) ::fcntl(p->pidfd, F_SETFD, FD_CLOEXEC);
+#endif
+  p->out.max_lines = p->err.max_lines = opts.max_lines;
+  p->out.max_bytes = p->err.max_bytes = opts.max_bytes;
+  p->err.prefix = "flemma-stderr-";
+  p->out_fd = out.release(0);
+  if (!opts.merge_output) p->err_fd = err.release(0);
+  if (opts.stdin_mode != SpawnOptions::Stdin::Closed) p->in_fd = in.release(1);
+  p->opts = std::move(opts);
+  impl_->running.fetch_add(1);
+  impl_->post(Request{Request::Kind::Add, 0, {}, p});
+  if (pid_out) *pid_out = pid;
+  return p->id;
+}
+
+
+
+}  // namespace flemma::process
+
+// Kill every group still registered when the library is unloaded or the
+// process exits, so that no child outlives Neovim.
+__attribute__((destructor)) static void flemma_process_unload() { flemma::process::kill_all_groups(); }

@@ -1,0 +1,97 @@
+// The process manager: children spawned in their own session and process group,
+// watched by a libuv loop on one native worker thread. The worker never calls
+// into Lua: it queues events and signals a file descriptor (eventfd on Linux, a
+// pipe elsewhere) that the host polls; the host then takes the events on its own
+// thread with next_event().
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace flemma::process {
+
+struct SpawnOptions {
+  std::vector<std::string> argv;               // argv[0] is looked up in PATH
+  std::string cwd;                             // "" = the current directory
+  std::vector<std::string> env;                // extra "NAME=value", override the inherited ones
+  enum class Stdin { Closed, Data, Open } stdin_mode = Stdin::Closed;
+  std::string stdin_data;                      // written first (Data, Open)
+  bool merge_output = true;                    // stderr into the same pipe as stdout
+  int64_t timeout_ms = 0;                      // <= 0: none
+  int64_t kill_grace_ms = 2000;                // SIGTERM -> SIGKILL delay
+  int64_t max_lines = 2000;                    // tail window kept in memory
+  int64_t max_bytes = 51200;
+  bool progress = false;                       // emit progress events (at most every 100 ms)
+};
+
+struct StreamResult {
+  std::string tail;          // the kept tail (truncate_tail of the output by the limits)
+  bool truncated = false;    // the output was over the limits
+  int64_t total_bytes = 0;
+  int64_t total_lines = 0;
+  std::string path;          // temp file holding the whole output ("" if never needed)
+  bool binary = false;       // a NUL byte was seen
+};
+
+struct Event {
+  enum class Kind { Progress = 1, Exit = 2 } kind = Kind::Progress;
+  int64_t id = 0;
+  // Progress (also filled for Exit): both streams together.
+  int64_t bytes = 0;
+  int64_t lines = 0;
+  std::string last_line;     // the last complete line (at most 512 bytes)
+  // Exit.
+  int exit_code = -1;        // -1 when killed by a signal
+  int signal = 0;
+  bool timed_out = false;
+  bool cancelled = false;
+  StreamResult out;          // merged output, or stdout
+  StreamResult err;          // stderr when not merged
+};
+
+// The non-interactive variables added to every child's environment.
+const std::vector<std::string>& noninteractive_env();
+
+// The environment of a child: `base` (NAME=value strings), then the
+// non-interactive variables, then `extra`; a later NAME replaces an earlier one.
+std::vector<std::string> build_env(const char* const* base, const std::vector<std::string>& extra);
+
+class Manager {
+ public:
+  Manager();   // starts the worker thread; throws flemma::Error on failure
+  ~Manager();  // kills every running group, stops and joins the worker
+
+  Manager(const Manager&) = delete;
+  Manager& operator=(const Manager&) = delete;
+
+  // The descriptor that becomes readable when events are waiting.
+  int fd() const;
+  // Spawns at once on the calling thread (errors are thrown); returns the id.
+  int64_t spawn(SpawnOptions opts, pid_t* pid_out);
+  void write_stdin(int64_t id, std::string data);
+  void close_stdin(int64_t id);
+  void cancel(int64_t id);
+  // SIGKILL to every group this manager started that may still be alive, at once.
+  void kill_all();
+  // Resets the descriptor (call before taking events).
+  void ack();
+  // The next event, or nullptr when none is waiting.
+  std::unique_ptr<Event> next_event();
+  // Children whose result was not delivered yet.
+  int running() const;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+// SIGKILL to every group started by any manager that may still be alive
+// (also run when the library is unloaded or the process exits).
+void kill_all_groups();
+
+}  // namespace flemma::process
