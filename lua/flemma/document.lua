@@ -46,7 +46,7 @@ local H = {}
 M.STATUSES = { "approved", "pending", "denied", "rejected" }
 H.status_set = { approved = true, pending = true, denied = true, rejected = true }
 
-H.decode_opts = { luanil = { object = true, array = true } }
+H.decode_opts = { luanil = { object = true } }
 
 --- Decodes the tool inputs of a raw model in place.
 function H.decode_inputs(raw)
