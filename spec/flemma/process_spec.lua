@@ -1,0 +1,321 @@
+local process = require("flemma.process")
+local helpers = require("spec.support.helpers")
+
+-- Live (non-zombie) processes whose process group is pgid.
+local function alive_in_group(pgid)
+  local n = 0
+  for _, name in ipairs(vim.fn.readdir("/proc")) do
+    if name:match("^%d+$") then
+      local stat = helpers.read_file("/proc/" .. name .. "/stat")
+      if stat then
+        local state, pgrp = stat:match("%) (%S) %d+ (%d+)")
+        if tonumber(pgrp) == pgid and state ~= "Z" then
+          n = n + 1
+        end
+      end
+    end
+  end
+  return n
+end
+
+local function pid_alive(pid)
+  local stat = helpers.read_file("/proc/" .. pid .. "/stat")
+  return stat ~= nil and stat:match("%) (%S)") ~= "Z"
+end
+
+-- Runs opts to completion and returns the result (and the handle).
+local function run(opts, timeout)
+  local result
+  local h = process.spawn(opts, function(r)
+    result = r
+  end)
+  helpers.wait_for(function()
+    return result ~= nil
+  end, timeout or 10000, "process did not finish: " .. table.concat(opts.cmd, " "))
+  return result, h
+end
+
+local function rss_kb()
+  return tonumber(helpers.read_file("/proc/self/status"):match("VmRSS:%s*(%d+)"))
+end
+
+describe("flemma.process", function()
+  after_each(function()
+    helpers.cleanup()
+  end)
+
+  describe("spawn", function()
+    it("reports the exit code and the merged output in arrival order", function()
+      local r, h = run({ cmd = { "bash", "-c", "echo one; echo two >&2; echo three; exit 3" } })
+      assert.equal(3, r.code)
+      assert.is_nil(r.signal)
+      assert.equal("one\ntwo\nthree\n", r.output)
+      assert.equal(3, r.total_lines)
+      assert.equal(14, r.total_bytes)
+      assert.is_false(r.truncated)
+      assert.is_nil(r.full_output_path)
+      assert.is_false(h:is_running())
+      assert.is_true(h.pid > 0)
+    end)
+
+    it("keeps stdout and stderr apart when merge_output is false", function()
+      local r = run({ cmd = { "bash", "-c", "echo out; echo err >&2" }, merge_output = false })
+      assert.equal("out\n", r.output)
+      assert.equal("err\n", r.stderr)
+      assert.equal(0, r.code)
+    end)
+
+    it("reports the signal that ended the process", function()
+      local r = run({ cmd = { "bash", "-c", "kill -KILL $$" } })
+      assert.is_nil(r.code)
+      assert.equal(9, r.signal)
+    end)
+
+    it("gives the child a closed stdin so that `read` gets EOF", function()
+      local r = run({ cmd = { "bash", "-c", "read -r line; echo \"rc=$? line=[$line]\"" } }, 3000)
+      assert.equal("rc=1 line=[]\n", r.output)
+    end)
+
+    it("writes the given stdin content, then closes stdin", function()
+      local r = run({ cmd = { "bash", "-c", "cat; echo; echo end" }, stdin = "hello\nworld" })
+      assert.equal("hello\nworld\nend\n", r.output)
+    end)
+
+    it("accepts writes while stdin is kept open", function()
+      local result
+      local h = process.spawn({ cmd = { "cat" }, keep_stdin_open = true }, function(r)
+        result = r
+      end)
+      h:write("abc\n")
+      h:write("def\n")
+      h:close_stdin()
+      helpers.wait_for(function()
+        return result ~= nil
+      end)
+      assert.equal("abc\ndef\n", result.output)
+      local ok, err = pcall(h.write, h, "late")
+      assert.is_false(ok)
+      assert.is_truthy(err:find("stdin is not open", 1, true))
+    end)
+
+    it("applies cwd, extra env and the non-interactive environment", function()
+      local dir = helpers.tmpdir()
+      local r = run({
+        cmd = { "bash", "-c", "pwd; echo \"$FOO|$CI|$DEBIAN_FRONTEND|$PAGER|$GIT_TERMINAL_PROMPT|$HOME\"" },
+        cwd = dir,
+        env = { FOO = "bar baz" },
+      })
+      assert.equal(dir .. "\nbar baz|true|noninteractive|cat|0|" .. vim.env.HOME .. "\n", r.output)
+    end)
+
+    it("runs each child in a session and process group of its own", function()
+      local r, h = run({ cmd = { "bash", "-c", "ps -o pid=,pgid=,sid= -p $$" } })
+      local pid, pgid, sid = r.output:match("(%d+)%s+(%d+)%s+(%d+)")
+      assert.equal(h.pid, tonumber(pid))
+      assert.equal(h.pid, tonumber(pgid))
+      assert.equal(h.pid, tonumber(sid))
+    end)
+
+    it("raises a clear error for a bad request", function()
+      local cases = {
+        { { cmd = {} }, "`cmd` should be a non-empty list" },
+        { { cmd = { "true" }, cwd = "/nonexistent/dir" }, "working directory `/nonexistent/dir` does not exist" },
+        { { cmd = { "flemma-no-such-program" } }, "cannot run `flemma-no-such-program`" },
+        { { cmd = { "true" }, timeout = "1" }, "`timeout` should be a number" },
+        { { cmd = { "true" }, env = { ["A=B"] = "x" } }, "`env` keys should be variable names" },
+      }
+      for _, c in ipairs(cases) do
+        local ok, err = pcall(process.spawn, c[1], function() end)
+        assert.is_false(ok)
+        assert.is_truthy(err:find(c[2], 1, true), err)
+        assert.equal("(flemma) ", err:sub(1, 9))
+      end
+    end)
+
+    it("runs 100 short processes at the same time", function()
+      local results, handles = {}, {}
+      for i = 1, 100 do
+        handles[i] = process.spawn({ cmd = { "bash", "-c", "echo n" .. i .. "; exit " .. (i % 7) } }, function(r)
+          results[i] = r
+        end)
+      end
+      helpers.wait_for(function()
+        return vim.tbl_count(results) == 100
+      end, 20000, "not all 100 processes finished")
+      for i = 1, 100 do
+        assert.equal(i % 7, results[i].code)
+        assert.equal("n" .. i .. "\n", results[i].output)
+      end
+      -- no zombies left behind: every leader was reaped
+      for i = 1, 100 do
+        assert.is_nil(helpers.read_file("/proc/" .. handles[i].pid .. "/stat"))
+      end
+    end)
+  end)
+
+  describe("timeout and cancel", function()
+    it("a timeout ends the whole group, background children included", function()
+      local t0 = vim.uv.hrtime()
+      local r, h = run({ cmd = { "bash", "-c", "sleep 100 & sleep 100 & echo started; wait" }, timeout = 300 })
+      local elapsed = (vim.uv.hrtime() - t0) / 1e6
+      assert.is_true(r.timed_out)
+      assert.is_false(r.cancelled)
+      assert.equal("started\n", r.output)
+      assert.is_true(elapsed < 3000, "took " .. elapsed .. " ms")
+      helpers.wait_for(function()
+        return alive_in_group(h.pid) == 0
+      end, 3000, "processes of the group survived the timeout")
+    end)
+
+    it("cancel ends the whole group and reports cancelled", function()
+      local result
+      local h = process.spawn({ cmd = { "bash", "-c", "sleep 100 & sleep 100 & wait" } }, function(r)
+        result = r
+      end)
+      helpers.wait_for(function()
+        return alive_in_group(h.pid) == 3
+      end, 3000, "the shell and its two children did not start")
+      assert.is_true(h:is_running())
+      h:cancel()
+      helpers.wait_for(function()
+        return result ~= nil
+      end, 5000)
+      assert.is_true(result.cancelled)
+      assert.is_false(result.timed_out)
+      assert.equal(15, result.signal)
+      helpers.wait_for(function()
+        return alive_in_group(h.pid) == 0
+      end, 3000, "processes of the group survived the cancel")
+    end)
+
+    it("sends SIGKILL after the grace period to a process that ignores SIGTERM", function()
+      local t0 = vim.uv.hrtime()
+      local r = run({
+        cmd = { "bash", "-c", "trap '' TERM; echo ready; while :; do sleep 0.05; done" },
+        timeout = 200,
+        kill_grace = 300,
+      })
+      local elapsed = (vim.uv.hrtime() - t0) / 1e6
+      assert.is_true(r.timed_out)
+      assert.equal(9, r.signal)
+      assert.is_true(elapsed >= 450, "killed too early: " .. elapsed)
+      assert.is_true(elapsed < 3000, "killed too late: " .. elapsed)
+    end)
+
+    it("kill_all ends every running group at once", function()
+      local results, handles = {}, {}
+      for i = 1, 3 do
+        handles[i] = process.spawn({ cmd = { "bash", "-c", "sleep 100 & wait" } }, function(r)
+          results[i] = r
+        end)
+      end
+      helpers.wait_for(function()
+        return alive_in_group(handles[3].pid) == 2
+      end)
+      assert.equal(3, #process.running())
+      process.kill_all()
+      helpers.wait_for(function()
+        return vim.tbl_count(results) == 3
+      end, 5000)
+      for i = 1, 3 do
+        assert.is_true(results[i].cancelled)
+        assert.equal(9, results[i].signal)
+        assert.equal(0, alive_in_group(handles[i].pid))
+      end
+    end)
+
+    it("kills running children when Neovim exits", function()
+      local dir = helpers.tmpdir()
+      local pidfile = dir .. "/pid"
+      local res = helpers.run_nvim({
+        rtp = helpers.root,
+        lua = ([[
+          vim.g.flemma_library_path = %q
+          local h = require("flemma.process").spawn({ cmd = { "bash", "-c", "sleep 100 & wait" } }, function() end)
+          local f = io.open(%q, "w"); f:write(tostring(h.pid)); f:close()
+          vim.wait(300)
+        ]]):format(require("flemma.native").library_path(), pidfile),
+      })
+      assert.equal(0, res.code, res.stderr)
+      local pid = tonumber(helpers.read_file(pidfile))
+      assert.is_truthy(pid)
+      helpers.wait_for(function()
+        return alive_in_group(pid) == 0
+      end, 3000, "the child group outlived Neovim")
+    end)
+  end)
+
+  describe("bounded output", function()
+    it("keeps the tail, counts everything and writes the whole output to a file", function()
+      local r = run({ cmd = { "seq", "1", "300000" } })
+      assert.is_true(r.truncated)
+      assert.equal(300000, r.total_lines)
+      local lines = vim.split(r.output, "\n", { trimempty = true })
+      assert.equal(2000, #lines)
+      assert.equal("298001", lines[1])
+      assert.equal("300000", lines[#lines])
+      assert.is_string(r.full_output_path)
+      local full = helpers.read_file(r.full_output_path)
+      assert.equal(r.total_bytes, #full)
+      assert.equal(table.concat(vim.fn.range(1, 300000), "\n") .. "\n", full)
+      os.remove(r.full_output_path)
+    end)
+
+    it("honours per-request limits", function()
+      local r = run({ cmd = { "seq", "1", "100" }, max_lines = 5, max_bytes = 1000 })
+      assert.equal("96\n97\n98\n99\n100\n", r.output)
+      assert.is_true(r.truncated)
+      os.remove(r.full_output_path)
+    end)
+
+    it("detects binary output and reports it instead of the bytes", function()
+      local r = run({ cmd = { "printf", "abc\\000def" } })
+      assert.is_true(r.binary)
+      assert.is_nil(r.output:find("\0", 1, true))
+      assert.is_truthy(r.output:find("binary output", 1, true))
+      assert.equal("abc\0def", helpers.read_file(r.full_output_path))
+      os.remove(r.full_output_path)
+    end)
+
+    it("reports progress at most every 100 ms with the last complete line", function()
+      local seen = {}
+      local r = run({
+        cmd = { "bash", "-c", "for i in $(seq 1 8); do echo line$i; sleep 0.06; done" },
+        on_progress = function(p)
+          seen[#seen + 1] = { t = vim.uv.hrtime() / 1e6, p = p }
+        end,
+      })
+      assert.equal(0, r.code)
+      assert.is_true(#seen >= 2, "only " .. #seen .. " progress events")
+      assert.is_true(#seen <= 6, #seen .. " progress events for ~500 ms")
+      for _, s in ipairs(seen) do
+        assert.is_truthy(s.p.last_line:match("^line%d$"), s.p.last_line)
+        assert.is_true(s.p.bytes >= 6)
+      end
+    end)
+
+    it("streams 500 MB of output with flat memory", function()
+      local before = rss_kb()
+      local peak = before
+      local timer = vim.uv.new_timer()
+      timer:start(20, 20, function()
+        local now = rss_kb()
+        if now > peak then
+          peak = now
+        end
+      end)
+      -- seq 1 57000000 writes about 500 MB of distinct lines
+      local r = run({ cmd = { "seq", "1", "57000000" } }, 120000)
+      timer:stop()
+      timer:close()
+      assert.equal(0, r.code)
+      assert.is_true(r.total_bytes > 500 * 1000 * 1000, "only " .. r.total_bytes)
+      assert.equal(57000000, r.total_lines)
+      assert.equal("57000000\n", r.output:sub(-9))
+      assert.is_true((peak - before) < 64 * 1024, ("memory grew by %d KB"):format(peak - before))
+      local st = vim.uv.fs_stat(r.full_output_path)
+      assert.equal(r.total_bytes, st.size)
+      os.remove(r.full_output_path)
+    end)
+  end)
+end)
