@@ -188,6 +188,9 @@ function M.register(arg1, arg2)
       util.error(("tool module `%s` should return a table, not %s"):format(arg1, type(mod)))
     end
     if type(mod.definitions) == "table" then
+      if next(mod.definitions) == nil then
+        return {}
+      end
       return M.register(mod.definitions)
     elseif type(mod.resolve) == "function" then
       H.add_source(arg1, mod.resolve, mod.timeout)

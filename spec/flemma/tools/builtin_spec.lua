@@ -316,4 +316,79 @@ describe("built-in tools", function()
       assert.equals("link", uv.fs_lstat(dir .. "/ln.txt").type)
     end)
   end)
+
+  describe("bash", function()
+    local function sh(command, timeout)
+      return run(buf, "bash", { command = command, timeout = timeout or vim.NIL, label = vim.NIL }, 15000)
+    end
+
+    it("runs a command in the working directory with stderr merged", function()
+      local res = sh("pwd; echo to-err >&2")
+      assert.is_true(res.success)
+      assert.equals(vim.fs.normalize(vim.fn.getcwd()) .. "\nto-err\n", res.output)
+    end)
+
+    it("says so when there is no output", function()
+      assert.same({ success = true, output = "(no output)" }, sh("true"))
+    end)
+
+    it("uses the shell and env of tools.bash", function()
+      config.setup({ tools = { bash = { shell = "sh", env = { FLEMMA_SPEC_VAR = "from-config" } } } })
+      local res = sh('echo "$0 $FLEMMA_SPEC_VAR"')
+      assert.same({ success = true, output = "sh from-config\n" }, res)
+    end)
+
+    it("makes a non-zero exit an error result that keeps the output", function()
+      local res = sh("echo partial; exit 3")
+      assert.is_false(res.success)
+      assert.equals("the command exited with code 3", res.error)
+      assert.equals("partial\n", res.output)
+    end)
+
+    it("kills a command at its timeout and keeps what it printed", function()
+      local t0 = uv.hrtime()
+      local res = sh("echo started; sleep 20", 0.3)
+      assert.is_false(res.success)
+      assert.matches("timed out after 0.3s", res.error, 1, true)
+      assert.matches("started", res.output, 1, true)
+      assert.is_true((uv.hrtime() - t0) / 1e6 < 5000)
+    end)
+
+    it("keeps the tail of long output and names the file with all of it", function()
+      local res = sh("seq 1 5000")
+      assert.is_true(res.success)
+      assert.matches("^%[Output truncated: showing the last 2000 of 5000 lines", res.output)
+      assert.matches("\n5000\n$", res.output)
+      assert.is_nil(res.output:find("\n2999\n", 1, true))
+      local path = res.output:match("Full output: (%S+)%]")
+      assert.is_not_nil(path)
+      local full = helpers.read_file(path)
+      assert.equals(table.concat(vim.fn.range(1, 5000), "\n") .. "\n", full)
+    end)
+
+    it("can be cancelled, and the process is gone", function()
+      local pidfile = dir .. "/pid"
+      local got = {}
+      local handle = tools.execute(buf, {
+        name = "bash",
+        input = { command = "echo $$ > " .. pidfile .. "; exec sleep 30", timeout = vim.NIL, label = vim.NIL },
+      }, function(r)
+        got[#got + 1] = r
+      end)
+      helpers.wait_for(function()
+        local s = helpers.read_file(pidfile)
+        return s and s:match("%d+")
+      end, 5000, "the command did not start")
+      local pid = tonumber(helpers.read_file(pidfile):match("%d+"))
+      handle.cancel()
+      helpers.wait_for(function()
+        return #got > 0
+      end, 2000)
+      assert.is_false(got[1].success)
+      assert.matches("cancelled", got[1].error, 1, true)
+      helpers.wait_for(function()
+        return uv.kill(pid, 0) ~= 0
+      end, 5000, "the process is still alive after cancel")
+    end)
+  end)
 end)
