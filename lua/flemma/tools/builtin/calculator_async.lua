@@ -43,6 +43,7 @@ return {
         timer:close()
       end
     end
+    vim.uv.update_time() -- count the delay from now, not from the loop's cached time
     timer:start(delay, 0, function()
       stop()
       vim.schedule(function()
