@@ -391,4 +391,66 @@ describe("built-in tools", function()
       end, 5000, "the process is still alive after cancel")
     end)
   end)
+
+  describe("with the sandbox on", function()
+    local outside
+    local function sandbox()
+      local ok, mod = pcall(require, "flemma.sandbox")
+      return ok and type(mod) == "table" and mod or nil
+    end
+    before_each(function()
+      outside = helpers.tmpdir()
+      config.setup({ sandbox = { enabled = true, policy = { rw_paths = { dir } } } })
+    end)
+
+    it("write is refused outside the writable paths and allowed inside", function()
+      if not sandbox() then
+        return pending("flemma.sandbox has not landed")
+      end
+      local res = run(buf, "write", { path = outside .. "/no.txt", content = "x", label = vim.NIL })
+      assert.is_false(res.success)
+      assert.matches("^sandbox: " .. vim.pesc(outside) .. "/no.txt is outside the writable paths", res.error)
+      assert.is_nil(uv.fs_stat(outside .. "/no.txt"))
+      assert.is_true(run(buf, "write", { path = "yes.txt", content = "x", label = vim.NIL }).success)
+      assert.equals("x", helpers.read_file(dir .. "/yes.txt"))
+    end)
+
+    it("write through a symlink is refused when its target is outside", function()
+      if not sandbox() then
+        return pending("flemma.sandbox has not landed")
+      end
+      helpers.write_file(outside .. "/target.txt", "keep")
+      assert(uv.fs_symlink(outside .. "/target.txt", dir .. "/sneaky.txt"))
+      local res = run(buf, "write", { path = "sneaky.txt", content = "changed", label = vim.NIL })
+      assert.is_false(res.success)
+      assert.equals("keep", helpers.read_file(outside .. "/target.txt"))
+    end)
+
+    it("edit is refused outside the writable paths", function()
+      if not sandbox() then
+        return pending("flemma.sandbox has not landed")
+      end
+      helpers.write_file(outside .. "/f.txt", "hello")
+      local res = run(buf, "edit", { path = outside .. "/f.txt", old_string = "hello", new_string = "bye", label = vim.NIL })
+      assert.is_false(res.success)
+      assert.matches("^sandbox: ", res.error)
+      assert.equals("hello", helpers.read_file(outside .. "/f.txt"))
+    end)
+
+    it("bash runs inside the sandbox: writes outside the writable paths fail", function()
+      local mod = sandbox()
+      if not mod then
+        return pending("flemma.sandbox has not landed")
+      end
+      assert.is_true(mod.is_enabled())
+      local res = run(buf, "bash", {
+        command = ("touch %s/in.txt && touch %s/out.txt"):format(dir, outside),
+        timeout = vim.NIL,
+        label = vim.NIL,
+      }, 15000)
+      assert.is_false(res.success)
+      assert.is_not_nil(uv.fs_stat(dir .. "/in.txt"))
+      assert.is_nil(uv.fs_stat(outside .. "/out.txt"))
+    end)
+  end)
 end)

@@ -84,6 +84,21 @@ describe("flemma.tools.context", function()
       assert.is_true(ctx.sandbox.is_path_writable("/usr/lib/anything"))
       assert.same({ "bash", "-c", "true" }, ctx.sandbox.wrap_command({ "bash", "-c", "true" }))
     end)
+
+    it("answers from the sandbox policy while it is on", function()
+      local ok, sandbox = pcall(require, "flemma.sandbox")
+      if not ok then
+        return pending("flemma.sandbox has not landed")
+      end
+      config.setup({ sandbox = { enabled = true, policy = { rw_paths = { dir } } } })
+      local ctx = context.new(helpers.buffer({}, dir .. "/a.chat"), "bash")
+      assert.is_true(sandbox.is_enabled())
+      assert.is_true(ctx.sandbox.is_path_writable("inside.txt"))
+      assert.is_false(ctx.sandbox.is_path_writable("/usr/lib/outside.txt"))
+      local argv = ctx.sandbox.wrap_command({ "bash", "-c", "true" })
+      assert.is_table(argv)
+      assert.are_not.same({ "bash", "-c", "true" }, argv)
+    end)
   end)
 
   describe("truncate", function()
