@@ -305,6 +305,25 @@ describe("flemma.tools", function()
     end)
   end)
 
+  describe("for_buffer with frontmatter", function()
+    it("narrows the tools to the frontmatter's selection", function()
+      local ok = pcall(require, "flemma.frontmatter")
+      if not ok then
+        return pending("flemma.frontmatter has not landed")
+      end
+      tools.setup(config.get())
+      local buf = vim.api.nvim_create_buf(true, false)
+      vim.api.nvim_buf_set_lines(buf, 0, -1, false, {
+        "```lua",
+        'flemma.opt.tools = { "read", "bash" }',
+        "```",
+        "@You:",
+        "hi",
+      })
+      assert.same({ "bash", "read" }, (tools.for_buffer(buf)))
+    end)
+  end)
+
   describe("setup", function()
     it("registers the six built-in tools with strict schemas", function()
       tools.setup(config.get())
