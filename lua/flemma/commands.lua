@@ -15,6 +15,7 @@ local subcommands = {}
 -- Modules that register subcommands when loaded; loaded on the first :Flemma.
 local modules = {
   "flemma.cycle_commands",
+  "flemma.sandbox",
 }
 local loaded = false
 

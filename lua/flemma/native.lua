@@ -152,6 +152,18 @@ void flemma_proc_event_free(flemma_proc_event *event);
 int flemma_procmgr_running(const flemma_procmgr *mgr);
 ]],
   sandbox = [[
+typedef struct flemma_sandbox_policy flemma_sandbox_policy;
+typedef struct flemma_strv {
+  const char *const *items;
+  size_t count;
+} flemma_strv;
+flemma_sandbox_policy *flemma_sandbox_policy_new(int network);
+void flemma_sandbox_policy_free(flemma_sandbox_policy *policy);
+int flemma_sandbox_policy_add_root(flemma_sandbox_policy *policy, const char *path);
+int flemma_sandbox_is_path_writable(const flemma_sandbox_policy *policy, const char *path, const char *cwd);
+flemma_strv *flemma_sandbox_wrap(const flemma_sandbox_policy *policy, int backend, const char *const *argv, const char *cwd, const char *program);
+int flemma_sandbox_resolve(const char *path, const char *cwd, char *buf, size_t cap);
+void flemma_strv_free(flemma_strv *list);
 ]],
 }
 H.order = { "core", "truncate", "document", "process", "sandbox" }
@@ -624,5 +636,76 @@ end
 -- ---------------------------------------------------------------------------
 
 -- @@SANDBOX_LUA@@
+
+H.backend_ids = { bwrap = 1, ["sandbox-exec"] = 2 }
+
+function H.policy(policy)
+  local lib = M.lib()
+  local p = lib.flemma_sandbox_policy_new(policy.network and 1 or 0)
+  if p == nil then
+    util.error("sandbox: " .. M.last_error())
+  end
+  p = ffi.gc(p, lib.flemma_sandbox_policy_free)
+  for _, root in ipairs(policy.rw_paths or {}) do
+    if lib.flemma_sandbox_policy_add_root(p, root) ~= 0 then
+      util.error("sandbox: " .. M.last_error())
+    end
+  end
+  return p
+end
+
+--- Whether a write to path (relative to cwd) is allowed by the policy.
+---@param policy { rw_paths: string[], network: boolean }
+---@param path string
+---@param cwd string absolute
+---@return boolean
+function M.sandbox_is_path_writable(policy, path, cwd)
+  local rc = M.lib().flemma_sandbox_is_path_writable(H.policy(policy), path, cwd)
+  if rc < 0 then
+    util.error(M.last_error())
+  end
+  return rc == 1
+end
+
+--- argv wrapped for the backend ("bwrap" | "sandbox-exec").
+---@param backend string
+---@param policy { rw_paths: string[], network: boolean }
+---@param argv string[]
+---@param cwd string absolute
+---@param program? string the backend executable
+---@return string[]
+function M.sandbox_wrap(backend, policy, argv, cwd, program)
+  local lib = M.lib()
+  local id = H.backend_ids[backend]
+  if not id then
+    util.error(("sandbox: unknown backend `%s`: use bwrap or sandbox-exec"):format(tostring(backend)))
+  end
+  local cargv = H.cstrings(argv)
+  local list = lib.flemma_sandbox_wrap(H.policy(policy), id, cargv, cwd, program)
+  if list == nil then
+    util.error(M.last_error())
+  end
+  local out = {}
+  for i = 0, tonumber(list.count) - 1 do
+    out[#out + 1] = ffi.string(list.items[i])
+  end
+  lib.flemma_strv_free(list)
+  return out
+end
+
+--- path made absolute against cwd, `..` folded, symlinks of the existing prefix resolved.
+---@param path string
+---@param cwd string absolute
+---@return string
+function M.sandbox_resolve(path, cwd)
+  local lib = M.lib()
+  local n = lib.flemma_sandbox_resolve(path, cwd, nil, 0)
+  if n < 0 then
+    util.error(M.last_error())
+  end
+  local buf = ffi.new("char[?]", n + 1)
+  lib.flemma_sandbox_resolve(path, cwd, buf, n + 1)
+  return ffi.string(buf, n)
+end
 
 return M

@@ -303,7 +303,43 @@ FLEMMA_API int flemma_procmgr_running(const flemma_procmgr *mgr);
  * Sandbox
  * ========================================================================== */
 
-/* @@SANDBOX@@ */
+/* A sandbox policy: writable roots and whether the network is allowed.
+ * Backends: 1 bubblewrap (Linux), 2 sandbox-exec (macOS). */
+typedef struct flemma_sandbox_policy flemma_sandbox_policy;
+
+/* A list of strings owned by the library: items[0 .. count-1], each
+ * NUL-terminated. Free it with flemma_strv_free. */
+typedef struct flemma_strv {
+  const char *const *items;
+  size_t count;
+} flemma_strv;
+
+/* A policy with no writable root. The caller owns it: flemma_sandbox_policy_free.
+ * NULL on failure. */
+FLEMMA_API flemma_sandbox_policy *flemma_sandbox_policy_new(int network);
+
+/* Frees a policy. NULL is a no-op. */
+FLEMMA_API void flemma_sandbox_policy_free(flemma_sandbox_policy *policy);
+
+/* Adds a writable root (copied). A root that does not exist is kept but
+ * skipped when the policy is applied. */
+FLEMMA_API int flemma_sandbox_policy_add_root(flemma_sandbox_policy *policy, const char *path);
+
+/* 1 if a write to path (relative to cwd) is allowed by the policy, 0 if not,
+ * negative on error. Resolves `..` and the symlinks of the longest existing prefix. */
+FLEMMA_API int flemma_sandbox_is_path_writable(const flemma_sandbox_policy *policy, const char *path, const char *cwd);
+
+/* The command argv (NULL-terminated, borrowed) wrapped for the backend, run
+ * from cwd; program names the backend executable (NULL: "bwrap" or
+ * "sandbox-exec"). The caller owns the result: flemma_strv_free. NULL on failure. */
+FLEMMA_API flemma_strv *flemma_sandbox_wrap(const flemma_sandbox_policy *policy, int backend, const char *const *argv, const char *cwd, const char *program);
+
+/* Writes path resolved against cwd into buf (like snprintf: returns the full
+ * length). The caller owns buf. */
+FLEMMA_API int flemma_sandbox_resolve(const char *path, const char *cwd, char *buf, size_t cap);
+
+/* Frees a string list. NULL is a no-op. */
+FLEMMA_API void flemma_strv_free(flemma_strv *list);
 
 #ifdef __cplusplus
 }

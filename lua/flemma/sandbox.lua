@@ -1,0 +1,251 @@
+--- The OS sandbox for tool commands: a policy (writable roots, network on or off)
+--- turns an argv into one run under bubblewrap (Linux) or sandbox-exec (macOS).
+--- Enabled by `sandbox.enabled` or at runtime with :Flemma sandbox:enable. When
+--- the sandbox is on but its backend cannot run, wrapping fails: a command is
+--- never run unsandboxed behind the user's back. This is `ctx.sandbox` for tools.
+local native = require("flemma.native")
+local util = require("flemma.util")
+
+local M = {}
+local H = {}
+
+---@class flemma.sandbox.Policy
+---@field rw_paths string[] writable roots (missing ones are skipped)
+---@field network boolean
+
+H.override = nil ---@type boolean|nil runtime toggle; nil follows the config
+H.probes = {} ---@type table<string, { ok: boolean, err: string|nil }>
+
+function H.config()
+  return require("flemma.config").get().sandbox
+end
+
+--- Whether commands are sandboxed (the config, unless toggled at runtime).
+---@return boolean
+function M.is_enabled()
+  if H.override ~= nil then
+    return H.override
+  end
+  return H.config().enabled == true
+end
+
+--- Turns the sandbox on or off for this session.
+---@param enabled boolean
+function M.set_enabled(enabled)
+  if type(enabled) ~= "boolean" then
+    util.error("sandbox.set_enabled: `enabled` should be a boolean, not " .. type(enabled))
+  end
+  H.override = enabled
+end
+
+H.defaults_by_os = { Linux = "bwrap", OSX = "sandbox-exec" }
+
+--- The backend in use: `sandbox.backend`, with "auto" resolved for this system.
+---@return string|nil name
+---@return string|nil err
+function M.backend()
+  local configured = H.config().backend or "auto"
+  if configured ~= "auto" then
+    return configured
+  end
+  local name = H.defaults_by_os[jit.os]
+  if not name then
+    return nil, ("no sandbox backend for %s: the sandbox needs Linux (bubblewrap) or macOS (sandbox-exec)"):format(
+      jit.os
+    )
+  end
+  return name
+end
+
+function H.probe(name)
+  if vim.fn.executable(name) ~= 1 then
+    local hint = name == "bwrap" and "install bubblewrap (e.g. `apt install bubblewrap`)" or "it ships with macOS"
+    return false, ("`%s` is not installed or not on PATH: %s"):format(name, hint)
+  end
+  local argv = native.sandbox_wrap(name, { rw_paths = { vim.fn.getcwd() }, network = false }, { "true" }, vim.fn.getcwd())
+  local ok, res = pcall(function()
+    return vim.system(argv, { text = true }):wait(5000)
+  end)
+  if not ok then
+    return false, ("the probe run of `%s` failed: %s"):format(name, util.message(res))
+  end
+  if res.code ~= 0 then
+    local msg = vim.trim(res.stderr or "")
+    return false,
+      ("the probe run of `%s` failed (exit %s%s)"):format(
+        name,
+        tostring(res.code),
+        msg ~= "" and (": " .. msg) or ""
+      )
+  end
+  return true
+end
+
+--- Whether a backend works here: a probe run, cached per backend.
+---@param backend? string default: M.backend()
+---@return boolean ok
+---@return string|nil err
+function M.is_available(backend)
+  local name, err = backend, nil
+  if name == nil then
+    name, err = M.backend()
+    if not name then
+      return false, err
+    end
+  end
+  if name ~= "bwrap" and name ~= "sandbox-exec" then
+    return false, ("unknown sandbox backend `%s`: use bwrap or sandbox-exec"):format(tostring(name))
+  end
+  local cached = H.probes[name]
+  if not cached then
+    local ok, perr = H.probe(name)
+    cached = { ok = ok, err = perr }
+    H.probes[name] = cached
+  end
+  return cached.ok, cached.err
+end
+
+--- Forgets the cached probe results (after installing a backend).
+function M.reset_probe()
+  H.probes = {}
+end
+
+function H.add(list, seen, path)
+  if type(path) ~= "string" or path == "" then
+    return
+  end
+  path = vim.fs.normalize(vim.fn.expand(path))
+  if not seen[path] then
+    seen[path] = true
+    list[#list + 1] = path
+  end
+end
+
+--- The policy for a buffer: `sandbox.policy.rw_paths` (default: the cwd, the
+--- buffer's directory, /tmp, $TMPDIR and the XDG cache dir) and `network`.
+---@param bufnr? integer
+---@return flemma.sandbox.Policy
+function M.policy(bufnr)
+  local cfg = H.config().policy or {}
+  local roots, seen = {}, {}
+  if cfg.rw_paths then
+    for _, p in ipairs(cfg.rw_paths) do
+      H.add(roots, seen, p)
+    end
+  else
+    H.add(roots, seen, vim.fn.getcwd())
+    bufnr = bufnr or vim.api.nvim_get_current_buf()
+    if vim.api.nvim_buf_is_valid(bufnr) then
+      local name = vim.api.nvim_buf_get_name(bufnr)
+      if name ~= "" then
+        H.add(roots, seen, vim.fs.dirname(vim.fn.fnamemodify(name, ":p")))
+      end
+    end
+    H.add(roots, seen, "/tmp")
+    H.add(roots, seen, vim.env.TMPDIR)
+    H.add(roots, seen, vim.env.XDG_CACHE_HOME or (vim.env.HOME and (vim.env.HOME .. "/.cache")))
+  end
+  return { rw_paths = roots, network = cfg.network ~= false }
+end
+
+function H.check_policy(policy)
+  if policy == nil then
+    return M.policy()
+  end
+  if type(policy) ~= "table" or type(policy.rw_paths) ~= "table" then
+    util.error("sandbox: a policy should be a table { rw_paths = string[], network = boolean }")
+  end
+  return { rw_paths = policy.rw_paths, network = policy.network ~= false }
+end
+
+--- The argv that runs `argv` inside the sandbox; argv unchanged when the sandbox
+--- is disabled; nil and an error when it is enabled but cannot run.
+---@param argv string[]
+---@param policy? flemma.sandbox.Policy default: M.policy()
+---@return string[]|nil
+---@return string|nil err
+function M.wrap_command(argv, policy)
+  if type(argv) ~= "table" or #argv == 0 then
+    util.error("sandbox.wrap_command: `argv` should be a non-empty list of strings")
+  end
+  if not M.is_enabled() then
+    return argv
+  end
+  local name, err = M.backend()
+  if not name then
+    return nil, "sandbox enabled but unavailable: " .. err
+  end
+  local ok, perr = M.is_available(name)
+  if not ok then
+    return nil, ("sandbox enabled but `%s` cannot run: %s (or disable it with :Flemma sandbox:disable)"):format(name, perr)
+  end
+  return native.sandbox_wrap(name, H.check_policy(policy), argv, vim.fn.getcwd())
+end
+
+--- Whether the policy allows a write to path (`..` and symlinks resolved; the
+--- protected .git/hooks, .git/config and shell start-up files refused). True for
+--- every path when the sandbox is disabled.
+---@param path string
+---@param policy? flemma.sandbox.Policy
+---@return boolean
+function M.is_path_writable(path, policy)
+  if type(path) ~= "string" then
+    util.error("sandbox.is_path_writable: `path` should be a string, not " .. type(path))
+  end
+  if not M.is_enabled() then
+    return true
+  end
+  return native.sandbox_is_path_writable(H.check_policy(policy), path, vim.fn.getcwd())
+end
+
+--- A one-paragraph description of the sandbox state.
+---@return string
+function M.status()
+  local lines = {}
+  local enabled = M.is_enabled()
+  local name, err = M.backend()
+  local state = enabled and "enabled" or "disabled"
+  if not name then
+    lines[#lines + 1] = ("sandbox %s; no backend: %s"):format(state, err)
+  else
+    local ok, perr = M.is_available(name)
+    lines[#lines + 1] = ("sandbox %s; backend %s %s"):format(
+      state,
+      name,
+      ok and "available" or ("unavailable: " .. tostring(perr))
+    )
+  end
+  local policy = M.policy()
+  lines[#lines + 1] = "writable: " .. table.concat(policy.rw_paths, ", ")
+  lines[#lines + 1] = "network: " .. (policy.network and "on" or "off")
+  return table.concat(lines, "\n")
+end
+
+local commands = require("flemma.commands")
+commands.register("sandbox:enable", {
+  desc = "sandbox tool commands for this session",
+  run = function()
+    M.set_enabled(true)
+    local ok, err = M.is_available()
+    if ok then
+      util.notify("sandbox enabled (" .. M.backend() .. ")")
+    else
+      util.warn("sandbox enabled, but commands will fail until it can run: " .. tostring(err))
+    end
+  end,
+})
+commands.register("sandbox:disable", {
+  desc = "run tool commands without the sandbox for this session",
+  run = function()
+    M.set_enabled(false)
+    util.notify("sandbox disabled")
+  end,
+})
+commands.register("sandbox:status", {
+  desc = "show whether the sandbox is on, its backend and policy",
+  run = function()
+    util.notify(M.status())
+  end,
+})
+
+return M

@@ -1,0 +1,195 @@
+#include "sandbox.hpp"
+
+#include <limits.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+
+#include "guard.hpp"
+
+namespace flemma::sandbox {
+
+namespace {
+
+std::vector<std::string> split(const std::string& path) {
+  std::vector<std::string> parts;
+  size_t i = 0;
+  while (i <= path.size()) {
+    size_t j = path.find('/', i);
+    if (j == std::string::npos) j = path.size();
+    if (j > i) parts.push_back(path.substr(i, j - i));
+    i = j + 1;
+  }
+  return parts;
+}
+
+std::string join(const std::vector<std::string>& parts, size_t n) {
+  std::string out;
+  for (size_t i = 0; i < n; ++i) out += "/" + parts[i];
+  return out.empty() ? "/" : out;
+}
+
+std::string lexical_absolute(const std::string& path, const std::string& cwd) {
+  std::string full = (!path.empty() && path[0] == '/') ? path : cwd + "/" + path;
+  std::vector<std::string> out;
+  for (auto& part : split(full)) {
+    if (part == ".") continue;
+    if (part == "..") {
+      if (!out.empty()) out.pop_back();
+      continue;
+    }
+    out.push_back(part);
+  }
+  return join(out, out.size());
+}
+
+bool exists(const std::string& p) {
+  struct stat st;
+  return ::lstat(p.c_str(), &st) == 0;
+}
+
+bool inside(const std::string& path, const std::string& root) {
+  if (root == "/") return true;
+  return path == root || (path.size() > root.size() && path.compare(0, root.size(), root) == 0 &&
+                          path[root.size()] == '/');
+}
+
+std::string quote_sb(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out + "\"";
+}
+
+}  // namespace
+
+const std::vector<std::string>& protected_names() {
+  static const std::vector<std::string> names = {
+      ".git/hooks", ".git/config", ".bashrc",  ".bash_profile", ".bash_login", ".bash_logout", ".profile",
+      ".zshrc",     ".zshenv",     ".zprofile", ".zlogin",      ".zlogout",    ".config/fish/config.fish",
+  };
+  return names;
+}
+
+std::string resolve(const std::string& path, const std::string& cwd) {
+  // Resolve the existing prefix with realpath, segment by segment, so that a
+  // `..` after a symlink means what the kernel would make of it.
+  std::string full = (!path.empty() && path[0] == '/') ? path : cwd + "/" + path;
+  std::vector<std::string> parts = split(full);
+  std::string cur = "/";
+  size_t i = 0;
+  for (; i < parts.size(); ++i) {
+    const std::string& part = parts[i];
+    if (part == ".") continue;
+    std::string next = cur == "/" ? "/" + part : cur + "/" + part;
+    if (part == "..") {
+      next = lexical_absolute(cur + "/..", "/");
+    }
+    if (!exists(next)) break;
+    char buf[PATH_MAX];
+    if (::realpath(next.c_str(), buf) == nullptr) break;
+    cur = buf;
+  }
+  // The missing tail is folded lexically onto the resolved prefix.
+  std::string rest;
+  for (size_t k = i; k < parts.size(); ++k) rest += "/" + parts[k];
+  if (rest.empty()) return cur;
+  return lexical_absolute(cur + rest, "/");
+}
+
+std::vector<std::string> existing_roots(const Policy& policy, const std::string& cwd) {
+  std::vector<std::string> roots;
+  for (const auto& r : policy.rw_paths) {
+    if (r.empty()) continue;
+    std::string abs = resolve(r, cwd);
+    struct stat st;
+    if (::stat(abs.c_str(), &st) != 0) continue;  // a missing root is skipped
+    if (std::find(roots.begin(), roots.end(), abs) == roots.end()) roots.push_back(abs);
+  }
+  std::stable_sort(roots.begin(), roots.end(),
+                   [](const std::string& a, const std::string& b) { return a.size() < b.size(); });
+  return roots;
+}
+
+bool is_path_writable(const std::string& path, const Policy& policy, const std::string& cwd) {
+  if (path.empty()) return false;
+  std::string p = resolve(path, cwd);
+  for (const auto& root : existing_roots(policy, cwd)) {
+    if (!inside(p, root)) continue;
+    bool blocked = false;
+    for (const auto& name : protected_names()) {
+      if (inside(p, root == "/" ? "/" + name : root + "/" + name)) blocked = true;
+    }
+    // Any repository below the root keeps its hooks and config.
+    std::string rel = p.substr(root.size());
+    auto ends_with = [&](const char* tail, size_t n) { return rel.size() >= n && rel.compare(rel.size() - n, n, tail) == 0; };
+    if (rel.find("/.git/hooks/") != std::string::npos || ends_with("/.git/hooks", 11)) blocked = true;
+    if (ends_with("/.git/config", 12)) blocked = true;
+    if (!blocked) return true;
+  }
+  return false;
+}
+
+std::vector<std::string> bwrap_args(const Policy& policy, const std::string& cwd) {
+  std::vector<std::string> a = {"--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"};
+  auto roots = existing_roots(policy, cwd);
+  for (const auto& r : roots) {
+    a.insert(a.end(), {"--bind", r, r});
+  }
+  for (const auto& r : roots) {
+    for (const auto& name : protected_names()) {
+      std::string p = (r == "/" ? "" : r) + "/" + name;
+      if (exists(p)) a.insert(a.end(), {"--ro-bind", p, p});
+    }
+  }
+  a.insert(a.end(), {"--unshare-pid", "--die-with-parent", "--new-session"});
+  if (!policy.network) a.push_back("--unshare-net");
+  // No --chdir: bwrap keeps the working directory the command was started in.
+  a.push_back("--");
+  return a;
+}
+
+std::string seatbelt_profile(const Policy& policy, const std::string& cwd) {
+  std::string s = "(version 1)\n(allow default)\n(deny file-write*)\n";
+  s += "(allow file-write*\n  (literal \"/dev/null\")\n  (literal \"/dev/tty\")\n  (literal \"/dev/zero\")\n"
+       "  (regex #\"^/dev/fd/\")";
+  auto roots = existing_roots(policy, cwd);
+  for (const auto& r : roots) s += "\n  (subpath " + quote_sb(r) + ")";
+  s += ")\n";
+  if (!roots.empty()) {
+    s += "(deny file-write*";
+    for (const auto& r : roots) {
+      for (const auto& name : protected_names()) {
+        std::string p = (r == "/" ? "" : r) + "/" + name;
+        s += "\n  " + std::string(name == ".git/hooks" ? "(subpath " : "(literal ") + quote_sb(p) + ")";
+      }
+    }
+    s += ")\n";
+  }
+  if (!policy.network) s += "(deny network*)\n(allow network* (remote unix-socket))\n";
+  return s;
+}
+
+std::vector<std::string> wrap(Backend backend, const Policy& policy, const std::vector<std::string>& cmd,
+                              const std::string& cwd, const std::string& program) {
+  if (cmd.empty()) throw Error(FLEMMA_E_INVALID, "sandbox: the command to wrap is empty");
+  std::vector<std::string> out;
+  if (backend == Backend::Bwrap) {
+    out.push_back(program.empty() ? "bwrap" : program);
+    auto a = bwrap_args(policy, cwd);
+    out.insert(out.end(), a.begin(), a.end());
+  } else if (backend == Backend::SandboxExec) {
+    out.push_back(program.empty() ? "sandbox-exec" : program);
+    out.push_back("-p");
+    out.push_back(seatbelt_profile(policy, cwd));
+  } else {
+    throw Error(FLEMMA_E_INVALID, "sandbox: unknown backend");
+  }
+  out.insert(out.end(), cmd.begin(), cmd.end());
+  return out;
+}
+
+}  // namespace flemma::sandbox

@@ -1,0 +1,43 @@
+// The OS sandbox: a policy (writable roots, network on or off) turned into a
+// wrapped command line for bubblewrap (Linux) or sandbox-exec (macOS), and the
+// same policy answered for one path (is_path_writable).
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace flemma::sandbox {
+
+struct Policy {
+  std::vector<std::string> rw_paths;  // writable roots (absolute, or relative to cwd)
+  bool network = true;
+};
+
+enum class Backend { Bwrap = 1, SandboxExec = 2 };
+
+// Paths, relative to a writable root, that stay read-only inside it.
+const std::vector<std::string>& protected_names();
+
+// Absolute form of path (relative to cwd), `.` and `..` folded lexically, and
+// symlinks resolved in the longest prefix that exists. Never fails: a path that
+// does not exist keeps its missing tail as written.
+std::string resolve(const std::string& path, const std::string& cwd);
+
+// The roots of the policy that exist, resolved, deduplicated, shortest first.
+std::vector<std::string> existing_roots(const Policy& policy, const std::string& cwd);
+
+// Whether a write to path is allowed: inside a root, and not inside a protected
+// path of that root (nor anything named .git/hooks or .git/config below it).
+bool is_path_writable(const std::string& path, const Policy& policy, const std::string& cwd);
+
+// bwrap arguments (without the program name) that run cmd under the policy.
+std::vector<std::string> bwrap_args(const Policy& policy, const std::string& cwd);
+
+// The sandbox-exec (Seatbelt) profile text for the policy.
+std::string seatbelt_profile(const Policy& policy, const std::string& cwd);
+
+// The whole wrapped argv: program, its arguments, then cmd.
+std::vector<std::string> wrap(Backend backend, const Policy& policy, const std::vector<std::string>& cmd,
+                              const std::string& cwd, const std::string& program);
+
+}  // namespace flemma::sandbox
