@@ -1,0 +1,90 @@
+#include <doctest/doctest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <algorithm>
+#include <string>
+
+#include "flemma/flemma.h"
+#include "sandbox.hpp"
+
+namespace sb = flemma::sandbox;
+namespace fs = std::filesystem;
+
+TEST_CASE("sandbox") {
+  char tmpl[] = "/tmp/flemma-sandbox-test-XXXXXX";
+  REQUIRE(::mkdtemp(tmpl) != nullptr);
+  std::string dir = fs::canonical(tmpl).string();
+  fs::create_directories(dir + "/root/.git/hooks");
+  std::ofstream(dir + "/root/.git/config") << "[core]\n";
+  fs::create_directories(dir + "/outside");
+  fs::create_directory_symlink(dir + "/outside", dir + "/root/link");
+  sb::Policy policy{{dir + "/root", dir + "/missing"}, false};
+
+  SUBCASE("resolve folds `..` and follows symlinks of the existing prefix") {
+    CHECK(sb::resolve("a/../b", dir) == dir + "/b");
+    CHECK(sb::resolve(dir + "/root/link/new/file", "/") == dir + "/outside/new/file");
+    CHECK(sb::resolve(dir + "/root/link/../x", "/") == dir + "/x");
+    CHECK(sb::resolve("/", "/") == "/");
+  }
+  SUBCASE("is_path_writable keeps writes inside the roots and out of protected paths") {
+    CHECK(sb::is_path_writable("root/file", policy, dir));
+    CHECK(sb::is_path_writable(dir + "/root/new/deep/file", policy, "/"));
+    CHECK_FALSE(sb::is_path_writable(dir + "/root/link/file", policy, "/"));
+    CHECK_FALSE(sb::is_path_writable(dir + "/root/../outside/file", policy, "/"));
+    CHECK_FALSE(sb::is_path_writable(dir + "/root/.git/hooks/pre-push", policy, "/"));
+    CHECK_FALSE(sb::is_path_writable(dir + "/root/.git/config", policy, "/"));
+    CHECK_FALSE(sb::is_path_writable(dir + "/root/.zshrc", policy, "/"));
+    CHECK_FALSE(sb::is_path_writable("/etc/hosts", policy, "/"));
+    CHECK_FALSE(sb::is_path_writable("", policy, "/"));
+  }
+  SUBCASE("bwrap arguments bind the existing roots and protect their hooks and config") {
+    auto a = sb::wrap(sb::Backend::Bwrap, policy, {"echo", "hi"}, dir, "");
+    std::string joined;
+    for (auto& s : a) joined += s + " ";
+    CHECK(a.front() == "bwrap");
+    CHECK(joined.rfind("bwrap --ro-bind / / --dev /dev --proc /proc ", 0) == 0);
+    CHECK(joined.find("--bind " + dir + "/root " + dir + "/root ") != std::string::npos);
+    CHECK(joined.find("--ro-bind " + dir + "/root/.git/hooks ") != std::string::npos);
+    CHECK(joined.find("--ro-bind " + dir + "/root/.git/config ") != std::string::npos);
+    CHECK(joined.find("missing") == std::string::npos);
+    CHECK(joined.find("--unshare-pid --die-with-parent --new-session --unshare-net -- echo hi") != std::string::npos);
+    policy.network = true;
+    auto b = sb::wrap(sb::Backend::Bwrap, policy, {"true"}, dir, "/usr/bin/bwrap");
+    CHECK(b.front() == "/usr/bin/bwrap");
+    CHECK(std::find(b.begin(), b.end(), "--unshare-net") == b.end());
+  }
+  SUBCASE("the sandbox-exec profile denies writes except in the roots") {
+    std::string p = sb::seatbelt_profile(policy, dir);
+    CHECK(p.rfind("(version 1)\n(allow default)\n(deny file-write*)\n", 0) == 0);
+    CHECK(p.find("(subpath \"" + dir + "/root\")") != std::string::npos);
+    CHECK(p.find("(subpath \"" + dir + "/root/.git/hooks\")") != std::string::npos);
+    CHECK(p.find("(literal \"" + dir + "/root/.git/config\")") != std::string::npos);
+    CHECK(p.find("(deny network*)") != std::string::npos);
+    sb::Policy q{{"/tmp/we\"ird"}, true};
+    fs::create_directories("/tmp/we\"ird");
+    CHECK(sb::seatbelt_profile(q, "/").find("(subpath \"/tmp/we\\\"ird\")") != std::string::npos);
+    CHECK(sb::seatbelt_profile(q, "/").find("network") == std::string::npos);
+    fs::remove("/tmp/we\"ird");
+  }
+  SUBCASE("the C ABI wraps an argv and frees what it returns") {
+    flemma_sandbox_policy* p = flemma_sandbox_policy_new(1);
+    REQUIRE(flemma_sandbox_policy_add_root(p, (dir + "/root").c_str()) == FLEMMA_OK);
+    CHECK(flemma_sandbox_policy_add_root(p, "") == FLEMMA_E_INVALID);
+    const char* argv[] = {"ls", nullptr};
+    flemma_strv* v = flemma_sandbox_wrap(p, 1, argv, dir.c_str(), nullptr);
+    REQUIRE(v != nullptr);
+    CHECK(std::string(v->items[0]) == "bwrap");
+    CHECK(std::string(v->items[v->count - 1]) == "ls");
+    flemma_strv_free(v);
+    CHECK(flemma_sandbox_wrap(p, 7, argv, dir.c_str(), nullptr) == nullptr);
+    CHECK(flemma_sandbox_is_path_writable(p, "root/x", dir.c_str()) == 1);
+    CHECK(flemma_sandbox_is_path_writable(p, "x", "relative") == FLEMMA_E_INVALID);
+    flemma_sandbox_policy_free(p);
+    flemma_sandbox_policy_free(nullptr);
+    flemma_strv_free(nullptr);
+  }
+  fs::remove_all(dir);
+}
