@@ -168,6 +168,16 @@ TEST_CASE("document") {
         CHECK(it.last_line >= it.first_line);
       }
     }
+    // Found by the fuzzer: an absent status word or attribute value gave a range
+    // computed from a null view, far outside the input.
+    const char* found[] = {"@You:\n**Tool Result:** `p4`\n\n```flemma:tool status;maybe\n```\n",
+                           "@Assistant:\n<thinking signature>\nx\n</thinking>\n"};
+    for (const char* c : found) {
+      auto p = run(c);
+      for (const auto& it : p.doc.items)
+        for (flemma_doc_str r : {it.key, it.label, it.body, it.note}) CHECK_NOTHROW(p.s(r));
+      CHECK(p.doc.items.size() == 2);
+    }
     std::string nul("@You:\n\0\n**Tool Use:** `\0` (`\0`)\n```json\n{}\n```", 42);
     auto p = run(nul);
     CHECK(p.count(FLEMMA_DOC_MESSAGE) == 1);

@@ -218,6 +218,7 @@ class Parser {
     return arena(out);
   }
   flemma_doc_str slice(sv part) {
+    if (part.empty()) return {0, 0};  // also covers a default view, whose data() is null
     return {static_cast<int32_t>(part.data() - t_.data()), static_cast<int32_t>(part.size())};
   }
   void diag(int32_t idx, int severity, const std::string& msg) {
