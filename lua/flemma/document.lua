@@ -48,12 +48,32 @@ H.status_set = { approved = true, pending = true, denied = true, rejected = true
 
 H.decode_opts = { luanil = { object = true } }
 
---- Decodes the tool inputs of a raw model in place.
+--- Decodes the tool inputs of a raw model in place: all valid inputs in one
+--- vim.json.decode call (they were validated natively), one by one if that fails.
 function H.decode_inputs(raw)
   local decode, opts = vim.json.decode, H.decode_opts
+  local uses, jsons = {}, {}
   for _, p in ipairs(raw.tool_uses) do
-    local json = p.input_json
-    p.input_json = nil
+    if p.input_json then
+      uses[#uses + 1] = p
+      jsons[#jsons + 1] = p.input_json
+      p.input_json = nil
+    end
+  end
+  if #uses == 0 then
+    raw.tool_uses = nil
+    return raw
+  end
+  local ok_all, values = pcall(decode, "[" .. table.concat(jsons, ",") .. "]", opts)
+  if ok_all and type(values) == "table" and #values == #uses then
+    for i, p in ipairs(uses) do
+      p.input = values[i]
+    end
+    raw.tool_uses = nil
+    return raw
+  end
+  for i, p in ipairs(uses) do
+    local json = jsons[i]
     if json then
       local ok, value = pcall(decode, json, opts)
       if ok and type(value) == "table" then

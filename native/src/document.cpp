@@ -755,6 +755,8 @@ class Parser {
 
   void check_ids() {
     std::unordered_map<sv, int32_t> uses, results;
+    uses.reserve(doc_.items.size() / 4 + 1);
+    results.reserve(doc_.items.size() / 4 + 1);
     for (const auto& it : doc_.items) {
       if (it.kind == FLEMMA_DOC_TOOL_USE) {
         sv id = doc_.str(t_, it.key);
