@@ -5,6 +5,7 @@ local M = {}
 local subsystems = {
   "flemma.highlights",
   "flemma.tools",
+  "flemma.tools.approval",
 }
 
 --- Configures Flemma. Safe to call more than once; each call starts from the defaults.

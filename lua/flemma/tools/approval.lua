@@ -1,0 +1,330 @@
+--- Who decides whether a tool call runs: a chain of resolvers evaluated by priority
+--- (highest first, ties by name). The first resolver that returns a decision wins;
+--- when none does, the call requires approval.
+local util = require("flemma.util")
+local presets = require("flemma.tools.presets")
+
+local M = {}
+local H = {}
+
+---@alias flemma.approval.Decision "approve"|"require_approval"|"deny"
+
+---@class flemma.approval.Context
+---@field bufnr integer
+---@field tool_id string
+
+---@class flemma.approval.Resolver
+---@field name string
+---@field description? string
+---@field priority integer
+---@field resolve fun(tool_name: string, input: table, ctx: flemma.approval.Context): flemma.approval.Decision|nil
+
+M.DEFAULT_PRIORITY = 50
+
+M.CONFIG = "urn:flemma:approval:config"
+M.FRONTMATTER = "urn:flemma:approval:frontmatter"
+M.SANDBOX = "urn:flemma:approval:sandbox"
+M.CATCH_ALL = "urn:flemma:approval:catch-all"
+
+H.DECISIONS = { approve = true, require_approval = true, deny = true }
+
+---@type table<string, flemma.approval.Resolver>
+H.resolvers = {}
+-- Names of the resolvers that setup() registered (removed again by the next setup()).
+H.builtin = {}
+---@type flemma.Config|nil
+H.config = nil
+
+--- Registers a resolver; a resolver with the same name is replaced.
+---@param name string
+---@param def { description?: string, resolve: function, priority?: integer }
+function M.register(name, def)
+  if type(name) ~= "string" or name == "" then
+    util.error("approval.register() expects a resolver name (string), not " .. type(name))
+  end
+  if type(def) ~= "table" then
+    util.error(("approval.register(%q) expects a table { resolve = function, priority? }, not %s"):format(name, type(def)))
+  end
+  if type(def.resolve) ~= "function" then
+    util.error(("approval resolver %q needs a `resolve` function"):format(name))
+  end
+  if def.priority ~= nil and type(def.priority) ~= "number" then
+    util.error(("approval resolver %q: `priority` should be a number, not %s"):format(name, type(def.priority)))
+  end
+  if def.description ~= nil and type(def.description) ~= "string" then
+    util.error(("approval resolver %q: `description` should be a string, not %s"):format(name, type(def.description)))
+  end
+  H.resolvers[name] = {
+    name = name,
+    description = def.description,
+    priority = def.priority or M.DEFAULT_PRIORITY,
+    resolve = def.resolve,
+  }
+end
+
+--- Removes a resolver; true when it was registered.
+---@param name string
+---@return boolean
+function M.unregister(name)
+  local found = H.resolvers[name] ~= nil
+  H.resolvers[name] = nil
+  return found
+end
+
+--- A copy of the resolver entry, or nil.
+---@param name string
+---@return flemma.approval.Resolver|nil
+function M.get(name)
+  local r = H.resolvers[name]
+  return r and vim.deepcopy(r) or nil
+end
+
+function H.sorted()
+  local list = vim.tbl_values(H.resolvers)
+  table.sort(list, function(a, b)
+    if a.priority ~= b.priority then
+      return a.priority > b.priority
+    end
+    return a.name < b.name
+  end)
+  return list
+end
+
+--- All resolvers, highest priority first (ties by name); a deep copy.
+---@return flemma.approval.Resolver[]
+function M.get_all()
+  return vim.deepcopy(H.sorted())
+end
+
+--- How many resolvers are registered.
+---@return integer
+function M.count()
+  return vim.tbl_count(H.resolvers)
+end
+
+--- Decides a tool call: the first non-nil result of the resolver chain, or
+--- "require_approval". A resolver that raises (or returns something that is not a
+--- decision) is logged and skipped.
+---@param tool_name string
+---@param input table|nil
+---@param ctx? { bufnr?: integer, tool_id?: string }
+---@return flemma.approval.Decision
+function M.resolve(tool_name, input, ctx)
+  ctx = ctx or {}
+  local context = { bufnr = ctx.bufnr, tool_id = ctx.tool_id }
+  for _, r in ipairs(H.sorted()) do
+    local ok, result = pcall(r.resolve, tool_name, input or {}, context)
+    if not ok then
+      util.warn(("approval resolver `%s` failed and was skipped: %s"):format(r.name, util.message(result)))
+    elseif result ~= nil then
+      if H.DECISIONS[result] then
+        return result
+      end
+      util.warn(
+        ("approval resolver `%s` returned %s, which is not a decision (approve, require_approval, deny or nil); skipped"):format(
+          r.name,
+          type(result) == "string" and ("%q"):format(result) or type(result)
+        )
+      )
+    end
+  end
+  return "require_approval"
+end
+
+---------------------------------------------------------------------------------------
+-- Built-in resolvers
+---------------------------------------------------------------------------------------
+
+-- The result of an auto_approve function: true, false, "deny" or nil (the resolver
+-- decisions are accepted as well).
+function H.from_function(result, what)
+  if result == true then
+    return "approve"
+  elseif result == false then
+    return "require_approval"
+  elseif result == nil then
+    return nil
+  elseif type(result) == "string" and H.DECISIONS[result] then
+    return result
+  end
+  error(
+    ("%s returned %s; it should return true, false, \"deny\" or nil"):format(
+      what,
+      type(result) == "string" and ("%q"):format(result) or type(result)
+    ),
+    0
+  )
+end
+
+-- A policy (list of names and presets, or a function) applied to one call.
+function H.apply(policy, excluded, tool_name, input, ctx, what)
+  if type(policy) == "function" then
+    return H.from_function(policy(tool_name, input, ctx), what)
+  elseif type(policy) == "table" then
+    local expanded = presets.expand(policy, { presets = H.tools_config().presets, excluded = excluded })
+    return presets.decide(expanded, tool_name)
+  end
+  return nil
+end
+
+function H.tools_config()
+  return (H.config or require("flemma.config").get()).tools or {}
+end
+
+-- The buffer's frontmatter options, or nil (no buffer, or a frontmatter error: the
+-- send stops on that error anyway).
+function H.frontmatter(ctx)
+  if not ctx.bufnr or not vim.api.nvim_buf_is_valid(ctx.bufnr) then
+    return nil
+  end
+  local ok, fm = pcall(require, "flemma.frontmatter")
+  if not ok then
+    return nil
+  end
+  local opts = fm.get(ctx.bufnr)
+  return opts
+end
+
+function H.config_resolver(tool_name, input, ctx)
+  local fm = H.frontmatter(ctx)
+  if fm and fm.auto_approve ~= nil then
+    return nil -- the buffer sets its own policy; the frontmatter resolver decides
+  end
+  return H.apply(H.tools_config().auto_approve, nil, tool_name, input, ctx, "tools.auto_approve")
+end
+
+function H.frontmatter_resolver(tool_name, input, ctx)
+  local fm = H.frontmatter(ctx)
+  if not fm or fm.auto_approve == nil then
+    return nil
+  end
+  return H.apply(fm.auto_approve, fm.auto_approve_excluded, tool_name, input, ctx, "flemma.opt.tools.auto_approve")
+end
+
+-- A resolver that loads `tools.auto_approve` given as a module path: the module returns
+-- a function(tool_name, input, ctx) or a table with such a `resolve` function.
+function H.module_resolver(path)
+  return function(tool_name, input, ctx)
+    local fm = H.frontmatter(ctx)
+    if fm and fm.auto_approve ~= nil then
+      return nil
+    end
+    local ok, mod = pcall(require, path)
+    if not ok then
+      error(("cannot load approval module `%s` (tools.auto_approve): %s"):format(path, util.message(mod)), 0)
+    end
+    local fn = type(mod) == "function" and mod or (type(mod) == "table" and mod.resolve)
+    if type(fn) ~= "function" then
+      error(("approval module `%s` should return a function or a table with a `resolve` function"):format(path), 0)
+    end
+    return H.from_function(fn(tool_name, input, ctx), "approval module `" .. path .. "`")
+  end
+end
+
+function H.configured(policy)
+  if type(policy) == "table" then
+    return next(policy) ~= nil
+  end
+  return policy ~= nil
+end
+
+function H.sandbox_resolver(tool_name, _, ctx)
+  local tools_cfg = H.tools_config()
+  if tools_cfg.auto_approve_sandboxed == false then
+    return nil
+  end
+  local fm = H.frontmatter(ctx)
+  local policy = tools_cfg.auto_approve
+  if fm and fm.auto_approve ~= nil then
+    policy = fm.auto_approve
+    if vim.tbl_contains(fm.auto_approve_excluded or {}, tool_name) then
+      return nil
+    end
+  end
+  if not H.configured(policy) then
+    return nil
+  end
+  local ok_tools, tools = pcall(require, "flemma.tools")
+  if not ok_tools or type(tools) ~= "table" or type(tools.get) ~= "function" then
+    return nil
+  end
+  local def = tools.get(tool_name)
+  if type(def) ~= "table" or not vim.tbl_contains(def.capabilities or {}, "can_auto_approve_if_sandboxed") then
+    return nil
+  end
+  local ok_sb, sandbox = pcall(require, "flemma.sandbox")
+  if not ok_sb or type(sandbox) ~= "table" then
+    return nil
+  end
+  if not sandbox.is_enabled() then
+    return nil
+  end
+  if not sandbox.is_available() then
+    return nil
+  end
+  return "approve"
+end
+
+--- Registers the built-in resolvers for `config` (replacing those of an earlier setup;
+--- resolvers registered by others stay).
+---@param config flemma.Config
+function M.setup(config)
+  local tools_cfg = config.tools or {}
+  presets.validate(tools_cfg.presets)
+  local aa = tools_cfg.auto_approve
+  if type(aa) == "table" then
+    for i, entry in ipairs(aa) do
+      if type(entry) ~= "string" then
+        util.error(("`tools.auto_approve[%d]` should be a tool name or a $preset, not %s"):format(i, type(entry)))
+      end
+      if presets.is_preset(entry) and not presets.all(tools_cfg.presets)[entry] then
+        util.error(presets.unknown_message(entry, tools_cfg.presets) .. " in `tools.auto_approve`")
+      end
+    end
+  end
+  for _, name in ipairs(H.builtin) do
+    H.resolvers[name] = nil
+  end
+  H.builtin = {}
+  H.config = config
+
+  local function builtin(name, def)
+    M.register(name, def)
+    table.insert(H.builtin, name)
+  end
+
+  if type(aa) == "string" then
+    builtin(aa, {
+      description = "tools.auto_approve module",
+      priority = 100,
+      resolve = H.module_resolver(aa),
+    })
+  else
+    builtin(M.CONFIG, {
+      description = "tools.auto_approve from the configuration (list or function)",
+      priority = 100,
+      resolve = H.config_resolver,
+    })
+  end
+  builtin(M.FRONTMATTER, {
+    description = "flemma.opt.tools.auto_approve from the buffer's frontmatter",
+    priority = 90,
+    resolve = H.frontmatter_resolver,
+  })
+  builtin(M.SANDBOX, {
+    description = "tools that can_auto_approve_if_sandboxed, while the sandbox is enabled and available",
+    priority = 25,
+    resolve = H.sandbox_resolver,
+  })
+  if tools_cfg.require_approval == false then
+    builtin(M.CATCH_ALL, {
+      description = "tools.require_approval = false: approve every tool call",
+      priority = 0,
+      resolve = function()
+        return "approve"
+      end,
+    })
+  end
+end
+
+return M
