@@ -139,7 +139,7 @@ function H.env(flemma_opt)
   env.xpcall = function(f, handler, ...)
     local res = pack(xpcall(f, handler, ...))
     if H.exhausted then
-      error(H.exhausted, 0)
+      opt.fail(H.exhausted)
     end
     return unpack(res, 1, res.n)
   end

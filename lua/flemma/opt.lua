@@ -98,8 +98,9 @@ function M.known_tools()
   if ok and type(tools) == "table" and type(tools.list) == "function" then
     local ok_list, names = pcall(tools.list)
     if ok_list and type(names) == "table" then
-      local ready = true
-      if type(tools.is_ready) == "function" then
+      -- Nothing registered yet (before setup): names cannot be checked.
+      local ready = #names > 0
+      if ready and type(tools.is_ready) == "function" then
         local ok_ready, r = pcall(tools.is_ready)
         ready = not ok_ready or r ~= false
       end
