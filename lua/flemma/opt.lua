@@ -169,7 +169,10 @@ function H.operand(st, v, op)
   if type(v) == "table" then
     local out = {}
     local n = 0
-    for _ in pairs(v) do
+    for k in pairs(v) do
+      if type(k) ~= "number" then
+        M.fail(("%s: %s expects a list of names, not a table with the key %s"):format(st.what, op, show(k)))
+      end
       n = n + 1
     end
     for i = 1, n do

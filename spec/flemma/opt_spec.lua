@@ -121,6 +121,10 @@ describe("flemma.opt", function()
     local bad = {
       { 'flemma.opt.tools = "bash"', 'frontmatter line 2: flemma.opt.tools should be a list of names, not "bash"' },
       { "flemma.opt.tools = { 1 }", "frontmatter line 2: flemma.opt.tools: assignment expects tool names, not number" },
+      {
+        "flemma.opt.tools = { auto_approve = {} }",
+        'frontmatter line 2: flemma.opt.tools: assignment expects a list of names, not a table with the key "auto_approve"',
+      },
       { "flemma.opt.tools:append(true)", "frontmatter line 2: flemma.opt.tools: append expects a name or a list of names, not boolean" },
       { "flemma.opt.tools.append('bash')", "frontmatter line 2: ListOption:append() must be called with `:`" },
       { "flemma.opt.tools.nope = 1", "frontmatter line 2: unknown option `flemma.opt.tools.nope`" },
