@@ -11,7 +11,7 @@ mkdir -p "$DEPS"
 log() { printf '[deps] %s\n' "$*"; }
 
 PKGS=(g++ cmake make libuv1-dev nlohmann-json3-dev doctest-dev libluajit-5.1-dev luajit
-      lua-busted bubblewrap curl clang-14 libclang-rt-14-dev tmux dpkg-dev)
+      lua-busted bubblewrap curl clang-14 libclang-rt-14-dev tmux dpkg-dev patchelf)
 
 LIBUV_ONLY=0
 [ "${1:-}" = "--libuv-only" ] && LIBUV_ONLY=1
@@ -76,6 +76,10 @@ fetch_nvim() {
       lua-luv lua-lpeg libunibilium4 libutf8proc3 "$ts" libmsgpack-c2 libvterm0 libc6 libgcc-s1 >/dev/null)
   rm -rf "$dest.tmp"; mkdir -p "$dest.tmp"
   for deb in "$work"/*.deb; do dpkg -x "$deb" "$dest.tmp"; done
+  # Point the binary at its own loader and libraries, so that it runs directly and
+  # the processes it starts from its own path (the TUI's --embed server) work too.
+  local lib="$dest/usr/lib/x86_64-linux-gnu"
+  patchelf --set-interpreter "$lib/ld-linux-x86-64.so.2" --force-rpath --set-rpath "$lib" "$dest.tmp/usr/bin/nvim"
   mv "$dest.tmp" "$dest"
   rm -rf "$work"
   "$ROOT/scripts/nvim" "$version" --version | head -n 1

@@ -1,0 +1,490 @@
+-- End-to-end specs of the three-phase cycle: real keys pressed in a real chat buffer,
+-- real tools (including bash processes), assertions on buffer text, cursor and extmarks.
+local helpers = require("spec.support.helpers")
+
+local tools = require("flemma.tools")
+local send = require("flemma.send")
+local cycle = require("flemma.cycle")
+local preview = require("flemma.ui.preview")
+local spinner = require("flemma.ui.spinner")
+
+local function press(keys)
+  vim.api.nvim_feedkeys(vim.api.nvim_replace_termcodes(keys, true, false, true), "mx", false)
+end
+
+local function text(buf)
+  return table.concat(vim.api.nvim_buf_get_lines(buf, 0, -1, false), "\n")
+end
+
+local function chat(lines)
+  local dir = helpers.tmpdir()
+  vim.cmd("edit " .. vim.fn.fnameescape(dir .. "/test.chat"))
+  local buf = vim.api.nvim_get_current_buf()
+  vim.api.nvim_buf_set_lines(buf, 0, -1, false, lines)
+  assert.equals("chat", vim.bo[buf].filetype)
+  return buf
+end
+
+local function tool_use(name, id, input)
+  local out = { ("**Tool Use:** `%s` (`%s`)"):format(name, id), "", "```json", vim.json.encode(input), "```" }
+  return out
+end
+
+local function conversation(uses)
+  local lines = { "@You:", "Do things.", "", "@Assistant:", "On it.", "" }
+  for i, u in ipairs(uses) do
+    if i > 1 then
+      lines[#lines + 1] = ""
+    end
+    vim.list_extend(lines, tool_use(u[1], u[2], u[3]))
+  end
+  return lines
+end
+
+local function wait_text(buf, pattern, timeout)
+  helpers.wait_for(function()
+    return text(buf):find(pattern, 1, true) ~= nil
+  end, timeout or 5000, "buffer never contained: " .. pattern .. "\n--- buffer:\n" .. text(buf))
+end
+
+local function line_of(buf, s)
+  for i, l in ipairs(vim.api.nvim_buf_get_lines(buf, 0, -1, false)) do
+    if l == s then
+      return i
+    end
+  end
+end
+
+local function pgrep(pattern)
+  local res = vim.system({ "pgrep", "-f", pattern }, { text = true }):wait()
+  return vim.trim(res.stdout or "")
+end
+
+local events
+local function setup(opts)
+  require("flemma").setup(vim.tbl_deep_extend("force", {
+    tools = { autopilot = { enabled = false }, auto_approve = { "$default", "echo", "slow" } },
+  }, opts or {}))
+  tools.register("echo", {
+    name = "echo",
+    description = "returns its text",
+    input_schema = {
+      type = "object",
+      properties = { text = { type = "string" } },
+      required = { "text" },
+      additionalProperties = false,
+    },
+    execute = function(input)
+      return { success = true, output = "echo: " .. input.text }
+    end,
+  })
+  tools.register("slow", {
+    name = "slow",
+    description = "returns its text after ms milliseconds",
+    async = true,
+    input_schema = {
+      type = "object",
+      properties = { text = { type = "string" }, ms = { type = "number" } },
+      required = { "text", "ms" },
+      additionalProperties = false,
+    },
+    execute = function(input, _, callback)
+      local timer = vim.uv.new_timer()
+      timer:start(input.ms, 0, function()
+        timer:close()
+        callback({ success = true, output = "slow: " .. input.text })
+      end)
+      return function()
+        if not timer:is_closing() then
+          timer:close()
+        end
+      end
+    end,
+  })
+  events = {}
+  for _, name in ipairs({ "FlemmaToolExecuting", "FlemmaToolFinished", "FlemmaRequestSending", "FlemmaRequestFinished" }) do
+    vim.api.nvim_create_autocmd("User", {
+      pattern = name,
+      group = vim.api.nvim_create_augroup("cycle_spec_" .. name, { clear = true }),
+      callback = function(ev)
+        events[#events + 1] = { name = name, data = ev.data }
+      end,
+    })
+  end
+end
+
+describe("the <C-]> cycle", function()
+  before_each(function()
+    setup()
+  end)
+  after_each(function()
+    send.set_handler(nil)
+    vim.cmd("silent! %bwipeout!")
+    helpers.cleanup()
+  end)
+
+  it("phase 1 injects a placeholder per tool use with the approval status and moves to the first pending", function()
+    local buf = chat(conversation({
+      { "read", "toolu_01", { path = "a.txt", offset = vim.NIL, limit = vim.NIL, label = vim.NIL } },
+      { "bash", "toolu_02", { command = "echo hi", label = "listing", timeout = vim.NIL } },
+    }))
+    require("flemma.tools.approval").register("spec:hold-read", {
+      priority = 200,
+      resolve = function(name)
+        if name == "read" then
+          return "require_approval"
+        end
+      end,
+    })
+    press("<C-]>")
+    require("flemma.tools.approval").unregister("spec:hold-read")
+    local t = text(buf)
+    assert.truthy(t:find("@You:\n**Tool Result:** `toolu_01`\n\n```flemma:tool status=pending\n```", 1, true), t)
+    assert.truthy(t:find("**Tool Result:** `toolu_02`\n\n```flemma:tool status=pending\n```", 1, true), t)
+    local fence = line_of(buf, "```flemma:tool status=pending")
+    assert.equals(fence, vim.api.nvim_win_get_cursor(0)[1])
+  end)
+
+  it("shows a preview inside each empty pending placeholder, gone once the result is in", function()
+    local buf = chat(conversation({ { "bash", "toolu_01", { command = "echo hi", label = "listing", timeout = vim.NIL } } }))
+    press("<C-]>")
+    local shown = preview.shown(buf)
+    assert.equals(1, #shown)
+    assert.equals("bash: $ echo hi # listing", shown[1].text)
+    assert.equals("FlemmaToolPreview", shown[1].hl)
+    assert.equals(line_of(buf, "```flemma:tool status=pending"), shown[1].line)
+    local hl = vim.api.nvim_get_hl(0, { name = "FlemmaToolPreview" })
+    assert.equals("Comment", hl.link)
+
+    -- Approve by editing the status, then <C-]> runs it for real.
+    local l = line_of(buf, "```flemma:tool status=pending")
+    vim.api.nvim_buf_set_lines(buf, l - 1, l, false, { "```flemma:tool status=approved" })
+    press("<C-]>")
+    wait_text(buf, "\nhi\n")
+    assert.equals(0, #preview.shown(buf))
+    assert.is_nil(text(buf):find("flemma:tool", 1, true))
+  end)
+
+  it("runs approved tools by itself when phase 1 left nothing pending, and fires the tool events", function()
+    local buf = chat(conversation({
+      { "echo", "toolu_01", { text = "one" } },
+      { "echo", "toolu_02", { text = "two" } },
+    }))
+    press("<C-]>")
+    wait_text(buf, "echo: two")
+    local t = text(buf)
+    assert.truthy(t:find("**Tool Result:** `toolu_01`\n\n```\necho: one\n```", 1, true), t)
+    assert.truthy(t:find("**Tool Result:** `toolu_02`\n\n```\necho: two\n```", 1, true), t)
+    local names = vim.tbl_map(function(e)
+      return e.name .. ":" .. ((e.data or {}).tool_id or "")
+    end, events)
+    -- Both start (in order) before either result is written: they run in parallel.
+    assert.same({
+      "FlemmaToolExecuting:toolu_01",
+      "FlemmaToolExecuting:toolu_02",
+      "FlemmaToolFinished:toolu_01",
+      "FlemmaToolFinished:toolu_02",
+    }, names)
+    assert.equals(buf, events[1].data.bufnr)
+  end)
+
+  it("injects an error result for a tool denied by policy", function()
+    setup({ tools = { auto_approve = { "$default", "echo" }, presets = { ["$no-echo"] = { deny = { "echo" } } } } })
+    require("flemma").setup({
+      tools = { autopilot = { enabled = false }, auto_approve = { "$default", "echo", "$no-echo" }, presets = { ["$no-echo"] = { deny = { "echo" } } } },
+    })
+    local buf = chat(conversation({ { "echo", "toolu_01", { text = "x" } } }))
+    press("<C-]>")
+    wait_text(buf, "**Tool Result:** `toolu_01` (error)")
+    assert.truthy(text(buf):find("denied", 1, true))
+    assert.is_nil(text(buf):find("echo: x", 1, true))
+  end)
+
+  it("uses the user's text as the message of a rejection", function()
+    local buf = chat(conversation({ { "bash", "toolu_01", { command = "rm -rf ~", label = vim.NIL, timeout = vim.NIL } } }))
+    press("<C-]>")
+    local l = line_of(buf, "```flemma:tool status=pending")
+    vim.api.nvim_buf_set_lines(buf, l - 1, l, false, { "```flemma:tool status=rejected", "I don't want to run rm -rf on my home directory." })
+    press("<C-]>")
+    wait_text(buf, "(error)")
+    local t = text(buf)
+    assert.truthy(t:find("**Tool Result:** `toolu_01` (error)\n\n```\nI don't want to run rm -rf on my home directory.\n```", 1, true), t)
+  end)
+
+  it("sends the content of a pending placeholder as the user's own result", function()
+    local buf = chat(conversation({ { "bash", "toolu_01", { command = "date", label = vim.NIL, timeout = vim.NIL } } }))
+    press("<C-]>")
+    local l = line_of(buf, "```flemma:tool status=pending")
+    vim.api.nvim_buf_set_lines(buf, l, l, false, { "Sun Nov 22 2026" })
+    press("<C-]>")
+    local t = text(buf)
+    assert.truthy(t:find("**Tool Result:** `toolu_01`\n\n```\nSun Nov 22 2026\n```", 1, true), t)
+    assert.is_nil(t:find("flemma:tool", 1, true))
+  end)
+
+  it("does not execute an approved placeholder whose content was edited, and pauses", function()
+    local buf = chat(conversation({ { "echo", "toolu_01", { text = "x" } } }))
+    -- Inject by hand an approved placeholder that the user typed into.
+    vim.api.nvim_buf_set_lines(buf, -1, -1, false, {
+      "",
+      "@You:",
+      "**Tool Result:** `toolu_01`",
+      "",
+      "```flemma:tool status=approved",
+      "my own notes",
+      "```",
+    })
+    local before = text(buf)
+    local warned
+    local orig = vim.notify
+    vim.notify = function(msg)
+      warned = msg
+    end
+    press("<C-]>")
+    vim.wait(200)
+    vim.notify = orig
+    assert.equals(before, text(buf))
+    assert.truthy(warned and warned:find("not executed", 1, true), warned)
+  end)
+
+  it("runs parallel tools up to max_concurrent and writes each result to its own placeholder", function()
+    setup({ tools = { max_concurrent = 2 } })
+    local buf = chat(conversation({
+      { "slow", "toolu_a", { text = "a", ms = 150 } },
+      { "slow", "toolu_b", { text = "b", ms = 30 } },
+      { "slow", "toolu_c", { text = "c", ms = 10 } },
+    }))
+    local max_running = 0
+    vim.api.nvim_create_autocmd("User", {
+      pattern = "FlemmaToolExecuting",
+      group = vim.api.nvim_create_augroup("cycle_spec_conc", { clear = true }),
+      callback = function()
+        max_running = math.max(max_running, #cycle.running(buf))
+      end,
+    })
+    press("<C-]>")
+    helpers.wait_for(function()
+      return #cycle.running(buf) > 0
+    end, 2000)
+    assert.is_false(vim.bo[buf].modifiable)
+    wait_text(buf, "slow: a", 5000)
+    helpers.wait_for(function()
+      return vim.bo[buf].modifiable
+    end, 2000, "buffer stayed locked")
+    local t = text(buf)
+    for _, id in ipairs({ "a", "b", "c" }) do
+      assert.truthy(t:find(("**Tool Result:** `toolu_%s`\n\n```\nslow: %s\n```"):format(id, id), 1, true), t)
+    end
+    assert.equals(2, max_running)
+    assert.is_true(vim.bo[buf].modifiable)
+  end)
+
+  it("shows a spinner extmark on a running placeholder, never in the text", function()
+    local buf = chat(conversation({ { "slow", "toolu_01", { text = "z", ms = 400 } } }))
+    press("<C-]>")
+    helpers.wait_for(function()
+      return #vim.api.nvim_buf_get_extmarks(buf, spinner.ns, 0, -1, {}) > 0
+    end, 2000)
+    local marks = vim.api.nvim_buf_get_extmarks(buf, spinner.ns, 0, -1, { details = true })
+    assert.truthy(marks[1][4].virt_text[1][1]:find("running slow", 1, true))
+    assert.is_nil(text(buf):find("running slow", 1, true))
+    wait_text(buf, "slow: z")
+    assert.equals(0, #vim.api.nvim_buf_get_extmarks(buf, spinner.ns, 0, -1, {}))
+  end)
+
+  it("cancels a running bash command with <C-c>: its processes die and the result says so", function()
+    local marker = "flemma_cycle_cancel_" .. vim.uv.hrtime()
+    local buf = chat(conversation({
+      { "bash", "toolu_01", { command = "sleep 100 & sleep 100 & echo " .. marker .. "; wait", label = vim.NIL, timeout = vim.NIL } },
+    }))
+    require("flemma").setup({ tools = { autopilot = { enabled = false }, auto_approve = { "bash" } } })
+    press("<C-]>")
+    helpers.wait_for(function()
+      return pgrep(marker) ~= ""
+    end, 5000, "bash never started")
+    press("<C-c>")
+    wait_text(buf, "(error)")
+    assert.truthy(text(buf):find("cancelled", 1, true))
+    helpers.wait_for(function()
+      return pgrep(marker) == ""
+    end, 5000, "processes survived the cancel")
+    assert.is_true(vim.bo[buf].modifiable)
+  end)
+
+  it("cancels cleanly when the buffer is wiped while a tool runs", function()
+    local marker = "flemma_cycle_wipe_" .. vim.uv.hrtime()
+    local buf = chat(conversation({
+      { "bash", "toolu_01", { command = "sleep 100; echo " .. marker, label = vim.NIL, timeout = vim.NIL } },
+    }))
+    require("flemma").setup({ tools = { autopilot = { enabled = false }, auto_approve = { "bash" } } })
+    press("<C-]>")
+    helpers.wait_for(function()
+      return pgrep(marker) ~= ""
+    end, 5000, "bash never started")
+    local errs = vim.v.errmsg
+    vim.cmd("bwipeout! " .. buf)
+    helpers.wait_for(function()
+      return pgrep(marker) == ""
+    end, 5000, "processes survived the wipe")
+    vim.wait(100)
+    assert.equals(errs, vim.v.errmsg)
+  end)
+
+  it("<M-CR> executes just the tool block under the cursor", function()
+    local buf = chat(conversation({
+      { "bash", "toolu_01", { command = "echo first", label = vim.NIL, timeout = vim.NIL } },
+      { "bash", "toolu_02", { command = "echo second", label = vim.NIL, timeout = vim.NIL } },
+    }))
+    press("<C-]>")
+    local l = line_of(buf, "**Tool Result:** `toolu_02`")
+    vim.api.nvim_win_set_cursor(0, { l, 0 })
+    press("<M-CR>")
+    wait_text(buf, "\nsecond\n")
+    local t = text(buf)
+    assert.truthy(t:find("**Tool Result:** `toolu_01`\n\n```flemma:tool status=pending\n```", 1, true), t)
+    assert.is_nil(t:find("\nfirst\n", 1, true))
+  end)
+
+  for _, case in ipairs({ { "result", "header" }, { "stay", "stay" }, { "next", "last" } }) do
+    it("tools.cursor_after_result = " .. case[1], function()
+      setup({ tools = { cursor_after_result = case[1] } })
+      local buf = chat(conversation({ { "echo", "toolu_01", { text = "x" } } }))
+      vim.api.nvim_win_set_cursor(0, { 2, 0 })
+      press("<C-]>")
+      wait_text(buf, "echo: x")
+      local row = vim.api.nvim_win_get_cursor(0)[1]
+      if case[2] == "header" then
+        assert.equals(line_of(buf, "**Tool Result:** `toolu_01`"), row)
+      elseif case[2] == "stay" then
+        assert.equals(2, row)
+      else
+        assert.equals(vim.api.nvim_buf_line_count(buf), row)
+      end
+    end)
+  end
+
+  it("phase 3 says plainly that no provider is available and leaves the buffer as it is", function()
+    local buf = chat({ "@You:", "Hello there." })
+    local before = text(buf)
+    local msg
+    local orig = vim.notify
+    vim.notify = function(m)
+      msg = m
+    end
+    press("<C-]>")
+    vim.notify = orig
+    assert.equals(before, text(buf))
+    assert.truthy(msg and msg:find("no provider is available yet", 1, true), msg)
+    assert.equals("FlemmaRequestSending", events[1].name)
+  end)
+
+  it("shows validation problems with their lines instead of sending", function()
+    local buf = chat(conversation({ { "echo", "toolu_01", { text = "x" } } }))
+    vim.api.nvim_buf_set_lines(buf, -1, -1, false, { "", "@You:", "Never mind that tool.", "", "@Assistant:", "Ok.", "", "@You:", "Go on." })
+    local sent = false
+    send.set_handler(function(_, _, done)
+      sent = true
+      done(true)
+    end)
+    press("<C-]>")
+    assert.is_false(sent)
+    local diags = vim.diagnostic.get(buf, { namespace = send.ns })
+    assert.is_true(#diags >= 1)
+    assert.truthy(diags[1].message:find("toolu_01", 1, true))
+  end)
+end)
+
+describe("autopilot", function()
+  after_each(function()
+    send.set_handler(nil)
+    vim.cmd("silent! %bwipeout!")
+    helpers.cleanup()
+  end)
+
+  -- A provider stand-in for the send path: answers with a tool call `calls` times,
+  -- then with plain text.
+  local function scripted_provider(calls)
+    local n = 0
+    return function(bufnr, request, done)
+      n = n + 1
+      local lines = { "", "@Assistant:" }
+      if n <= calls then
+        vim.list_extend(lines, tool_use("echo", "toolu_turn" .. n, { text = "turn " .. n }))
+      else
+        lines[#lines + 1] = "All done after " .. (n - 1) .. " tool turns."
+      end
+      vim.schedule(function()
+        vim.api.nvim_buf_set_lines(bufnr, -1, -1, false, lines)
+        done(true)
+      end)
+      assert.is_table(request.messages)
+    end
+  end
+
+  it("chains categorize, execute and send across turns until the model stops calling tools", function()
+    setup({ tools = { autopilot = { enabled = true } } })
+    send.set_handler(scripted_provider(3))
+    local buf = chat(conversation({ { "echo", "toolu_01", { text = "start" } } }))
+    press("<C-]>")
+    wait_text(buf, "All done after 3 tool turns.", 8000)
+    local t = text(buf)
+    for n = 1, 3 do
+      assert.truthy(t:find("echo: turn " .. n, 1, true), t)
+    end
+    assert.truthy(t:find("echo: start", 1, true))
+  end)
+
+  it("stops at max_turns with a clear message", function()
+    setup({ tools = { autopilot = { enabled = true, max_turns = 2 } } })
+    send.set_handler(scripted_provider(100))
+    local msgs = {}
+    local orig = vim.notify
+    vim.notify = function(m)
+      msgs[#msgs + 1] = m
+    end
+    local buf = chat(conversation({ { "echo", "toolu_01", { text = "start" } } }))
+    press("<C-]>")
+    local ok = vim.wait(8000, function()
+      for _, m in ipairs(msgs) do
+        if m:find("autopilot stopped after 2 turns", 1, true) then
+          return true
+        end
+      end
+    end)
+    vim.notify = orig
+    assert.is_true(ok, table.concat(msgs, "\n"))
+    assert.truthy(text(buf):find("echo: turn 2", 1, true))
+    assert.is_nil(text(buf):find("toolu_turn3", 1, true))
+  end)
+
+  it("starts approved tools right after phase 1 while others stay pending", function()
+    setup({ tools = { autopilot = { enabled = true } } })
+    local buf = chat(conversation({
+      { "echo", "toolu_01", { text = "auto" } },
+      { "bash", "toolu_02", { command = "echo gated", label = vim.NIL, timeout = vim.NIL } },
+    }))
+    press("<C-]>")
+    wait_text(buf, "echo: auto")
+    local t = text(buf)
+    assert.truthy(t:find("**Tool Result:** `toolu_02`\n\n```flemma:tool status=pending\n```", 1, true), t)
+    assert.equals(line_of(buf, "```flemma:tool status=pending"), vim.api.nvim_win_get_cursor(0)[1])
+  end)
+
+  it(":Flemma autopilot:disable stops the chain for the buffer", function()
+    setup({ tools = { autopilot = { enabled = true } } })
+    local buf = chat(conversation({ { "echo", "toolu_01", { text = "x" } } }))
+    vim.cmd("Flemma autopilot:disable")
+    assert.is_false(cycle.autopilot_enabled(buf))
+    local sent = false
+    send.set_handler(function(_, _, done)
+      sent = true
+      done(true)
+    end)
+    press("<C-]>")
+    wait_text(buf, "echo: x")
+    vim.wait(100)
+    assert.is_false(sent)
+    vim.cmd("Flemma autopilot:enable")
+    assert.is_true(cycle.autopilot_enabled(buf))
+  end)
+end)
