@@ -307,10 +307,6 @@ describe("flemma.tools", function()
 
   describe("for_buffer with frontmatter", function()
     it("narrows the tools to the frontmatter's selection", function()
-      local ok = pcall(require, "flemma.frontmatter")
-      if not ok then
-        return pending("flemma.frontmatter has not landed")
-      end
       tools.setup(config.get())
       local buf = vim.api.nvim_create_buf(true, false)
       vim.api.nvim_buf_set_lines(buf, 0, -1, false, {
