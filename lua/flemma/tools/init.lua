@@ -547,6 +547,19 @@ function M.execute(bufnr, tool_use, on_done, opts)
     finish({ success = false, error = ("tool `%s` has no execute function"):format(name) })
     return handle
   end
+  if type(bufnr) == "number" and bufnr > 0 and vim.api.nvim_buf_is_valid(bufnr) then
+    local available = M.for_buffer(bufnr)
+    if not vim.tbl_contains(available, name) then
+      finish({
+        success = false,
+        error = ("tool `%s` is not enabled in this buffer (flemma.opt.tools selects: %s)"):format(
+          name,
+          table.concat(available, ", ")
+        ),
+      })
+      return handle
+    end
+  end
   local err = M.validate_input(def, tool_use.input)
   if err then
     finish({ success = false, error = ("invalid input for `%s`: %s"):format(name, err) })
