@@ -113,10 +113,8 @@ describe("flemma.frontmatter", function()
       }
       for _, case in ipairs(loops) do
         it("stops " .. case[1] .. " with a clear error", function()
-          local t0 = vim.uv.hrtime()
           local err = err_of(case[2])
           assert.matches(("^frontmatter line %d: ran more than 1000000 instructions and was stopped"):format(case[3]), err)
-          assert.is_true((vim.uv.hrtime() - t0) / 1e9 < 5)
         end)
       end
 
