@@ -1,0 +1,82 @@
+local helpers = require("spec.support.helpers")
+local preview = require("flemma.ui.preview")
+
+local function chat_with_pending(input_json)
+  local dir = helpers.tmpdir()
+  vim.cmd("edit " .. vim.fn.fnameescape(dir .. "/p.chat"))
+  local buf = vim.api.nvim_get_current_buf()
+  vim.api.nvim_buf_set_lines(buf, 0, -1, false, {
+    "@Assistant:",
+    "**Tool Use:** `bash` (`toolu_01`)",
+    "",
+    "```json",
+    input_json,
+    "```",
+    "",
+    "@You:",
+    "**Tool Result:** `toolu_01`",
+    "",
+    "```flemma:tool status=pending",
+    "```",
+  })
+  return buf
+end
+
+describe("flemma.ui.preview", function()
+  before_each(function()
+    require("flemma").setup({})
+  end)
+  after_each(function()
+    vim.cmd("silent! only")
+    vim.cmd("silent! %bwipeout!")
+    vim.o.listchars = "tab:> ,trail:-,nbsp:+"
+    helpers.cleanup()
+  end)
+
+  it("fits the preview to the window's text width with …", function()
+    local buf = chat_with_pending(('{"command": "%s", "label": null, "timeout": null}'):format(string.rep("x", 200)))
+    vim.cmd("vsplit")
+    vim.cmd("vertical resize 40")
+    vim.wo.number = true
+    preview.refresh(buf)
+    local shown = preview.shown(buf)
+    assert.equals(1, #shown)
+    local width = preview.text_width(buf)
+    assert.equals(40 - vim.fn.getwininfo(vim.fn.bufwinid(buf))[1].textoff, width)
+    assert.equals(width, vim.fn.strdisplaywidth(shown[1].text))
+    assert.equals("…", vim.fn.strcharpart(shown[1].text, vim.fn.strchars(shown[1].text) - 1))
+    assert.truthy(shown[1].text:find("^bash: %$ xxx"))
+  end)
+
+  it("collapses newlines to the 'listchars' eol character, else ↵", function()
+    local buf = chat_with_pending('{"command": "echo a\\necho b", "label": null, "timeout": null}')
+    preview.refresh(buf)
+    assert.equals("bash: $ echo a↵echo b", preview.shown(buf)[1].text)
+    vim.o.listchars = "eol:$,tab:> "
+    preview.refresh(buf)
+    assert.equals("bash: $ echo a$echo b", preview.shown(buf)[1].text)
+  end)
+
+  it("is redrawn when the status changes: an approved placeholder has none", function()
+    local buf = chat_with_pending('{"command": "ls", "label": null, "timeout": null}')
+    preview.refresh(buf)
+    assert.equals(1, #preview.shown(buf))
+    vim.api.nvim_buf_set_lines(buf, 10, 11, false, { "```flemma:tool status=approved" })
+    vim.api.nvim_exec_autocmds("TextChanged", { buffer = buf })
+    assert.equals(0, #preview.shown(buf))
+  end)
+
+  it("shows the generic fallback for a tool without format_preview", function()
+    local tools = require("flemma.tools")
+    tools.register("plain", {
+      name = "plain",
+      description = "no preview",
+      input_schema = { type = "object", properties = {} },
+      execute = function()
+        return { success = true, output = "" }
+      end,
+    })
+    assert.equals('plain: a="1", b=true, list=[2 items], opts={x, y}', preview.text("plain", { b = true, a = "1", list = { 1, 2 }, opts = { x = 1, y = 2 } }, 200))
+    tools.unregister("plain")
+  end)
+end)
