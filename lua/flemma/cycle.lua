@@ -297,7 +297,14 @@ function H.resolve_static(bufnr, part)
   local content = part.content or ""
   local line
   if part.status == "denied" then
-    line = H.write_result(bufnr, part.id, "The tool call was denied by the approval policy.", true)
+    local use = H.find(H.doc(bufnr), part.id)
+    local msg = "The tool call was denied by the approval policy."
+    if use and use.input == nil then
+      msg = ("The tool input is not a valid JSON object (%s), so the call was not run."):format(
+        use.input_error or "invalid JSON"
+      )
+    end
+    line = H.write_result(bufnr, part.id, msg, true)
   elseif part.status == "rejected" then
     local msg = vim.trim(content) ~= "" and content or "The user rejected this tool call."
     line = H.write_result(bufnr, part.id, msg, true)

@@ -188,6 +188,15 @@ describe("the <C-]> cycle", function()
     assert.equals(buf, events[1].data.bufnr)
   end)
 
+  it("denies a tool use whose input is not a JSON object, saying why", function()
+    local buf = chat(conversation({ { "echo", "toolu_01", { text = "x" } } }))
+    local l = line_of(buf, '{"text":"x"}')
+    vim.api.nvim_buf_set_lines(buf, l - 1, l, false, { '{"text": "x"' })
+    press("<C-]>")
+    wait_text(buf, "**Tool Result:** `toolu_01` (error)")
+    assert.truthy(text(buf):find("not a valid JSON object", 1, true), text(buf))
+  end)
+
   it("injects an error result for a tool denied by policy", function()
     setup({ tools = { auto_approve = { "$default", "echo" }, presets = { ["$no-echo"] = { deny = { "echo" } } } } })
     require("flemma").setup({
@@ -504,5 +513,115 @@ describe("per-buffer tool selection", function()
     wait_text(buf, "(error)")
     assert.truthy(text(buf):find("tool `echo` is not enabled in this buffer (flemma.opt.tools selects: calculator)", 1, true), text(buf))
     assert.is_nil(text(buf):find("echo: x", 1, true))
+  end)
+end)
+
+describe("the execution UI", function()
+  before_each(function()
+    setup()
+  end)
+  after_each(function()
+    vim.cmd("silent! %bwipeout!")
+    helpers.cleanup()
+  end)
+
+  it("shows the last line of live output under the spinner, never in the text", function()
+    require("flemma").setup({ tools = { autopilot = { enabled = false }, auto_approve = { "bash" } } })
+    local buf = chat(conversation({
+      { "bash", "toolu_01", { command = "for i in 1 2 3 4 5 6; do echo progress-$i; sleep 0.2; done", label = vim.NIL, timeout = vim.NIL } },
+    }))
+    press("<C-]>")
+    local seen
+    helpers.wait_for(function()
+      for _, m in ipairs(vim.api.nvim_buf_get_extmarks(buf, spinner.ns, 0, -1, { details = true })) do
+        local vl = m[4].virt_lines
+        if vl and vl[1][1][1]:find("progress%-%d") then
+          seen = vl[1][1][1]
+          return true
+        end
+      end
+    end, 5000, "no live output line appeared")
+    -- While it runs, the output lives only in the extmark.
+    assert.truthy(text(buf):find("flemma:tool status=approved", 1, true))
+    assert.is_nil(text(buf):find("\nprogress%-%d\n"))
+    assert.truthy(seen:find("progress-", 1, true))
+    wait_text(buf, "progress-6\n```")
+  end)
+
+  it("restores the buffer's modifiable state after a tool that throws", function()
+    tools.register("boom", {
+      name = "boom",
+      description = "throws",
+      input_schema = { type = "object", properties = {} },
+      execute = function()
+        error("kaboom")
+      end,
+    })
+    require("flemma").setup({ tools = { autopilot = { enabled = false }, auto_approve = { "boom" } } })
+    tools.register("boom", {
+      name = "boom",
+      description = "throws",
+      input_schema = { type = "object", properties = {} },
+      execute = function()
+        error("kaboom")
+      end,
+    })
+    local buf = chat(conversation({ { "boom", "toolu_01", vim.empty_dict() } }))
+    press("<C-]>")
+    wait_text(buf, "(error)")
+    assert.truthy(text(buf):find("kaboom", 1, true), text(buf))
+    assert.is_true(vim.bo[buf].modifiable)
+    tools.unregister("boom")
+  end)
+
+  it(":Flemma tool:cancel-all cancels every running tool", function()
+    local buf = chat(conversation({
+      { "slow", "toolu_a", { text = "a", ms = 5000 } },
+      { "slow", "toolu_b", { text = "b", ms = 5000 } },
+    }))
+    press("<C-]>")
+    helpers.wait_for(function()
+      return #cycle.running(buf) == 2
+    end, 2000)
+    vim.cmd("Flemma tool:cancel-all")
+    local t = text(buf)
+    assert.truthy(t:find("**Tool Result:** `toolu_a` (error)", 1, true), t)
+    assert.truthy(t:find("**Tool Result:** `toolu_b` (error)", 1, true), t)
+    assert.equals(0, #cycle.running(buf))
+    assert.is_true(vim.bo[buf].modifiable)
+  end)
+
+  it("waits for async tool sources before sending, then sends by itself", function()
+    local finish
+    tools.register(function(register, done)
+      finish = function()
+        register("late", {
+          name = "late",
+          description = "arrives late",
+          input_schema = { type = "object", properties = {} },
+          execute = function()
+            return { success = true, output = "" }
+          end,
+        })
+        done()
+      end
+    end)
+    local buf = chat({ "@You:", "Hello." })
+    local orig = vim.notify
+    vim.notify = function() end
+    press("<C-]>")
+    assert.equals("Waiting for tool definitions to load...", vim.b[buf].flemma_status)
+    assert.equals(0, #vim.tbl_filter(function(e)
+      return e.name == "FlemmaRequestSending"
+    end, events))
+    finish()
+    helpers.wait_for(function()
+      return #vim.tbl_filter(function(e)
+        return e.name == "FlemmaRequestSending"
+      end, events) == 1
+    end, 3000, "the send never happened")
+    vim.notify = orig
+    assert.is_nil(vim.b[buf].flemma_status)
+    tools.unregister("late")
   end)
 end)
