@@ -625,3 +625,31 @@ describe("the execution UI", function()
     tools.unregister("late")
   end)
 end)
+
+describe("a broken frontmatter", function()
+  after_each(function()
+    send.set_handler(nil)
+    vim.cmd("silent! %bwipeout!")
+    helpers.cleanup()
+  end)
+
+  it("stops the send with an error naming its line", function()
+    setup()
+    local sent = false
+    send.set_handler(function(_, _, done)
+      sent = true
+      done(true)
+    end)
+    local buf = chat({ "```lua", "flemma.opt.max_tokens = 100", "flemma.opt.nope(", "```", "@You:", "Hello." })
+    local msgs = {}
+    local orig = vim.notify
+    vim.notify = function(m)
+      msgs[#msgs + 1] = m
+    end
+    press("<C-]>")
+    vim.notify = orig
+    assert.is_false(sent)
+    assert.truthy(table.concat(msgs, "\n"):find("frontmatter line 3", 1, true), table.concat(msgs, "\n"))
+    assert.equals("Hello.", vim.api.nvim_buf_get_lines(buf, -2, -1, false)[1])
+  end)
+end)
