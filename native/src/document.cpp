@@ -10,7 +10,10 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <string>
-#include <unordered_map>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "guard.hpp"
 
@@ -110,6 +113,180 @@ void skip_spaces(sv s, size_t& pos) {
   while (pos < s.size() && (s[pos] == ' ' || s[pos] == '\t')) ++pos;
 }
 
+// A quick check of a tool input, done before the full JSON parser: true only
+// when `s` is certainly one JSON object that nlohmann's strict parser accepts
+// (RFC 8259 grammar, well-formed UTF-8, no lone surrogate escapes, nesting
+// within kFastDepth). Anything else returns false and goes to the full parser,
+// which then decides and explains; so this may refuse valid input, never accept
+// invalid input.
+constexpr int kFastDepth = 64;
+
+bool json_ws(unsigned char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+bool json_digit(unsigned char c) { return c >= '0' && c <= '9'; }
+int json_hex(unsigned char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+// A string whose opening quote is at p[-1]; moves p past the closing quote.
+bool fast_string(const unsigned char*& p, const unsigned char* e) {
+  for (;;) {
+    if (p >= e) return false;
+    unsigned char c = *p;
+    if (c == '"') {
+      ++p;
+      return true;
+    }
+    if (c < 0x20) return false;
+    if (c == '\\') {
+      if (e - p < 2) return false;
+      unsigned char x = p[1];
+      if (x == 'u') {
+        if (e - p < 6) return false;
+        int v = 0;
+        for (int k = 2; k < 6; ++k) {
+          int h = json_hex(p[k]);
+          if (h < 0) return false;
+          v = v * 16 + h;
+        }
+        if (v >= 0xD800 && v <= 0xDFFF) return false;  // surrogates: the full parser checks the pairing
+        p += 6;
+        continue;
+      }
+      if (x != '"' && x != '\\' && x != '/' && x != 'b' && x != 'f' && x != 'n' && x != 'r' && x != 't') return false;
+      p += 2;
+      continue;
+    }
+    if (c < 0x80) {
+      ++p;
+      continue;
+    }
+    // Well-formed UTF-8 (Unicode table 3-7): no overlongs, no surrogates, at most U+10FFFF.
+    auto cont = [&](std::ptrdiff_t k, unsigned char lo, unsigned char hi) { return p + k < e && p[k] >= lo && p[k] <= hi; };
+    if (c >= 0xC2 && c <= 0xDF) {
+      if (!cont(1, 0x80, 0xBF)) return false;
+      p += 2;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+      unsigned char lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
+      if (!cont(1, lo, hi) || !cont(2, 0x80, 0xBF)) return false;
+      p += 3;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+      unsigned char lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
+      if (!cont(1, lo, hi) || !cont(2, 0x80, 0xBF) || !cont(3, 0x80, 0xBF)) return false;
+      p += 4;
+    } else {
+      return false;
+    }
+  }
+}
+
+// A number that is certainly finite as a double: no exponent, at most 300
+// digits before the point (the full parser rejects numbers that overflow).
+bool fast_number(const unsigned char*& p, const unsigned char* e) {
+  if (p < e && *p == '-') ++p;
+  if (p >= e) return false;
+  if (*p == '0') {
+    ++p;
+  } else if (*p >= '1' && *p <= '9') {
+    const unsigned char* d = p;
+    while (p < e && json_digit(*p)) ++p;
+    if (p - d > 300) return false;
+  } else {
+    return false;
+  }
+  if (p < e && *p == '.') {
+    ++p;
+    if (p >= e || !json_digit(*p)) return false;
+    while (p < e && json_digit(*p)) ++p;
+  }
+  return p >= e || (*p != 'e' && *p != 'E');
+}
+
+bool fast_literal(const unsigned char*& p, const unsigned char* e, sv word) {
+  if (static_cast<size_t>(e - p) < word.size() || std::memcmp(p, word.data(), word.size()) != 0) return false;
+  p += word.size();
+  return true;
+}
+
+bool fast_json_object(sv body) {
+  const auto* p = reinterpret_cast<const unsigned char*>(body.data());
+  const auto* e = p + body.size();
+  char stack[kFastDepth];  // '{' or '['
+  int depth = 0;
+  auto ws = [&] {
+    while (p < e && json_ws(*p)) ++p;
+  };
+  ws();
+  if (p >= e || *p != '{') return false;
+  ++p;
+  stack[depth++] = '{';
+  // After an opening bracket: a member, a value or the closing bracket.
+  bool first = true;
+  for (;;) {
+    ws();
+    if (p >= e) return false;
+    char top = stack[depth - 1];
+    if (first && *p == (top == '{' ? '}' : ']')) {
+      ++p;
+    } else {
+      if (!first) {
+        if (*p == (top == '{' ? '}' : ']')) {
+          ++p;
+          goto closed;
+        }
+        if (*p != ',') return false;
+        ++p;
+        ws();
+        if (p >= e) return false;
+      }
+      if (top == '{') {
+        if (*p != '"') return false;
+        ++p;
+        if (!fast_string(p, e)) return false;
+        ws();
+        if (p >= e || *p != ':') return false;
+        ++p;
+        ws();
+        if (p >= e) return false;
+      }
+      // A value.
+      switch (*p) {
+        case '{':
+        case '[':
+          if (depth == kFastDepth) return false;
+          stack[depth++] = static_cast<char>(*p);
+          ++p;
+          first = true;
+          continue;
+        case '"':
+          ++p;
+          if (!fast_string(p, e)) return false;
+          break;
+        case 't':
+          if (!fast_literal(p, e, "true")) return false;
+          break;
+        case 'f':
+          if (!fast_literal(p, e, "false")) return false;
+          break;
+        case 'n':
+          if (!fast_literal(p, e, "null")) return false;
+          break;
+        default:
+          if (!fast_number(p, e)) return false;
+      }
+      first = false;
+      continue;
+    }
+  closed:
+    if (--depth == 0) break;
+    first = false;
+  }
+  ws();
+  return p == e;
+}
+
 class Parser {
  public:
   explicit Parser(sv text) : t_(text) {}
@@ -140,6 +317,7 @@ class Parser {
   std::vector<int32_t> suf_tick_, suf_tilde_;  // suffix max of closer lengths per char
   std::vector<Mark> think_closes_;
   size_t mp_ = 0, cp_ = 0, tp_ = 0;
+  bool has_cr_ = false;  // some line ends in "\r\n"
 
   bool in_msg_ = false;
   size_t msg_item_ = 0;
@@ -167,34 +345,64 @@ class Parser {
     return e;
   }
 
-  void prepass() {
-    int32_t idx = 0, start = 0;
-    for (;;) {
-      Line l = line_at(idx, start);
-      sv s = text_of(l);
-      if (!s.empty()) {
-        char c0 = s[0];
-        if (c0 == '@') {
-          if (int r = role_of(s)) markers_.push_back({idx, start, r});
-        } else if (c0 == '<') {
-          if (rtrim(s) == kThinkClose) think_closes_.push_back({idx, start, 0});
-        } else if (c0 == '`' || c0 == '~' || c0 == ' ') {
-          Fence f = fence_of(s);
-          if (f.closer) closers_.push_back({idx, start, f.len, f.ch});
-        }
-      }
-      if (l.next < 0) break;
-      ++idx;
-      start = l.next;
+  // Looks at the first bytes of one line for the prepass lists.
+  void classify(int32_t idx, int32_t start, int32_t end) {
+    if (end > start && t_[static_cast<size_t>(end) - 1] == '\r') {
+      has_cr_ = true;
+      --end;
     }
+    if (end <= start) return;
+    char c0 = t_[static_cast<size_t>(start)];
+    if (c0 != '@' && c0 != '<' && c0 != '`' && c0 != '~' && c0 != ' ') return;
+    sv s = t_.substr(static_cast<size_t>(start), static_cast<size_t>(end - start));
+    if (c0 == '@') {
+      if (int r = role_of(s)) markers_.push_back({idx, start, r});
+    } else if (c0 == '<') {
+      if (rtrim(s) == kThinkClose) think_closes_.push_back({idx, start, 0});
+    } else {
+      Fence f = fence_of(s);
+      if (f.closer) closers_.push_back({idx, start, f.len, f.ch});
+    }
+  }
+
+  // One pass over the bytes: finds every line (16 bytes at a time where SSE2
+  // is available) and records the role markers, fence closers and
+  // </thinking> lines.
+  void prepass() {
+    const char* p = t_.data();
+    const int32_t n = static_cast<int32_t>(t_.size());
+    int32_t idx = 0, start = 0, i = 0;
+#if defined(__SSE2__)
+    const __m128i nl = _mm_set1_epi8('\n');
+    for (; i + 16 <= n; i += 16) {
+      __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + i));
+      auto mask = static_cast<unsigned>(_mm_movemask_epi8(_mm_cmpeq_epi8(v, nl)));
+      while (mask) {
+        int32_t e = i + __builtin_ctz(mask);
+        mask &= mask - 1;
+        classify(idx++, start, e);
+        start = e + 1;
+      }
+    }
+#endif
+    for (; i < n; ++i) {
+      if (p[i] != '\n') continue;
+      classify(idx++, start, i);
+      start = i + 1;
+    }
+    classify(idx, start, n);
     suf_tick_.assign(closers_.size() + 1, 0);
     suf_tilde_.assign(closers_.size() + 1, 0);
-    for (size_t i = closers_.size(); i-- > 0;) {
-      suf_tick_[i] = suf_tick_[i + 1];
-      suf_tilde_[i] = suf_tilde_[i + 1];
-      auto& m = closers_[i].ch == '`' ? suf_tick_[i] : suf_tilde_[i];
-      m = std::max(m, closers_[i].len);
+    for (size_t k = closers_.size(); k-- > 0;) {
+      suf_tick_[k] = suf_tick_[k + 1];
+      suf_tilde_[k] = suf_tilde_[k + 1];
+      auto& m = closers_[k].ch == '`' ? suf_tick_[k] : suf_tilde_[k];
+      m = std::max(m, closers_[k].len);
     }
+    // Every item starts at a marker, a fence, a tool header or text between
+    // them; this covers typical documents without a regrowth.
+    doc_.items.reserve(std::min<size_t>(2 * markers_.size() + closers_.size() + 2 * think_closes_.size() + 16,
+                                        t_.size() / 8 + 16));
   }
 
   // ---- output helpers ----------------------------------------------------
@@ -207,6 +415,7 @@ class Parser {
   // A range of the input; rewritten into the arena without "\r" before "\n".
   flemma_doc_str range(int32_t a, int32_t b) {
     if (b <= a) return {a, 0};
+    if (!has_cr_) return {a, b - a};
     sv s = t_.substr(static_cast<size_t>(a), static_cast<size_t>(b - a));
     if (s.find("\r\n") == sv::npos) return {a, b - a};
     std::string out;
@@ -354,14 +563,18 @@ class Parser {
     }
     if (!in_msg_) open_message(FLEMMA_DOC_USER, l.idx);
     doc_.items[msg_item_].first_line = std::min(doc_.items[msg_item_].first_line, l.idx + 1);
-    if (!plain_text) {
+    if (!plain_text && s[0] == '*') {
       if (s.substr(0, kToolUse.size()) == kToolUse) {
         if (tool_use(l, resume_idx, resume_start)) return;
       } else if (s.substr(0, kToolResult.size()) == kToolResult) {
         if (tool_result(l, resume_idx, resume_start)) return;
-      } else if (s.substr(0, kThinkOpen.size()) == kThinkOpen) {
+      }
+    } else if (!plain_text && s[0] == '<') {
+      if (s.substr(0, kThinkOpen.size()) == kThinkOpen) {
         if (thinking(l, resume_idx, resume_start)) return;
       }
+    }
+    if (!plain_text) {
       Fence f = fence_of(s);
       if (f.opener) {
         size_t q = closer_after(l.idx, f.ch, f.len);
@@ -463,14 +676,17 @@ class Parser {
     it.last_line = l.idx + 1;
     it.key = slice(s.substr(ia, ib - ia));
     it.label = slice(s.substr(na, nb - na));
-    std::string name(s.substr(na, nb - na));
-    std::string where = "tool use `" + std::string(s.substr(ia, ib - ia)) + "` (" + name + ")";
+    use_ids_.push_back({s.substr(ia, ib - ia), hash_id(s.substr(ia, ib - ia)), l.idx + 1});
+    // Built only for a diagnostic: most tool uses have none.
+    auto where = [&] {
+      return "tool use `" + std::string(s.substr(ia, ib - ia)) + "` (" + std::string(s.substr(na, nb - na)) + ")";
+    };
     if (current_role() != FLEMMA_DOC_ASSISTANT)
       diag(l.idx, FLEMMA_DOC_SEV_WARNING,
-           where + " is outside an @Assistant: message: only the model writes tool uses; move it below an @Assistant: line");
+           where() + " is outside an @Assistant: message: only the model writes tool uses; move it below an @Assistant: line");
     if (!b.found) {
       it.flags |= FLEMMA_DOC_F_NO_FENCE | FLEMMA_DOC_F_BAD_INPUT;
-      std::string msg = where + " has no fenced input block: add a blank line and a ```json block holding the input object";
+      std::string msg = where() + " has no fenced input block: add a blank line and a ```json block holding the input object";
       it.note = arena("no fenced input block");
       diag(l.idx, FLEMMA_DOC_SEV_ERROR, msg);
       doc_.items.push_back(it);
@@ -483,7 +699,7 @@ class Parser {
     if (!b.closed) {
       it.flags |= FLEMMA_DOC_F_UNCLOSED;
       diag(b.open.idx, FLEMMA_DOC_SEV_ERROR,
-           "the input block of " + where + " is never closed: add a closing " +
+           "the input block of " + where() + " is never closed: add a closing " +
                std::string(static_cast<size_t>(std::min(b.fence.len, 64)), b.fence.ch) + " line after the JSON");
     }
     std::string err;
@@ -492,7 +708,7 @@ class Parser {
     if (!err.empty()) {
       it.flags |= FLEMMA_DOC_F_BAD_INPUT;
       it.note = arena(err);
-      diag(err_line, FLEMMA_DOC_SEV_ERROR, "the input of " + where + " is not valid: " + err);
+      diag(err_line, FLEMMA_DOC_SEV_ERROR, "the input of " + where() + " is not valid: " + err);
     }
     doc_.items.push_back(it);
     return true;
@@ -571,6 +787,7 @@ class Parser {
       err = "the block is empty: write a JSON object, {} if the tool takes no arguments";
       return;
     }
+    if (fast_json_object(body)) return;
     Sax sax;
     bool ok = nlohmann::json::sax_parse(body.begin(), body.end(), &sax);
     if (ok && !sax.not_object && !sax.too_deep && !sax.error) return;
@@ -618,15 +835,16 @@ class Parser {
     }
     flush_text();
     note_line(l.idx);
-    std::string id(s.substr(ia, ib - ia));
     flemma_doc_item it{};
     it.kind = FLEMMA_DOC_TOOL_RESULT;
     it.first_line = it.last_line = l.idx + 1;
     it.key = slice(s.substr(ia, ib - ia));
-    std::string where = "tool result `" + id + "`";
+    result_ids_.push_back({s.substr(ia, ib - ia), hash_id(s.substr(ia, ib - ia)), l.idx + 1});
+    // Built only for a diagnostic: most results have none.
+    auto where = [&] { return "tool result `" + std::string(s.substr(ia, ib - ia)) + "`"; };
     if (current_role() != FLEMMA_DOC_USER)
       diag(l.idx, FLEMMA_DOC_SEV_WARNING,
-           where + " is outside a @You: message: results are sent by you; move it below a @You: line");
+           where() + " is outside a @You: message: results are sent by you; move it below a @You: line");
     if (suffix == "error") {
       it.flags |= FLEMMA_DOC_F_ERROR;
     } else if (!suffix.empty()) {
@@ -635,14 +853,14 @@ class Parser {
       it.note = slice(suffix);
       if (it.status == FLEMMA_DOC_STATUS_UNKNOWN)
         diag(l.idx, FLEMMA_DOC_SEV_ERROR,
-             where + " has an unknown status (" + printable(suffix, 40) +
+             where() + " has an unknown status (" + printable(suffix, 40) +
                  "): use (error), or one of (approved), (pending), (denied), (rejected)");
     }
     Block b = fenced_block(l, resume_idx, resume_start);
     if (!b.found) {
       it.flags |= FLEMMA_DOC_F_NO_FENCE;
       diag(l.idx, FLEMMA_DOC_SEV_ERROR,
-           where + " has no fenced block: add a blank line and a fenced block with the output (or a ```flemma:tool "
+           where() + " has no fenced block: add a blank line and a fenced block with the output (or a ```flemma:tool "
                    "status=pending placeholder)");
       doc_.items.push_back(it);
       return true;
@@ -655,7 +873,7 @@ class Parser {
     if (!b.closed) {
       it.flags |= FLEMMA_DOC_F_UNCLOSED;
       diag(b.open.idx, FLEMMA_DOC_SEV_ERROR,
-           "the block of " + where + " is never closed: add a closing " +
+           "the block of " + where() + " is never closed: add a closing " +
                std::string(static_cast<size_t>(std::min(b.fence.len, 64)), b.fence.ch) + " line after its content");
     }
     sv info = b.fence.info;
@@ -675,8 +893,8 @@ class Parser {
       it.status = status_of(word);
       if (it.status == FLEMMA_DOC_STATUS_UNKNOWN)
         diag(b.open.idx, FLEMMA_DOC_SEV_ERROR,
-             word.empty() ? "placeholder of " + where + " has no status: write ```flemma:tool status=pending (or approved, denied, rejected)"
-                          : "placeholder of " + where + " has an unknown status `" + printable(word, 40) +
+             word.empty() ? "placeholder of " + where() + " has no status: write ```flemma:tool status=pending (or approved, denied, rejected)"
+                          : "placeholder of " + where() + " has an unknown status `" + printable(word, 40) +
                                 "`: use approved, pending, denied or rejected");
     }
     doc_.items.push_back(it);
@@ -753,31 +971,78 @@ class Parser {
 
   // ---- end -----------------------------------------------------------------
 
-  void check_ids() {
-    std::unordered_map<sv, int32_t> uses, results;
-    uses.reserve(doc_.items.size() / 4 + 1);
-    results.reserve(doc_.items.size() / 4 + 1);
-    for (const auto& it : doc_.items) {
-      if (it.kind == FLEMMA_DOC_TOOL_USE) {
-        sv id = doc_.str(t_, it.key);
-        auto [pos, fresh] = uses.emplace(id, it.first_line);
-        if (!fresh)
-          diag(it.first_line - 1, FLEMMA_DOC_SEV_ERROR,
-               "tool use id `" + printable(id, 80) + "` is already used on line " + std::to_string(pos->second) +
-                   ": every tool use needs its own id; rename or delete one of them");
+  // Tool ids, hashed while their bytes are hot so the final check reads only
+  // these lists.
+  struct IdRef {
+    sv id;
+    uint64_t hash;
+    int32_t line;  // 1-based
+  };
+  std::vector<IdRef> use_ids_, result_ids_;
+
+  static uint64_t hash_id(sv s) {
+    uint64_t h = 1469598103934665603ULL;  // FNV-1a
+    for (char c : s) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ULL;
+    return h;
+  }
+
+  // Open addressing over indices into a list of IdRef; finds the first entry
+  // with the same id, or inserts r.
+  struct IdTable {
+    std::vector<int32_t> slots;  // index + 1, 0 = empty
+    const std::vector<IdRef>* refs = nullptr;
+    explicit IdTable(const std::vector<IdRef>& r) : refs(&r) {
+      size_t cap = 16;
+      while (cap < r.size() * 2) cap <<= 1;
+      slots.assign(cap, 0);
+    }
+    // The earlier entry with the id of refs[i], or -1 after inserting i.
+    int32_t find_or_insert(int32_t i) {
+      const IdRef& r = (*refs)[static_cast<size_t>(i)];
+      size_t mask = slots.size() - 1;
+      for (size_t k = r.hash & mask;; k = (k + 1) & mask) {
+        int32_t s = slots[k];
+        if (s == 0) {
+          slots[k] = i + 1;
+          return -1;
+        }
+        const IdRef& o = (*refs)[static_cast<size_t>(s - 1)];
+        if (o.hash == r.hash && o.id == r.id) return s - 1;
       }
     }
-    for (const auto& it : doc_.items) {
-      if (it.kind != FLEMMA_DOC_TOOL_RESULT) continue;
-      sv id = doc_.str(t_, it.key);
-      auto [pos, fresh] = results.emplace(id, it.first_line);
-      if (!fresh)
-        diag(it.first_line - 1, FLEMMA_DOC_SEV_ERROR,
-             "tool `" + printable(id, 80) + "` already has a result on line " + std::to_string(pos->second) +
-                 ": delete one of the two results");
-      if (uses.find(id) == uses.end())
-        diag(it.first_line - 1, FLEMMA_DOC_SEV_ERROR,
-             "tool result `" + printable(id, 80) +
+    bool contains(const IdRef& r) const {
+      size_t mask = slots.size() - 1;
+      for (size_t k = r.hash & mask;; k = (k + 1) & mask) {
+        int32_t s = slots[k];
+        if (s == 0) return false;
+        const IdRef& o = (*refs)[static_cast<size_t>(s - 1)];
+        if (o.hash == r.hash && o.id == r.id) return true;
+      }
+    }
+  };
+
+  void check_ids() {
+    IdTable uses(use_ids_), results(result_ids_);
+    for (size_t i = 0; i < use_ids_.size(); ++i) {
+      int32_t prev = uses.find_or_insert(static_cast<int32_t>(i));
+      if (prev >= 0) {
+        const IdRef& r = use_ids_[i];
+        diag(r.line - 1, FLEMMA_DOC_SEV_ERROR,
+             "tool use id `" + printable(r.id, 80) + "` is already used on line " +
+                 std::to_string(use_ids_[static_cast<size_t>(prev)].line) +
+                 ": every tool use needs its own id; rename or delete one of them");
+      }
+    }
+    for (size_t i = 0; i < result_ids_.size(); ++i) {
+      const IdRef& r = result_ids_[i];
+      int32_t prev = results.find_or_insert(static_cast<int32_t>(i));
+      if (prev >= 0)
+        diag(r.line - 1, FLEMMA_DOC_SEV_ERROR,
+             "tool `" + printable(r.id, 80) + "` already has a result on line " +
+                 std::to_string(result_ids_[static_cast<size_t>(prev)].line) + ": delete one of the two results");
+      if (!uses.contains(r))
+        diag(r.line - 1, FLEMMA_DOC_SEV_ERROR,
+             "tool result `" + printable(r.id, 80) +
                  "` matches no **Tool Use:** block: correct the id or delete this result");
     }
   }
