@@ -1,8 +1,9 @@
 -- Parsing a .chat document into the Lua model (flemma.document.parse), from a
 -- list of lines as nvim_buf_get_lines returns them. The conversation is
 -- generated: rounds of assistant prose with a code block and a tool use, then
--- a @You: message with the tool's result. The note splits one run into its
--- stages; "FFI" is the share spent reading the native items into Lua tables.
+-- a @You: message with the tool's result. The note splits runs into their
+-- stages; "crossing FFI" is the share spent handing the lines to the native
+-- parser and reading its items back into Lua tables.
 local document = require("flemma.document")
 local native = require("flemma.native")
 
@@ -91,38 +92,65 @@ function H.case(name, bytes, target)
       state.lines, state.tools, state.size = H.generate(bytes)
     end,
     teardown = function()
-      -- One instrumented run for the note: stages timed separately.
+      -- Instrumented runs for the note (medians of 5): the stages of
+      -- document.parse(lines) timed separately.
       local lines = state.lines
       local lib = native.lib()
-      local t0 = vim.uv.hrtime()
       local text = table.concat(lines, "\n")
-      local t1 = vim.uv.hrtime()
-      local doc = lib.flemma_doc_new(text, #text)
-      lib.flemma_doc_free(doc)
-      local t2 = vim.uv.hrtime()
-      local raw = native.parse_document(text)
-      local t3 = vim.uv.hrtime()
+      local function median(f)
+        local xs = {}
+        for i = 1, 5 do
+          xs[i] = f()
+        end
+        table.sort(xs)
+        return xs[3]
+      end
+      local function ms(f)
+        local t0 = vim.uv.hrtime()
+        f()
+        return (vim.uv.hrtime() - t0) / 1e6
+      end
+      local parse_only = median(function()
+        return ms(function()
+          lib.flemma_doc_free(lib.flemma_doc_new(text, #text))
+        end)
+      end)
+      local raw, stats = nil, {}
+      local to_native = median(function()
+        raw = native.parse_document(lines, stats)
+        return stats.to_native_ms
+      end)
+      local to_tables = median(function()
+        native.parse_document(lines, stats)
+        return stats.to_tables_ms
+      end)
+      local raw_total = median(function()
+        return ms(function()
+          native.parse_document(lines)
+        end)
+      end)
+      local model
+      local total = median(function()
+        return ms(function()
+          model = document.parse(lines)
+        end)
+      end)
       local inputs = #raw.tool_uses
-      local t4 = vim.uv.hrtime()
-      local model = document.parse_text(text)
-      local t5 = vim.uv.hrtime()
-      local parse_only = t2 - t1
-      local convert = (t3 - t2) - parse_only
-      local decode = (t5 - t4) - (t3 - t2)
-      local total = (t1 - t0) + (t5 - t4)
+      local handover = math.max(0, to_native - parse_only)
+      local decode = math.max(0, total - raw_total)
       state.note = (
-        "%.1f MB, %d lines, %d tool uses, %d messages; concat %.1f ms, native parse %.1f ms, FFI items->tables %.1f ms (%.0f%% of %.1f ms), JSON decode %.1f ms"
+        "%.1f MB, %d lines, %d tool uses, %d messages; lines->C (pointer arrays, native join) %.1f ms, native parse %.1f ms, FFI items->tables %.1f ms, JSON decode %.1f ms; crossing FFI %.0f%% of %.1f ms"
       ):format(
         state.size / 1e6,
         #lines,
         inputs,
         #model.messages,
-        (t1 - t0) / 1e6,
-        parse_only / 1e6,
-        convert / 1e6,
-        100 * convert / total,
-        total / 1e6,
-        decode / 1e6
+        handover,
+        parse_only,
+        to_tables,
+        decode,
+        100 * (handover + to_tables) / total,
+        total
       )
       assert(inputs == state.tools, "every generated tool use is parsed")
       state.lines = nil

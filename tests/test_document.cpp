@@ -2,6 +2,7 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "document.hpp"
 #include "flemma/flemma.h"
@@ -215,5 +216,62 @@ TEST_CASE("document") {
     flemma_doc* empty = flemma_doc_new(nullptr, 0);
     CHECK(flemma_doc_item_count(empty) == 0);
     flemma_doc_free(empty);
+  }
+
+  SUBCASE("lines given one by one parse like the same lines joined with newlines, from the document's own copy") {
+    std::string text = "@Assistant:\nHi.\n\n**Tool Use:** `bash` (`t1`)\n\n```json\n{\"a\": 1}\n```\n@You:\r\nok";
+    std::vector<std::string> lines;
+    for (size_t a = 0;;) {
+      size_t e = text.find('\n', a);
+      lines.push_back(text.substr(a, e == std::string::npos ? std::string::npos : e - a));
+      if (e == std::string::npos) break;
+      a = e + 1;
+    }
+    std::vector<const char*> ptrs;
+    std::vector<size_t> lens;
+    for (const auto& l : lines) {
+      ptrs.push_back(l.empty() ? nullptr : l.data());
+      lens.push_back(l.size());
+    }
+    flemma_doc* by_lines = flemma_doc_new_lines(ptrs.data(), lens.data(), lines.size());
+    flemma_doc* by_text = flemma_doc_new(text.data(), text.size());
+    REQUIRE(by_lines);
+    REQUIRE(by_text);
+    CHECK(flemma_doc_text(by_text) == text.data());
+    CHECK(flemma_doc_text(by_lines) != text.data());
+    CHECK(std::string(flemma_doc_text(by_lines), text.size()) == text);
+    REQUIRE(flemma_doc_item_count(by_lines) == flemma_doc_item_count(by_text));
+    for (int32_t i = 0; i < flemma_doc_item_count(by_text); ++i) {
+      const flemma_doc_item& x = flemma_doc_items(by_lines)[i];
+      const flemma_doc_item& y = flemma_doc_items(by_text)[i];
+      CHECK(x.kind == y.kind);
+      CHECK(x.first_line == y.first_line);
+      CHECK(x.last_line == y.last_line);
+      CHECK(x.body.off == y.body.off);
+      CHECK(x.body.len == y.body.len);
+    }
+    // The lines may go away once the document exists.
+    lines.clear();
+    const flemma_doc_item& use = flemma_doc_items(by_lines)[2];
+    REQUIRE(use.kind == FLEMMA_DOC_TOOL_USE);
+    CHECK(std::string(flemma_doc_text(by_lines) + use.body.off, static_cast<size_t>(use.body.len)) == "{\"a\": 1}");
+    flemma_doc_free(by_lines);
+    flemma_doc_free(by_text);
+
+    flemma_doc* none = flemma_doc_new_lines(nullptr, nullptr, 0);
+    REQUIRE(none);
+    CHECK(flemma_doc_item_count(none) == 0);
+    flemma_doc_free(none);
+    CHECK(flemma_doc_text(nullptr) == nullptr);
+    size_t len = 3;
+    const char* null_line = nullptr;
+    CHECK(flemma_doc_new_lines(nullptr, &len, 1) == nullptr);
+    CHECK(std::string(flemma_last_error()).find("NULL") != std::string::npos);
+    CHECK(flemma_doc_new_lines(&null_line, &len, 1) == nullptr);
+    CHECK(std::string(flemma_last_error()).find("line 1") != std::string::npos);
+    size_t huge[2] = {size_t{1} << 29, size_t{1} << 29};
+    const char* two[2] = {"a", "b"};
+    CHECK(flemma_doc_new_lines(two, huge, 2) == nullptr);
+    CHECK(std::string(flemma_last_error()).find("1 GiB") != std::string::npos);
   }
 }

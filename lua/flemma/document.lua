@@ -52,47 +52,36 @@ H.decode_opts = { luanil = { object = true } }
 --- vim.json.decode call (they were validated natively), one by one if that fails.
 function H.decode_inputs(raw)
   local decode, opts = vim.json.decode, H.decode_opts
-  local uses, jsons = {}, {}
-  for _, p in ipairs(raw.tool_uses) do
-    if p.input_json then
-      uses[#uses + 1] = p
-      jsons[#jsons + 1] = p.input_json
-      p.input_json = nil
-    end
-  end
-  if #uses == 0 then
-    raw.tool_uses = nil
+  local uses, batch, spans = raw.tool_uses, raw.inputs_json, raw.input_spans
+  raw.tool_uses, raw.inputs_json, raw.input_spans = nil, nil, nil
+  local n = #uses
+  if n == 0 then
     return raw
   end
-  local ok_all, values = pcall(decode, "[" .. table.concat(jsons, ",") .. "]", opts)
-  if ok_all and type(values) == "table" and #values == #uses then
-    for i, p in ipairs(uses) do
-      p.input = values[i]
+  local ok_all, values = pcall(decode, batch, opts)
+  if ok_all and type(values) == "table" and #values == n then
+    for i = 1, n do
+      uses[i].input = values[i]
     end
-    raw.tool_uses = nil
     return raw
   end
   for i, p in ipairs(uses) do
-    local json = jsons[i]
-    if json then
-      local ok, value = pcall(decode, json, opts)
-      if ok and type(value) == "table" then
-        p.input = value
-      else
-        p.input_error = "the input cannot be decoded: " .. util.message(value)
-        table.insert(raw.diagnostics, {
-          line = p.fence_line or p.first_line,
-          severity = "error",
-          message = ("the input of tool use `%s` (%s) cannot be decoded (%s): fix the JSON between the fences"):format(
-            p.id,
-            p.name,
-            util.message(value)
-          ),
-        })
-      end
+    local ok, value = pcall(decode, batch:sub(spans[2 * i - 1], spans[2 * i]), opts)
+    if ok and type(value) == "table" then
+      p.input = value
+    else
+      p.input_error = "the input cannot be decoded: " .. util.message(value)
+      table.insert(raw.diagnostics, {
+        line = p.fence_line or p.first_line,
+        severity = "error",
+        message = ("the input of tool use `%s` (%s) cannot be decoded (%s): fix the JSON between the fences"):format(
+          p.id,
+          p.name,
+          util.message(value)
+        ),
+      })
     end
   end
-  raw.tool_uses = nil
   return raw
 end
 
@@ -100,17 +89,22 @@ end
 ---@param text string
 ---@return flemma.document.Doc
 function M.parse_text(text)
+  if type(text) ~= "string" then
+    util.error("document.parse_text: `text` should be a string, not " .. type(text))
+  end
   return H.decode_inputs(native.parse_document(text))
 end
 
 --- Parses a document given as a list of lines (as from nvim_buf_get_lines).
+--- The lines are handed to the native parser as they are, without building
+--- the joined text in Lua.
 ---@param lines string[]
 ---@return flemma.document.Doc
 function M.parse(lines)
   if type(lines) ~= "table" then
     util.error("document.parse: `lines` should be a list of strings, not " .. type(lines))
   end
-  return M.parse_text(table.concat(lines, "\n"))
+  return H.decode_inputs(native.parse_document(lines))
 end
 
 H.cache = {} ---@type table<integer, { tick: integer, doc: flemma.document.Doc }>

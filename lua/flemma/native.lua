@@ -89,6 +89,8 @@ typedef struct flemma_doc_diag {
   flemma_doc_str message;
 } flemma_doc_diag;
 flemma_doc *flemma_doc_new(const char *text, size_t len);
+flemma_doc *flemma_doc_new_lines(const char *const *lines, const size_t *lens, size_t count);
+const char *flemma_doc_text(const flemma_doc *doc);
 void flemma_doc_free(flemma_doc *doc);
 int32_t flemma_doc_item_count(const flemma_doc *doc);
 const flemma_doc_item *flemma_doc_items(const flemma_doc *doc);
@@ -356,128 +358,237 @@ H.ROLES = { "system", "user", "assistant" }
 H.STATUSES = { "approved", "pending", "denied", "rejected" }
 H.SEVERITIES = { "error", "warning", "info" }
 
---- Parses a .chat document held in one string (lines joined by "\n") and
---- returns the raw model: frontmatter, messages with parts, diagnostics. Tool
---- use parts carry `input_json` (the validated JSON text, nil when invalid) and
---- `input_error`; flemma.document decodes them. `tool_uses` lists those parts.
----@param text string
----@return table
-function M.parse_document(text)
-  if type(text) ~= "string" then
-    util.error("parse_document: `text` should be a string, not " .. type(text))
+-- LuaJIT's preallocating table constructor (plain {} where it is missing).
+H.table_new = (function()
+  local ok, new = pcall(require, "table.new")
+  return ok and new or function()
+    return {}
   end
+end)()
+
+-- Pointer and length arrays for flemma_doc_new_lines, kept between calls (they
+-- only grow) so that parsing a buffer again allocates nothing here. The
+-- pointers are used only during the call that fills them.
+H.line_cap = 0
+H.line_ptrs = nil
+H.line_lens = nil
+
+function H.check_line(lines, i)
+  if type(lines[i]) ~= "string" then
+    util.error(("parse_document: line %d should be a string, not %s"):format(i, type(lines[i])))
+  end
+end
+
+--- A new document from a list of lines (joined natively, no Lua string of the
+--- whole text is built).
+function H.doc_from_lines(lib, lines)
+  local n = #lines
+  if n > H.line_cap then
+    local cap = math.max(n, 2 * H.line_cap, 64)
+    H.line_ptrs = ffi.new("const char *[?]", cap)
+    H.line_lens = ffi.new("size_t[?]", cap)
+    H.line_cap = cap
+  end
+  local ptrs, lens = H.line_ptrs, H.line_lens
+  for i = 1, n do
+    local l = lines[i]
+    if type(l) ~= "string" then
+      H.check_line(lines, i)
+    end
+    ptrs[i - 1] = l
+    lens[i - 1] = #l
+  end
+  return lib.flemma_doc_new_lines(ptrs, lens, n)
+end
+
+--- Parses a .chat document, given as one string (lines joined by "\n") or as
+--- a list of lines (as from nvim_buf_get_lines), and returns the raw model:
+--- frontmatter, messages with parts, diagnostics. Tool inputs are not decoded
+--- here: `tool_uses` lists the tool use parts whose input is valid JSON, and
+--- `inputs_json` is a JSON array of their inputs, in the same order
+--- (`input_spans` holds the 1-based start and end of each in it); a part with
+--- an invalid input has `input_error`. flemma.document decodes them.
+--- `stats`, when given, receives `to_native_ms` (lines handed over and parsed
+--- natively) and `to_tables_ms` (native items read into Lua tables).
+---@param src string|string[]
+---@param stats? table
+---@return table
+function M.parse_document(src, stats)
   local lib = M.lib()
-  local doc = lib.flemma_doc_new(text, #text)
+  local t0 = stats and vim.uv.hrtime()
+  local doc
+  if type(src) == "table" and not H.has_lines_abi(lib) then
+    for i = 1, #src do
+      H.check_line(src, i)
+    end
+    src = table.concat(src, "\n")
+  end
+  if type(src) == "string" then
+    doc = lib.flemma_doc_new(src, #src)
+  elseif type(src) == "table" then
+    doc = H.doc_from_lines(lib, src)
+  else
+    util.error("parse_document: expected the text as a string or a list of lines, not " .. type(src))
+  end
   if doc == nil then
     util.error("cannot parse the document: " .. M.last_error())
   end
-  local ok, res = pcall(H.convert_document, lib, doc, text)
+  local t1 = stats and vim.uv.hrtime()
+  local ok, res = pcall(H.convert_document, lib, doc, src)
   lib.flemma_doc_free(doc)
+  if stats then
+    stats.to_native_ms = (t1 - t0) / 1e6
+    stats.to_tables_ms = (vim.uv.hrtime() - t1) / 1e6
+  end
   if not ok then
     error(res, 0)
   end
   return res
 end
 
-function H.convert_document(lib, doc, text)
-  local ffi_string = ffi.string
-  -- The text as a pointer: the Lua string stays referenced by this frame.
-  local base = ffi.cast("const char *", text)
-  local arena = lib.flemma_doc_arena(doc)
-  local function str(s)
-    local off, len = s.off, s.len
-    if off >= 0 then
-      return ffi_string(base + off, len)
-    end
-    return ffi_string(arena + (-off - 1), len)
+H.inputs_buf = nil
+
+-- Whether the library has flemma_doc_new_lines and flemma_doc_text (a library
+-- built before them still parses, through one joined Lua string).
+function H.has_lines_abi(lib)
+  if H.lines_abi == nil then
+    H.lines_abi = pcall(function()
+      return lib.flemma_doc_new_lines and lib.flemma_doc_text
+    end)
   end
+  return H.lines_abi
+end
+
+-- `src` is unused but keeps a string source referenced while its bytes are read.
+function H.convert_document(lib, doc, src) -- luacheck: ignore src
+  local ffi_string, band = ffi.string, bit.band
+  local base = H.has_lines_abi(lib) and lib.flemma_doc_text(doc) or ffi.cast("const char *", src)
+  local arena = lib.flemma_doc_arena(doc)
   local ROLES, STATUSES = H.ROLES, H.STATUSES
   local items = lib.flemma_doc_items(doc)
   local n = lib.flemma_doc_item_count(doc)
-  local messages, tool_uses = {}, {}
+  local messages, tool_uses, spans = {}, {}, {}
+  local nmsg, nuse = 0, 0
+  local buf = H.inputs_buf
+  if not buf then
+    buf = require("string.buffer").new()
+    H.inputs_buf = buf
+  end
+  buf:reset()
+  buf:put("[")
   local frontmatter
-  local parts
+  local parts, nparts
   for i = 0, n - 1 do
     local it = items[i]
     local kind = it.kind
-    if kind == 3 then
-      parts[#parts + 1] = { kind = "text", first_line = it.first_line, last_line = it.last_line, text = str(it.body) }
-    elseif kind == 2 then
-      parts = {}
-      messages[#messages + 1] = {
-        role = ROLES[it.role],
-        first_line = it.first_line,
-        last_line = it.last_line,
-        parts = parts,
-      }
-    elseif kind == 4 then
-      local flags = it.flags
-      local p = {
-        kind = "tool_use",
-        first_line = it.first_line,
-        last_line = it.last_line,
-        id = str(it.key),
-        name = str(it.label),
-      }
-      if bit.band(flags, 8) == 0 then
-        p.input_json = str(it.body)
+    if kind == 2 then
+      parts, nparts = {}, 0
+      nmsg = nmsg + 1
+      messages[nmsg] = { role = ROLES[it.role], first_line = it.first_line, last_line = it.last_line, parts = parts }
+    else
+      local body = it.body
+      local off, len = body.off, body.len
+      local text = off >= 0 and ffi_string(base + off, len) or ffi_string(arena + (-off - 1), len)
+      if kind == 3 then
+        nparts = nparts + 1
+        parts[nparts] = { kind = "text", first_line = it.first_line, last_line = it.last_line, text = text }
       else
-        p.input_error = str(it.note)
+        local key, label = it.key, it.label
+        off, len = key.off, key.len
+        local k = off >= 0 and ffi_string(base + off, len) or ffi_string(arena + (-off - 1), len)
+        off, len = label.off, label.len
+        local l = off >= 0 and ffi_string(base + off, len) or ffi_string(arena + (-off - 1), len)
+        local flags = it.flags
+        local p
+        if kind == 4 then
+          p = { kind = "tool_use", first_line = it.first_line, last_line = it.last_line, id = k, name = l }
+          if band(flags, 8) == 0 then
+            nuse = nuse + 1
+            tool_uses[nuse] = p
+            if nuse > 1 then
+              buf:put(",")
+            end
+            spans[2 * nuse - 1] = #buf + 1
+            buf:put(text)
+            spans[2 * nuse] = #buf
+          else
+            local note = it.note
+            off, len = note.off, note.len
+            p.input_error = off >= 0 and ffi_string(base + off, len) or ffi_string(arena + (-off - 1), len)
+          end
+          if it.fence_line > 0 then
+            p.fence_line = it.fence_line
+          end
+        elseif kind == 5 then
+          p = {
+            kind = "tool_result",
+            first_line = it.first_line,
+            last_line = it.last_line,
+            id = k,
+            is_error = band(flags, 1) ~= 0,
+            content = text,
+            info = l,
+            legacy = band(flags, 2) ~= 0,
+          }
+          local status = it.status
+          if status == 5 then
+            local note = it.note
+            off, len = note.off, note.len
+            p.status = off >= 0 and ffi_string(base + off, len) or ffi_string(arena + (-off - 1), len)
+          elseif status ~= 0 then
+            p.status = STATUSES[status]
+          end
+          if it.fence_line > 0 then
+            p.fence_line = it.fence_line
+          end
+        elseif kind == 6 then
+          p = {
+            kind = "thinking",
+            first_line = it.first_line,
+            last_line = it.last_line,
+            text = text,
+            redacted = band(flags, 4) ~= 0,
+          }
+          if k ~= "" then
+            p.signature = k
+          end
+          if l ~= "" then
+            p.provider = l
+          end
+        elseif kind == 1 then
+          frontmatter = { lang = k, code = text, first_line = it.first_line, last_line = it.last_line }
+        end
+        if p then
+          nparts = nparts + 1
+          parts[nparts] = p
+        end
       end
-      if it.fence_line > 0 then
-        p.fence_line = it.fence_line
-      end
-      parts[#parts + 1] = p
-      tool_uses[#tool_uses + 1] = p
-    elseif kind == 5 then
-      local flags = it.flags
-      local status = it.status
-      local p = {
-        kind = "tool_result",
-        first_line = it.first_line,
-        last_line = it.last_line,
-        id = str(it.key),
-        is_error = bit.band(flags, 1) ~= 0,
-        content = str(it.body),
-        info = str(it.label),
-        legacy = bit.band(flags, 2) ~= 0,
-      }
-      if status == 5 then
-        p.status = str(it.note)
-      elseif status ~= 0 then
-        p.status = STATUSES[status]
-      end
-      if it.fence_line > 0 then
-        p.fence_line = it.fence_line
-      end
-      parts[#parts + 1] = p
-    elseif kind == 6 then
-      local p = {
-        kind = "thinking",
-        first_line = it.first_line,
-        last_line = it.last_line,
-        text = str(it.body),
-        redacted = bit.band(it.flags, 4) ~= 0,
-      }
-      if it.key.len > 0 then
-        p.signature = str(it.key)
-      end
-      if it.label.len > 0 then
-        p.provider = str(it.label)
-      end
-      parts[#parts + 1] = p
-    elseif kind == 1 then
-      frontmatter = { lang = str(it.key), code = str(it.body), first_line = it.first_line, last_line = it.last_line }
     end
   end
+  buf:put("]")
+  local inputs_json = nuse > 0 and buf:tostring() or nil
+  buf:reset()
   local diagnostics = {}
   local diags = lib.flemma_doc_diags(doc)
   local SEV = H.SEVERITIES
   for i = 0, lib.flemma_doc_diag_count(doc) - 1 do
     local d = diags[i]
-    diagnostics[i + 1] = { line = d.line, severity = SEV[d.severity], message = str(d.message) }
+    local m = d.message
+    local off, len = m.off, m.len
+    diagnostics[i + 1] = {
+      line = d.line,
+      severity = SEV[d.severity],
+      message = off >= 0 and ffi_string(base + off, len) or ffi_string(arena + (-off - 1), len),
+    }
   end
-  return { frontmatter = frontmatter, messages = messages, diagnostics = diagnostics, tool_uses = tool_uses }
+  return {
+    frontmatter = frontmatter,
+    messages = messages,
+    diagnostics = diagnostics,
+    tool_uses = tool_uses,
+    inputs_json = inputs_json,
+    input_spans = spans,
+  }
 end
 
 -- ---------------------------------------------------------------------------

@@ -24,7 +24,6 @@ namespace {
 using sv = std::string_view;
 
 constexpr int kMaxJsonDepth = 500;
-constexpr size_t kMaxInput = size_t{1} << 30;  // 1 GiB: keeps offsets in int32 with room for the arena
 
 bool is_blank_char(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\f' || c == '\v'; }
 

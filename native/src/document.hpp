@@ -12,6 +12,10 @@
 
 namespace flemma::document {
 
+// Inputs of this size or more are refused (offsets stay in int32 with room
+// for the arena).
+inline constexpr size_t kMaxInput = size_t{1} << 30;
+
 struct Document {
   std::vector<flemma_doc_item> items;
   std::vector<flemma_doc_diag> diags;

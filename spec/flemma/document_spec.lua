@@ -99,6 +99,19 @@ describe("flemma.document", function()
       assert.is_true(#doc.messages >= 1)
     end)
 
+    it("reads a list of lines as the same model as the lines joined into one text", function()
+      for _, file in ipairs(files) do
+        local lines = lines_of(read(file))
+        assert.same(document.parse_text(table.concat(lines, "\n")), document.parse(lines), file)
+      end
+    end)
+
+    it("rejects a list with a line that is not a string, naming the line", function()
+      local ok, err = pcall(document.parse, { "@You:", "fine", 42 })
+      assert.is_false(ok)
+      assert.matches("line 3 should be a string, not number", err)
+    end)
+
     it("returns an empty model for an empty buffer", function()
       assert.same({ messages = {}, diagnostics = {} }, document.parse({}))
       assert.same({ messages = {}, diagnostics = {} }, document.parse({ "" }))

@@ -102,8 +102,8 @@ FLEMMA_API void flemma_truncate_result_free(flemma_truncate_result *result);
  * into the parsed text. Lines are 1-based; byte offsets are 0-based. */
 typedef struct flemma_doc flemma_doc;
 
-/* A byte range. off >= 0: offset into the text given to flemma_doc_new;
- * off < 0: offset (-off - 1) into flemma_doc_arena(). */
+/* A byte range. off >= 0: offset into flemma_doc_text() (for flemma_doc_new,
+ * the text given to it); off < 0: offset (-off - 1) into flemma_doc_arena(). */
 typedef struct flemma_doc_str {
   int32_t off;
   int32_t len;
@@ -177,6 +177,19 @@ typedef struct flemma_doc_diag {
  * len > 0, len >= 2 GiB) or out of memory. The caller frees the result with
  * flemma_doc_free and must keep `text` alive while it reads ranges of it. */
 FLEMMA_API flemma_doc *flemma_doc_new(const char *text, size_t len);
+
+/* Parses `count` lines joined with "\n", as flemma_doc_new would parse them:
+ * line i is lens[i] bytes at lines[i], without its "\n" (lines[i] may be NULL
+ * when lens[i] is 0; both arrays may be NULL when count is 0). The document
+ * keeps its own joined copy, so the lines need to live only for the call. NULL
+ * on bad arguments, a joined size of 1 GiB or more, or out of memory. The
+ * caller frees the result with flemma_doc_free. */
+FLEMMA_API flemma_doc *flemma_doc_new_lines(const char *const *lines, const size_t *lens, size_t count);
+
+/* The text that ranges with off >= 0 index: the caller's text for
+ * flemma_doc_new, the document's joined copy for flemma_doc_new_lines. Owned
+ * as that text is; NULL for NULL. */
+FLEMMA_API const char *flemma_doc_text(const flemma_doc *doc);
 
 /* Frees a document; NULL is a no-op. */
 FLEMMA_API void flemma_doc_free(flemma_doc *doc);
