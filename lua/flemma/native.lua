@@ -461,7 +461,7 @@ end
 
 -- `src` is unused but keeps a string source referenced while its bytes are read.
 function H.convert_document(lib, doc, src) -- luacheck: ignore src
-  local ffi_string, band = ffi.string, bit.band
+  local ffi_string, band, table_new = ffi.string, bit.band, H.table_new
   local base = H.has_lines_abi(lib) and lib.flemma_doc_text(doc) or ffi.cast("const char *", src)
   local arena = lib.flemma_doc_arena(doc)
   local ROLES, STATUSES = H.ROLES, H.STATUSES
@@ -482,7 +482,7 @@ function H.convert_document(lib, doc, src) -- luacheck: ignore src
     local it = items[i]
     local kind = it.kind
     if kind == 2 then
-      parts, nparts = {}, 0
+      parts, nparts = table_new(2, 0), 0
       nmsg = nmsg + 1
       messages[nmsg] = { role = ROLES[it.role], first_line = it.first_line, last_line = it.last_line, parts = parts }
     else
@@ -501,7 +501,17 @@ function H.convert_document(lib, doc, src) -- luacheck: ignore src
         local flags = it.flags
         local p
         if kind == 4 then
-          p = { kind = "tool_use", first_line = it.first_line, last_line = it.last_line, id = k, name = l }
+          local fence_line = it.fence_line
+          -- `input` (or `input_error`) is set later; the constructor sizes the table for it.
+          p = {
+            kind = "tool_use",
+            first_line = it.first_line,
+            last_line = it.last_line,
+            id = k,
+            name = l,
+            fence_line = fence_line > 0 and fence_line or nil,
+            input = nil,
+          }
           if band(flags, 8) == 0 then
             nuse = nuse + 1
             tool_uses[nuse] = p
@@ -516,10 +526,17 @@ function H.convert_document(lib, doc, src) -- luacheck: ignore src
             off, len = note.off, note.len
             p.input_error = off >= 0 and ffi_string(base + off, len) or ffi_string(arena + (-off - 1), len)
           end
-          if it.fence_line > 0 then
-            p.fence_line = it.fence_line
-          end
         elseif kind == 5 then
+          local status, st = it.status, nil
+          if status == 5 then
+            local note = it.note
+            off, len = note.off, note.len
+            st = off >= 0 and ffi_string(base + off, len) or ffi_string(arena + (-off - 1), len)
+          elseif status ~= 0 then
+            st = STATUSES[status]
+          end
+          local fence_line = it.fence_line
+          -- One constructor with every field, so the table is sized once.
           p = {
             kind = "tool_result",
             first_line = it.first_line,
@@ -529,18 +546,9 @@ function H.convert_document(lib, doc, src) -- luacheck: ignore src
             content = text,
             info = l,
             legacy = band(flags, 2) ~= 0,
+            status = st,
+            fence_line = fence_line > 0 and fence_line or nil,
           }
-          local status = it.status
-          if status == 5 then
-            local note = it.note
-            off, len = note.off, note.len
-            p.status = off >= 0 and ffi_string(base + off, len) or ffi_string(arena + (-off - 1), len)
-          elseif status ~= 0 then
-            p.status = STATUSES[status]
-          end
-          if it.fence_line > 0 then
-            p.fence_line = it.fence_line
-          end
         elseif kind == 6 then
           p = {
             kind = "thinking",
