@@ -49,6 +49,40 @@ function M.check()
     vim.health.error(err, { "Run `make` in " .. require("flemma.util").root() })
   end
 
+  if ok then
+    vim.health.start("flemma: sandbox")
+    local sandbox = require("flemma.sandbox")
+    local backend, berr = sandbox.backend()
+    local enabled = sandbox.is_enabled()
+    if not backend then
+      local report = enabled and vim.health.error or vim.health.info
+      report(berr)
+    else
+      local avail, aerr = sandbox.is_available(backend)
+      if avail then
+        vim.health.ok(("backend `%s` works (probe run passed); sandbox %s"):format(backend, enabled and "enabled" or "disabled (sandbox.enabled = false)"))
+      else
+        local report = enabled and vim.health.error or vim.health.warn
+        report(("backend `%s` unavailable: %s"):format(backend, aerr), {
+          enabled and "Tool commands are refused while the sandbox is enabled and unavailable; fix the backend or run :Flemma sandbox:disable"
+            or "Only needed when you enable the sandbox",
+        })
+      end
+    end
+
+    vim.health.start("flemma: tools")
+    local tools = require("flemma.tools")
+    local names = tools.list()
+    if #names == 0 then
+      vim.health.warn("no tools registered", { 'Call require("flemma").setup({}) in your config' })
+    else
+      vim.health.ok("tools: " .. table.concat(names, ", "))
+    end
+    if not tools.is_ready() then
+      vim.health.warn("some async tool sources are still loading")
+    end
+  end
+
   vim.health.start("flemma: external programs")
   H.executable("bash", { "--version" }, true)
   H.executable("curl", { "--version" }, false)

@@ -11,7 +11,8 @@ end
 describe("health", function()
   after_each(helpers.cleanup)
 
-  it("reports Neovim, LuaJIT, the library, its ABI version and external programs", function()
+  it("reports Neovim, LuaJIT, the library, its ABI version, sandbox, tools and external programs", function()
+    require("flemma").setup({})
     local text = health_report_here()
     local v = vim.version()
     assert.matches(("Neovim %d.%d.%d"):format(v.major, v.minor, v.patch), text, 1, true)
@@ -21,6 +22,8 @@ describe("health", function()
     assert.matches("`bash` found: GNU bash", text, 1, true)
     assert.matches("`curl` found: curl %d", text)
     assert.matches("`bwrap` found: bubblewrap %d", text)
+    assert.matches("backend `bwrap` works (probe run passed)", text, 1, true)
+    assert.matches("tools: bash, calculator, calculator_async, edit, read, write", text, 1, true)
   end)
 
   it("reports a missing library with its path and the build command", function()
