@@ -1,6 +1,9 @@
 #include <doctest/doctest.h>
+#include <dirent.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <algorithm>
@@ -38,6 +41,16 @@ int64_t spawn(flemma_procmgr* m, const char* script, int64_t timeout_ms = 0, int
   return id;
 }
 
+// Open descriptors of this process.
+int count_fds() {
+  int n = 0;
+  DIR* d = ::opendir("/proc/self/fd");
+  if (!d) return -1;
+  while (dirent* e = ::readdir(d)) n += e->d_name[0] != '.';
+  ::closedir(d);
+  return n - 1;  // the directory itself
+}
+
 }  // namespace
 
 TEST_CASE("process") {
@@ -71,6 +84,34 @@ TEST_CASE("process") {
     CHECK(e->timed_out == 1);
     CHECK(e->signal == SIGTERM);
     flemma_proc_event_free(e);
+  }
+  SUBCASE("a child sees only descriptors 0, 1 and 2, even those the host left inheritable") {
+    int leaky = ::open("/dev/null", O_RDONLY);  // no O_CLOEXEC
+    REQUIRE(leaky >= 0);
+    int64_t id = spawn(m, "ls /proc/$$/fd; true");
+    flemma_proc_event* e = wait_exit(m, id);
+    ::close(leaky);
+    REQUIRE(e != nullptr);
+    CHECK(std::string(e->out_tail, e->out_tail_len) == "0\n1\n2\n");
+    flemma_proc_event_free(e);
+  }
+  SUBCASE("a finished child leaves no descriptor open in the host") {
+    int64_t warm = spawn(m, "true");
+    flemma_proc_event_free(wait_exit(m, warm));
+    ::usleep(100 * 1000);
+    int before = count_fds();
+    for (int i = 0; i < 20; ++i) {
+      int64_t id = spawn(m, "true");
+      flemma_proc_event* e = wait_exit(m, id);
+      REQUIRE(e != nullptr);
+      flemma_proc_event_free(e);
+    }
+    int after = count_fds();
+    for (int i = 0; i < 50 && after != before; ++i) {  // handles close just after the event
+      ::usleep(20 * 1000);
+      after = count_fds();
+    }
+    CHECK(after == before);
   }
   SUBCASE("a missing program is an error at spawn time") {
     const char* argv[] = {"flemma-no-such-program", nullptr};

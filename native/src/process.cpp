@@ -103,12 +103,12 @@ struct Collector {
     std::string tmpl = std::string(dir && *dir ? dir : "/tmp") + "/" + prefix + "XXXXXX";
     std::vector<char> buf(tmpl.begin(), tmpl.end());
     buf.push_back('\0');
-    int f = ::mkstemp(buf.data());
+    // Close-on-exec from the start: the host thread may be spawning right now.
+    int f = ::mkostemp(buf.data(), O_CLOEXEC);
     if (f < 0) {
       // No file: keep bounding memory, the result just lacks a path.
       write_failed = true;
     } else {
-      ::fcntl(f, F_SETFD, FD_CLOEXEC);
       fd = f;
       path = buf.data();
       write_file(mem.data(), mem.size());
@@ -317,6 +317,12 @@ struct Proc {
   bool timed_out = false, cancelled = false, killing = false, finished = false;
   uint64_t last_progress = 0;
   std::string progress_line;
+
+  // The pid_poll handle (stopped and closed before the Proc is deleted) does
+  // not own its descriptor.
+  ~Proc() {
+    if (pidfd >= 0) ::close(pidfd);
+  }
 };
 
 namespace {
@@ -801,6 +807,11 @@ int64_t Manager::spawn(SpawnOptions opts, pid_t* pid_out) {
     posix_spawn_file_actions_adddup2(&sa.fa, in.fd[0], 0);
   posix_spawn_file_actions_adddup2(&sa.fa, out.fd[1], 1);
   posix_spawn_file_actions_adddup2(&sa.fa, opts.merge_output ? out.fd[1] : err.fd[1], 2);
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 34))
+  // Descriptors the host left without close-on-exec (Neovim inherits some from
+  // its own parent) must not reach the child: it sees 0, 1 and 2 only.
+  posix_spawn_file_actions_addclosefrom_np(&sa.fa, 3);
+#endif
   if (!opts.cwd.empty()) {
 #if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 29)) || defined(__APPLE__)
     posix_spawn_file_actions_addchdir_np(&sa.fa, opts.cwd.c_str());

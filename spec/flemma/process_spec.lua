@@ -116,6 +116,29 @@ describe("flemma.process", function()
       assert.equal(h.pid, tonumber(sid))
     end)
 
+    it("gives the child only descriptors 0, 1 and 2, even ones Neovim left inheritable", function()
+      local leaky = assert(io.open("/dev/null", "r")) -- fopen: no close-on-exec
+      local r = run({ cmd = { "bash", "-c", "ls /proc/$$/fd; true" } })
+      leaky:close()
+      assert.equal("0\n1\n2\n", r.output)
+    end)
+
+    it("leaves no descriptor open in Neovim once its children finished", function()
+      local function fds()
+        return #vim.fn.readdir("/proc/self/fd")
+      end
+      run({ cmd = { "true" } })
+      vim.wait(100)
+      local before = fds()
+      for _ = 1, 20 do
+        run({ cmd = { "true" } })
+      end
+      vim.wait(2000, function()
+        return fds() == before
+      end, 10)
+      assert.equal(before, fds(), "descriptors left open after 20 children")
+    end)
+
     it("raises a clear error for a bad request", function()
       local cases = {
         { { cmd = {} }, "`cmd` should be a non-empty list" },
