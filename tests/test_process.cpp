@@ -7,6 +7,8 @@
 
 #include <chrono>
 #include <algorithm>
+#include <climits>
+#include <cstdlib>
 #include <string>
 
 #include "flemma/flemma.h"
@@ -112,6 +114,56 @@ TEST_CASE("process") {
       after = count_fds();
     }
     CHECK(after == before);
+  }
+  SUBCASE("the last line is cut at 512 bytes on a code point boundary") {
+    // "a" then 300 two-byte characters: byte 512 is the second half of one.
+    int64_t id = spawn(m, "printf 'a'; for i in $(seq 300); do printf '\xc3\xa9'; done; echo");
+    flemma_proc_event* e = wait_exit(m, id);
+    REQUIRE(e != nullptr);
+    std::string expected = "a";
+    for (int i = 0; i < 255; ++i) expected += "\xc3\xa9";
+    CHECK(std::string(e->last_line, e->last_line_len) == expected);
+    flemma_proc_event_free(e);
+  }
+  SUBCASE("the spill file goes to the TMPDIR of spawn time") {
+    std::string dir_a = std::string(std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp");
+    std::string old_tmpdir = dir_a;
+    bool had_tmpdir = std::getenv("TMPDIR") != nullptr;
+    char tmpl_a[] = "/tmp/flemma-test-a-XXXXXX";
+    char tmpl_b[] = "/tmp/flemma-test-b-XXXXXX";
+    REQUIRE(::mkdtemp(tmpl_a) != nullptr);
+    REQUIRE(::mkdtemp(tmpl_b) != nullptr);
+    ::setenv("TMPDIR", tmpl_a, 1);
+    int64_t id = spawn(m, "sleep 0.3; seq 1 100000");
+    ::setenv("TMPDIR", tmpl_b, 1);  // too late for that child
+    flemma_proc_event* e = wait_exit(m, id);
+    if (had_tmpdir) ::setenv("TMPDIR", old_tmpdir.c_str(), 1);
+    else ::unsetenv("TMPDIR");
+    REQUIRE(e != nullptr);
+    REQUIRE(e->out_path != nullptr);
+    std::string path = e->out_path;
+    CHECK(path.rfind(std::string(tmpl_a) + "/flemma-output-", 0) == 0);
+    ::unlink(path.c_str());
+    ::rmdir(tmpl_a);
+    ::rmdir(tmpl_b);
+    flemma_proc_event_free(e);
+  }
+  SUBCASE("a huge byte limit still keeps the tail by lines") {
+    const char* argv[] = {"printf", "a\\nb\\n", nullptr};
+    flemma_spawn_opts o{};
+    o.argv = argv;
+    o.merge_output = 1;
+    o.max_lines = 1;
+    o.max_bytes = INT64_MAX;
+    int64_t id = 0;
+    REQUIRE(flemma_procmgr_spawn(m, &o, &id, nullptr) == FLEMMA_OK);
+    flemma_proc_event* e = wait_exit(m, id);
+    REQUIRE(e != nullptr);
+    CHECK(std::string(e->out_tail, e->out_tail_len) == "b\n");
+    CHECK(e->out_truncated == 1);
+    CHECK(e->out_total_lines == 2);
+    if (e->out_path) ::unlink(e->out_path);
+    flemma_proc_event_free(e);
   }
   SUBCASE("a missing program is an error at spawn time") {
     const char* argv[] = {"flemma-no-such-program", nullptr};

@@ -73,6 +73,7 @@ struct Collector {
   int fd = -1;
   std::string path;
   const char* prefix = "flemma-output-";
+  std::string spill_dir = "/tmp";  // $TMPDIR read at spawn, on the host thread (getenv races setenv)
   int64_t total_bytes = 0;
   int64_t newlines = 0;
   char last_char = '\n';
@@ -99,8 +100,7 @@ struct Collector {
   }
 
   void spill() {
-    const char* dir = std::getenv("TMPDIR");
-    std::string tmpl = std::string(dir && *dir ? dir : "/tmp") + "/" + prefix + "XXXXXX";
+    std::string tmpl = spill_dir + "/" + prefix + "XXXXXX";
     std::vector<char> buf(tmpl.begin(), tmpl.end());
     buf.push_back('\0');
     // Close-on-exec from the start: the host thread may be spawning right now.
@@ -116,6 +116,10 @@ struct Collector {
     spilled = true;
   }
 
+  // Lines are kept one byte past the cap, so that the cut can land on a code
+  // point boundary (utf8_prefix needs to see the first byte left out).
+  static constexpr size_t kKeep = kLastLineCap + 1;
+
   void track_lines(const char* p, size_t n) {
     const void* last_nl = nullptr;
     for (size_t i = n; i > 0; --i) {
@@ -125,7 +129,7 @@ struct Collector {
       }
     }
     if (!last_nl) {
-      if (cur_line.size() < kLastLineCap) cur_line.append(p, std::min(n, kLastLineCap - cur_line.size()));
+      if (cur_line.size() < kKeep) cur_line.append(p, std::min(n, kKeep - cur_line.size()));
       return;
     }
     size_t nl = static_cast<size_t>(static_cast<const char*>(last_nl) - p);
@@ -139,15 +143,16 @@ struct Collector {
       --prev;
     }
     if (found_prev) {
-      last_line.assign(p + prev, std::min(nl - prev, kLastLineCap));
+      last_line.assign(p + prev, std::min(nl - prev, kKeep));
     } else {
       last_line = cur_line;
-      if (last_line.size() < kLastLineCap) last_line.append(p, std::min(nl, kLastLineCap - last_line.size()));
+      if (last_line.size() < kKeep) last_line.append(p, std::min(nl, kKeep - last_line.size()));
     }
-    if (last_line.size() >= kLastLineCap)
+    if (last_line.size() > kLastLineCap)
       last_line.resize(truncate::utf8_prefix(last_line, kLastLineCap));
-    if (!last_line.empty() && last_line.back() == '\r') last_line.pop_back();
-    cur_line.assign(p + nl + 1, std::min(n - nl - 1, kLastLineCap));
+    else if (!last_line.empty() && last_line.back() == '\r')
+      last_line.pop_back();
+    cur_line.assign(p + nl + 1, std::min(n - nl - 1, kKeep));
   }
 
   void append(const char* p, size_t n) {
@@ -793,6 +798,8 @@ int64_t Manager::spawn(SpawnOptions opts, pid_t* pid_out) {
   }
   if (opts.max_lines <= 0) opts.max_lines = truncate::kMaxLines;
   if (opts.max_bytes <= 0) opts.max_bytes = truncate::kMaxBytes;
+  // The tail window holds up to 2 * (max_bytes + 1) bytes: keep that in size_t.
+  opts.max_bytes = std::min<int64_t>(opts.max_bytes, int64_t{1} << 40);
   if (opts.kill_grace_ms < 0) opts.kill_grace_ms = 2000;
 
   Fds out, err, in;
@@ -863,6 +870,7 @@ int64_t Manager::spawn(SpawnOptions opts, pid_t* pid_out) {
   p->out.max_lines = p->err.max_lines = opts.max_lines;
   p->out.max_bytes = p->err.max_bytes = opts.max_bytes;
   p->err.prefix = "flemma-stderr-";
+  if (const char* dir = std::getenv("TMPDIR"); dir && *dir) p->out.spill_dir = p->err.spill_dir = dir;
   p->out_fd = out.release(0);
   if (!opts.merge_output) p->err_fd = err.release(0);
   if (opts.stdin_mode != SpawnOptions::Stdin::Closed) p->in_fd = in.release(1);

@@ -317,6 +317,22 @@ describe("flemma.process", function()
       end
     end)
 
+    it("cuts a progress line longer than 512 bytes on a UTF-8 boundary", function()
+      local seen
+      run({
+        -- "a" and 300 two-byte characters: byte 512 is inside one of them
+        cmd = {
+          "bash",
+          "-c",
+          "s=a; for i in $(seq 300); do s+=$'\\xc3\\xa9'; done; echo \"$s\"; sleep 0.2; printf x; sleep 0.2",
+        },
+        on_progress = function(p)
+          seen = p.last_line
+        end,
+      })
+      assert.equal("a" .. ("é"):rep(255), seen)
+    end)
+
     it("streams 500 MB of output with flat memory", function()
       local before = rss_kb()
       local peak = before
