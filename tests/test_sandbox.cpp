@@ -29,6 +29,22 @@ TEST_CASE("sandbox") {
     CHECK(sb::resolve(dir + "/root/link/../x", "/") == dir + "/x");
     CHECK(sb::resolve("/", "/") == "/");
   }
+  SUBCASE("resolve follows a dangling symlink to where a write through it would land") {
+    fs::create_symlink("/etc/flemma-no-such-file", dir + "/root/dangling");
+    fs::create_symlink("dangling", dir + "/root/chain");
+    fs::create_symlink("../outside/new", dir + "/root/relative");
+    CHECK(sb::resolve(dir + "/root/dangling", "/") == "/etc/flemma-no-such-file");
+    CHECK(sb::resolve(dir + "/root/chain", "/") == "/etc/flemma-no-such-file");
+    CHECK(sb::resolve(dir + "/root/relative", "/") == dir + "/outside/new");
+    CHECK_FALSE(sb::is_path_writable(dir + "/root/dangling", policy, "/"));
+    CHECK_FALSE(sb::is_path_writable(dir + "/root/chain", policy, "/"));
+    CHECK_FALSE(sb::is_path_writable(dir + "/root/relative", policy, "/"));
+    fs::create_symlink(".git/hooks/pre-commit", dir + "/root/to-hook");
+    CHECK_FALSE(sb::is_path_writable(dir + "/root/to-hook", policy, "/"));
+    fs::create_symlink("loop-b", dir + "/root/loop-a");
+    fs::create_symlink("loop-a", dir + "/root/loop-b");
+    CHECK(sb::resolve(dir + "/root/loop-a", "/").rfind(dir + "/root/loop-", 0) == 0);  // terminates
+  }
   SUBCASE("is_path_writable keeps writes inside the roots and out of protected paths") {
     CHECK(sb::is_path_writable("root/file", policy, dir));
     CHECK(sb::is_path_writable(dir + "/root/new/deep/file", policy, "/"));

@@ -3,6 +3,7 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 
@@ -75,27 +76,47 @@ const std::vector<std::string>& protected_names() {
 }
 
 std::string resolve(const std::string& path, const std::string& cwd) {
-  // Resolve the existing prefix with realpath, segment by segment, so that a
-  // `..` after a symlink means what the kernel would make of it.
+  // Walk the existing prefix component by component, following symlinks by
+  // hand (lstat + readlink) so that a `..` after a symlink means what the
+  // kernel would make of it, and a dangling symlink leads to its target (a
+  // write through it creates the target, wherever that is).
   std::string full = (!path.empty() && path[0] == '/') ? path : cwd + "/" + path;
   std::vector<std::string> parts = split(full);
+  std::reverse(parts.begin(), parts.end());  // a stack: the next component is at the back
   std::string cur = "/";
-  size_t i = 0;
-  for (; i < parts.size(); ++i) {
-    const std::string& part = parts[i];
+  int hops = 0;
+  constexpr int kMaxHops = 40;  // the kernel's limit (ELOOP)
+  while (!parts.empty()) {
+    std::string part = std::move(parts.back());
+    parts.pop_back();
     if (part == ".") continue;
-    std::string next = cur == "/" ? "/" + part : cur + "/" + part;
     if (part == "..") {
-      next = lexical_absolute(cur + "/..", "/");
+      cur = lexical_absolute(cur + "/..", "/");
+      continue;
     }
-    if (!exists(next)) break;
-    char buf[PATH_MAX];
-    if (::realpath(next.c_str(), buf) == nullptr) break;
-    cur = buf;
+    std::string next = cur == "/" ? "/" + part : cur + "/" + part;
+    struct stat st;
+    if (::lstat(next.c_str(), &st) != 0) {
+      parts.push_back(std::move(part));
+      break;  // missing: the rest is folded lexically below
+    }
+    if (S_ISLNK(st.st_mode) && hops < kMaxHops) {
+      ++hops;
+      char buf[PATH_MAX];
+      ssize_t n = ::readlink(next.c_str(), buf, sizeof buf);
+      if (n > 0) {
+        std::string target(buf, static_cast<size_t>(n));
+        if (target[0] == '/') cur = "/";
+        auto tparts = split(target);
+        for (auto it = tparts.rbegin(); it != tparts.rend(); ++it) parts.push_back(*it);
+        continue;
+      }
+    }
+    cur = std::move(next);
   }
   // The missing tail is folded lexically onto the resolved prefix.
   std::string rest;
-  for (size_t k = i; k < parts.size(); ++k) rest += "/" + parts[k];
+  for (auto it = parts.rbegin(); it != parts.rend(); ++it) rest += "/" + *it;
   if (rest.empty()) return cur;
   return lexical_absolute(cur + rest, "/");
 }

@@ -170,6 +170,23 @@ describe("flemma.sandbox", function()
       end
     end)
 
+    it("judges a dangling symlink by its target, where a write through it would land", function()
+      local dir = project()
+      local outside = helpers.tmpdir()
+      local policy = { rw_paths = { dir }, network = true }
+      vim.uv.fs_symlink(outside .. "/created-by-write", dir .. "/dangling")
+      vim.uv.fs_symlink("dangling", dir .. "/chain")
+      vim.uv.fs_symlink(".git/hooks/pre-commit", dir .. "/to-hook")
+      vim.uv.fs_symlink("not-yet.txt", dir .. "/inside-link")
+      assert.is_false(sandbox.is_path_writable(dir .. "/dangling", policy))
+      assert.is_false(sandbox.is_path_writable(dir .. "/chain", policy))
+      assert.is_false(sandbox.is_path_writable(dir .. "/to-hook", policy))
+      assert.is_true(sandbox.is_path_writable(dir .. "/inside-link", policy))
+      -- what the check guards against: the write lands on the target
+      helpers.write_file(dir .. "/inside-link", "x")
+      assert.equal("x", helpers.read_file(dir .. "/not-yet.txt"))
+    end)
+
     it("is true for every path when the sandbox is disabled", function()
       sandbox.set_enabled(false)
       assert.is_true(sandbox.is_path_writable("/etc/passwd"))
