@@ -40,12 +40,15 @@ describe("flemma.native", function()
   end)
 
   it("finds the library next to the plugin, not in the current directory", function()
+    local override = vim.g.flemma_library_path -- FLEMMA_LIBRARY runs set one
+    vim.g.flemma_library_path = nil
     local path = native.library_path()
     assert.equals(FLEMMA_ROOT .. "/build/" .. native.library_name(), path)
     local cwd = vim.fn.getcwd()
     vim.cmd("cd /tmp")
     assert.equals(path, native.library_path())
     vim.cmd("cd " .. vim.fn.fnameescape(cwd))
+    vim.g.flemma_library_path = override
   end)
 
   it("loads the library and checks its ABI version", function()
