@@ -165,6 +165,30 @@ TEST_CASE("process") {
     if (e->out_path) ::unlink(e->out_path);
     flemma_proc_event_free(e);
   }
+  SUBCASE("a group that emptied after its leader exited is forgotten at the next spawn") {
+    const char* argv[] = {"bash", "-c", "sleep 0.3 & exit 0", nullptr};
+    flemma_spawn_opts o{};
+    o.argv = argv;
+    o.merge_output = 1;
+    int64_t id = 0, pid = 0;
+    REQUIRE(flemma_procmgr_spawn(m, &o, &id, &pid) == FLEMMA_OK);
+    flemma_proc_event* e = wait_exit(m, id);
+    REQUIRE(e != nullptr);
+    flemma_proc_event_free(e);
+    // The background sleep keeps the group alive for a while: still registered.
+    CHECK(::kill(-static_cast<pid_t>(pid), 0) == 0);
+    CHECK(flemma::process::is_registered(static_cast<pid_t>(pid)));
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (::kill(-static_cast<pid_t>(pid), 0) == 0 && std::chrono::steady_clock::now() < deadline) {
+      ::usleep(20000);
+    }
+    REQUIRE(::kill(-static_cast<pid_t>(pid), 0) != 0);
+    int64_t id2 = spawn(m, "true");
+    e = wait_exit(m, id2);
+    REQUIRE(e != nullptr);
+    flemma_proc_event_free(e);
+    CHECK_FALSE(flemma::process::is_registered(static_cast<pid_t>(pid)));
+  }
   SUBCASE("a missing program is an error at spawn time") {
     const char* argv[] = {"flemma-no-such-program", nullptr};
     flemma_spawn_opts o{};

@@ -55,8 +55,26 @@ Registry& registry() {
 }
 void registry_add(pid_t pgid) {
   std::lock_guard<std::mutex> lock(registry().mu);
+  // Forget groups that have emptied since they were registered (a leader that
+  // exited before its background jobs): their number may be reused by an
+  // unrelated group, which kill_all must never hit.
+  for (auto it = registry().groups.begin(); it != registry().groups.end();) {
+    if (::kill(-*it, 0) < 0 && errno == ESRCH) {
+      it = registry().groups.erase(it);
+    } else {
+      ++it;
+    }
+  }
   registry().groups.insert(pgid);
 }
+}  // namespace
+
+bool is_registered(pid_t pgid) {
+  std::lock_guard<std::mutex> lock(registry().mu);
+  return registry().groups.count(pgid) != 0;
+}
+
+namespace {
 void registry_remove(pid_t pgid) {
   std::lock_guard<std::mutex> lock(registry().mu);
   registry().groups.erase(pgid);

@@ -53,6 +53,9 @@ struct Event {
   StreamResult err;          // stderr when not merged
 };
 
+// Whether a process group is in the registry that kill_all_groups() kills (tests).
+bool is_registered(pid_t pgid);
+
 // The non-interactive variables added to every child's environment.
 const std::vector<std::string>& noninteractive_env();
 
