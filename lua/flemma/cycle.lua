@@ -774,6 +774,13 @@ function M.detach(bufnr)
   end
   H.state[bufnr] = nil
   s.queue = {}
+  -- An unloaded (:bunload, :bdelete) buffer keeps its options: unlock it, or it comes
+  -- back non-modifiable when it is loaded again.
+  if s.locked and vim.api.nvim_buf_is_valid(bufnr) then
+    pcall(function()
+      vim.bo[bufnr].modifiable = s.saved_modifiable
+    end)
+  end
   for _, run in pairs(s.running) do
     if run.handle and run.handle.cancel then
       pcall(run.handle.cancel)

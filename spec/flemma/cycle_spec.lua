@@ -339,6 +339,27 @@ describe("the <C-]> cycle", function()
     assert.equals(errs, vim.v.errmsg)
   end)
 
+  for _, how in ipairs({ "bunload!", "bdelete!" }) do
+    it("unlocks the buffer when it is closed with :" .. how .. " while a tool runs", function()
+      local buf = chat(conversation({ { "slow", "toolu_01", { text = "z", ms = 3000 } } }))
+      vim.cmd("silent write")
+      local name = vim.api.nvim_buf_get_name(buf)
+      press("<C-]>")
+      helpers.wait_for(function()
+        return #cycle.running(buf) > 0
+      end, 2000)
+      assert.is_false(vim.bo[buf].modifiable)
+      vim.cmd("enew")
+      vim.cmd(how .. " " .. buf)
+      assert.equals(0, #cycle.running(buf))
+      vim.cmd("edit " .. vim.fn.fnameescape(name))
+      assert.equals(buf, vim.api.nvim_get_current_buf())
+      assert.is_true(vim.bo[buf].modifiable)
+      press("Go<Esc>")
+      assert.equals("", vim.api.nvim_buf_get_lines(buf, -2, -1, false)[1])
+    end)
+  end
+
   it("<M-CR> executes just the tool block under the cursor", function()
     local buf = chat(conversation({
       { "bash", "toolu_01", { command = "echo first", label = vim.NIL, timeout = vim.NIL } },
