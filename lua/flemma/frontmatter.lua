@@ -29,8 +29,12 @@ local function pack(...)
   return { n = select("#", ...), ... }
 end
 
---- Runs fn(...) with the count hook installed; returns pcall-style results.
+--- Runs fn(...) with the count hook installed; returns pcall-style results. Method
+--- calls on strings (`s:find(p)`) go to the guarded string library meanwhile.
 function H.run_limited(fn, ...)
+  local string_mt = getmetatable("")
+  local prev_index = string_mt.__index
+  string_mt.__index = H.safe_string
   local prev_hook, prev_mask, prev_count = debug.gethook()
   local count = 0
   H.exhausted = nil
@@ -49,6 +53,7 @@ function H.run_limited(fn, ...)
   else
     debug.sethook()
   end
+  string_mt.__index = prev_index
   if not res[1] and H.exhausted and not H.describe(res[2]):find(H.exhausted, 1, true) then
     res[2] = H.exhausted
   end
@@ -84,6 +89,133 @@ function H.located(err, first_line)
 end
 
 ---------------------------------------------------------------------------------------
+-- Pattern matching under the budget
+---------------------------------------------------------------------------------------
+
+--- Pattern matching runs in C, where the count hook never fires: a pattern with many
+--- repetitions can backtrack for hours over a long string. A call whose worst case is
+--- above this many steps is refused.
+M.PATTERN_BUDGET = 5e8
+
+-- Counts the repetitions (`*`, `+`, `-`) and optional items (`?`) of a Lua pattern,
+-- and whether it is anchored with `^`.
+function H.pattern_shape(p)
+  local reps, optional, n = 0, 0, #p
+  local anchored = p:sub(1, 1) == "^"
+  local i = anchored and 2 or 1
+  while i <= n do
+    local c = p:sub(i, i)
+    local last -- last character of a single-character item that may be repeated
+    if c == "%" then
+      local d = p:sub(i + 1, i + 1)
+      if d == "b" then
+        i = i + 4
+      elseif d == "f" then
+        i = i + 2 -- the set that follows is read as an item below; it cannot repeat
+        if p:sub(i, i) == "[" then
+          local j = i + 1
+          if p:sub(j, j) == "^" then
+            j = j + 1
+          end
+          repeat
+            if p:sub(j, j) == "%" then
+              j = j + 1
+            end
+            j = j + 1
+          until j > n or p:sub(j, j) == "]"
+          i = j + 1
+        end
+      else
+        last = i + 1
+      end
+    elseif c == "[" then
+      local j = i + 1
+      if p:sub(j, j) == "^" then
+        j = j + 1
+      end
+      repeat
+        if p:sub(j, j) == "%" then
+          j = j + 1
+        end
+        j = j + 1
+      until j > n or p:sub(j, j) == "]"
+      last = j
+    elseif c == "(" or c == ")" then
+      i = i + 1
+    else
+      last = i
+    end
+    if last then
+      local q = p:sub(last + 1, last + 1)
+      if q == "*" or q == "+" or q == "-" then
+        reps = reps + 1
+        i = last + 2
+      elseif q == "?" then
+        optional = optional + 1
+        i = last + 2
+      else
+        i = last + 1
+      end
+    end
+  end
+  return reps, optional, anchored
+end
+
+-- The worst-case steps of matching pattern p against a subject of len bytes: the ways
+-- to share the subject among the repetitions, times the optional items' choices, times
+-- the start positions of an unanchored search.
+function H.pattern_cost(len, p, honours_anchor)
+  local reps, optional, anchored = H.pattern_shape(p)
+  local cost = 2 ^ optional
+  for r = 1, reps do
+    cost = cost * (len + r) / r
+    if cost > M.PATTERN_BUDGET then
+      return cost
+    end
+  end
+  if not (anchored and honours_anchor) then
+    cost = cost * (len + 1)
+  end
+  return cost
+end
+
+function H.guard_pattern(name, fn, honours_anchor)
+  return function(s, p, ...)
+    local ts = type(s)
+    if type(p) == "string" and (ts == "string" or ts == "number") then
+      local plain = name == "find" and select(2, ...)
+      if not plain then
+        local len = #tostring(s)
+        if H.pattern_cost(len, p, honours_anchor) > M.PATTERN_BUDGET then
+          opt.fail(
+            ("string.%s: the pattern %q could backtrack for more than %d steps over a %d-byte string; use fewer repetitions (*, +, -) or a shorter string"):format(
+              name,
+              p,
+              M.PATTERN_BUDGET,
+              len
+            )
+          )
+        end
+      end
+    end
+    return fn(s, p, ...)
+  end
+end
+
+-- The string library of frontmatter: no `dump`, pattern functions guarded. Also what
+-- string methods resolve to while frontmatter code runs; frontmatter cannot reach it.
+H.safe_string = {}
+for k, v in pairs(string) do
+  if k ~= "dump" then
+    H.safe_string[k] = v
+  end
+end
+H.safe_string.find = H.guard_pattern("find", string.find, true)
+H.safe_string.match = H.guard_pattern("match", string.match, true)
+H.safe_string.gmatch = H.guard_pattern("gmatch", string.gmatch, false)
+H.safe_string.gsub = H.guard_pattern("gsub", string.gsub, true)
+
+---------------------------------------------------------------------------------------
 -- The restricted environment
 ---------------------------------------------------------------------------------------
 
@@ -99,7 +231,7 @@ end
 
 function H.env(flemma_opt)
   local env = {
-    string = copy_lib(string, { dump = true }),
+    string = copy_lib(H.safe_string),
     table = copy_lib(table),
     math = copy_lib(math),
     os = { time = os.time, date = os.date },

@@ -118,6 +118,49 @@ describe("flemma.frontmatter", function()
         end)
       end
 
+      -- Pattern matching runs in C, out of reach of the count hook: these would freeze
+      -- Neovim for hours. Run in a child Neovim so that a regression fails, not hangs.
+      it("refuses patterns that would backtrack for hours, as methods and through string", function()
+        local res = helpers.run_nvim({
+          rtp = helpers.root,
+          timeout = 20000,
+          lua = [=[
+            local fm = require("flemma.frontmatter")
+            local out = {}
+            for _, code in ipairs({
+              'local s = ("a"):rep(30)\nlocal r = s:find(("a*"):rep(30) .. "b")',
+              'local s = ("a"):rep(30)\nlocal r = string.match(s, ("a-"):rep(30) .. "b")',
+              'local s = ("a"):rep(100000)\nfor w in s:gmatch(".-.-.-b") do end',
+              'local s = ("a"):rep(100000)\nlocal r = s:gsub("(.-)(.-)(.-)b", "")',
+            }) do
+              local _, err = fm.evaluate(code, "lua", 1)
+              out[#out + 1] = tostring(err)
+            end
+            io.stdout:write(table.concat(out, "\n"))
+          ]=],
+        })
+        assert.equals(0, res.code, res.stderr)
+        local errs = vim.split(res.stdout, "\n")
+        assert.equals(4, #errs, res.stdout)
+        for i, fn in ipairs({ "find", "match", "gmatch", "gsub" }) do
+          assert.matches("^frontmatter line 3: string%." .. fn .. ": the pattern .* could backtrack for more than", errs[i])
+        end
+      end)
+
+      it("lets ordinary patterns and plain finds through", function()
+        local opts = assert(lua(table.concat({
+          'assert(("git status --short"):match("^git%s+(%w+)") == "status")',
+          'assert(("a.b"):find(".", 1, true) == 2)',
+          'assert(select(1, ("x=1,y=2"):gsub("(%w+)=(%w+)", "%2=%1")) == "1=x,2=y")',
+          'assert(("[tag]"):match("%[(.-)%]") == "tag")',
+          'assert(("THE (quick) fox"):find("%f[%a]%a+%f[%A]") == 1)',
+          'local n = 0; for _ in ("a b c"):gmatch("%a") do n = n + 1 end',
+          "flemma.opt.max_tokens = n",
+        }, "\n")))
+        assert.equals(3, opts.parameters.max_tokens)
+        assert.equals(string, getmetatable("").__index)
+      end)
+
       it("allows a frontmatter that does real work within the budget", function()
         local opts = assert(lua("local s = 0\nfor i = 1, 10000 do s = s + i end\nflemma.opt.max_tokens = s"))
         assert.equals(50005000, opts.parameters.max_tokens)
