@@ -375,6 +375,78 @@ describe("the <C-]> cycle", function()
     assert.is_nil(t:find("\nfirst\n", 1, true))
   end)
 
+  it("<M-CR> on a rejected placeholder injects the rejection, leaving the others", function()
+    local buf = chat(conversation({
+      { "bash", "toolu_01", { command = "echo first", label = vim.NIL, timeout = vim.NIL } },
+      { "bash", "toolu_02", { command = "rm -rf /", label = vim.NIL, timeout = vim.NIL } },
+    }))
+    press("<C-]>")
+    local l = line_of(buf, "**Tool Result:** `toolu_02`") + 2
+    vim.api.nvim_buf_set_lines(buf, l - 1, l, false, { "```flemma:tool status=rejected", "Not on my machine." })
+    vim.api.nvim_win_set_cursor(0, { l, 0 })
+    press("<M-CR>")
+    local t = text(buf)
+    assert.truthy(t:find("**Tool Result:** `toolu_02` (error)\n\n```\nNot on my machine.\n```", 1, true), t)
+    assert.truthy(t:find("**Tool Result:** `toolu_01`\n\n```flemma:tool status=pending\n```", 1, true), t)
+  end)
+
+  it("<M-CR> on a tool use whose result is already there changes nothing", function()
+    local buf = chat(conversation({ { "echo", "toolu_01", { text = "x" } } }))
+    press("<C-]>")
+    wait_text(buf, "echo: x")
+    local before = text(buf)
+    vim.api.nvim_win_set_cursor(0, { line_of(buf, "**Tool Use:** `echo` (`toolu_01`)"), 0 })
+    press("<M-CR>")
+    vim.wait(100)
+    assert.equals(before, text(buf))
+    assert.equals(0, #cycle.running(buf))
+  end)
+
+  it("<C-]> in insert mode runs the cycle", function()
+    local buf = chat(conversation({ { "echo", "toolu_01", { text = "typed" } } }))
+    vim.api.nvim_win_set_cursor(0, { 2, 0 })
+    press("A more<C-]>")
+    wait_text(buf, "echo: typed")
+    assert.equals("Do things. more", vim.api.nvim_buf_get_lines(buf, 1, 2, false)[1])
+    assert.equals("n", vim.api.nvim_get_mode().mode)
+  end)
+
+  it(":Flemma tool:reject with a message, then <C-]>, sends the message as the error", function()
+    local buf = chat(conversation({ { "bash", "toolu_01", { command = "shutdown now", label = vim.NIL, timeout = vim.NIL } } }))
+    press("<C-]>")
+    vim.cmd("Flemma tool:reject not today")
+    assert.truthy(text(buf):find("```flemma:tool status=rejected\nnot today\n```", 1, true), text(buf))
+    press("<C-]>")
+    wait_text(buf, "(error)")
+    assert.truthy(text(buf):find("**Tool Result:** `toolu_01` (error)\n\n```\nnot today\n```", 1, true), text(buf))
+  end)
+
+  it(":Flemma tool:approve, then <C-]>, runs the pending tool", function()
+    local buf = chat(conversation({ { "bash", "toolu_01", { command = "echo approved-run", label = vim.NIL, timeout = vim.NIL } } }))
+    press("<C-]>")
+    vim.cmd("Flemma tool:approve")
+    assert.truthy(text(buf):find("```flemma:tool status=approved\n```", 1, true), text(buf))
+    press("<C-]>")
+    wait_text(buf, "\napproved-run\n")
+  end)
+
+  it(":Flemma tool:cancel on a running placeholder cancels just that tool", function()
+    local buf = chat(conversation({
+      { "slow", "toolu_a", { text = "a", ms = 5000 } },
+      { "slow", "toolu_b", { text = "b", ms = 300 } },
+    }))
+    press("<C-]>")
+    helpers.wait_for(function()
+      return #cycle.running(buf) == 2
+    end, 2000)
+    vim.api.nvim_win_set_cursor(0, { line_of(buf, "**Tool Result:** `toolu_a`"), 0 })
+    vim.cmd("Flemma tool:cancel")
+    assert.truthy(text(buf):find("**Tool Result:** `toolu_a` (error)", 1, true), text(buf))
+    assert.same({ { id = "toolu_b", name = "slow" } }, cycle.running(buf))
+    wait_text(buf, "slow: b")
+    assert.is_true(vim.bo[buf].modifiable)
+  end)
+
   for _, case in ipairs({ { "result", "header" }, { "stay", "stay" }, { "next", "last" } }) do
     it("tools.cursor_after_result = " .. case[1], function()
       setup({ tools = { cursor_after_result = case[1] } })
