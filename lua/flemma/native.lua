@@ -9,7 +9,7 @@ local M = {}
 local H = {}
 
 --- The ABI version this binding was written for (FLEMMA_ABI_VERSION).
-M.ABI_VERSION = 1
+M.ABI_VERSION = 2
 
 -- The declarations of flemma.h, section by section, in the header's order.
 -- spec/flemma/native_spec.lua checks that they match the header.
@@ -417,12 +417,6 @@ function M.parse_document(src, stats)
   local lib = M.lib()
   local t0 = stats and vim.uv.hrtime()
   local doc
-  if type(src) == "table" and not H.has_lines_abi(lib) then
-    for i = 1, #src do
-      H.check_line(src, i)
-    end
-    src = table.concat(src, "\n")
-  end
   if type(src) == "string" then
     doc = lib.flemma_doc_new(src, #src)
   elseif type(src) == "table" then
@@ -448,21 +442,10 @@ end
 
 H.inputs_buf = nil
 
--- Whether the library has flemma_doc_new_lines and flemma_doc_text (a library
--- built before them still parses, through one joined Lua string).
-function H.has_lines_abi(lib)
-  if H.lines_abi == nil then
-    H.lines_abi = pcall(function()
-      return lib.flemma_doc_new_lines and lib.flemma_doc_text
-    end)
-  end
-  return H.lines_abi
-end
-
 -- `src` is unused but keeps a string source referenced while its bytes are read.
 function H.convert_document(lib, doc, src) -- luacheck: ignore src
   local ffi_string, band, table_new = ffi.string, bit.band, H.table_new
-  local base = H.has_lines_abi(lib) and lib.flemma_doc_text(doc) or ffi.cast("const char *", src)
+  local base = lib.flemma_doc_text(doc)
   local arena = lib.flemma_doc_arena(doc)
   local ROLES, STATUSES = H.ROLES, H.STATUSES
   local items = lib.flemma_doc_items(doc)

@@ -74,3 +74,37 @@ describe("flemma.native", function()
     end)
   end)
 end)
+
+describe("a library of another ABI version", function()
+  local helpers = require("spec.support.helpers")
+  after_each(helpers.cleanup)
+
+  it("is refused with a message that says to rebuild", function()
+    local dir = helpers.tmpdir()
+    helpers.write_file(dir .. "/old.c", "int flemma_abi_version(void) { return 1; }\n")
+    local cc = vim.system({ "cc", "-shared", "-fPIC", "-o", dir .. "/libold.so", dir .. "/old.c" }):wait()
+    assert.equals(0, cc.code, cc.stderr)
+    local out = dir .. "/result.txt"
+    local res = helpers.run_nvim({
+      rtp = helpers.root,
+      lua = ([[
+        vim.g.flemma_library_path = %q
+        local ok, err = pcall(require("flemma.native").lib)
+        vim.fn.writefile({ tostring(ok), tostring(err) }, %q)
+      ]]):format(dir .. "/libold.so", out),
+    })
+    assert.equals(0, res.code, res.stderr)
+    local text = assert(helpers.read_file(out))
+    assert.matches("^false\n", text)
+    assert.matches(
+      ("(flemma) native library %s/libold.so has ABI version 1 but this plugin needs %d: rebuild it with `make` in %s"):format(
+        dir,
+        native.ABI_VERSION,
+        helpers.root
+      ),
+      text,
+      1,
+      true
+    )
+  end)
+end)
