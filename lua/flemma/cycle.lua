@@ -417,6 +417,7 @@ function H.run(bufnr, job)
       local st = H.state[bufnr]
       if st then
         st.running[job.id] = nil
+        H.start_next(bufnr)
         if H.all_done(bufnr) then
           H.on_idle(bufnr)
         end
@@ -733,7 +734,13 @@ function M.cancel(bufnr, id)
     end
   end
   s.queue = kept
-  s.paused = true -- no automatic send after a cancel
+  local hits = #dropped
+  for rid in pairs(s.running) do
+    hits = hits + ((id == nil or rid == id) and 1 or 0)
+  end
+  if hits > 0 then
+    s.paused = true -- no automatic send after a cancel
+  end
   for _, job in ipairs(dropped) do
     n = n + 1
     s.running[job.id] = { name = job.name }

@@ -746,3 +746,30 @@ describe("a broken frontmatter", function()
     assert.equals("Hello.", vim.api.nvim_buf_get_lines(buf, -2, -1, false)[1])
   end)
 end)
+
+describe("cancel of a tool that is not running", function()
+  after_each(function()
+    send.set_handler(nil)
+    vim.cmd("silent! %bwipeout!")
+    helpers.cleanup()
+  end)
+
+  it("leaves the others' automatic send alone", function()
+    setup({ tools = { autopilot = { enabled = true } } })
+    local sent = false
+    send.set_handler(function(_, _, done)
+      sent = true
+      done(true)
+    end)
+    local buf = chat(conversation({ { "slow", "toolu_01", { text = "a", ms = 200 } } }))
+    press("<C-]>")
+    helpers.wait_for(function()
+      return #cycle.running(buf) == 1
+    end, 2000)
+    assert.equals(0, cycle.cancel(buf, "toolu_nope"))
+    wait_text(buf, "slow: a")
+    helpers.wait_for(function()
+      return sent
+    end, 3000, "the automatic send did not happen")
+  end)
+end)
