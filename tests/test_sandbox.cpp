@@ -66,6 +66,7 @@ TEST_CASE("sandbox") {
     CHECK(joined.find("--ro-bind " + dir + "/root/.git/hooks ") != std::string::npos);
     CHECK(joined.find("--ro-bind " + dir + "/root/.git/config ") != std::string::npos);
     CHECK(joined.find("missing") == std::string::npos);
+    CHECK(joined.find("--tmpfs") == std::string::npos);  // hooks exist: a plain ro-bind
     CHECK(joined.find("--unshare-pid --die-with-parent --new-session --unshare-net -- echo hi") != std::string::npos);
     policy.network = true;
     auto b = sb::wrap(sb::Backend::Bwrap, policy, {"true"}, dir, "/usr/bin/bwrap");

@@ -161,9 +161,23 @@ std::vector<std::string> bwrap_args(const Policy& policy, const std::string& cwd
     a.insert(a.end(), {"--bind", r, r});
   }
   for (const auto& r : roots) {
+    const std::string base = r == "/" ? "" : r;
     for (const auto& name : protected_names()) {
-      std::string p = (r == "/" ? "" : r) + "/" + name;
+      std::string p = base + "/" + name;
       if (exists(p)) a.insert(a.end(), {"--ro-bind", p, p});
+    }
+    // A repository without hooks or config must not get them from inside the
+    // sandbox (a new hook or core.hooksPath runs code outside it later). bwrap
+    // creates the mount points in the real tree: an empty hooks directory and an
+    // empty config file, which git itself would create.
+    struct stat st {};
+    if (::stat((base + "/.git").c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+      if (!exists(base + "/.git/hooks")) {
+        a.insert(a.end(), {"--tmpfs", base + "/.git/hooks", "--remount-ro", base + "/.git/hooks"});
+      }
+      if (!exists(base + "/.git/config")) {
+        a.insert(a.end(), {"--ro-bind", "/dev/null", base + "/.git/config"});
+      }
     }
   }
   a.insert(a.end(), {"--unshare-pid", "--die-with-parent", "--new-session"});
