@@ -10,6 +10,9 @@ local H = {}
 
 --- Instructions a frontmatter (or a frontmatter auto_approve function call) may run.
 M.BUDGET = 1000000
+--- How much memory (KB) frontmatter code may hold on to; string.rep is refused
+--- beyond it before it allocates.
+M.MEMORY_BUDGET_KB = 64 * 1024
 -- The count hook fires every STEP instructions.
 H.STEP = 1000
 
@@ -37,6 +40,7 @@ function H.run_limited(fn, ...)
   string_mt.__index = H.safe_string
   local prev_hook, prev_mask, prev_count = debug.gethook()
   local count = 0
+  local mem0 = collectgarbage("count")
   H.exhausted = nil
   debug.sethook(function()
     count = count + H.STEP
@@ -45,6 +49,15 @@ function H.run_limited(fn, ...)
         H.exhausted = ("ran more than %d instructions and was stopped (an endless loop?)"):format(M.BUDGET)
       end
       opt.fail(H.exhausted)
+    end
+    if collectgarbage("count") - mem0 > M.MEMORY_BUDGET_KB then
+      collectgarbage()
+      if collectgarbage("count") - mem0 > M.MEMORY_BUDGET_KB then
+        if not H.exhausted then
+          H.exhausted = ("used more than %d MB of memory and was stopped"):format(M.MEMORY_BUDGET_KB / 1024)
+        end
+        opt.fail(H.exhausted)
+      end
     end
   end, "", H.STEP)
   local res = pack(pcall(fn, ...))
@@ -214,6 +227,16 @@ H.safe_string.find = H.guard_pattern("find", string.find, true)
 H.safe_string.match = H.guard_pattern("match", string.match, true)
 H.safe_string.gmatch = H.guard_pattern("gmatch", string.gmatch, false)
 H.safe_string.gsub = H.guard_pattern("gsub", string.gsub, true)
+H.safe_string.rep = function(str, n, sep)
+  local size = (tonumber(n) or 0) * (#tostring(str) + #tostring(sep or ""))
+  if size > M.MEMORY_BUDGET_KB * 1024 then
+    error(("string.rep: the result would be %d bytes, over the frontmatter's %d MB"):format(
+      size,
+      M.MEMORY_BUDGET_KB / 1024
+    ), 2)
+  end
+  return string.rep(str, n, sep)
+end
 
 ---------------------------------------------------------------------------------------
 -- The restricted environment

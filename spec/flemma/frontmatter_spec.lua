@@ -118,6 +118,14 @@ describe("flemma.frontmatter", function()
         end)
       end
 
+      it("stops code that holds on to too much memory", function()
+        local err = err_of("local s = ('x'):rep(2^30)")
+        assert.matches("^frontmatter line 2: string.rep: the result would be 1073741824 bytes", err)
+        err = err_of("local t = {}\nfor i = 1, 1e4 do t[i] = ('y'):rep(100000) .. i end")
+        assert.matches("^frontmatter line %d: used more than 64 MB of memory and was stopped", err)
+        assert.is_table((frontmatter.evaluate("local s = ('x'):rep(10)", "lua", 1)))
+      end)
+
       -- Pattern matching runs in C, out of reach of the count hook: these would freeze
       -- Neovim for hours. Run in a child Neovim so that a regression fails, not hangs.
       it("refuses patterns that would backtrack for hours, as methods and through string", function()
