@@ -37,7 +37,7 @@ H.defaults = {
     presets = {},
     -- Approve tools that declare can_auto_approve_if_sandboxed while the sandbox is on.
     auto_approve_sandboxed = true,
-    -- Seconds a tool (and an async tool source) may run.
+    -- Seconds: ctx.timeout of every tool run (the bash default) and the limit of an async tool source.
     default_timeout = 30,
     -- Where the cursor goes after a result is injected: "result" | "stay" | "next".
     cursor_after_result = "result",
