@@ -79,19 +79,26 @@ size_t utf8_suffix_start(std::string_view text, size_t want) {
   return s;
 }
 
-Result truncate_head(std::string_view text, int64_t max_lines_in, int64_t max_bytes_in) {
-  const int64_t max_lines = limit_or_max(max_lines_in);
-  const int64_t max_bytes = limit_or_max(max_bytes_in);
-  Result r;
+// Counts text into r; when it is within the limits, r becomes the whole text
+// (returns true), else r is marked truncated for the caller to fill.
+static bool fits_whole(std::string_view text, int64_t max_lines, int64_t max_bytes, Result& r) {
   r.total_bytes = static_cast<int64_t>(text.size());
   r.total_lines = count_lines(text);
   if (r.total_lines <= max_lines && r.total_bytes <= max_bytes) {
     r.content.assign(text);
     r.output_lines = r.total_lines;
     r.output_bytes = r.total_bytes;
-    return r;
+    return true;
   }
   r.truncated = true;
+  return false;
+}
+
+Result truncate_head(std::string_view text, int64_t max_lines_in, int64_t max_bytes_in) {
+  const int64_t max_lines = limit_or_max(max_lines_in);
+  const int64_t max_bytes = limit_or_max(max_bytes_in);
+  Result r;
+  if (fits_whole(text, max_lines, max_bytes, r)) return r;
   size_t end = 0;
   int64_t lines = 0;
   r.truncated_by = By::Lines;
@@ -135,15 +142,7 @@ Result truncate_tail(std::string_view text, int64_t max_lines_in, int64_t max_by
   const int64_t max_lines = limit_or_max(max_lines_in);
   const int64_t max_bytes = limit_or_max(max_bytes_in);
   Result r;
-  r.total_bytes = static_cast<int64_t>(text.size());
-  r.total_lines = count_lines(text);
-  if (r.total_lines <= max_lines && r.total_bytes <= max_bytes) {
-    r.content.assign(text);
-    r.output_lines = r.total_lines;
-    r.output_bytes = r.total_bytes;
-    return r;
-  }
-  r.truncated = true;
+  if (fits_whole(text, max_lines, max_bytes, r)) return r;
   // Walk back line by line; `start` is the first kept byte.
   size_t start = text.size();
   int64_t lines = 0;
