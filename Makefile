@@ -7,6 +7,12 @@ SPEC       ?=
 BENCH      ?=
 FUZZ_TIME  ?= 60
 LIBUV      := .deps/libuv/build/libuv_a.a
+SHELL      := /bin/bash
+# Neovim is not built with sanitizers: their runtimes are preloaded (and dropped
+# from the environment at startup, so child processes do not inherit them).
+ASAN_PRELOAD = $(shell gcc -print-file-name=libasan.so) $(shell gcc -print-file-name=libubsan.so)
+ASAN_SPECS = spec/flemma/process_spec.lua spec/flemma/sandbox_spec.lua spec/flemma/document_spec.lua \
+	spec/flemma/truncate_spec.lua spec/flemma/native_spec.lua
 
 .PHONY: all build deps test asan bench fuzz clean distclean
 
@@ -33,6 +39,12 @@ asan: deps
 	@cmake --build $(ASAN_DIR) -j$(JOBS)
 	@cd $(ASAN_DIR) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
 		ctest --output-on-failure -j2
+	@echo "== Lua specs of the native areas against the sanitized library (Neovim 0.12.4)"
+	@LD_PRELOAD="$(ASAN_PRELOAD)" ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 \
+		UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 FLEMMA_LIBRARY=$(CURDIR)/$(ASAN_DIR)/libflemma_core.so \
+		scripts/nvim 0.12.4 --cmd 'lua vim.env.LD_PRELOAD = nil' --headless --clean -l spec/runner.lua \
+		--exclude-tags=child $(ASAN_SPECS) | tail -n 25; \
+		test $${PIPESTATUS[0]} -eq 0
 
 bench: deps build
 	@BENCH="$(BENCH)" bash scripts/bench.sh

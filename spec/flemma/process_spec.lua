@@ -247,7 +247,7 @@ describe("flemma.process", function()
       end
     end)
 
-    it("kills running children when Neovim exits", function()
+    it("kills running children when Neovim exits #child", function()
       local dir = helpers.tmpdir()
       local pidfile = dir .. "/pid"
       local res = helpers.run_nvim({
