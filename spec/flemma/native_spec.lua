@@ -51,6 +51,19 @@ describe("flemma.native", function()
     vim.g.flemma_library_path = override
   end)
 
+  it("exports only the flemma_ C ABI (no libuv, no C++ symbols)", function()
+    local res = vim.system({ "nm", "-D", "--defined-only", native.library_path() }, { text = true }):wait()
+    assert.equals(0, res.code, res.stderr)
+    local names = {}
+    for line in res.stdout:gmatch("[^\n]+") do
+      names[#names + 1] = line:match("(%S+)$")
+    end
+    assert.is_true(#names > 10)
+    for _, name in ipairs(names) do
+      assert.matches("^flemma_", name)
+    end
+  end)
+
   it("loads the library and checks its ABI version", function()
     assert.is_true((native.available()))
     assert.equals(native.ABI_VERSION, native.abi_version())
