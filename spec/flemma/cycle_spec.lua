@@ -651,14 +651,6 @@ describe("the execution UI", function()
       end,
     })
     require("flemma").setup({ tools = { autopilot = { enabled = false }, auto_approve = { "boom" } } })
-    tools.register("boom", {
-      name = "boom",
-      description = "throws",
-      input_schema = { type = "object", properties = {} },
-      execute = function()
-        error("kaboom")
-      end,
-    })
     local buf = chat(conversation({ { "boom", "toolu_01", vim.empty_dict() } }))
     press("<C-]>")
     wait_text(buf, "(error)")
