@@ -4,6 +4,8 @@ if vim.g.loaded_flemma then
 end
 vim.g.loaded_flemma = true
 
+-- Detection lives in ftdetect/chat.lua; repeated here (it is idempotent) for setups
+-- that source plugin/ without ftdetect/.
 vim.filetype.add({ extension = { chat = "chat" } })
 
 vim.api.nvim_create_user_command("Flemma", function(opts)

@@ -13,6 +13,9 @@ end
 
 function H.safe(fn, what)
   return function()
+    if not require("flemma.native").usable() then
+      return
+    end
     local ok, err = xpcall(fn, debug.traceback)
     if not ok then
       require("flemma.util").notify(what .. " failed: " .. tostring(err), vim.log.levels.ERROR)
@@ -77,6 +80,9 @@ function M.attach(bufnr)
   local refresh = function()
     if not vim.api.nvim_buf_is_valid(bufnr) then
       return true
+    end
+    if not require("flemma.native").usable() then
+      return
     end
     local ok, err = pcall(require("flemma.ui.preview").refresh, bufnr)
     if not ok and not H.warned then

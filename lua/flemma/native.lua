@@ -205,7 +205,11 @@ H.load_error = nil
 H.declared = false
 
 function H.build_hint()
-  return "build it with `make` in " .. util.root()
+  local hint = "build it with `make` in " .. util.root()
+  if package.loaded["lazy"] then
+    hint = hint .. (" (or `:Lazy build %s`)"):format(vim.fn.fnamemodify(util.root(), ":t"))
+  end
+  return hint
 end
 
 function H.load()
@@ -271,10 +275,25 @@ function M.available()
   return false, util.message(err)
 end
 
+H.notified = false
+
+--- Whether the library can be used; when it cannot, says so once per session (what
+--- is wrong and how to build it) instead of an error on every keystroke.
+---@return boolean
+function M.usable()
+  local ok, err = M.available()
+  if not ok and not H.notified then
+    H.notified = true
+    util.notify(err, vim.log.levels.ERROR)
+  end
+  return ok
+end
+
 --- Forgets a failed load so that the next use tries again (after `make`).
 function M.reset()
   if not H.lib then
     H.load_error = nil
+    H.notified = false
   end
 end
 
