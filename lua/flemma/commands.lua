@@ -16,6 +16,7 @@ local subcommands = {}
 local modules = {
   "flemma.cycle_commands",
   "flemma.sandbox",
+  "flemma.log",
 }
 local loaded = false
 
@@ -43,18 +44,37 @@ function M.names()
   return names
 end
 
+--- One line per subcommand: its name and what it does.
+---@return string
+function M.summary()
+  local names = M.names()
+  local width = 0
+  for _, n in ipairs(names) do
+    width = math.max(width, #n)
+  end
+  local lines = { "usage: :Flemma {subcommand} [args]" }
+  for _, n in ipairs(names) do
+    lines[#lines + 1] = ("  %-" .. width .. "s  %s"):format(n, subcommands[n].desc or "")
+  end
+  return table.concat(lines, "\n")
+end
+
 function M.run(opts)
   local args = vim.deepcopy(opts.fargs)
   local name = table.remove(args, 1)
   if not name then
-    util.notify("usage: :Flemma {subcommand}; one of: " .. table.concat(M.names(), ", "), vim.log.levels.WARN)
+    util.notify(M.summary())
     return
   end
   load_modules()
   local sub = subcommands[name]
   if not sub then
+    local guess = require("flemma.tools.presets").suggest(name, M.names())
     util.notify(
-      ("unknown subcommand `%s`; one of: %s"):format(name, table.concat(M.names(), ", ")),
+      ("unknown subcommand `%s`%s; `:Flemma` lists them all"):format(
+        name,
+        guess and ("; did you mean `%s`?"):format(guess) or ""
+      ),
       vim.log.levels.ERROR
     )
     return
