@@ -1,0 +1,66 @@
+local helpers = require("spec.support.helpers")
+local log = require("flemma.log")
+
+describe("flemma.log", function()
+  local saved_key, saved_state
+  before_each(function()
+    saved_state = vim.env.XDG_STATE_HOME
+    vim.env.XDG_STATE_HOME = helpers.tmpdir()
+    saved_key = vim.env.FLEMMA_TEST_API_KEY
+    vim.env.FLEMMA_TEST_API_KEY = "sk-test-0123456789abcdef"
+    os.remove(log.path())
+  end)
+  after_each(function()
+    log.disable()
+    vim.env.FLEMMA_TEST_API_KEY = saved_key
+    os.remove(log.path())
+    vim.env.XDG_STATE_HOME = saved_state
+    helpers.cleanup()
+  end)
+
+  it("writes nothing while disabled", function()
+    log.info("hello %s", "world")
+    assert.is_nil(vim.uv.fs_stat(log.path()))
+    assert.is_nil(log.level())
+  end)
+
+  it(":Flemma logging:enable writes lines at the level and above, with keys redacted", function()
+    vim.cmd("Flemma logging:enable debug")
+    assert.equals("debug", log.level())
+    log.trace("not written")
+    log.debug("request headers: x-api-key: %s", vim.env.FLEMMA_TEST_API_KEY)
+    log.info('curl config: header = "Authorization: Bearer abc.def.ghi"')
+    log.warn("body %s", { key = "sk-test-0123456789abcdef", n = 1 })
+    local text = assert(helpers.read_file(log.path()))
+    assert.matches("%[INFO%] logging enabled at level debug", text)
+    assert.matches("%[DEBUG%] request headers: x%-api%-key: %[redacted%]", text)
+    assert.matches('%[INFO%] curl config: header = "Authorization: %[redacted%]"', text)
+    assert.matches("%[WARN%] body", text)
+    assert.is_nil(text:find("sk-test-0123456789abcdef", 1, true))
+    assert.is_nil(text:find("abc.def.ghi", 1, true))
+    assert.is_nil(text:find("not written", 1, true))
+  end)
+
+  it("logs the User events of requests and tool runs, and stops on logging:disable", function()
+    vim.cmd("Flemma logging:enable")
+    vim.api.nvim_exec_autocmds("User", { pattern = "FlemmaToolFinished", data = { bufnr = 1, id = "toolu_x" } })
+    vim.cmd("Flemma logging:disable")
+    vim.api.nvim_exec_autocmds("User", { pattern = "FlemmaToolFinished", data = { bufnr = 1, id = "toolu_after" } })
+    local text = assert(helpers.read_file(log.path()))
+    assert.matches('FlemmaToolFinished { bufnr = 1, id = "toolu_x" }', text, 1, true)
+    assert.is_nil(text:find("toolu_after", 1, true))
+  end)
+
+  it("refuses an unknown level with the list of levels", function()
+    local ok, err = pcall(log.enable, "loud")
+    assert.is_false(ok)
+    assert.equals("(flemma) logging level should be one of trace, debug, info, warn, error, not `loud`", err)
+  end)
+
+  it(":Flemma logging:open opens the log file", function()
+    vim.cmd("Flemma logging:enable")
+    vim.cmd("Flemma logging:open")
+    assert.equals(vim.fs.normalize(log.path()), vim.fs.normalize(vim.api.nvim_buf_get_name(0)))
+    vim.cmd("close")
+  end)
+end)
