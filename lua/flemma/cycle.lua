@@ -400,6 +400,9 @@ function H.finish(bufnr, job, result)
 end
 
 function H.run(bufnr, job)
+  if not require("flemma.gate").check(bufnr) then
+    return -- the frontmatter broke meanwhile: nothing runs
+  end
   local s = H.get_state(bufnr)
   local doc = H.doc(bufnr)
   local _, part = H.find(doc, job.id)
@@ -507,6 +510,9 @@ end
 --- everything else (autopilot's early start while others are pending).
 function M.execute(bufnr, opts)
   opts = opts or {}
+  if not require("flemma.gate").check(bufnr) then
+    return
+  end
   local s = H.get_state(bufnr)
   s.paused = false
   s.single = false
@@ -571,6 +577,9 @@ end
 --- Sends the conversation (phase 3). `opts.auto` marks an automatic (autopilot) send.
 function M.send(bufnr, opts)
   opts = opts or {}
+  if not require("flemma.gate").check(bufnr) then
+    return false
+  end
   local s = H.get_state(bufnr)
   if opts.auto then
     local max = H.config().tools.autopilot.max_turns
@@ -605,6 +614,11 @@ end
 function M.advance(bufnr, opts)
   bufnr = (bufnr == nil or bufnr == 0) and vim.api.nvim_get_current_buf() or bufnr
   opts = opts or {}
+  if not require("flemma.gate").allow(bufnr, function()
+    M.advance(bufnr, opts)
+  end) then
+    return
+  end
   local s = H.get_state(bufnr)
   if not opts.auto then
     s.turns = 0
@@ -640,6 +654,11 @@ end
 --- <M-CR>: executes or resolves just the tool block under the cursor.
 function M.execute_at_cursor(bufnr)
   bufnr = (bufnr == nil or bufnr == 0) and vim.api.nvim_get_current_buf() or bufnr
+  if not require("flemma.gate").allow(bufnr, function()
+    M.execute_at_cursor(bufnr)
+  end) then
+    return
+  end
   local line = vim.api.nvim_win_get_cursor(0)[1]
   local doc = H.doc(bufnr)
   local target

@@ -47,6 +47,9 @@ commands.register("tool:approve", {
   desc = "approve the placeholder under the cursor (or the first pending one)",
   run = function()
     local bufnr = vim.api.nvim_get_current_buf()
+    if not require("flemma.gate").check(bufnr) then
+      return
+    end
     local part = target_placeholder(bufnr)
     if not part then
       util.error("no tool placeholder to approve")
@@ -59,6 +62,9 @@ commands.register("tool:reject", {
   desc = "reject the placeholder under the cursor (or the first pending one), with an optional message",
   run = function(args)
     local bufnr = vim.api.nvim_get_current_buf()
+    if not require("flemma.gate").check(bufnr) then
+      return
+    end
     local part = target_placeholder(bufnr)
     if not part then
       util.error("no tool placeholder to reject")

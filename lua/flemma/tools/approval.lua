@@ -112,6 +112,11 @@ end
 function M.resolve(tool_name, input, ctx)
   ctx = ctx or {}
   local context = { bufnr = ctx.bufnr, tool_id = ctx.tool_id }
+  local _, fm_err = H.frontmatter(context)
+  if fm_err then
+    -- No decision on a policy that did not evaluate: the call waits.
+    return "require_approval"
+  end
   for _, r in ipairs(H.sorted()) do
     local ok, result = pcall(r.resolve, tool_name, input or {}, context)
     if not ok then
@@ -171,17 +176,19 @@ function H.tools_config()
   return (H.config or require("flemma.config").get()).tools or {}
 end
 
--- The buffer's frontmatter options, or nil (no buffer, or a frontmatter error: the
--- send stops on that error anyway).
+-- The buffer's frontmatter options, or nil (no buffer), or nil and the error of a
+-- frontmatter that does not evaluate.
 function H.frontmatter(ctx)
-  if not ctx.bufnr or not vim.api.nvim_buf_is_valid(ctx.bufnr) then
+  if type(ctx.bufnr) ~= "number" or not vim.api.nvim_buf_is_valid(ctx.bufnr) then
     return nil
   end
-  local ok, fm = pcall(require, "flemma.frontmatter")
+  local ok, opts, err = pcall(require("flemma.frontmatter").get, ctx.bufnr)
   if not ok then
-    return nil
+    return nil, util.message(opts)
   end
-  local opts = fm.get(ctx.bufnr)
+  if opts == nil then
+    return nil, err or "the frontmatter did not evaluate"
+  end
   return opts
 end
 

@@ -548,7 +548,11 @@ function M.execute(bufnr, tool_use, on_done, opts)
     return handle
   end
   if type(bufnr) == "number" and bufnr > 0 and vim.api.nvim_buf_is_valid(bufnr) then
-    local available = M.for_buffer(bufnr)
+    local available, fm_err = M.for_buffer(bufnr)
+    if fm_err then
+      finish({ success = false, error = ("not run: the buffer's frontmatter fails (%s)"):format(fm_err) })
+      return handle
+    end
     if not vim.tbl_contains(available, name) then
       finish({
         success = false,
