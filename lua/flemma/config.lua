@@ -6,27 +6,53 @@ local H = {}
 
 ---@class flemma.Config
 H.defaults = {
-  -- Which provider sends the conversation: "anthropic" | "openai" | "vertex" | "openai_chat".
+  -- Which entry of `providers` sends the conversation (e.g. "anthropic", "ollama").
   provider = "anthropic",
   -- Model name; nil uses the provider's default model.
   model = nil,
   parameters = {
     max_tokens = nil, -- maximum output tokens (nil: the provider's default)
     temperature = nil, -- sampling temperature
-    thinking = nil, -- unified thinking level: "low" | "medium" | "high" | false
+    thinking = nil, -- false | "minimal" | "low" | "medium" | "high" | "max" | a token budget
     cache_retention = "short", -- prompt caching: "none" | "short" | "long"
     timeout = 600, -- seconds a whole request may take
     connect_timeout = 10, -- seconds to establish the connection
+    max_retries = 3, -- retries of a request refused with 429, 503, 529 or a reset connection
     anthropic = { thinking_budget = nil },
     openai = { reasoning = nil },
     vertex = { project_id = nil, location = "global", thinking_budget = nil },
   },
-  -- Transport: endpoints and where keys come from. Never overridable from frontmatter.
+  -- Transport: { kind, endpoint, api_key_env?, model?, headers? } per name; users add
+  -- entries (any OpenAI-compatible server is `kind = "openai_chat"`). Never
+  -- overridable from frontmatter.
   providers = {
-    anthropic = { endpoint = "https://api.anthropic.com/v1/messages", api_key_env = "ANTHROPIC_API_KEY" },
-    openai = { endpoint = "https://api.openai.com/v1/responses", api_key_env = "OPENAI_API_KEY" },
-    vertex = { endpoint = nil, api_key_env = "VERTEX_ACCESS_TOKEN" },
-    openai_chat = { endpoint = "http://127.0.0.1:11434/v1/chat/completions", api_key_env = "OPENAI_API_KEY" },
+    anthropic = { kind = "anthropic", endpoint = "https://api.anthropic.com/v1/messages", api_key_env = "ANTHROPIC_API_KEY" },
+    openai = { kind = "openai", endpoint = "https://api.openai.com/v1/responses", api_key_env = "OPENAI_API_KEY" },
+    vertex = { kind = "vertex", endpoint = nil, api_key_env = "VERTEX_ACCESS_TOKEN" },
+    openai_chat = {
+      kind = "openai_chat",
+      endpoint = "http://127.0.0.1:11434/v1/chat/completions",
+      api_key_env = "OPENAI_API_KEY",
+    },
+    ollama = { kind = "openai_chat", endpoint = "http://127.0.0.1:11434/v1/chat/completions" },
+    llamacpp = { kind = "openai_chat", endpoint = "http://127.0.0.1:8080/v1/chat/completions" },
+    vllm = { kind = "openai_chat", endpoint = "http://127.0.0.1:8000/v1/chat/completions" },
+    lmstudio = { kind = "openai_chat", endpoint = "http://127.0.0.1:1234/v1/chat/completions" },
+    openrouter = {
+      kind = "openai_chat",
+      endpoint = "https://openrouter.ai/api/v1/chat/completions",
+      api_key_env = "OPENROUTER_API_KEY",
+    },
+    moonshot = {
+      kind = "openai_chat",
+      endpoint = "https://api.moonshot.ai/v1/chat/completions",
+      api_key_env = "MOONSHOT_API_KEY",
+    },
+    deepseek = {
+      kind = "openai_chat",
+      endpoint = "https://api.deepseek.com/chat/completions",
+      api_key_env = "DEEPSEEK_API_KEY",
+    },
   },
   tools = {
     -- false registers a catch-all resolver that approves every tool call.
@@ -84,7 +110,6 @@ H.types = {
 
 -- Allowed values of enumerated options.
 H.enums = {
-  ["provider"] = { "anthropic", "openai", "vertex", "openai_chat" },
   ["tools.cursor_after_result"] = { "result", "stay", "next" },
   ["sandbox.backend"] = { "auto", "bwrap", "sandbox-exec" },
   ["parameters.cache_retention"] = { "none", "short", "long" },
@@ -95,13 +120,47 @@ H.open = {
   ["tools"] = true, -- per-tool subtrees, read by ctx:get_config()
   ["tools.presets"] = true,
   ["parameters"] = true,
-  ["providers"] = true,
   ["tools.bash.env"] = true,
   ["sandbox.policy.rw_paths"] = true,
   ["tools.auto_approve"] = true,
 }
 
+H.kinds = { "anthropic", "openai_chat", "openai", "vertex" }
+H.provider_fields = { kind = "string", endpoint = "string", api_key_env = "string", model = "string", headers = "table" }
+
+--- `providers`: a table of named entries, each { kind, endpoint, api_key_env?, model?, headers? }.
+function H.check_providers(value)
+  if type(value) ~= "table" then
+    util.error("`providers` should be a table, not " .. type(value))
+  end
+  for name, entry in pairs(value) do
+    local path = "providers." .. tostring(name)
+    if type(name) ~= "string" or type(entry) ~= "table" then
+      util.error(("`%s` should be a table { kind, endpoint, api_key_env?, model?, headers? }, not %s"):format(path, type(entry)))
+    end
+    for k, v in pairs(entry) do
+      local want = H.provider_fields[k]
+      if not want then
+        util.error(("unknown option `%s.%s` (a provider has kind, endpoint, api_key_env, model, headers)"):format(path, tostring(k)))
+      elseif type(v) ~= want then
+        util.error(("`%s.%s` should be a %s, not %s"):format(path, k, want, type(v)))
+      end
+    end
+    if entry.kind ~= nil and not vim.tbl_contains(H.kinds, entry.kind) then
+      util.error(("`%s.kind` should be one of %s, not %s"):format(path, table.concat(H.kinds, ", "), vim.inspect(entry.kind)))
+    end
+    for k, v in pairs(entry.headers or {}) do
+      if type(k) ~= "string" or type(v) ~= "string" then
+        util.error(("`%s.headers` should map header names to strings"):format(path))
+      end
+    end
+  end
+end
+
 function H.check(value, default, path)
+  if path == "providers" then
+    return H.check_providers(value)
+  end
   local allowed = H.types[path]
   local vt = type(value)
   if allowed then
@@ -173,7 +232,18 @@ H.current = vim.deepcopy(H.defaults)
 ---@return flemma.Config
 function M.setup(opts)
   M.validate(opts)
-  H.current = H.merge(H.defaults, opts or {})
+  local merged = H.merge(H.defaults, opts or {})
+  for name, entry in pairs(merged.providers) do
+    if entry.kind == nil then
+      util.error(("`providers.%s.kind` is missing: one of %s"):format(name, table.concat(H.kinds, ", ")))
+    end
+  end
+  if merged.providers[merged.provider] == nil then
+    local names = vim.tbl_keys(merged.providers)
+    table.sort(names)
+    util.error(("`provider` should be one of %s, not %s"):format(table.concat(names, ", "), vim.inspect(merged.provider)))
+  end
+  H.current = merged
   return H.current
 end
 

@@ -31,7 +31,14 @@ describe("flemma.config", function()
 
   local bad = {
     { { tools = { default_timeout = "30" } }, "`tools.default_timeout` should be a number, not string" },
-    { { provider = "nope" }, "`provider` should be one of anthropic, openai, vertex, openai_chat" },
+    {
+      { provider = "nope" },
+      "`provider` should be one of anthropic, deepseek, llamacpp, lmstudio, moonshot, ollama, openai, openai_chat, openrouter, vertex, vllm, not \"nope\"",
+    },
+    { { providers = { mine = { endpoint = "http://x" } } }, "`providers.mine.kind` is missing" },
+    { { providers = { mine = { kind = "soap", endpoint = "http://x" } } }, "`providers.mine.kind` should be one of" },
+    { { providers = { ollama = { port = 1 } } }, "unknown option `providers.ollama.port`" },
+    { { providers = { ollama = { headers = { ["X-A"] = 1 } } } }, "`providers.ollama.headers` should map header names to strings" },
     { { sandbox = { enabled = 1 } }, "`sandbox.enabled` should be a boolean, not number" },
     { { sandbox = { polcy = {} } }, "unknown option `sandbox.polcy`" },
     { { bogus = true }, "unknown option `bogus`" },
@@ -45,6 +52,17 @@ describe("flemma.config", function()
       assert.matches("(flemma) " .. case[2], err, 1, true)
     end)
   end
+
+  it("has the built-in named providers and accepts new ones", function()
+    local c = config.setup({ provider = "mine", providers = { mine = { kind = "openai_chat", endpoint = "http://h/v1/chat/completions", model = "m" } } })
+    assert.equals("mine", c.provider)
+    assert.equals("openai_chat", c.providers.ollama.kind)
+    assert.equals("http://127.0.0.1:11434/v1/chat/completions", c.providers.ollama.endpoint)
+    assert.is_nil(c.providers.ollama.api_key_env)
+    assert.equals("DEEPSEEK_API_KEY", c.providers.deepseek.api_key_env)
+    assert.equals(3, c.parameters.max_retries)
+    assert.equals("ollama", config.setup({ provider = "ollama" }).provider)
+  end)
 
   it("accepts per-tool subtrees under tools", function()
     local c = config.setup({ tools = { export = { max_size = 10 } } })

@@ -1,0 +1,544 @@
+--- Providers: the registry of kinds (one module each: request body and headers,
+--- error bodies) and the shared path every request takes: resolving the named
+--- provider, the API key, transport (curl), retries, writing the response into the
+--- buffer, errors and usage. Installed as the send handler of `flemma.send`.
+local util = require("flemma.util")
+
+local M = {}
+local H = {}
+
+--- Kinds implemented here, by the module that builds their requests.
+M.kinds = {
+  anthropic = "flemma.provider.anthropic",
+  openai_chat = "flemma.provider.openai_chat",
+}
+
+--- HTTP statuses retried (with retry-after or backoff) before any content streamed.
+M.retry_statuses = { [429] = true, [503] = true, [529] = true }
+--- Error types of an SSE error event retried the same way.
+M.retry_error_types = { overloaded_error = true, rate_limit_error = true }
+--- Backoff: base * 2^(attempt-1) ms plus up to `jitter` of it, capped at `max_delay`.
+M.backoff = { base = 1000, jitter = 0.25, max_delay = 60000 }
+
+---@class flemma.provider.Spec
+---@field name string the key in `providers`
+---@field kind string
+---@field endpoint string
+---@field api_key_env? string
+---@field model string
+---@field headers? table<string, string>
+
+---@class flemma.provider.Context
+---@field spec flemma.provider.Spec
+---@field model string
+---@field model_info? flemma.models.Model
+---@field parameters table
+---@field request { system?: string, messages: table[] }
+---@field tools { name: string, description: string, input_schema: table }[]
+---@field key? string
+
+--- The module of a kind, or nil and a message.
+---@param kind string
+function M.kind(kind)
+  local mod = M.kinds[kind]
+  if not mod then
+    return nil,
+      ("provider kind `%s` is not supported by this version of Flemma (supported: %s)"):format(
+        tostring(kind),
+        table.concat(vim.tbl_keys(M.kinds), ", ")
+      )
+  end
+  return require(mod)
+end
+
+--- The provider that sends: `config.provider` with its entry, and the model
+--- (`config.model`, else the entry's `model`, else the model table's default).
+---@param config? flemma.Config
+---@return flemma.provider.Spec|nil
+---@return string|nil err
+function M.resolve(config)
+  config = config or require("flemma.config").get()
+  local name = config.provider
+  local entry = config.providers[name]
+  if type(entry) ~= "table" then
+    return nil, ("provider `%s` has no entry in `providers`"):format(tostring(name))
+  end
+  local model = config.model or entry.model or require("flemma.models").defaults[name] or require("flemma.models").defaults[entry.kind]
+  if not model or model == "" then
+    return nil,
+      ("%s: no model is set: set `model` in setup() (or `providers.%s.model`), e.g. a name from the server's model list"):format(
+        name,
+        name
+      )
+  end
+  if type(entry.endpoint) ~= "string" or entry.endpoint == "" then
+    return nil, ("%s: `providers.%s.endpoint` is not set"):format(name, name)
+  end
+  return {
+    name = name,
+    kind = entry.kind,
+    endpoint = entry.endpoint,
+    api_key_env = entry.api_key_env,
+    headers = entry.headers,
+    model = model,
+  }
+end
+
+--- Whether an endpoint's host is this machine (a key is optional there).
+function H.is_loopback(endpoint)
+  local host = endpoint:match("^%a[%w+.-]*://%[?([^/%]:]+)")
+  return host == "127.0.0.1" or host == "localhost" or host == "::1" or (host and host:match("^127%.") ~= nil)
+end
+
+--- The API key of a provider: nil (none needed) or the key; raises when a key is
+--- needed and missing, naming the variable to set.
+---@param spec flemma.provider.Spec
+---@return string|nil
+function M.key(spec)
+  if not spec.api_key_env then
+    return nil
+  end
+  local key = vim.env[spec.api_key_env]
+  if key ~= nil and key ~= "" then
+    return key
+  end
+  if H.is_loopback(spec.endpoint) then
+    return nil
+  end
+  util.error(
+    ("%s: no API key: set the environment variable %s (e.g. `export %s=...` before starting Neovim)"):format(
+      spec.name,
+      spec.api_key_env,
+      spec.api_key_env
+    )
+  )
+end
+
+--- Tool definitions offered in a buffer.
+function H.tools(bufnr)
+  local tools = require("flemma.tools")
+  local names = bufnr and tools.for_buffer(bufnr) or tools.list()
+  local out = {}
+  for _, name in ipairs(names) do
+    local def = tools.get(name)
+    if def then
+      out[#out + 1] = { name = name, description = def.description, input_schema = def.input_schema }
+    end
+  end
+  return out
+end
+
+--- Everything a kind needs to build a request.
+---@param spec flemma.provider.Spec
+---@param request table from document.to_messages
+---@param o? { bufnr?: integer, parameters?: table, tools?: table[], key?: string }
+---@return flemma.provider.Context
+function M.context(spec, request, o)
+  o = o or {}
+  local params = o.parameters
+  if not params then
+    local ok, fm = pcall(require, "flemma.frontmatter")
+    if ok and type(fm) == "table" and fm.parameters and o.bufnr then
+      params = fm.parameters(o.bufnr, spec.kind)
+    else
+      params = vim.deepcopy(require("flemma.config").get().parameters)
+    end
+  end
+  return {
+    spec = spec,
+    model = spec.model,
+    model_info = require("flemma.models").get(spec.kind, spec.model),
+    parameters = params,
+    request = request,
+    tools = o.tools or H.tools(o.bufnr),
+    key = o.key,
+  }
+end
+
+--- The request body (a table) and headers of a context, the entry's own headers on top.
+---@param ctx flemma.provider.Context
+---@return table body
+---@return table<string, string> headers
+function M.build(ctx)
+  local kind = assert(M.kind(ctx.spec.kind))
+  local body, headers = kind.build(ctx)
+  for k, v in pairs(ctx.spec.headers or {}) do
+    headers[k:lower()] = v
+  end
+  return body, headers
+end
+
+-- ---------------------------------------------------------------------------
+-- Requests
+-- ---------------------------------------------------------------------------
+
+---@type table<integer, table> the running request of each buffer
+H.active = {}
+
+--- Whether a request of the buffer is running.
+function M.is_active(bufnr)
+  return H.active[bufnr] ~= nil
+end
+
+--- Cancels the buffer's request: curl is stopped at once, the text that arrived is
+--- kept, an incomplete tool use is dropped and a cancelled line is left.
+---@return boolean true when a request was running
+function M.cancel(bufnr)
+  local req = H.active[bufnr]
+  if not req then
+    return false
+  end
+  H.finish(req, "cancelled")
+  return true
+end
+
+function H.set_status(req, text)
+  if vim.api.nvim_buf_is_valid(req.bufnr) then
+    vim.b[req.bufnr].flemma_status = text
+  end
+  if req.writer then
+    req.writer:set_status(text and text:gsub("^" .. vim.pesc(req.spec.name) .. ": ", "") or nil)
+  end
+end
+
+--- Ends a request once: writes its end into the buffer, unlocks, reports.
+function H.finish(req, status, err)
+  if req.finished then
+    return
+  end
+  req.finished = true
+  if H.active[req.bufnr] == req then
+    H.active[req.bufnr] = nil
+  end
+  if req.retry_timer then
+    req.retry_timer:stop()
+    req.retry_timer:close()
+    req.retry_timer = nil
+  end
+  if req.handle and status == "cancelled" then
+    pcall(req.handle.cancel, req.handle)
+  end
+  local ok, werr = pcall(req.writer.finish, req.writer, status)
+  if vim.api.nvim_buf_is_valid(req.bufnr) then
+    vim.b[req.bufnr].flemma_status = nil
+  end
+  local usage
+  if status ~= "error" or next(req.usage) ~= nil then
+    local kind = M.kind(req.spec.kind)
+    local raw = vim.deepcopy(req.usage)
+    if kind and kind.normalize_usage then
+      kind.normalize_usage(raw)
+    end
+    local u = require("flemma.provider.usage")
+    usage = u.record(raw, {
+      kind = req.spec.kind,
+      provider = req.spec.name,
+      model = req.model or req.spec.model,
+      cache_retention = req.ctx.parameters.cache_retention,
+    })
+    if next(req.usage) ~= nil then
+      u.add(req.bufnr, usage)
+      if status == "completed" then
+        util.notify(("%s %s: %s"):format(req.spec.name, req.spec.model, u.format(usage)))
+      end
+    end
+  end
+  if not ok then
+    err = (err and (err .. "; ") or "") .. "writing the end of the response failed: " .. util.message(werr)
+    status = "error"
+  end
+  if err then
+    util.notify(err, vim.log.levels.ERROR)
+  end
+  req.done({ status = status, usage = usage, error = err, notified = err ~= nil, tool_uses = req.writer.tool_count or 0 })
+end
+
+--- The delay before retry `attempt` (1-based): the server's retry-after, else
+--- exponential backoff with jitter.
+---@param attempt integer
+---@param headers? table<string, string>
+---@return integer ms
+function M.retry_delay(attempt, headers)
+  headers = headers or {}
+  local ms = tonumber(headers["retry-after-ms"])
+  if not ms then
+    local s = tonumber(headers["retry-after"])
+    ms = s and s * 1000 or nil
+  end
+  if ms and ms >= 0 then
+    return math.min(math.floor(ms), M.backoff.max_delay)
+  end
+  local base = M.backoff.base * 2 ^ (attempt - 1)
+  return math.floor(math.min(base + base * M.backoff.jitter * math.random(), M.backoff.max_delay))
+end
+
+function H.hint(req, status, message)
+  local spec = req.spec
+  local m = (message or ""):lower()
+  if status == 401 or status == 403 then
+    if spec.api_key_env then
+      return ("check the key in %s"):format(spec.api_key_env)
+    end
+    return ("the server wants a key: set `providers.%s.api_key_env` to the variable holding it"):format(spec.name)
+  elseif status == 404 or m:find("model") and (m:find("not found") or m:find("does not exist")) then
+    return ("check `model` (%s) and the endpoint %s"):format(spec.model, spec.endpoint)
+  elseif status == 413 or m:find("too long") or m:find("context") and (m:find("length") or m:find("window") or m:find("exceed")) then
+    return "the conversation is too long for the model: shorten it or start a new chat"
+  elseif status == 429 then
+    return "rate limited: wait a little and press <C-]> again"
+  elseif status and status >= 500 then
+    return "the provider has a problem: try again later"
+  elseif status == 400 then
+    return "the provider refused the request"
+  end
+  return nil
+end
+
+--- The user-facing error of a failed attempt.
+function H.describe(req, a)
+  local spec = req.spec
+  local where = spec.name
+  if a.curl_code and a.curl_code ~= 0 and not a.status then
+    local what = require("flemma.provider.transport").curl_errors[a.curl_code] or ("curl failed (exit %d)"):format(a.curl_code)
+    local detail = vim.trim(a.stderr or "")
+    local hint
+    if a.curl_code == 28 then
+      hint = ("no complete answer within parameters.timeout (%ss) / connect_timeout (%ss)"):format(
+        tostring(req.ctx.parameters.timeout),
+        tostring(req.ctx.parameters.connect_timeout)
+      )
+    elseif a.curl_code == 6 or a.curl_code == 7 then
+      hint = H.is_loopback(spec.endpoint) and ("is the %s server running at %s?"):format(spec.name, spec.endpoint)
+        or ("check the network and `providers.%s.endpoint` (%s)"):format(spec.name, spec.endpoint)
+    end
+    return ("%s: %s%s%s"):format(where, what, detail ~= "" and (": " .. detail) or "", hint and ("\n" .. hint) or "")
+  end
+  if a.status and a.status >= 400 then
+    local msg = a.message
+    if not msg and a.body and a.body ~= "" then
+      if a.body:match("^%s*<") then
+        msg = ("the server answered with an HTML page instead of JSON (%s)"):format(
+          (a.body:match("<title>%s*(.-)%s*</title>") or ""):sub(1, 120)
+        )
+      else
+        msg = vim.trim(a.body:sub(1, 300))
+      end
+    end
+    local hint = H.hint(req, a.status, msg)
+    return ('%s: HTTP %d%s%s%s'):format(
+      where,
+      a.status,
+      a.error_type and (" " .. a.error_type) or "",
+      msg and (': "' .. msg .. '"') or "",
+      hint and ("\n" .. hint) or ""
+    )
+  end
+  if a.error_message or a.error_type then
+    local hint = H.hint(req, a.status, a.error_message)
+    return ('%s: the stream reported an error%s: "%s"%s'):format(
+      where,
+      a.error_type and (" (" .. a.error_type .. ")") or "",
+      a.error_message or "",
+      hint and ("\n" .. hint) or ""
+    )
+  end
+  if a.status == 200 and a.body and a.body ~= "" and not a.sse then
+    return ("%s: the answer is not an event stream%s\ncheck `providers.%s.endpoint` (%s)"):format(
+      where,
+      a.body:match("^%s*<") and " (an HTML page)" or (': "' .. vim.trim(a.body:sub(1, 200)) .. '"'),
+      spec.name,
+      spec.endpoint
+    )
+  end
+  local detail = vim.trim(a.stderr or "")
+  return ("%s: the stream ended before the response was complete%s\ntry again (<C-]>)"):format(
+    where,
+    detail ~= "" and (" (" .. detail .. ")") or (a.curl_code and a.curl_code ~= 0 and (" (curl exit " .. a.curl_code .. ")") or "")
+  )
+end
+
+--- Handles one batch of decoded events of the current attempt.
+function H.on_events(req, a, events)
+  if req.finished or a ~= req.attempt then
+    return
+  end
+  for _, ev in ipairs(events) do
+    local t = ev.type
+    if t == "http" then
+      a.status = ev.status
+      a.headers = ev.headers or {}
+      a.sse = (a.headers["content-type"] or ""):find("text/event%-stream") ~= nil
+    elseif t == "error" then
+      a.error_type = ev.error_type
+      a.error_message = ev.message
+    elseif t == "usage" then
+      for k, v in pairs(ev) do
+        if k ~= "type" then
+          req.usage[k] = v
+        end
+      end
+    elseif t == "message_start" then
+      req.model = ev.model or req.model
+    elseif t == "stop" then
+      a.stop_reason = ev.reason
+    elseif t == "end" then
+      a.complete = ev.complete
+      a.body = ev.body
+    elseif not a.status or a.status < 300 then
+      if t == "text" or t == "thinking" or t == "thinking_signature" or t == "redacted_thinking" or t:find("^tool_") then
+        if not a.streamed then
+          a.streamed = true
+          req.streamed = true
+          H.set_status(req, nil)
+        end
+        req.writer:apply(ev)
+      end
+    end
+  end
+end
+
+function H.on_exit(req, a, result)
+  if req.finished or a ~= req.attempt then
+    return
+  end
+  req.handle = nil
+  a.curl_code = result.code
+  a.stderr = result.stderr
+  if result.cancelled then
+    return H.finish(req, "cancelled")
+  end
+  local ok_http = a.status and a.status >= 200 and a.status < 300
+  if ok_http and a.complete and not a.error_message then
+    if a.stop_reason == "max_tokens" or a.stop_reason == "length" then
+      util.warn(("%s: the response stopped at the output limit (parameters.max_tokens)"):format(req.spec.name))
+    elseif a.stop_reason == "refusal" then
+      util.warn(("%s: the model refused to answer"):format(req.spec.name))
+    end
+    return H.finish(req, "completed")
+  end
+  -- A failure: retry when nothing streamed yet and the cause is transient.
+  local transient = M.retry_statuses[a.status]
+    or (not a.status and require("flemma.provider.transport").reset_codes[a.curl_code])
+    or (ok_http and M.retry_error_types[a.error_type])
+  local max = tonumber(req.ctx.parameters.max_retries) or 3
+  if transient and not req.streamed and req.retries < max then
+    req.retries = req.retries + 1
+    local delay = M.retry_delay(req.retries, a.headers)
+    local why = a.status and ("HTTP " .. a.status) or (a.error_type or ("curl exit " .. tostring(a.curl_code)))
+    H.set_status(
+      req,
+      ("%s: %s, retry %d/%d in %ss"):format(req.spec.name, why, req.retries, max, ("%.1f"):format(delay / 1000))
+    )
+    req.retry_timer = vim.uv.new_timer()
+    req.retry_timer:start(
+      delay,
+      0,
+      vim.schedule_wrap(function()
+        if req.retry_timer then
+          req.retry_timer:close()
+          req.retry_timer = nil
+        end
+        if not req.finished then
+          H.set_status(req, ("%s: retry %d/%d"):format(req.spec.name, req.retries, max))
+          H.attempt(req)
+        end
+      end)
+    )
+    return
+  end
+  local err = H.describe(req, a)
+  if transient and req.retries > 0 then
+    err = err:gsub("\n", (" (after %d retries)\n"):format(req.retries), 1)
+    if not err:find("after %d+ retries") then
+      err = err .. (" (after %d retries)"):format(req.retries)
+    end
+  end
+  H.finish(req, "error", err)
+end
+
+function H.attempt(req)
+  local a = {}
+  req.attempt = a
+  local ok, handle = pcall(require("flemma.provider.transport").start, {
+    endpoint = req.spec.endpoint,
+    headers = req.headers,
+    body = req.body,
+    decoder = req.spec.kind,
+    connect_timeout = tonumber(req.ctx.parameters.connect_timeout),
+    timeout = tonumber(req.ctx.parameters.timeout),
+    on_events = function(events)
+      H.on_events(req, a, events)
+    end,
+    on_exit = function(result)
+      H.on_exit(req, a, result)
+    end,
+  })
+  if not ok then
+    H.finish(req, "error", ("%s: %s"):format(req.spec.name, util.message(handle)))
+    return
+  end
+  req.handle = handle
+  req.pid = handle.pid
+end
+
+--- Sends a conversation and streams the answer into the buffer (the send handler).
+---@param bufnr integer
+---@param request table from document.to_messages
+---@param done fun(result: { status: "completed"|"cancelled"|"error", usage?: flemma.Usage, error?: string, notified?: boolean })
+function M.send(bufnr, request, done)
+  if H.active[bufnr] then
+    done({ status = "error", error = "a request of this buffer is already running: <C-c> cancels it" })
+    return
+  end
+  local config = require("flemma.config").get()
+  local spec, err = M.resolve(config)
+  if not spec then
+    done({ status = "error", error = err })
+    return
+  end
+  local kind, kerr = M.kind(spec.kind)
+  if not kind then
+    done({ status = "error", error = ("%s: %s"):format(spec.name, kerr) })
+    return
+  end
+  local ok, res = pcall(function()
+    local key = M.key(spec)
+    local ctx = M.context(spec, request, { bufnr = bufnr, key = key })
+    local body, headers = M.build(ctx)
+    return { ctx = ctx, body = vim.json.encode(body), headers = headers }
+  end)
+  if not ok then
+    done({ status = "error", error = util.message(res) })
+    return
+  end
+  local req = {
+    bufnr = bufnr,
+    spec = spec,
+    ctx = res.ctx,
+    body = res.body,
+    headers = res.headers,
+    done = done,
+    usage = {},
+    retries = 0,
+  }
+  req.writer = require("flemma.provider.writer").new(bufnr, { provider = spec.kind, label = spec.name })
+  H.active[bufnr] = req
+  vim.api.nvim_create_autocmd({ "BufUnload", "BufWipeout" }, {
+    buffer = bufnr,
+    once = true,
+    callback = function()
+      if H.active[bufnr] == req then
+        H.finish(req, "cancelled")
+      end
+    end,
+  })
+  H.attempt(req)
+end
+
+--- The running request of a buffer (for specs and :Flemma status): { pid, provider }.
+function M.active(bufnr)
+  local req = H.active[bufnr]
+  return req and { pid = req.pid, provider = req.spec.name, retries = req.retries } or nil
+end
+
+return M

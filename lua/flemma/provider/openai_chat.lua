@@ -1,0 +1,165 @@
+--- Provider kind `openai_chat`: the Chat Completions API with streaming, spoken by
+--- OpenAI-compatible servers (Ollama, llama.cpp, vLLM, LM Studio, OpenRouter,
+--- Moonshot, DeepSeek, ...). Tool calls go out as `tool_calls`, results as `tool`
+--- messages; thinking without a signature goes back as `reasoning_content`.
+local M = {}
+local H = {}
+
+M.kind = "openai_chat"
+
+--- `parameters.thinking` levels as `reasoning_effort`.
+M.efforts = { minimal = "minimal", low = "low", medium = "medium", high = "high", max = "high" }
+
+--- Text put before the content of an error result (the API has no error flag).
+M.error_prefix = "Error: "
+
+function H.schema(schema)
+  local s = vim.deepcopy(schema)
+  if type(s.properties) == "table" and next(s.properties) == nil then
+    s.properties = vim.empty_dict()
+  end
+  return s
+end
+
+function H.arguments(input)
+  if type(input) ~= "table" or next(input) == nil then
+    return "{}"
+  end
+  return vim.json.encode(input)
+end
+
+function H.effort(thinking)
+  if thinking == nil or thinking == false then
+    return nil
+  end
+  if type(thinking) == "number" then
+    if thinking <= 0 then
+      return nil
+    end
+    return thinking <= 2048 and "low" or thinking <= 16384 and "medium" or "high"
+  end
+  return M.efforts[thinking] or (type(thinking) == "string" and thinking) or nil
+end
+
+function H.messages(request)
+  local out = {}
+  if request.system then
+    out[1] = { role = "system", content = request.system }
+  end
+  for _, msg in ipairs(request.messages) do
+    if msg.role == "user" then
+      local texts = {}
+      for _, p in ipairs(msg.parts) do
+        if p.kind == "tool_result" then
+          local content = p.content or ""
+          if p.is_error then
+            content = M.error_prefix .. content
+          end
+          out[#out + 1] = { role = "tool", tool_call_id = p.id, content = content }
+        elseif p.kind == "text" and p.text:find("%S") then
+          texts[#texts + 1] = p.text
+        end
+      end
+      if #texts > 0 then
+        out[#out + 1] = { role = "user", content = table.concat(texts, "\n\n") }
+      end
+    else
+      local texts, reasoning, calls = {}, {}, {}
+      for _, p in ipairs(msg.parts) do
+        if p.kind == "text" and p.text:find("%S") then
+          texts[#texts + 1] = p.text
+        elseif p.kind == "thinking" and not p.redacted and not p.signature then
+          reasoning[#reasoning + 1] = p.text
+        elseif p.kind == "tool_use" then
+          calls[#calls + 1] = {
+            id = p.id,
+            type = "function",
+            ["function"] = { name = p.name, arguments = H.arguments(p.input) },
+          }
+        end
+      end
+      local m = { role = "assistant", content = #texts > 0 and table.concat(texts, "\n\n") or vim.NIL }
+      if #reasoning > 0 then
+        m.reasoning_content = table.concat(reasoning, "\n\n")
+      end
+      if #calls > 0 then
+        m.tool_calls = calls
+      end
+      if m.content ~= vim.NIL or m.tool_calls then
+        out[#out + 1] = m
+      end
+    end
+  end
+  return out
+end
+
+--- The request body and headers.
+---@param ctx flemma.provider.Context
+---@return table body
+---@return table<string, string> headers
+function M.build(ctx)
+  local params = ctx.parameters
+  local body = {
+    model = ctx.model,
+    messages = H.messages(ctx.request),
+    stream = true,
+    stream_options = { include_usage = true },
+  }
+  if #ctx.tools > 0 then
+    body.tools = {}
+    for i, def in ipairs(ctx.tools) do
+      body.tools[i] = {
+        type = "function",
+        ["function"] = { name = def.name, description = def.description, parameters = H.schema(def.input_schema) },
+      }
+    end
+  end
+  if params.max_tokens then
+    body.max_tokens = params.max_tokens
+  end
+  if params.temperature ~= nil then
+    body.temperature = params.temperature
+  end
+  local effort = H.effort(params.thinking)
+  if effort then
+    body.reasoning_effort = effort
+  end
+  local headers = { ["content-type"] = "application/json", ["accept"] = "text/event-stream" }
+  if ctx.key then
+    headers["authorization"] = "Bearer " .. ctx.key
+  end
+  return body, headers
+end
+
+--- The message of an error body ({ error = { message, type, code } }, some servers
+--- { error = "text" } or { message = "..." }).
+---@param decoded table
+---@return string|nil message
+---@return string|nil error_type
+function M.error_message(decoded)
+  if type(decoded) ~= "table" then
+    return nil
+  end
+  local e = decoded.error
+  if type(e) == "table" then
+    local t = e.type or e.code
+    return e.message, t ~= nil and tostring(t) or nil
+  elseif type(e) == "string" then
+    return e
+  end
+  if type(decoded.message) == "string" then
+    return decoded.message
+  end
+  return nil
+end
+
+--- Prompt tokens include the cached ones here; usage keeps them apart.
+---@param usage table
+function M.normalize_usage(usage)
+  if usage.input_tokens and usage.cache_read_tokens then
+    usage.input_tokens = math.max(0, usage.input_tokens - usage.cache_read_tokens)
+  end
+  return usage
+end
+
+return M

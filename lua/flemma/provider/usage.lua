@@ -1,0 +1,134 @@
+--- Token usage and cost: the last request of each buffer, per-buffer totals and the
+--- session's totals (all buffers since Neovim started).
+local models = require("flemma.models")
+
+local M = {}
+local H = {}
+
+M.fields = { "input_tokens", "output_tokens", "thinking_tokens", "cache_read_tokens", "cache_write_tokens" }
+
+---@class flemma.Usage
+---@field input_tokens integer
+---@field output_tokens integer
+---@field thinking_tokens integer
+---@field cache_read_tokens integer
+---@field cache_write_tokens integer
+---@field cost number|nil dollars; nil when the model's prices are unknown
+---@field requests integer
+---@field provider? string
+---@field model? string
+
+function H.zero()
+  return {
+    input_tokens = 0,
+    output_tokens = 0,
+    thinking_tokens = 0,
+    cache_read_tokens = 0,
+    cache_write_tokens = 0,
+    cost = 0,
+    requests = 0,
+  }
+end
+
+H.buffers = {} ---@type table<integer, { last: flemma.Usage, total: flemma.Usage }>
+H.session = H.zero()
+
+--- A usage record from the merged usage events of one response.
+---@param raw table the provider's numbers (fields may be missing)
+---@param o { kind: string, provider: string, model: string, cache_retention?: string }
+---@return flemma.Usage
+function M.record(raw, o)
+  local u = H.zero()
+  for _, f in ipairs(M.fields) do
+    u[f] = tonumber(raw[f]) or 0
+  end
+  u.requests = 1
+  u.provider = o.provider
+  u.model = o.model
+  u.cost = models.cost(o.kind, o.model, u, o.cache_retention)
+  return u
+end
+
+function H.add(total, u)
+  for _, f in ipairs(M.fields) do
+    total[f] = total[f] + u[f]
+  end
+  total.requests = total.requests + 1
+  if total.cost ~= nil and u.cost ~= nil then
+    total.cost = total.cost + u.cost
+  elseif u.cost == nil and u.input_tokens + u.output_tokens > 0 then
+    total.cost_incomplete = true
+    total.cost = total.cost or 0
+  end
+end
+
+--- Adds a response's usage to the buffer's and the session's totals.
+---@param bufnr integer
+---@param u flemma.Usage
+function M.add(bufnr, u)
+  local b = H.buffers[bufnr]
+  if not b then
+    b = { total = H.zero() }
+    H.buffers[bufnr] = b
+  end
+  b.last = u
+  H.add(b.total, u)
+  H.add(H.session, u)
+end
+
+--- `{ last, buffer, session }` for a buffer (copies).
+---@param bufnr? integer
+function M.get(bufnr)
+  if bufnr == nil or bufnr == 0 then
+    bufnr = vim.api.nvim_get_current_buf()
+  end
+  local b = H.buffers[bufnr]
+  return vim.deepcopy({
+    last = b and b.last or nil,
+    buffer = b and b.total or H.zero(),
+    session = H.session,
+  })
+end
+
+function H.n(x)
+  local s = tostring(math.floor(x))
+  local out = s:reverse():gsub("(%d%d%d)", "%1,"):reverse()
+  return (out:gsub("^,", ""))
+end
+
+function H.money(c)
+  if c == nil then
+    return "cost unknown"
+  end
+  if c < 0.01 then
+    return ("$%.4f"):format(c)
+  end
+  return ("$%.2f"):format(c)
+end
+
+--- A one-line summary: "1,204 in · 310 out (thinking 120) · cache 900 read, 0 written · $0.0081".
+---@param u flemma.Usage
+---@return string
+function M.format(u)
+  local parts = { ("%s in"):format(H.n(u.input_tokens)), ("%s out"):format(H.n(u.output_tokens)) }
+  if u.thinking_tokens > 0 then
+    parts[2] = parts[2] .. (" (thinking %s)"):format(H.n(u.thinking_tokens))
+  end
+  if u.cache_read_tokens > 0 or u.cache_write_tokens > 0 then
+    parts[#parts + 1] = ("cache %s read, %s written"):format(H.n(u.cache_read_tokens), H.n(u.cache_write_tokens))
+  end
+  parts[#parts + 1] = H.money(u.cost)
+  return table.concat(parts, " · ")
+end
+
+--- Forgets a buffer's numbers (the session totals stay).
+function M.forget(bufnr)
+  H.buffers[bufnr] = nil
+end
+
+function M._reset()
+  H.buffers = {}
+  H.session = H.zero()
+end
+
+return M
