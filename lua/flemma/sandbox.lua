@@ -29,10 +29,10 @@ function M.is_enabled()
   return H.config().enabled == true
 end
 
---- Turns the sandbox on or off for this session.
----@param enabled boolean
+--- Turns the sandbox on or off for this session (nil: follow the config again).
+---@param enabled boolean|nil
 function M.set_enabled(enabled)
-  if type(enabled) ~= "boolean" then
+  if enabled ~= nil and type(enabled) ~= "boolean" then
     util.error("sandbox.set_enabled: `enabled` should be a boolean, not " .. type(enabled))
   end
   H.override = enabled

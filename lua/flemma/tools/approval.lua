@@ -161,13 +161,28 @@ function H.from_function(result, what)
   )
 end
 
--- A policy (list of names and presets, or a function) applied to one call.
+-- A built-in approval holds only inside the project: a call of a file tool with a
+-- path outside the project roots is passed on (the next resolver may approve it; if
+-- none does, it waits for the user). See flemma.tools.scope.
+function H.scoped(decision, tool_name, input, ctx)
+  if decision ~= "approve" then
+    return decision
+  end
+  local ok, inside = pcall(require("flemma.tools.scope").is_inside, ctx.bufnr, tool_name, input)
+  if ok and inside then
+    return decision
+  end
+  return nil
+end
+
+-- A policy (list of names and presets, or a function) applied to one call. A list's
+-- approvals are scoped to the project; a function is the user's own and is not.
 function H.apply(policy, excluded, tool_name, input, ctx, what)
   if type(policy) == "function" then
     return H.from_function(policy(tool_name, input, ctx), what)
   elseif type(policy) == "table" then
     local expanded = presets.expand(policy, { presets = H.tools_config().presets, excluded = excluded })
-    return presets.decide(expanded, tool_name)
+    return H.scoped(presets.decide(expanded, tool_name), tool_name, input, ctx)
   end
   return nil
 end
@@ -235,7 +250,7 @@ function H.configured(policy)
   return policy ~= nil
 end
 
-function H.sandbox_resolver(tool_name, _, ctx)
+function H.sandbox_resolver(tool_name, input, ctx)
   local tools_cfg = H.tools_config()
   if tools_cfg.auto_approve_sandboxed == false then
     return nil
@@ -269,7 +284,7 @@ function H.sandbox_resolver(tool_name, _, ctx)
   if not sandbox.is_available() then
     return nil
   end
-  return "approve"
+  return H.scoped("approve", tool_name, input, ctx)
 end
 
 --- Registers the built-in resolvers for `config` (replacing those of an earlier setup;
@@ -325,10 +340,10 @@ function M.setup(config)
   })
   if tools_cfg.require_approval == false then
     builtin(M.CATCH_ALL, {
-      description = "tools.require_approval = false: approve every tool call",
+      description = "tools.require_approval = false: approve every tool call (file tools inside the project)",
       priority = 0,
-      resolve = function()
-        return "approve"
+      resolve = function(tool_name, input, ctx)
+        return H.scoped("approve", tool_name, input, ctx)
       end,
     })
   end

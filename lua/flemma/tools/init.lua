@@ -17,6 +17,7 @@ local H = {}
 ---@field strict? boolean
 ---@field async? boolean execute(input, ctx, callback) -> cancel function
 ---@field capabilities? string[] e.g. { "can_auto_approve_if_sandboxed" }
+---@field paths? fun(input: table): (string|{ path: string, write?: boolean })[] the files a call reads (a string) or writes (`write = true`); built-in and preset approvals apply only inside the project (flemma.tools.scope)
 ---@field format_preview? fun(input: table, max_length: integer): string
 ---@field execute? fun(input: table, ctx: flemma.tools.Context, callback?: fun(result: flemma.tools.Result)): flemma.tools.Result|function|nil
 ---@field enabled? boolean|fun(): boolean
@@ -38,6 +39,7 @@ H.optional = {
   strict = { "boolean" },
   async = { "boolean" },
   capabilities = { "table" },
+  paths = { "function" },
   format_preview = { "function" },
   execute = { "function" },
   enabled = { "boolean", "function" },
@@ -614,22 +616,31 @@ end
 
 --- The one-line preview of a tool call (without the `name: ` prefix): the tool's
 --- `format_preview`, or the generic `key="value"` summary. Not cut to the width.
+--- With a buffer, a path of the call outside its project is marked
+--- (`~/.bashrc (outside the project) (12 B)`).
 ---@param name string
 ---@param input table|nil
 ---@param max_length? integer width available after the `name: ` prefix
+---@param bufnr? integer the chat buffer
 ---@return string
-function M.preview(name, input, max_length)
+function M.preview(name, input, max_length, bufnr)
   local preview = require("flemma.tools.preview")
   local def = H.defs[name]
   max_length = max_length or 80
   local clean = H.strip_nulls(type(input) == "table" and input or {})
+  local summary
   if def and def.format_preview then
     local ok, res = pcall(def.format_preview, clean, max_length)
     if ok and type(res) == "string" then
-      return preview.one_line(res)
+      summary = preview.one_line(res)
     end
   end
-  return preview.one_line(preview.generic(clean))
+  summary = summary or preview.one_line(preview.generic(clean))
+  if bufnr ~= nil and def and def.paths then
+    local scope = require("flemma.tools.scope")
+    summary = scope.mark(summary, scope.outside(bufnr, name, clean))
+  end
+  return summary
 end
 
 --- Registers the built-in tools (bash, read, write, edit, calculator, calculator_async).

@@ -65,11 +65,12 @@ end
 ---@param input table|nil
 ---@param width integer
 ---@param eol? string
+---@param bufnr? integer the chat buffer (marks paths outside its project)
 ---@return string
-function M.text(name, input, width, eol)
+function M.text(name, input, width, eol, bufnr)
   local prefix = name .. ": "
   local max_length = math.max(1, width - vim.fn.strdisplaywidth(prefix))
-  local ok, summary = pcall(require("flemma.tools").preview, name, input or {}, max_length)
+  local ok, summary = pcall(require("flemma.tools").preview, name, input or {}, max_length, bufnr)
   if not ok or type(summary) ~= "string" then
     summary = "(preview failed: " .. require("flemma.util").message(summary) .. ")"
   end
@@ -103,7 +104,7 @@ function M.refresh(bufnr, doc)
       if part.kind == "tool_result" and part.status == "pending" and (part.content or "") == "" then
         local use = uses[part.id]
         if use then
-          local text = M.text(use.name, use.input, width, eol)
+          local text = M.text(use.name, use.input, width, eol, bufnr)
           vim.api.nvim_buf_set_extmark(bufnr, M.ns, (part.fence_line or part.first_line) - 1, 0, {
             virt_lines = { { { text, hl } } },
             virt_lines_above = false,

@@ -40,6 +40,9 @@ return {
     required = { "path", "old_string", "new_string", "label" },
     additionalProperties = false,
   },
+  paths = function(input)
+    return { { path = input.path, write = true } }
+  end,
   format_preview = function(input)
     return preview.with_comment(input.path or "?", input.label)
   end,

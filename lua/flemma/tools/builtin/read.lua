@@ -42,6 +42,9 @@ return {
     required = { "path", "offset", "limit", "label" },
     additionalProperties = false,
   },
+  paths = function(input)
+    return { input.path }
+  end,
   format_preview = function(input)
     local main = input.path or "?"
     if input.offset or input.limit then

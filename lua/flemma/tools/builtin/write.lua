@@ -19,6 +19,9 @@ return {
     required = { "path", "content", "label" },
     additionalProperties = false,
   },
+  paths = function(input)
+    return { { path = input.path, write = true } }
+  end,
   format_preview = function(input)
     local size = require("flemma.native").format_size(#(input.content or ""))
     return preview.with_comment(("%s (%s)"):format(input.path or "?", size), input.label)

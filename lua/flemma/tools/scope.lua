@@ -1,0 +1,173 @@
+--- Whether a tool call stays inside the project. A file tool says which paths a call
+--- touches with `paths(input)` in its definition; built-in and preset approvals apply
+--- only when every one of them is inside the project roots (the cwd and the chat
+--- file's directory; the sandbox's writable roots while the sandbox is on), resolved
+--- as the tool will use them: against the chat file's directory, `~` expanded, `..`
+--- folded, then symlinks followed by the native resolver (as is_path_writable does).
+--- Writes are also refused on the protected paths inside a root (.git/hooks,
+--- .git/config, shell start-up files).
+local M = {}
+local H = {}
+
+---@class flemma.tools.PathUse
+---@field path string the path as the tool input gives it
+---@field write? boolean true when the call writes it
+
+---@class flemma.tools.OutsidePath
+---@field path string the path as the tool input gives it
+---@field reason "outside"|"protected"|"unknown"
+
+function H.bufnr(bufnr)
+  if type(bufnr) ~= "number" or bufnr == 0 or not vim.api.nvim_buf_is_valid(bufnr) then
+    return vim.api.nvim_get_current_buf()
+  end
+  return bufnr
+end
+
+--- The project roots of a buffer: the sandbox's writable roots while the sandbox is
+--- on, else the cwd and the directory of the chat file (if it has one).
+---@param bufnr? integer
+---@return string[]
+function M.roots(bufnr)
+  bufnr = H.bufnr(bufnr)
+  local sandbox = require("flemma.sandbox")
+  if sandbox.is_enabled() then
+    return sandbox.policy(bufnr).rw_paths
+  end
+  local roots = { vim.fs.normalize(vim.fn.getcwd()) }
+  local name = vim.api.nvim_buf_get_name(bufnr)
+  if name ~= "" and vim.bo[bufnr].buftype == "" then
+    local dir = vim.fs.dirname(vim.fs.normalize(vim.fn.fnamemodify(name, ":p")))
+    if dir ~= roots[1] then
+      roots[#roots + 1] = dir
+    end
+  end
+  return roots
+end
+
+function H.inside(path, root)
+  if root == "/" then
+    return true
+  end
+  return path == root or (path:sub(1, #root) == root and path:sub(#root + 1, #root + 1) == "/")
+end
+
+--- The paths a tool call touches, from its definition's `paths(input)`; nil when the
+--- tool does not declare any. Raises when `paths` fails or answers something else.
+---@param def flemma.tools.Definition
+---@param input table
+---@return flemma.tools.PathUse[]|nil
+function M.uses(def, input)
+  if type(def) ~= "table" or type(def.paths) ~= "function" then
+    return nil
+  end
+  local list = def.paths(type(input) == "table" and input or {})
+  if list == nil then
+    return {}
+  end
+  if type(list) ~= "table" then
+    error(("`paths` of tool `%s` returned %s, not a list"):format(def.name, type(list)), 0)
+  end
+  local out = {}
+  for _, entry in ipairs(list) do
+    if type(entry) == "string" then
+      out[#out + 1] = { path = entry }
+    elseif type(entry) == "table" and type(entry.path) == "string" then
+      out[#out + 1] = { path = entry.path, write = entry.write == true }
+    end
+    -- Anything else (a missing path, JSON null) names no file: the call fails its
+    -- input validation and touches nothing.
+  end
+  return out
+end
+
+--- The paths of a tool call that are not inside the project roots of bufnr (empty
+--- when all are, or when the tool declares no `paths`). A path that cannot be
+--- checked counts as outside ("unknown").
+---@param bufnr? integer
+---@param tool_name string
+---@param input table|nil
+---@return flemma.tools.OutsidePath[]
+function M.outside(bufnr, tool_name, input)
+  local def = require("flemma.tools").get(tool_name)
+  local ok, uses = pcall(M.uses, def, input)
+  if not ok then
+    return { { path = "?", reason = "unknown" } }
+  end
+  if not uses or #uses == 0 then
+    return {}
+  end
+  bufnr = H.bufnr(bufnr)
+  local native = require("flemma.native")
+  local cwd = vim.fn.getcwd()
+  local out = {}
+  local roots, resolved
+  for _, use in ipairs(uses) do
+    local checked, reason = pcall(function()
+      roots = roots or M.roots(bufnr)
+      if not resolved then
+        resolved = {}
+        for _, r in ipairs(roots) do
+          resolved[#resolved + 1] = native.sandbox_resolve(r, cwd)
+        end
+      end
+      -- The path the tool opens (ctx.path.resolve), then where it really leads.
+      local target = require("flemma.tools.context").new(bufnr, tool_name).path.resolve(use.path)
+      local real = native.sandbox_resolve(target, cwd)
+      local inside = false
+      for _, r in ipairs(resolved) do
+        inside = inside or H.inside(real, r)
+      end
+      if not inside then
+        return "outside"
+      end
+      if use.write and not native.sandbox_is_path_writable({ rw_paths = roots, network = true }, target, cwd) then
+        return "protected"
+      end
+      return nil
+    end)
+    if not checked then
+      out[#out + 1] = { path = use.path, reason = "unknown" }
+    elseif reason then
+      out[#out + 1] = { path = use.path, reason = reason }
+    end
+  end
+  return out
+end
+
+--- Whether every path of the call is inside the project (true for tools without
+--- `paths`).
+---@param bufnr? integer
+---@param tool_name string
+---@param input table|nil
+---@return boolean
+function M.is_inside(bufnr, tool_name, input)
+  return #M.outside(bufnr, tool_name, input) == 0
+end
+
+H.REASONS = {
+  outside = "(outside the project)",
+  protected = "(protected path)",
+  unknown = "(cannot tell where it leads)",
+}
+
+--- A preview marked with where its paths lead: `~/.bashrc (outside the project) (12 B)`.
+--- The mark follows the first outside path when the preview starts with it, else the
+--- path and its mark come first.
+---@param summary string the tool's preview (without the `name: ` prefix)
+---@param outside flemma.tools.OutsidePath[]
+---@return string
+function M.mark(summary, outside)
+  if #outside == 0 then
+    return summary
+  end
+  local first = outside[1]
+  local mark = H.REASONS[first.reason] or H.REASONS.unknown
+  if first.path ~= "?" and summary:sub(1, #first.path) == first.path then
+    return first.path .. " " .. mark .. summary:sub(#first.path + 1)
+  end
+  local path = first.path ~= "?" and (first.path .. " ") or ""
+  return path .. mark .. (summary ~= "" and (": " .. summary) or "")
+end
+
+return M
