@@ -157,6 +157,14 @@ function H.check_providers(value)
   end
 end
 
+-- How a NaN or infinity reads in a message (the same on every platform).
+function H.nonfinite(v)
+  if v ~= v then
+    return "nan"
+  end
+  return v > 0 and "inf" or "-inf"
+end
+
 function H.check(value, default, path)
   if path == "providers" then
     return H.check_providers(value)
@@ -169,6 +177,9 @@ function H.check(value, default, path)
     end
   elseif default ~= nil and vt ~= type(default) then
     util.error(("`%s` should be a %s, not %s"):format(path, type(default), vt))
+  end
+  if vt == "number" and (value ~= value or value == math.huge or value == -math.huge) then
+    util.error(("`%s` should be a finite number, not %s"):format(path, H.nonfinite(value)))
   end
   local enum = H.enums[path]
   if enum and not vim.tbl_contains(enum, value) then

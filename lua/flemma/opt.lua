@@ -476,6 +476,9 @@ function M.new(config)
     if v == nil then
       return
     end
+    if type(v) == "number" and (v ~= v or v == math.huge or v == -math.huge) then
+      M.fail(("`%s` should be a finite number, not %s"):format(path, v ~= v and "nan" or (v > 0 and "inf" or "-inf")))
+    end
     local problem = checker(v)
     if problem then
       M.fail(("`%s` %s, not %s"):format(path, problem, type(v) == "string" and ("%q"):format(v) or tostring(v)))

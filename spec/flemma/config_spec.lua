@@ -44,6 +44,11 @@ describe("flemma.config", function()
     { { bogus = true }, "unknown option `bogus`" },
     { { tools = { cursor_after_result = "top" } }, "`tools.cursor_after_result` should be one of result, stay, next" },
     { { tools = { auto_approve = 3 } }, "`tools.auto_approve` should be a table or function or string, not number" },
+    { { parameters = { temperature = 0 / 0 } }, "`parameters.temperature` should be a finite number, not nan" },
+    { { parameters = { max_tokens = math.huge } }, "`parameters.max_tokens` should be a finite number, not inf" },
+    { { parameters = { timeout = -math.huge } }, "`parameters.timeout` should be a finite number, not -inf" },
+    { { parameters = { vertex = { thinking_budget = 1 / 0 } } }, "`parameters.vertex.thinking_budget` should be a finite number, not inf" },
+    { { tools = { default_timeout = 0 / 0 } }, "`tools.default_timeout` should be a finite number, not nan" },
   }
   for _, case in ipairs(bad) do
     it("refuses " .. case[2], function()

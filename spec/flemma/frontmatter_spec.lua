@@ -308,6 +308,8 @@ describe("flemma.frontmatter", function()
         { '{\n  "tools": ["bsh"]\n}', "frontmatter line 3: unknown tool `bsh` in tools; did you mean `bash`?" },
         { '{\n  "auto_approve": ["$defualt"]\n}', "frontmatter line 3: unknown preset `$defualt`; did you mean `$default`? in auto_approve" },
         { '{\n  "max_tokens": null\n}', "frontmatter line 3: `max_tokens` is null; remove the key to keep the default" },
+        { '{\n  "max_tokens": 1e999\n}', "frontmatter line 3: `max_tokens` should be a finite number, not inf" },
+        { '{\n  "temperature": -1e999\n}', "frontmatter line 3: `temperature` should be a finite number, not -inf" },
         { '{\n  "providers": { "anthropic": { "endpoint": "http://evil" } }\n}', "frontmatter line 3: `providers`: transport settings" },
         { '{ "tools": [', "frontmatter line 2: invalid JSON" },
         { '["bash"]', "frontmatter line 2: JSON frontmatter should be an object" },

@@ -227,6 +227,13 @@ describe("flemma.opt", function()
       { "local x = flemma.opt.max_token", "unknown option `flemma.opt.max_token`; did you mean `flemma.opt.max_tokens`?" },
       { "flemma.opt.anthropic.thinking_budjet = 1", "unknown option `flemma.opt.anthropic.thinking_budjet`; did you mean `flemma.opt.anthropic.thinking_budget`?" },
       { "flemma.opt.anthropic = 5", "`flemma.opt.anthropic` should be a table of parameters, not number" },
+      { "flemma.opt.temperature = 0 / 0", "`flemma.opt.temperature` should be a finite number, not nan" },
+      { "flemma.opt.temperature = math.huge", "`flemma.opt.temperature` should be a finite number, not inf" },
+      { "flemma.opt.max_tokens = math.huge", "`flemma.opt.max_tokens` should be a finite number, not inf" },
+      { "flemma.opt.thinking = math.huge", "`flemma.opt.thinking` should be a finite number, not inf" },
+      { "flemma.opt.anthropic.thinking_budget = math.huge", "`flemma.opt.anthropic.thinking_budget` should be a finite number, not inf" },
+      { "flemma.opt.vertex.thinking_budget = -math.huge", "`flemma.opt.vertex.thinking_budget` should be a finite number, not -inf" },
+      { "flemma.opt.anthropic = { thinking_budget = 0 / 0 }", "`flemma.opt.anthropic.thinking_budget` should be a finite number, not nan" },
     }
     for _, case in ipairs(bad) do
       it("refuses " .. case[1], function()
