@@ -31,8 +31,25 @@ commands.register("send", {
 commands.register("cancel", {
   desc = "cancel the request or the running tools",
   run = function()
+    if require("flemma.send").cancel(0) then
+      util.notify("request cancelled")
+      return
+    end
     local n = cycle().cancel(0)
     util.notify(n > 0 and ("cancelled %d tool(s)"):format(n) or "nothing is running")
+  end,
+})
+
+commands.register("usage", {
+  desc = "tokens and cost of the last response, the buffer and the session",
+  run = function()
+    local u = require("flemma").usage(0)
+    local fmt = require("flemma.provider.usage").format
+    local lines = {}
+    lines[#lines + 1] = "last: " .. (u.last and fmt(u.last) or "no response yet")
+    lines[#lines + 1] = ("buffer (%d): %s"):format(u.buffer.requests, fmt(u.buffer))
+    lines[#lines + 1] = ("session (%d): %s"):format(u.session.requests, fmt(u.session))
+    util.notify(table.concat(lines, "\n"))
   end,
 })
 

@@ -18,4 +18,14 @@ function M.setup(opts)
   vim.g.flemma_setup_done = true
 end
 
+--- Token usage and cost: `{ last, buffer, session }` for a buffer (default: the
+--- current one). `last` is the last response's record (nil before the first),
+--- `buffer` the totals of the buffer, `session` the totals of all buffers since
+--- Neovim started. Each record: input_tokens, output_tokens, thinking_tokens,
+--- cache_read_tokens, cache_write_tokens, cost (dollars; nil when unknown), requests.
+---@param bufnr? integer
+function M.usage(bufnr)
+  return require("flemma.provider.usage").get(bufnr)
+end
+
 return M

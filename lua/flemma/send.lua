@@ -7,16 +7,26 @@ local H = {}
 
 M.ns = vim.api.nvim_create_namespace("flemma.send")
 
----@alias flemma.send.Handler fun(bufnr: integer, request: table, done: fun(ok: boolean, err?: string))
+---@alias flemma.send.Result { status: "completed"|"cancelled"|"error", usage?: table, error?: string, notified?: boolean }
+---@alias flemma.send.Handler fun(bufnr: integer, request: table, done: fun(result: flemma.send.Result))
 
 ---@type flemma.send.Handler|nil
 H.handler = nil
 
---- Installs the function that talks to the provider. Providers call this; until one
---- is installed, sending says plainly that no provider is available.
+--- Replaces the function that talks to the provider (default: `flemma.provider`,
+--- which streams the answer into the buffer). nil restores the default.
 ---@param handler flemma.send.Handler|nil
 function M.set_handler(handler)
   H.handler = handler
+end
+
+--- The default handler: the providers, once the native core can decode streams.
+function H.default_handler()
+  local native = require("flemma.native")
+  if type(native.stream_new) ~= "function" then
+    return nil
+  end
+  return require("flemma.provider").send
 end
 
 H.pending_ready = {}
@@ -86,24 +96,74 @@ function M.send(bufnr, opts)
 
   local request = document.to_messages(doc)
   H.event("FlemmaRequestSending", { bufnr = bufnr })
-  if not H.handler then
+  local handler = H.handler or H.default_handler()
+  if not handler then
     util.warn(
-      "no provider is available yet in this version of Flemma: the conversation is valid but was not sent, and the buffer is unchanged"
+      "no provider is available in this build of Flemma (the native core cannot decode streams): the conversation is valid but was not sent, and the buffer is unchanged"
     )
-    H.event("FlemmaRequestFinished", { bufnr = bufnr, status = "unavailable" })
+    H.event("FlemmaRequestFinished", { bufnr = bufnr, status = "error", error = "no provider" })
     return false
   end
-  H.handler(bufnr, request, function(done_ok, err)
-    vim.schedule(function()
-      H.event("FlemmaRequestFinished", { bufnr = bufnr, status = done_ok and "done" or "error", error = err })
-      if not done_ok then
-        util.notify("request failed: " .. tostring(err), vim.log.levels.ERROR)
-      elseif opts.on_response then
+  local finished = false
+  local ok, err = pcall(handler, bufnr, request, function(result, legacy_err)
+    if finished then
+      return
+    end
+    finished = true
+    -- Older handlers call done(ok, err).
+    if type(result) ~= "table" then
+      result = { status = result and "completed" or "error", error = legacy_err }
+    end
+    local function report()
+      H.event("FlemmaRequestFinished", {
+        bufnr = bufnr,
+        status = result.status,
+        usage = result.usage,
+        error = result.error,
+      })
+      if vim.api.nvim_buf_is_valid(bufnr) then
+        pcall(require("flemma.ui.preview").refresh, bufnr)
+      end
+      if result.status == "error" and result.error and not result.notified then
+        util.notify(result.error, vim.log.levels.ERROR)
+      elseif result.status == "completed" and opts.on_response then
         opts.on_response()
       end
-    end)
+    end
+    if vim.in_fast_event() then
+      vim.schedule(report)
+    else
+      report()
+    end
   end)
+  if not ok then
+    util.notify("the request could not start: " .. util.message(err), vim.log.levels.ERROR)
+    if not finished then
+      finished = true
+      H.event("FlemmaRequestFinished", { bufnr = bufnr, status = "error", error = util.message(err) })
+    end
+    return false
+  end
   return true
+end
+
+--- Cancels the buffer's request (curl stopped at once, the text that arrived kept).
+---@param bufnr? integer
+---@return boolean true when a request was running
+function M.cancel(bufnr)
+  bufnr = (bufnr == nil or bufnr == 0) and vim.api.nvim_get_current_buf() or bufnr
+  if H.handler then
+    return false
+  end
+  return require("flemma.provider").cancel(bufnr)
+end
+
+--- Whether a request of the buffer is running.
+---@param bufnr? integer
+function M.is_active(bufnr)
+  bufnr = (bufnr == nil or bufnr == 0) and vim.api.nvim_get_current_buf() or bufnr
+  local p = package.loaded["flemma.provider"]
+  return p ~= nil and p.is_active(bufnr)
 end
 
 return M

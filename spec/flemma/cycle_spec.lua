@@ -465,7 +465,7 @@ describe("the <C-]> cycle", function()
     end)
   end
 
-  it("phase 3 says plainly that no provider is available and leaves the buffer as it is", function()
+  it("phase 3 without an API key names the variable to set and leaves the buffer as it is", function()
     local buf = chat({ "@You:", "Hello there." })
     local before = text(buf)
     local msg
@@ -473,10 +473,16 @@ describe("the <C-]> cycle", function()
     vim.notify = function(m)
       msg = m
     end
+    local saved = vim.env.ANTHROPIC_API_KEY
+    vim.env.ANTHROPIC_API_KEY = nil
     press("<C-]>")
+    vim.env.ANTHROPIC_API_KEY = saved
     vim.notify = orig
     assert.equals(before, text(buf))
-    assert.truthy(msg and msg:find("no provider is available yet", 1, true), msg)
+    assert.is_true(vim.bo[buf].modifiable)
+    local expected = require("flemma.native").stream_new and "set the environment variable ANTHROPIC_API_KEY"
+      or "no provider is available"
+    assert.truthy(msg and msg:find(expected, 1, true), msg)
     assert.equals("FlemmaRequestSending", events[1].name)
   end)
 

@@ -1,0 +1,148 @@
+--- The HTTP transport: curl run by the native process manager, never blocking the
+--- editor. The request body goes through a private temp file (0600, removed when curl
+--- exits); headers, the API key among them, reach curl through `--config -` on stdin,
+--- so no secret is ever in argv (visible in `ps`), on disk or in a log. The child's
+--- stdout (`--dump-header -`: status line and headers, then the body) is decoded by
+--- the native stream decoder of the provider's kind.
+local util = require("flemma.util")
+
+local M = {}
+local H = {}
+
+M.program = "curl"
+
+--- curl exit codes (see `man curl`, EXIT CODES).
+M.curl_errors = {
+  [5] = "the proxy's host name could not be resolved",
+  [6] = "the host name could not be resolved",
+  [7] = "could not connect",
+  [28] = "timed out",
+  [35] = "the TLS handshake failed",
+  [52] = "the server closed the connection without answering",
+  [55] = "sending the request failed (connection reset)",
+  [56] = "receiving the answer failed (connection reset)",
+  [60] = "the server's TLS certificate could not be verified",
+}
+--- Exit codes of a connection that was reset or dropped: a retry may succeed.
+M.reset_codes = { [52] = true, [55] = true, [56] = true }
+
+--- Quotes a value for curl's config file syntax.
+function H.quote(s)
+  return '"' .. s:gsub("\\", "\\\\"):gsub('"', '\\"') .. '"'
+end
+
+--- The `--config -` text: one `header = "name: value"` line per header. Header names
+--- and values must not contain line breaks (they would end the header).
+---@param headers table<string, string>
+---@return string
+function M.config_text(headers)
+  local names = vim.tbl_keys(headers)
+  table.sort(names)
+  local lines = {}
+  for _, name in ipairs(names) do
+    local value = headers[name]
+    if type(name) ~= "string" or not name:match("^[%w!#$%%&'*+.^_`|~-]+$") then
+      util.error(("header name %s is not a valid HTTP header name"):format(vim.inspect(name)))
+    end
+    if type(value) ~= "string" or value:find("[\r\n%z]") then
+      util.error(("the value of header `%s` should be a string without line breaks"):format(name))
+    end
+    lines[#lines + 1] = "header = " .. H.quote(name .. ": " .. value)
+  end
+  -- No "Expect: 100-continue" wait before large bodies.
+  lines[#lines + 1] = 'header = "Expect:"'
+  return table.concat(lines, "\n") .. "\n"
+end
+
+--- curl's argv. Nothing secret is in it.
+---@param o { endpoint: string, body_path: string, connect_timeout?: number, timeout?: number }
+---@return string[]
+function M.args(o)
+  local argv = {
+    M.program,
+    "--silent",
+    "--show-error",
+    "--no-buffer",
+    "--dump-header",
+    "-",
+    "--config",
+    "-",
+    "--data-binary",
+    "@" .. o.body_path,
+  }
+  if o.connect_timeout and o.connect_timeout > 0 then
+    vim.list_extend(argv, { "--connect-timeout", tostring(o.connect_timeout) })
+  end
+  if o.timeout and o.timeout > 0 then
+    vim.list_extend(argv, { "--max-time", tostring(o.timeout) })
+  end
+  argv[#argv + 1] = "--"
+  argv[#argv + 1] = o.endpoint
+  return argv
+end
+
+--- Writes the body into a new private file (mode 0600) and returns its path.
+---@param body string
+---@return string path
+function M.write_body(body)
+  local path = vim.fn.tempname() .. "-request.json"
+  local fd, err = vim.uv.fs_open(path, "wx", tonumber("600", 8))
+  if not fd then
+    util.error("cannot create the request file: " .. tostring(err))
+  end
+  local ok, werr = vim.uv.fs_write(fd, body, 0)
+  vim.uv.fs_close(fd)
+  if not ok then
+    os.remove(path)
+    util.error("cannot write the request file: " .. tostring(werr))
+  end
+  return path
+end
+
+---@class flemma.transport.Opts
+---@field endpoint string
+---@field headers table<string, string>
+---@field body string the JSON text
+---@field decoder string the stream decoder kind ("anthropic", "openai_chat")
+---@field connect_timeout? number seconds
+---@field timeout? number seconds
+---@field on_events fun(events: table[])
+---@field on_exit fun(result: flemma.process.Result)
+
+--- Starts curl. Returns the process handle; raises when curl is missing or the
+--- request cannot be prepared (nothing was started then).
+---@param o flemma.transport.Opts
+---@return flemma.process.Handle
+function M.start(o)
+  if vim.fn.executable(M.program) ~= 1 then
+    util.error(("`%s` is not installed (or not in $PATH): install it to talk to model providers"):format(M.program))
+  end
+  local config = M.config_text(o.headers)
+  local path = M.write_body(o.body)
+  local argv = M.args({
+    endpoint = o.endpoint,
+    body_path = path,
+    connect_timeout = o.connect_timeout,
+    timeout = o.timeout,
+  })
+  local ok, handle = pcall(require("flemma.process").spawn, {
+    cmd = argv,
+    stdin = config,
+    decoder = o.decoder,
+    on_events = o.on_events,
+    merge_output = false,
+    -- A safety net behind curl's own --max-time.
+    timeout = o.timeout and o.timeout > 0 and math.floor((o.timeout + 30) * 1000) or nil,
+    kill_grace = 500,
+  }, function(result)
+    os.remove(path)
+    o.on_exit(result)
+  end)
+  if not ok then
+    os.remove(path)
+    error(handle, 0)
+  end
+  return handle
+end
+
+return M
