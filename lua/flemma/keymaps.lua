@@ -68,12 +68,16 @@ function M.attach(bufnr)
       "n",
       km.cancel,
       H.safe(function()
+        if require("flemma.send").cancel(bufnr) then
+          require("flemma.util").notify("request cancelled")
+          return
+        end
         local n = require("flemma.cycle").cancel(bufnr)
         if n > 0 then
           require("flemma.util").notify(("cancelled %d tool(s)"):format(n))
         end
       end, "<C-c>"),
-      "Flemma: cancel running tools"
+      "Flemma: cancel the request or the running tools"
     )
   end
 
@@ -83,6 +87,9 @@ function M.attach(bufnr)
     end
     if not require("flemma.native").usable() then
       return
+    end
+    if require("flemma.send").is_active(bufnr) then
+      return -- a response is streaming in: previews are refreshed once it ends
     end
     local ok, err = pcall(require("flemma.ui.preview").refresh, bufnr)
     if not ok and not H.warned then
