@@ -49,6 +49,18 @@ function M.show_problems(bufnr, problems)
   util.notify("not sent:\n" .. table.concat(msgs, "\n"), vim.log.levels.ERROR)
 end
 
+--- Removes the validation diagnostics of bufnr, if it has any. Resetting a namespace
+--- that holds nothing still fires DiagnosticChanged, and Neovim 0.12 answers that
+--- with a synchronous screen update (nvim__redraw); under `nvim -l` after 'lines' or
+--- 'columns' was set, that update writes outside the screen grid and crashes Neovim
+--- (issue 10). So only a buffer that shows problems is touched.
+---@param bufnr integer
+function M.clear_problems(bufnr)
+  if #vim.diagnostic.get(bufnr, { namespace = M.ns }) > 0 then
+    vim.diagnostic.reset(M.ns, bufnr)
+  end
+end
+
 function H.event(name, data)
   vim.api.nvim_exec_autocmds("User", { pattern = name, modeline = false, data = data })
 end
@@ -83,7 +95,7 @@ function M.send(bufnr, opts)
     M.show_problems(bufnr, problems)
     return false
   end
-  vim.diagnostic.reset(M.ns, bufnr)
+  M.clear_problems(bufnr)
 
   local fm = package.loaded["flemma.frontmatter"] or select(2, pcall(require, "flemma.frontmatter"))
   if type(fm) == "table" and fm.get then

@@ -3,15 +3,74 @@ local M = {}
 
 M.root = FLEMMA_ROOT
 
---- The command that starts a Neovim of the same version as the one running the specs.
+--- The command that starts a Neovim: `version` (e.g. "0.10.4") from .deps/, or by
+--- default the same Neovim that runs the specs. Start children through M.run_nvim or
+--- M.tmux_nvim, which check how they ended; never call this from a spec directly.
+---@param version? string
 ---@return string[]
-function M.nvim_cmd()
-  local prog = vim.v.progpath
-  local version = prog:match("/%.deps/nvim%-([%d%.]+)/")
+function M.nvim_cmd(version)
   if version then
     return { M.root .. "/scripts/nvim", version }
   end
+  local prog = vim.v.progpath
+  local running = prog:match("/%.deps/nvim%-([%d%.]+)/")
+  if running then
+    return { M.root .. "/scripts/nvim", running }
+  end
   return { prog }
+end
+
+local signal_names = { [4] = "SIGILL", [6] = "SIGABRT", [7] = "SIGBUS", [8] = "SIGFPE", [9] = "SIGKILL",
+  [11] = "SIGSEGV", [13] = "SIGPIPE", [15] = "SIGTERM" }
+
+--- How a child process ended, when that was not a plain exit 0: "killed by signal 11
+--- (SIGSEGV)", "exited with status 3". nil when it exited 0.
+---@param res { code: integer, signal?: integer }
+---@return string|nil
+function M.exit_problem(res)
+  if res.code == 124 and res.signal == 9 then
+    return "did not finish in time and was killed (signal 9, SIGKILL)"
+  end
+  if res.signal and res.signal ~= 0 then
+    return ("killed by signal %d (%s)"):format(res.signal, signal_names[res.signal] or "?")
+  end
+  -- Through a shell, a signal shows as status 128 + N.
+  if res.code and res.code > 128 and res.code < 160 and signal_names[res.code - 128] then
+    return ("exited with status %d (signal %d, %s)"):format(res.code, res.code - 128, signal_names[res.code - 128])
+  end
+  if res.code ~= 0 then
+    return ("exited with status %s"):format(tostring(res.code))
+  end
+  return nil
+end
+
+local function tail(s, n)
+  s = s or ""
+  if #s > (n or 2000) then
+    return "..." .. s:sub(-(n or 2000))
+  end
+  return s
+end
+
+--- Fails the calling test when a child Neovim did not exit 0: a crash (SIGSEGV on
+--- exit, an abort), a timeout or an error in its script never passes silently.
+---@param res { code: integer, signal?: integer, stderr?: string, stdout?: string }
+---@param what? string
+---@return table res
+function M.check_exit(res, what)
+  local problem = M.exit_problem(res)
+  if problem then
+    error(
+      ("%s %s\n--- its stderr:\n%s\n--- its stdout:\n%s"):format(
+        what or "the child Neovim",
+        problem,
+        tail(res.stderr),
+        tail(res.stdout)
+      ),
+      2
+    )
+  end
+  return res
 end
 
 --- A fresh temporary directory, removed by M.cleanup().
@@ -47,11 +106,17 @@ function M.write_file(path, content)
   f:close()
 end
 
---- Runs a child Neovim (headless, clean) with `rtp` prepended and the given Lua code
---- (a string run with -c "lua ..."); returns the vim.system result.
----@param opts { rtp?: string, lua: string, timeout?: integer, cwd?: string, env?: table }
+--- Runs a child Neovim (headless, clean) with `rtp` prepended and the given Lua code,
+--- and returns the vim.system result. The test fails (an error) when the child exits
+--- on a signal or with a non-zero status, or does not end within `timeout` ms; an
+--- error in the code exits with status 3. `script = true` runs the code with
+--- `nvim -l` (as the spec runner does) instead of `-c luafile`; `version` picks another
+--- Neovim than the one running the specs; `allow_failure = true` returns the result
+--- unchecked (for specs of this check).
+---@param opts { rtp?: string, lua: string, timeout?: integer, cwd?: string, env?: table, version?: string, script?: boolean, allow_failure?: boolean }
+---@return vim.SystemCompleted
 function M.run_nvim(opts)
-  local cmd = M.nvim_cmd()
+  local cmd = M.nvim_cmd(opts.version)
   vim.list_extend(cmd, { "--headless", "--clean" })
   if opts.rtp then
     vim.list_extend(cmd, { "--cmd", "set rtp^=" .. vim.fn.fnameescape(opts.rtp) })
@@ -59,10 +124,87 @@ function M.run_nvim(opts)
   end
   local script = vim.fn.tempname() .. ".lua"
   M.write_file(script, opts.lua)
-  vim.list_extend(cmd, { "-c", "luafile " .. vim.fn.fnameescape(script), "-c", "qa!" })
+  local wrapper
+  if opts.script then
+    vim.list_extend(cmd, { "-l", script })
+  else
+    -- An error in the code would only be printed: make it an exit status.
+    wrapper = vim.fn.tempname() .. ".lua"
+    M.write_file(
+      wrapper,
+      ([[
+local ok, err = xpcall(dofile, debug.traceback, %q)
+if not ok then
+  io.stderr:write("error in the child's code: " .. tostring(err) .. "\n")
+  vim.cmd("cquit 3")
+end
+]]):format(script)
+    )
+    vim.list_extend(cmd, { "-c", "luafile " .. vim.fn.fnameescape(wrapper), "-c", "qa!" })
+  end
   local res = vim.system(cmd, { text = true, cwd = opts.cwd, env = opts.env }):wait(opts.timeout or 30000)
   os.remove(script)
+  if wrapper then
+    os.remove(wrapper)
+  end
+  if not opts.allow_failure then
+    M.check_exit(res, ("the child Neovim (%s)"):format(table.concat(cmd, " ", #M.nvim_cmd(opts.version))))
+  end
   return res
+end
+
+--- A child Neovim in a real terminal: a tmux server of its own (`socket`) with one
+--- session "flemma" of width x height running Neovim with `args`. The shell around it
+--- writes its exit status to a file, so `stop` can tell how it ended.
+---@param opts { socket: string, args: string[], width?: integer, height?: integer }
+---@return { tmux: fun(args: string[]): vim.SystemCompleted, screen: fun(): string, stop: fun(): table }
+function M.tmux_nvim(opts)
+  local function tmux(args)
+    local cmd = { "tmux", "-L", opts.socket }
+    vim.list_extend(cmd, args)
+    return vim.system(cmd, { text = true }):wait(5000)
+  end
+  local argv = M.nvim_cmd()
+  vim.list_extend(argv, opts.args)
+  local status_file = M.tmpdir() .. "/exit-status"
+  -- A signal shows as 128 + N in $?.
+  local shell = ("%s; echo $? > %s"):format(
+    table.concat(vim.tbl_map(vim.fn.shellescape, argv), " "),
+    vim.fn.shellescape(status_file)
+  )
+  local res = tmux({
+    "new-session", "-d", "-s", "flemma", "-x", tostring(opts.width or 90), "-y", tostring(opts.height or 30), shell,
+  })
+  assert(res.code == 0, "tmux new-session failed: " .. tostring(res.stderr))
+  local t = { tmux = tmux }
+  function t.screen()
+    return tmux({ "capture-pane", "-p", "-t", "flemma" }).stdout or ""
+  end
+  local function ended()
+    local code = tonumber(vim.trim(M.read_file(status_file) or ""))
+    return code and { code = code, signal = 0 }
+  end
+  --- Quits the child (Escape, :qa!) unless it already ended, waits for it, checks how
+  --- it ended (the test fails on a signal or a non-zero status) and kills the server.
+  function t.stop()
+    local screen = t.screen()
+    -- Keys sent while Neovim is still starting can be lost: send them again.
+    for _ = 1, 3 do
+      if ended() then
+        break
+      end
+      screen = t.screen()
+      tmux({ "send-keys", "-t", "flemma", "Escape", ":qa!", "Enter" })
+      vim.wait(3000, function()
+        return ended() ~= nil
+      end, 50)
+    end
+    tmux({ "kill-server" })
+    local res = ended() or { code = 124, signal = 0, stderr = "(it did not exit after :qa!)" }
+    res.stdout = screen
+    return M.check_exit(res, "the Neovim in tmux")
+  end
+  return t
 end
 
 --- A scratch buffer with the given lines, in the current window.
