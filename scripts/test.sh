@@ -41,16 +41,23 @@ for v in $NVIM_VERSIONS; do
   rc=${PIPESTATUS[0]}
   line=$(grep -E '^busted: [0-9]+ passed, [0-9]+ failed, [0-9]+ errors, [0-9]+ pending' "$log" | tail -n 1)
   rm -f "$log"
+  how="status $rc"
+  [ "$rc" -eq 124 ] && how="status 124 (killed by the ${SUITE_TIMEOUT}s timeout)"
+  [ "$rc" -gt 128 ] && how="status $rc (signal $((rc - 128)): Neovim crashed or was killed)"
   if [ -n "$line" ]; then
     read -r p f e <<<"$(echo "$line" | sed -E 's/^busted: ([0-9]+) passed, ([0-9]+) failed, ([0-9]+) errors.*/\1 \2 \3/')"
     passed=$((passed + p))
     failed=$((failed + f + e))
-    if [ "$rc" -ne 0 ] && [ $((f + e)) -eq 0 ]; then
-      echo "Neovim $v exited with status $rc after the specs"
+    # spec/runner.lua exits 0 when all passed and 1 when some failed; any other status
+    # (a crash at exit after the summary, a timeout) is a failure of its own.
+    expected=0
+    [ $((f + e)) -gt 0 ] && expected=1
+    if [ "$rc" -ne "$expected" ]; then
+      echo "FAILED: Neovim $v exited with $how after the specs (expected $expected)"
       failed=$((failed + 1))
     fi
   else
-    echo "Lua specs under Neovim $v produced no summary (exit $rc)"
+    echo "FAILED: Lua specs under Neovim $v produced no summary (exited with $how)"
     failed=$((failed + 1))
   fi
 done

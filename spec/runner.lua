@@ -28,8 +28,13 @@ end
 table.insert(arg, 1, "--output=spec.support.output")
 table.insert(arg, 1, "--pattern=_spec")
 
-local ok, err = pcall(require("busted.runner"), { standalone = false })
-if not ok then
+-- Exit status: 0 when every spec passed, 1 when some failed (after the summary line),
+-- 2 when busted itself failed (no summary). scripts/test.sh counts anything else, a
+-- signal above all, as a failure of its own.
+local _, err = pcall(require("busted.runner"), { standalone = false })
+local summary = _G.FLEMMA_SPEC_SUMMARY
+if not summary then
   io.stderr:write("busted failed: " .. tostring(err) .. "\n")
   os.exit(2)
 end
+os.exit((summary.failed + summary.errors) > 0 and 1 or 0)

@@ -2,20 +2,10 @@
 -- them, the screen read back with capture-pane.
 local helpers = require("spec.support.helpers")
 
-local function tmux(socket, args)
-  local cmd = { "tmux", "-L", socket }
-  vim.list_extend(cmd, args)
-  return vim.system(cmd, { text = true }):wait(5000)
-end
-
-local function screen(socket)
-  return tmux(socket, { "capture-pane", "-p", "-t", "flemma" }).stdout or ""
-end
-
-local function wait_screen(socket, needle, timeout)
+local function wait_screen(child, needle, timeout)
   local last = ""
   local ok = vim.wait(timeout or 8000, function()
-    last = screen(socket)
+    last = child.screen()
     return last:find(needle, 1, true) ~= nil
   end, 50)
   assert(ok, "screen never showed: " .. needle .. "\n--- screen:\n" .. last)
@@ -23,10 +13,11 @@ local function wait_screen(socket, needle, timeout)
 end
 
 describe("the screen", function()
-  local socket
+  local child
   after_each(function()
-    if socket then
-      tmux(socket, { "kill-server" })
+    if child then
+      pcall(child.stop) -- a test that failed early: only the tmux server matters now
+      child = nil
     end
     helpers.cleanup()
   end)
@@ -63,28 +54,28 @@ describe("the screen", function()
         require("flemma").setup({ tools = { autopilot = { enabled = false } } })
       ]]):format(helpers.root)
     )
-    socket = "flemma-spec-" .. vim.fn.getpid()
-    local nvim = table.concat(
-      vim.tbl_map(function(a)
-        return vim.fn.shellescape(a)
-      end, helpers.nvim_cmd()),
-      " "
-    )
-    local cmd = ("%s --clean -n -u %s %s"):format(nvim, vim.fn.shellescape(init), vim.fn.shellescape(file))
-    local res = tmux(socket, { "new-session", "-d", "-s", "flemma", "-x", "90", "-y", "30", cmd })
-    assert.equals(0, res.code, res.stderr)
-    wait_screen(socket, "Check the repo.")
+    child = helpers.tmux_nvim({
+      socket = "flemma-spec-" .. vim.fn.getpid(),
+      args = { "--clean", "-n", "-u", init, file },
+      width = 90,
+      height = 30,
+    })
+    wait_screen(child, "Check the repo.")
 
-    tmux(socket, { "send-keys", "-t", "flemma", "C-]" })
-    local s = wait_screen(socket, "bash: $ sleep 2; echo screen-done # checking repo")
+    child.tmux({ "send-keys", "-t", "flemma", "C-]" })
+    local s = wait_screen(child, "bash: $ sleep 2; echo screen-done # checking repo")
     assert.truthy(s:find("```flemma:tool status=pending", 1, true), s)
 
-    tmux(socket, { "send-keys", "-t", "flemma", ":%s/status=pending/status=approved/", "Enter" })
-    wait_screen(socket, "status=approved")
-    tmux(socket, { "send-keys", "-t", "flemma", "C-]" })
-    s = wait_screen(socket, "running bash")
+    child.tmux({ "send-keys", "-t", "flemma", ":%s/status=pending/status=approved/", "Enter" })
+    wait_screen(child, "status=approved")
+    child.tmux({ "send-keys", "-t", "flemma", "C-]" })
+    s = wait_screen(child, "running bash")
     -- The spinner is virtual text: the placeholder line itself is unchanged.
     assert.truthy(s:find("```flemma:tool status=approved", 1, true), s)
-    wait_screen(socket, "screen-done\n", 10000)
+    wait_screen(child, "screen-done\n", 10000)
+    -- Quitting is part of what the user does: Neovim must exit 0, not crash on the way.
+    local c = child
+    child = nil
+    c.stop()
   end)
 end)

@@ -41,6 +41,12 @@ return function(options)
     for _, t in ipairs(handler.errors) do
       describe_failure("ERROR", t)
     end
+    -- spec/runner.lua turns this into the exit status (0 all passed, 1 failures).
+    _G.FLEMMA_SPEC_SUMMARY = {
+      passed = handler.successesCount,
+      failed = handler.failuresCount,
+      errors = handler.errorsCount,
+    }
     write(
       ("busted: %d passed, %d failed, %d errors, %d pending\n"):format(
         handler.successesCount,
