@@ -2,18 +2,12 @@
 -- native library is built says. Each case runs a child Neovim.
 local helpers = require("spec.support.helpers")
 
--- Runs `nvim --headless <args> -c <lua file>`; returns what the Lua wrote with out().
+-- Runs a child `nvim --headless --clean <args>` with the Lua; returns what it wrote with out().
 local function child(args, lua)
-  local dir = helpers.tmpdir()
-  local script = dir .. "/check.lua"
-  local out = dir .. "/out.txt"
-  helpers.write_file(script, ("local function out(s) local f = io.open(%q, 'a'); f:write(s, '\\n'); f:close() end\n"):format(out) .. lua)
-  local cmd = helpers.nvim_cmd()
-  vim.list_extend(cmd, { "--headless" })
-  vim.list_extend(cmd, args)
-  vim.list_extend(cmd, { "-c", "luafile " .. script, "-c", "qa!" })
-  local res = vim.system(cmd, { text = true }):wait(30000)
-  assert.equals(0, res.code, "child Neovim exited with " .. tostring(res.code) .. " signal " .. tostring(res.signal) .. ": " .. (res.stderr or ""))
+  local out = helpers.tmpdir() .. "/out.txt"
+  local prelude = ("local function out(s) local f = io.open(%q, 'a'); f:write(s, '\\n'); f:close() end\n"):format(out)
+  -- run_nvim fails the test when the child crashes, exits non-zero or raises.
+  local res = helpers.run_nvim({ args = args, lua = prelude .. lua })
   return helpers.read_file(out) or "", res
 end
 

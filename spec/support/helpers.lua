@@ -111,13 +111,14 @@ end
 --- on a signal or with a non-zero status, or does not end within `timeout` ms; an
 --- error in the code exits with status 3. `script = true` runs the code with
 --- `nvim -l` (as the spec runner does) instead of `-c luafile`; `version` picks another
---- Neovim than the one running the specs; `allow_failure = true` returns the result
---- unchecked (for specs of this check).
----@param opts { rtp?: string, lua: string, timeout?: integer, cwd?: string, env?: table, version?: string, script?: boolean, allow_failure?: boolean }
+--- Neovim than the one running the specs; `args` are more startup arguments (--cmd);
+--- `allow_failure = true` returns the result unchecked (for specs of this check).
+---@param opts { args?: string[], rtp?: string, lua: string, timeout?: integer, cwd?: string, env?: table, version?: string, script?: boolean, allow_failure?: boolean }
 ---@return vim.SystemCompleted
 function M.run_nvim(opts)
   local cmd = M.nvim_cmd(opts.version)
   vim.list_extend(cmd, { "--headless", "--clean" })
+  vim.list_extend(cmd, opts.args or {})
   if opts.rtp then
     vim.list_extend(cmd, { "--cmd", "set rtp^=" .. vim.fn.fnameescape(opts.rtp) })
     vim.list_extend(cmd, { "--cmd", "runtime! plugin/flemma.lua" })
