@@ -14,7 +14,7 @@ ASAN_PRELOAD = $(shell gcc -print-file-name=libasan.so) $(shell gcc -print-file-
 ASAN_SPECS = spec/flemma/process_spec.lua spec/flemma/sandbox_spec.lua spec/flemma/document_spec.lua \
 	spec/flemma/truncate_spec.lua spec/flemma/native_spec.lua
 
-.PHONY: all build deps test asan bench fuzz clean distclean
+.PHONY: all build deps test asan bench fuzz demo clean distclean
 
 all: build
 
@@ -45,6 +45,11 @@ asan: deps
 		scripts/nvim 0.12.4 --cmd 'lua vim.env.LD_PRELOAD = nil' --headless --clean -l spec/runner.lua \
 		--exclude-tags=child $(ASAN_SPECS) | tail -n 25; \
 		test $${PIPESTATUS[0]} -eq 0
+
+# A guided tour of the tool cycle, offline: Neovim with only this plugin on a scratch
+# copy of demo/tour.chat (see README.md).
+demo: deps build
+	@bash scripts/demo.sh
 
 bench: deps build
 	@BENCH="$(BENCH)" bash scripts/bench.sh
