@@ -159,6 +159,20 @@ function H.set_cursor(bufnr, line)
   end
 end
 
+--- Scrolls the buffer's window so that `line` (and the preview's virtual line above
+--- it) is on screen: a placeholder focused at the window's last row hides its preview.
+function H.reveal(bufnr, line)
+  local win = vim.fn.bufwinid(bufnr)
+  if win == -1 then
+    return
+  end
+  vim.api.nvim_win_call(win, function()
+    if line >= vim.fn.line("w$") then
+      vim.cmd("normal! zz")
+    end
+  end)
+end
+
 -- ---------------------------------------------------------------------------
 -- Phase 1: categorize
 -- ---------------------------------------------------------------------------
@@ -500,6 +514,7 @@ function M.focus_pending(bufnr)
   for _, part in ipairs(H.placeholders(bufnr)) do
     if part.status == "pending" and vim.trim(part.content or "") == "" then
       H.set_cursor(bufnr, part.fence_line or part.first_line)
+      H.reveal(bufnr, (part.fence_line or part.first_line) + 1)
       return true
     end
   end
