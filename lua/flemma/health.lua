@@ -22,6 +22,56 @@ function H.executable(name, args, required)
   vim.health.ok(("`%s` found%s"):format(name, line ~= "" and (": " .. line) or ""))
 end
 
+--- Whether curl speaks TLS (hosted providers are https) and with which library.
+function H.curl_tls()
+  if vim.fn.executable("curl") ~= 1 then
+    vim.health.warn("without `curl` no request can be sent", { "Install curl (e.g. `apt install curl`)" })
+    return
+  end
+  local res = vim.system({ "curl", "--version" }, { text = true }):wait(3000)
+  local out = res.stdout or ""
+  local tls = out:match("%s(OpenSSL/%S+)") or out:match("%s(LibreSSL/%S+)") or out:match("%s(GnuTLS/%S+)")
+    or out:match("%s(BoringSSL%S*)") or out:match("%s(wolfSSL/%S+)") or out:match("%s(mbedTLS/%S+)")
+    or out:match("%s(rustls%S*)") or out:match("%s(SecureTransport%S*)") or out:match("%s(Schannel%S*)")
+  local protocols = out:match("\nProtocols:([^\n]*)") or ""
+  if (" " .. protocols .. " "):find(" https ", 1, true) then
+    vim.health.ok(("curl TLS: %s (https supported)"):format(tls or "yes"))
+  else
+    vim.health.error("curl has no https support: hosted providers cannot be reached", {
+      "Install a curl built with TLS (Debian: the `curl` package)",
+    })
+  end
+end
+
+--- Each configured provider: its kind, endpoint and whether its key is present
+--- (never the key itself).
+function H.providers()
+  vim.health.start("flemma: providers")
+  local config = require("flemma.config").get()
+  local names = vim.tbl_keys(config.providers)
+  table.sort(names)
+  for _, name in ipairs(names) do
+    local entry = config.providers[name]
+    if type(entry) == "table" then
+      local active = name == config.provider and " (active)" or ""
+      local where = ("`%s` (%s, %s)%s"):format(name, tostring(entry.kind), tostring(entry.endpoint or "no endpoint"), active)
+      local env = entry.api_key_env
+      local loopback = type(entry.endpoint) == "string"
+        and (entry.endpoint:match("^%a+://127%.") or entry.endpoint:match("^%a+://localhost[:/]") or entry.endpoint:match("^%a+://%[::1%]"))
+      if not env then
+        vim.health.ok(where .. ": no key needed")
+      elseif vim.env[env] ~= nil and vim.env[env] ~= "" then
+        vim.health.ok(("%s: key present in $%s"):format(where, env))
+      elseif loopback then
+        vim.health.ok(("%s: local server, no key needed ($%s is not set)"):format(where, env))
+      else
+        local report = active ~= "" and vim.health.warn or vim.health.info
+        report(("%s: no key: $%s is not set"):format(where, env), { ("export %s=... before starting Neovim"):format(env) })
+      end
+    end
+  end
+end
+
 function M.check()
   vim.health.start("flemma: Neovim")
   local v = vim.version()
@@ -78,14 +128,23 @@ function M.check()
     else
       vim.health.ok("tools: " .. table.concat(names, ", "))
     end
-    if not tools.is_ready() then
-      vim.health.warn("some async tool sources are still loading")
+    for _, src in ipairs(tools.sources()) do
+      if src.state == "failed" then
+        vim.health.warn(("tool source %s failed: %s"):format(src.label, src.error or "?"))
+      elseif src.state == "loading" then
+        vim.health.warn(("tool source %s is still loading"):format(src.label))
+      else
+        vim.health.ok(("tool source %s loaded (%d tool%s)"):format(src.label, src.tools, src.tools == 1 and "" or "s"))
+      end
     end
+
+    H.providers()
   end
 
   vim.health.start("flemma: external programs")
   H.executable("bash", { "--version" }, true)
   H.executable("curl", { "--version" }, false)
+  H.curl_tls()
   local sysname = vim.uv.os_uname().sysname
   if sysname == "Linux" then
     H.executable("bwrap", { "--version" }, false)

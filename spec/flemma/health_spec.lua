@@ -26,6 +26,40 @@ describe("health", function()
     assert.matches("tools: bash, calculator, calculator_async, edit, read, write", text, 1, true)
   end)
 
+  it("reports each provider's key as present or missing, never the key, and curl's TLS", function()
+    local saved_a, saved_o = vim.env.ANTHROPIC_API_KEY, vim.env.OPENROUTER_API_KEY
+    vim.env.ANTHROPIC_API_KEY = "sk-ant-health-secret-123456"
+    vim.env.OPENROUTER_API_KEY = nil
+    require("flemma").setup({})
+    local ok, text = pcall(health_report_here)
+    vim.env.ANTHROPIC_API_KEY, vim.env.OPENROUTER_API_KEY = saved_a, saved_o
+    assert(ok, text)
+    assert.matches("`anthropic` (anthropic, https://api.anthropic.com/v1/messages) (active): key present in $ANTHROPIC_API_KEY", text, 1, true)
+    assert.matches("`openrouter` %(openai_chat, [^)]*%): no key: %$OPENROUTER_API_KEY is not set", text)
+    assert.matches("`ollama` (openai_chat, http://127.0.0.1:11434/v1/chat/completions): no key needed", text, 1, true)
+    assert.matches("curl TLS: %S+ %(https supported%)", text)
+    assert.is_nil(text:find("sk-ant-health-secret", 1, true))
+  end)
+
+  it("reports async tool sources that loaded and that failed", function()
+    require("flemma").setup({})
+    local tools = require("flemma.tools")
+    tools.register(function(register, done)
+      register("health_probe_tool", {
+        description = "probe",
+        input_schema = { type = "object", properties = {} },
+        execute = function() return "ok" end,
+      })
+      done()
+    end)
+    tools.register({ resolve = function(_, done) done("no server at 127.0.0.1:1") end, timeout = 5 })
+    helpers.wait_for(tools.is_ready, 5000)
+    local text = health_report_here()
+    tools.unregister("health_probe_tool")
+    assert.matches("tool source function at [^\n]* loaded %(1 tool%)", text)
+    assert.matches("tool source function at [^\n]* failed: no server at 127.0.0.1:1", text)
+  end)
+
   it("reports a missing library with its path and the build command", function()
     -- A copy of the plugin without build/: what a user gets before running `make`.
     local dir = helpers.tmpdir()

@@ -30,6 +30,7 @@ H.builtins = { "bash", "calculator", "calculator_async", "edit", "read", "write"
 
 H.defs = {} ---@type table<string, flemma.tools.Definition>
 H.sources = {} -- async sources not done yet (set)
+H.source_log = {} -- every async source started: { label, state, error?, tools }
 H.ready_callbacks = {}
 H.running = 0 -- executions in flight
 H.queue = {} -- executions waiting for a slot (tools.max_concurrent)
@@ -125,6 +126,8 @@ function H.add_source(label, resolve, timeout)
   local timer = vim.uv.new_timer()
   local source = { label = label }
   H.sources[source] = true
+  local entry = { label = label, state = "loading", tools = 0 }
+  H.source_log[#H.source_log + 1] = entry
 
   local function finish(err)
     if finished then
@@ -137,6 +140,9 @@ function H.add_source(label, resolve, timeout)
     end
     if err ~= nil then
       util.warn(("tool source %s failed: %s"):format(label, util.message(err)))
+      entry.state, entry.error = "failed", util.message(err)
+    else
+      entry.state = "loaded"
     end
     H.sources[source] = nil
     if vim.in_fast_event() then
@@ -148,7 +154,9 @@ function H.add_source(label, resolve, timeout)
 
   local function register(name, def)
     local ok, err = pcall(H.add, name, def)
-    if not ok then
+    if ok then
+      entry.tools = entry.tools + 1
+    else
       util.warn(("tool source %s: %s"):format(label, util.message(err)))
     end
     return ok
@@ -269,6 +277,13 @@ function M.list()
   end
   table.sort(names)
   return names
+end
+
+--- The async tool sources started so far and how each ended: `state` is
+--- "loading", "loaded" or "failed" (with `error`); `tools` counts what it registered.
+---@return { label: string, state: string, error?: string, tools: integer }[]
+function M.sources()
+  return vim.deepcopy(H.source_log)
 end
 
 --- Whether every async source has finished (or timed out).
@@ -656,6 +671,7 @@ end
 function M._reset()
   H.defs = {}
   H.sources = {}
+  H.source_log = {}
   H.ready_callbacks = {}
   H.queue = {}
   H.running = 0
