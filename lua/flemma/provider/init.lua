@@ -298,7 +298,7 @@ end
 function H.describe(req, a)
   local spec = req.spec
   local where = spec.name
-  if a.curl_code and a.curl_code ~= 0 and not a.status then
+  if a.curl_code and a.curl_code ~= 0 and (not a.status or a.curl_code == 28) then
     local what = require("flemma.provider.transport").curl_errors[a.curl_code] or ("curl failed (exit %d)"):format(a.curl_code)
     local detail = vim.trim(a.stderr or "")
     local hint
@@ -314,7 +314,16 @@ function H.describe(req, a)
     return ("%s: %s%s%s"):format(where, what, detail ~= "" and (": " .. detail) or "", hint and ("\n" .. hint) or "")
   end
   if a.status and a.status >= 400 then
-    local msg = a.message
+    local msg = a.error_message
+    if not msg and a.body and a.body:match("^%s*{") then
+      local ok, decoded = pcall(vim.json.decode, a.body)
+      local kind = M.kind(spec.kind)
+      if ok and kind then
+        local t
+        msg, t = kind.error_message(decoded)
+        a.error_type = a.error_type or t
+      end
+    end
     if not msg and a.body and a.body ~= "" then
       if a.body:match("^%s*<") then
         msg = ("the server answered with an HTML page instead of JSON (%s)"):format(
@@ -448,10 +457,9 @@ function H.on_exit(req, a, result)
   end
   local err = H.describe(req, a)
   if transient and req.retries > 0 then
-    err = err:gsub("\n", (" (after %d retries)\n"):format(req.retries), 1)
-    if not err:find("after %d+ retries") then
-      err = err .. (" (after %d retries)"):format(req.retries)
-    end
+    local after = (" (after %d %s)"):format(req.retries, req.retries == 1 and "retry" or "retries")
+    local first_nl = err:find("\n", 1, true)
+    err = first_nl and (err:sub(1, first_nl - 1) .. after .. err:sub(first_nl)) or (err .. after)
   end
   H.finish(req, "error", err)
 end

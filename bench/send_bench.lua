@@ -1,0 +1,184 @@
+-- The streaming send on a large chat: a 5 MB answer streamed from the loopback
+-- server (as fast as it can send) into a 10 MB chat, with real curl. Measured: the
+-- longest main-loop gap while it streams (a 1 ms timer's late ticks), the total time,
+-- and the time from <C-]> to curl started.
+local server_mod = require("spec.support.llm_server")
+
+local CHAT_BYTES = 10 * 1024 * 1024
+local ANSWER_BYTES = 5 * 1024 * 1024
+
+--- A chat of about `bytes` bytes: turns of prose with tool uses and their results.
+local function big_chat(bytes)
+  local ok, gen = pcall(require, "bench.support.chat_generator")
+  if ok and type(gen) == "table" and type(gen.lines) == "function" then
+    return gen.lines(bytes)
+  end
+  local lines, size, turn = {}, 0, 0
+  local prose = "The quick brown fox jumps over the lazy dog while the model explains what it did. "
+  while size < bytes do
+    turn = turn + 1
+    local block = {
+      "@You:",
+      ("Question %d: %s"):format(turn, prose),
+      "",
+      "@Assistant:",
+    }
+    for _ = 1, 40 do
+      block[#block + 1] = prose
+    end
+    vim.list_extend(block, {
+      "",
+      ("**Tool Use:** `bash` (`toolu_%06d`)"):format(turn),
+      "",
+      "```json",
+      ('{ "command": "ls -la /tmp/dir%d" }'):format(turn),
+      "```",
+      "",
+      "@You:",
+      ("**Tool Result:** `toolu_%06d`"):format(turn),
+      "",
+      "```",
+      "total 0",
+      "```",
+      "",
+      "@Assistant:",
+      "Done with that step.",
+      "",
+    })
+    for _, l in ipairs(block) do
+      size = size + #l + 1
+      lines[#lines + 1] = l
+    end
+  end
+  vim.list_extend(lines, { "@You:", "Now write the long answer." })
+  return lines
+end
+
+local server, buf, base_lines
+local last = {}
+
+local function setup()
+  server = server_mod.start()
+  require("flemma").setup({
+    provider = "bench",
+    providers = { bench = { kind = "anthropic", endpoint = server:url("/v1/messages") } },
+    parameters = { max_retries = 0 },
+    tools = { autopilot = { enabled = false } },
+  })
+  vim.notify = function() end
+  base_lines = big_chat(CHAT_BYTES)
+  buf = vim.api.nvim_create_buf(true, false)
+  vim.api.nvim_buf_set_name(buf, vim.fn.tempname() .. ".chat")
+  vim.api.nvim_set_current_buf(buf)
+  vim.bo[buf].filetype = "chat"
+end
+
+local function teardown()
+  if server then
+    server:stop()
+    server = nil
+  end
+  if buf and vim.api.nvim_buf_is_valid(buf) then
+    vim.api.nvim_buf_delete(buf, { force = true })
+  end
+end
+
+local function reset_buffer()
+  vim.api.nvim_buf_set_lines(buf, 0, -1, false, base_lines)
+end
+
+--- One streamed answer; returns total ms and the longest gap in ms.
+local function stream_once()
+  reset_buffer()
+  server:script({ { synth = { kind = "anthropic", bytes = ANSWER_BYTES, delta = 200 } } })
+  local done
+  local group = vim.api.nvim_create_augroup("send_bench", { clear = true })
+  vim.api.nvim_create_autocmd("User", {
+    pattern = "FlemmaRequestFinished",
+    group = group,
+    callback = function(ev)
+      done = ev.data
+    end,
+  })
+  local gap, prev = 0, vim.uv.hrtime()
+  local timer = vim.uv.new_timer()
+  timer:start(1, 1, function()
+    local now = vim.uv.hrtime()
+    gap = math.max(gap, (now - prev) / 1e6)
+    prev = now
+  end)
+  local t0 = vim.uv.hrtime()
+  prev = t0
+  require("flemma.cycle").advance(buf)
+  vim.wait(30000, function()
+    return done ~= nil
+  end, 1)
+  local total = (vim.uv.hrtime() - t0) / 1e6
+  timer:stop()
+  timer:close()
+  assert(done and done.status == "completed", "the stream did not complete: " .. vim.inspect(done))
+  local n = vim.api.nvim_buf_line_count(buf)
+  assert(n > #base_lines + ANSWER_BYTES / 200 * 0.9, "the answer is not in the buffer")
+  last = { total = total, gap = gap }
+  return total, gap
+end
+
+return {
+  {
+    name = "send_stream_5mb_into_10mb_gap",
+    unit = "ms",
+    target = 16,
+    op = "<=",
+    runs = 3,
+    warmup = 1,
+    setup = setup,
+    teardown = teardown,
+    run = function()
+      local _, gap = stream_once()
+      return gap
+    end,
+    note = function()
+      return ("last total %.0f ms"):format(last.total or -1)
+    end,
+  },
+  {
+    name = "send_stream_5mb_into_10mb_total",
+    unit = "ms",
+    target = 1500,
+    op = "<=",
+    runs = 3,
+    warmup = 0,
+    setup = setup,
+    teardown = teardown,
+    run = function()
+      local total = stream_once()
+      return total
+    end,
+  },
+  {
+    name = "send_start_10mb",
+    unit = "ms",
+    target = 100,
+    op = "<=",
+    runs = 5,
+    warmup = 1,
+    setup = setup,
+    teardown = teardown,
+    run = function()
+      reset_buffer()
+      -- The user typed: the document is parsed again, as after a real edit.
+      vim.api.nvim_buf_set_lines(buf, -1, -1, false, { "One more line." })
+      server:script({ { fixture = "anthropic_text.sse", delay_ms = 50 } })
+      local t0 = vim.uv.hrtime()
+      require("flemma.cycle").advance(buf)
+      local ms = (vim.uv.hrtime() - t0) / 1e6
+      local active = require("flemma.provider").active(buf)
+      assert(active and active.pid, "curl was not started")
+      require("flemma.send").cancel(buf)
+      vim.wait(2000, function()
+        return not require("flemma.provider").is_active(buf)
+      end, 5)
+      return ms
+    end,
+  },
+}
