@@ -100,20 +100,9 @@ function M.complete(arglead, cmdline, _)
 end
 
 M.register("status", {
-  desc = "show the state of the native core and the buffer",
+  desc = "show the buffer's effective provider, model, parameters, sandbox, tools, approval and autopilot, and where each came from",
   run = function()
-    local native = require("flemma.native")
-    native.reset()
-    local ok, err = native.available()
-    local lines = {}
-    if ok then
-      lines[#lines + 1] = ("native core %s (ABI %d) at %s"):format(native.version(), native.abi_version(), native.library_path())
-    else
-      lines[#lines + 1] = "native core unavailable: " .. err
-    end
-    local config = require("flemma.config").get()
-    lines[#lines + 1] = ("provider: %s%s"):format(config.provider, config.model and (" / " .. config.model) or "")
-    util.notify(table.concat(lines, "\n"))
+    require("flemma.status").show(vim.api.nvim_get_current_buf())
   end,
 })
 
