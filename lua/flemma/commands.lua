@@ -17,6 +17,7 @@ local modules = {
   "flemma.cycle_commands",
   "flemma.sandbox",
   "flemma.log",
+  "flemma.trust",
 }
 local loaded = false
 

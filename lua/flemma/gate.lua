@@ -144,8 +144,7 @@ function M.allow(bufnr, resume)
   if not opts then
     return false
   end
-  local _ = resume
-  return true
+  return require("flemma.trust").settle(bufnr, opts, resume)
 end
 
 return M

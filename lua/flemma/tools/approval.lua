@@ -102,9 +102,50 @@ function M.count()
   return vim.tbl_count(H.resolvers)
 end
 
+-- The frontmatter options the built-in resolvers see during a chain: a table, or
+-- false for "as if the buffer set nothing" (nil outside a chain: read the buffer).
+H.active = nil
+
+-- One pass over the resolver chain; `fm` is what the built-in resolvers take as the
+-- buffer's frontmatter (false: none). `warned` keeps one warning per resolver.
+function H.chain(tool_name, input, context, fm, warned)
+  local saved = H.active
+  H.active = fm
+  local decision = "require_approval"
+  for _, r in ipairs(H.sorted()) do
+    local ok, result = pcall(r.resolve, tool_name, input or {}, context)
+    if not ok then
+      if not warned[r.name] then
+        warned[r.name] = true
+        util.warn(("approval resolver `%s` failed and was skipped: %s"):format(r.name, util.message(result)))
+      end
+    elseif result ~= nil then
+      if H.DECISIONS[result] then
+        decision = result
+        break
+      end
+      if not warned[r.name] then
+        warned[r.name] = true
+        util.warn(
+          ("approval resolver `%s` returned %s, which is not a decision (approve, require_approval, deny or nil); skipped"):format(
+            r.name,
+            type(result) == "string" and ("%q"):format(result) or type(result)
+          )
+        )
+      end
+    end
+  end
+  H.active = saved
+  return decision
+end
+
 --- Decides a tool call: the first non-nil result of the resolver chain, or
 --- "require_approval". A resolver that raises (or returns something that is not a
---- decision) is logged and skipped.
+--- decision) is logged and skipped. When the buffer's frontmatter sets its own
+--- policy, the global policy (the chain as if it set nothing) is asked first: its
+--- deny always wins, and an approval it would not give holds only when the user
+--- trusts that frontmatter (flemma.trust); a frontmatter that fails to evaluate
+--- approves nothing.
 ---@param tool_name string
 ---@param input table|nil
 ---@param ctx? { bufnr?: integer, tool_id?: string }
@@ -112,28 +153,25 @@ end
 function M.resolve(tool_name, input, ctx)
   ctx = ctx or {}
   local context = { bufnr = ctx.bufnr, tool_id = ctx.tool_id }
-  local _, fm_err = H.frontmatter(context)
+  local fm, fm_err = H.frontmatter(context)
   if fm_err then
     -- No decision on a policy that did not evaluate: the call waits.
     return "require_approval"
   end
-  for _, r in ipairs(H.sorted()) do
-    local ok, result = pcall(r.resolve, tool_name, input or {}, context)
-    if not ok then
-      util.warn(("approval resolver `%s` failed and was skipped: %s"):format(r.name, util.message(result)))
-    elseif result ~= nil then
-      if H.DECISIONS[result] then
-        return result
-      end
-      util.warn(
-        ("approval resolver `%s` returned %s, which is not a decision (approve, require_approval, deny or nil); skipped"):format(
-          r.name,
-          type(result) == "string" and ("%q"):format(result) or type(result)
-        )
-      )
-    end
+  local warned = {}
+  if not fm or fm.auto_approve == nil then
+    return H.chain(tool_name, input, context, fm or false, warned)
   end
-  return "require_approval"
+  local global = H.chain(tool_name, input, context, false, warned)
+  if global == "deny" then
+    return "deny"
+  end
+  local decision = H.chain(tool_name, input, context, fm, warned)
+  if decision == "approve" and global ~= "approve" and not require("flemma.trust").is_trusted(context.bufnr) then
+    require("flemma.trust").ignored(context.bufnr, tool_name)
+    return global
+  end
+  return decision
 end
 
 ---------------------------------------------------------------------------------------
@@ -191,6 +229,15 @@ function H.tools_config()
   return (H.config or require("flemma.config").get()).tools or {}
 end
 
+-- The frontmatter the built-in resolvers act on: the one of the running chain, else
+-- the buffer's.
+function H.buffer_fm(ctx)
+  if H.active ~= nil then
+    return H.active or nil
+  end
+  return (H.frontmatter(ctx))
+end
+
 -- The buffer's frontmatter options, or nil (no buffer), or nil and the error of a
 -- frontmatter that does not evaluate.
 function H.frontmatter(ctx)
@@ -208,7 +255,7 @@ function H.frontmatter(ctx)
 end
 
 function H.config_resolver(tool_name, input, ctx)
-  local fm = H.frontmatter(ctx)
+  local fm = H.buffer_fm(ctx)
   if fm and fm.auto_approve ~= nil then
     return nil -- the buffer sets its own policy; the frontmatter resolver decides
   end
@@ -216,7 +263,7 @@ function H.config_resolver(tool_name, input, ctx)
 end
 
 function H.frontmatter_resolver(tool_name, input, ctx)
-  local fm = H.frontmatter(ctx)
+  local fm = H.buffer_fm(ctx)
   if not fm or fm.auto_approve == nil then
     return nil
   end
@@ -227,7 +274,7 @@ end
 -- a function(tool_name, input, ctx) or a table with such a `resolve` function.
 function H.module_resolver(path)
   return function(tool_name, input, ctx)
-    local fm = H.frontmatter(ctx)
+    local fm = H.buffer_fm(ctx)
     if fm and fm.auto_approve ~= nil then
       return nil
     end
@@ -255,7 +302,7 @@ function H.sandbox_resolver(tool_name, input, ctx)
   if tools_cfg.auto_approve_sandboxed == false then
     return nil
   end
-  local fm = H.frontmatter(ctx)
+  local fm = H.buffer_fm(ctx)
   local policy = tools_cfg.auto_approve
   if fm and fm.auto_approve ~= nil then
     policy = fm.auto_approve

@@ -434,9 +434,18 @@ describe("flemma.tools.approval", function()
   end)
 
   describe("per-buffer approval (frontmatter resolver)", function()
+    local saved_state
     before_each(function()
       setup({})
+      saved_state = vim.env.XDG_STATE_HOME
+      vim.env.XDG_STATE_HOME = helpers.tmpdir() -- trust answers go here
     end)
+    after_each(function()
+      vim.env.XDG_STATE_HOME = saved_state
+    end)
+
+    -- Cases: the frontmatter, the decisions while it is not trusted (what widens the
+    -- configuration is ignored), and once trusted (when they differ).
 
     local cases = {
       {
@@ -447,11 +456,13 @@ describe("flemma.tools.approval", function()
       {
         "List form: auto-approve these tools in this buffer",
         'flemma.opt.tools.auto_approve = { "calculator", "read" }',
+        { bash = R, read = A, write = R, edit = R, calculator = R },
         { bash = R, read = A, write = R, edit = R, calculator = A },
       },
       {
         "Mix presets and tool names",
         'flemma.opt.tools.auto_approve = { "$default", "bash" }',
+        { bash = R, read = A, write = A, edit = A, calculator = R },
         { bash = A, read = A, write = A, edit = A, calculator = R },
       },
       {
@@ -462,6 +473,7 @@ describe("flemma.tools.approval", function()
           "  return nil  -- pass to next resolver",
           "end",
         }, "\n"),
+        { bash = R, read = R, write = R, edit = R, calculator = R },
         { bash = R, read = R, write = R, edit = R, calculator = A },
       },
       {
@@ -472,11 +484,13 @@ describe("flemma.tools.approval", function()
       {
         "Add bash to the default set",
         'flemma.opt.tools.auto_approve = { "$default" }\nflemma.opt.tools.auto_approve:append("bash")',
+        { bash = R, read = A, write = A, edit = A, calculator = R },
         { bash = A, read = A, write = A, edit = A, calculator = R },
       },
       {
         "Operator shorthand: + (append), - (remove)",
         'flemma.opt.tools.auto_approve = flemma.opt.tools.auto_approve + "bash" - "write"',
+        { bash = R, read = A, write = R, edit = A, calculator = R },
         { bash = A, read = A, write = R, edit = A, calculator = R },
       },
       {
@@ -488,7 +502,11 @@ describe("flemma.tools.approval", function()
     for _, case in ipairs(cases) do
       it(case[1], function()
         local buf = chat(case[2])
-        assert.same(case[3], decisions(buf))
+        capture_notify(function()
+          assert.same(case[3], decisions(buf))
+        end)
+        require("flemma.trust").set(buf, "trusted")
+        assert.same(case[4] or case[3], decisions(buf))
       end)
     end
 

@@ -1,0 +1,361 @@
+--- Trusting a chat file's frontmatter, in the spirit of vim.secure.trust: a chat file
+--- must not approve its own tool calls. Frontmatter may narrow the approval policy
+--- freely; what widens it (approves a call the global policy would not, or any
+--- auto_approve function) holds only once the user trusts that frontmatter. The
+--- answer is remembered by the SHA-256 of the frontmatter text in
+--- stdpath("state")/flemma/trust, so editing the conversation keeps it and editing
+--- the frontmatter asks again.
+local util = require("flemma.util")
+
+local M = {}
+local H = {}
+
+---@alias flemma.trust.State "trusted"|"denied"
+
+-- Answers of this session that are not written (a prompt dismissed): hash -> state.
+H.session = {}
+-- The store as last read: { mtime, size, entries = hash -> state }.
+H.store = nil
+-- Per buffer: the frontmatter hash whose ignored widenings were reported, and which.
+H.noticed = {}
+-- Buffers with a prompt open.
+H.asking = {}
+
+--- The file the answers are kept in.
+---@return string
+function M.file()
+  return vim.fs.joinpath(vim.fn.stdpath("state"), "flemma", "trust")
+end
+
+function H.bufnr(bufnr)
+  if type(bufnr) ~= "number" or bufnr == 0 then
+    return vim.api.nvim_get_current_buf()
+  end
+  return bufnr
+end
+
+--- The SHA-256 of the buffer's frontmatter (its language and code), or nil when it
+--- has none.
+---@param bufnr? integer
+---@return string|nil
+function M.hash(bufnr)
+  bufnr = H.bufnr(bufnr)
+  if not vim.api.nvim_buf_is_valid(bufnr) then
+    return nil
+  end
+  local ok, doc = pcall(require("flemma.document").get, bufnr)
+  local fm = ok and type(doc) == "table" and doc.frontmatter or nil
+  if not fm or type(fm.code) ~= "string" then
+    return nil
+  end
+  return vim.fn.sha256(tostring(fm.lang) .. "\n" .. fm.code)
+end
+
+function H.read()
+  local path = M.file()
+  local stat = vim.uv.fs_stat(path)
+  if not stat then
+    H.store = { entries = {} }
+    return H.store.entries
+  end
+  if H.store and H.store.mtime == stat.mtime.nsec + stat.mtime.sec * 1e9 and H.store.size == stat.size then
+    return H.store.entries
+  end
+  local entries = {}
+  local f = io.open(path, "r")
+  if f then
+    for line in f:lines() do
+      local hash, state = line:match("^(%x+) (%a+)")
+      if hash and #hash == 64 and (state == "trusted" or state == "denied") then
+        entries[hash] = state
+      end
+    end
+    f:close()
+  end
+  H.store = { mtime = stat.mtime.nsec + stat.mtime.sec * 1e9, size = stat.size, entries = entries }
+  return entries
+end
+
+-- Writes one answer (nil removes it), merged with what other Neovims wrote meanwhile.
+function H.write(hash, state, name)
+  local entries = vim.deepcopy(H.read())
+  entries[hash] = state
+  local names = {}
+  local path = M.file()
+  local old = io.open(path, "r")
+  if old then
+    for line in old:lines() do
+      local h, rest = line:match("^(%x+) %a+ ?(.*)$")
+      if h then
+        names[h] = rest
+      end
+    end
+    old:close()
+  end
+  names[hash] = name or names[hash] or ""
+  local hashes = vim.tbl_keys(entries)
+  table.sort(hashes)
+  local lines = {}
+  for _, h in ipairs(hashes) do
+    lines[#lines + 1] = ("%s %s %s"):format(h, entries[h], names[h] or "")
+  end
+  vim.fn.mkdir(vim.fs.dirname(path), "p")
+  local tmp = path .. ".tmp" .. vim.uv.os_getpid()
+  local f, err = io.open(tmp, "w")
+  if not f then
+    util.error(("cannot remember the answer in %s: %s"):format(path, tostring(err)))
+  end
+  f:write(table.concat(lines, "\n"), #lines > 0 and "\n" or "")
+  f:close()
+  local ok, rerr = vim.uv.fs_rename(tmp, path)
+  if not ok then
+    os.remove(tmp)
+    util.error(("cannot remember the answer in %s: %s"):format(path, tostring(rerr)))
+  end
+  H.store = nil
+end
+
+--- The answer for the buffer's frontmatter: "trusted", "denied", or nil (not asked).
+---@param bufnr? integer
+---@return flemma.trust.State|nil
+function M.state(bufnr)
+  local hash = M.hash(bufnr)
+  if not hash then
+    return nil
+  end
+  local ok, entries = pcall(H.read)
+  local stored = ok and entries[hash] or nil
+  return stored or H.session[hash]
+end
+
+--- Whether the buffer's frontmatter is trusted to widen the approval policy.
+---@param bufnr? integer
+---@return boolean
+function M.is_trusted(bufnr)
+  return M.state(bufnr) == "trusted"
+end
+
+function H.name(bufnr)
+  local name = vim.api.nvim_buf_get_name(bufnr)
+  return name ~= "" and vim.fn.fnamemodify(name, ":~:.") or ("buffer " .. bufnr)
+end
+
+--- Remembers an answer for the buffer's frontmatter; nil forgets it (ask again).
+---@param bufnr? integer
+---@param state flemma.trust.State|nil
+---@return string|nil hash nil when the buffer has no frontmatter
+function M.set(bufnr, state)
+  bufnr = H.bufnr(bufnr)
+  local hash = M.hash(bufnr)
+  if not hash then
+    return nil
+  end
+  H.session[hash] = nil
+  local path = vim.api.nvim_buf_get_name(bufnr)
+  H.write(hash, state, path ~= "" and vim.fn.fnamemodify(path, ":p") or nil)
+  H.noticed[bufnr] = nil
+  return hash
+end
+
+---------------------------------------------------------------------------------------
+-- What a frontmatter widens
+---------------------------------------------------------------------------------------
+
+---@class flemma.trust.Widening
+---@field fn boolean the frontmatter approves with its own function
+---@field tools string[] tools its list approves that the configuration's does not
+
+--- What the frontmatter options would approve beyond the configuration: nil when
+--- they only narrow it.
+---@param opts flemma.frontmatter.Options|nil
+---@param config? flemma.Config
+---@return flemma.trust.Widening|nil
+function M.widening(opts, config)
+  if type(opts) ~= "table" or opts.auto_approve == nil then
+    return nil
+  end
+  if type(opts.auto_approve) == "function" then
+    return { fn = true, tools = {} }
+  end
+  if type(opts.auto_approve) ~= "table" then
+    return nil
+  end
+  config = config or require("flemma.config").get()
+  local tools_cfg = config.tools or {}
+  local presets = require("flemma.tools.presets")
+  local ok, mine = pcall(presets.expand, opts.auto_approve, {
+    presets = tools_cfg.presets,
+    excluded = opts.auto_approve_excluded,
+  })
+  if not ok then
+    return nil -- an unknown preset approves nothing (the frontmatter reports it)
+  end
+  local global
+  if tools_cfg.require_approval == false then
+    return nil -- the configuration approves every call already
+  elseif type(tools_cfg.auto_approve) == "table" then
+    global = presets.expand(tools_cfg.auto_approve, { presets = tools_cfg.presets })
+  end
+  local out = {}
+  for tool in pairs(mine.approve) do
+    if not mine.deny[tool] and (not global or presets.decide(global, tool) ~= "approve") then
+      out[#out + 1] = tool
+    end
+  end
+  if #out == 0 then
+    return nil
+  end
+  table.sort(out)
+  return { fn = false, tools = out }
+end
+
+function H.describe(w)
+  if w.fn then
+    return "approves tool calls with its own function (any call it answers true for, outside the project too)"
+  end
+  return ("auto-approves %s, which your configuration does not"):format(table.concat(
+    vim.tbl_map(function(t)
+      return "`" .. t .. "`"
+    end, w.tools),
+    ", "
+  ))
+end
+
+--- Says once per frontmatter text that an approval it gave was ignored (not trusted).
+---@param bufnr integer|nil
+---@param tool_name string
+function M.ignored(bufnr, tool_name)
+  bufnr = H.bufnr(bufnr)
+  local hash = M.hash(bufnr) or ""
+  local n = H.noticed[bufnr]
+  if not n or n.hash ~= hash then
+    n = { hash = hash, tools = {} }
+    H.noticed[bufnr] = n
+  end
+  if n.tools[tool_name] then
+    return
+  end
+  n.tools[tool_name] = true
+  local why = M.state(bufnr) == "denied" and "you did not trust it" or "it is not trusted"
+  util.warn(
+    ("the frontmatter of %s approves `%s`, but %s, so the call waits for you (:Flemma trust to let it approve)"):format(
+      H.name(bufnr),
+      tool_name,
+      why
+    )
+  )
+end
+
+---------------------------------------------------------------------------------------
+-- Asking
+---------------------------------------------------------------------------------------
+
+-- Whether vim.ui.select can ask someone: a UI is attached, or a plugin (or a spec)
+-- replaced the built-in one, which would block on inputlist() without a UI.
+function H.can_ask()
+  if #vim.api.nvim_list_uis() > 0 then
+    return true
+  end
+  local info = debug.getinfo(vim.ui.select, "S")
+  return not (info and info.source and info.source:match("[/\\]vim[/\\]ui%.lua$"))
+end
+
+M.CHOICES = { "Trust this frontmatter", "Do not trust it" }
+
+--- Called before the cycle acts on a buffer whose frontmatter evaluated: when the
+--- frontmatter widens the policy and was never answered, asks once (vim.ui.select)
+--- and calls `resume` after the answer. Returns whether the cycle may go on now.
+---@param bufnr integer
+---@param opts flemma.frontmatter.Options
+---@param resume? fun()
+---@return boolean
+function M.settle(bufnr, opts, resume)
+  local w = M.widening(opts)
+  if not w or M.state(bufnr) ~= nil then
+    return true
+  end
+  if H.asking[bufnr] then
+    return false
+  end
+  if not resume or not H.can_ask() then
+    return true -- not asked: the widening is ignored (M.ignored says so)
+  end
+  local hash = M.hash(bufnr)
+  H.asking[bufnr] = true
+  local prompt = ("The frontmatter of %s %s. Trust it?"):format(H.name(bufnr), H.describe(w))
+  local answered = false
+  local ok, err = pcall(vim.ui.select, M.CHOICES, { prompt = prompt, kind = "flemma.trust" }, function(choice)
+    if answered then
+      return
+    end
+    answered = true
+    vim.schedule(function()
+      H.asking[bufnr] = nil
+      if not vim.api.nvim_buf_is_valid(bufnr) or M.hash(bufnr) ~= hash then
+        return -- the frontmatter changed meanwhile: the answer was about another text
+      end
+      if choice == M.CHOICES[1] then
+        M.set(bufnr, "trusted")
+        util.notify("trusted the frontmatter of " .. H.name(bufnr))
+      elseif choice == M.CHOICES[2] then
+        M.set(bufnr, "denied")
+        util.notify(
+          ("not trusted: the frontmatter of %s approves nothing beyond your configuration (its narrowing still applies; :Flemma trust to change it)"):format(
+            H.name(bufnr)
+          )
+        )
+      else
+        H.session[hash] = "denied" -- dismissed: not asked again in this session
+      end
+      resume()
+    end)
+  end)
+  if not ok then
+    H.asking[bufnr] = nil
+    util.warn("cannot ask whether to trust the frontmatter: " .. util.message(err))
+    return true
+  end
+  return false
+end
+
+---------------------------------------------------------------------------------------
+-- :Flemma trust / untrust
+---------------------------------------------------------------------------------------
+
+function H.command(state)
+  local bufnr = vim.api.nvim_get_current_buf()
+  local opts, err = require("flemma.frontmatter").get(bufnr)
+  if not opts then
+    util.error(("the frontmatter fails, so there is nothing to trust: %s"):format(err))
+  end
+  if not M.hash(bufnr) then
+    util.error("this buffer has no frontmatter")
+  end
+  M.set(bufnr, state)
+  local w = M.widening(opts)
+  if state == "trusted" then
+    util.notify(
+      ("trusted the frontmatter of %s%s"):format(H.name(bufnr), w and (": it " .. H.describe(w)) or " (it only narrows the policy)")
+    )
+  else
+    util.notify(
+      ("the frontmatter of %s is not trusted: it approves nothing beyond your configuration"):format(H.name(bufnr))
+    )
+  end
+end
+
+local commands = require("flemma.commands")
+commands.register("trust", {
+  desc = "let this buffer's frontmatter approve tool calls beyond your configuration",
+  run = function()
+    H.command("trusted")
+  end,
+})
+commands.register("untrust", {
+  desc = "stop trusting this buffer's frontmatter (its approvals beyond your configuration are ignored)",
+  run = function()
+    H.command("denied")
+  end,
+})
+
+return M
