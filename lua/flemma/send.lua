@@ -20,10 +20,15 @@ function M.set_handler(handler)
   H.handler = handler
 end
 
---- The default handler: the providers, once the native core can decode streams.
+--- Whether the process manager decodes provider streams (STREAM_API.md).
+function M.can_stream()
+  local decoders = require("flemma.process").decoders
+  return type(decoders) == "table" and decoders.anthropic == true
+end
+
+--- The default handler: the providers, once the process manager decodes streams.
 function H.default_handler()
-  local native = require("flemma.native")
-  if type(native.stream_new) ~= "function" then
+  if not M.can_stream() then
     return nil
   end
   return require("flemma.provider").send

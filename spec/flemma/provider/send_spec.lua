@@ -67,7 +67,7 @@ local function errors()
   end, notes)
 end
 
-local has_decoder = require("flemma.native").stream_new ~= nil
+local has_decoder = require("flemma.send").can_stream()
 local describe_if = has_decoder and describe or pending
 
 describe_if("sending to a provider", function()
