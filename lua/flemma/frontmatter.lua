@@ -456,6 +456,15 @@ function H.extract(bufnr)
   if ok and type(document) == "table" and type(document.get) == "function" then
     local ok_doc, doc = pcall(document.get, bufnr)
     if ok_doc and type(doc) == "table" then
+      if doc.frontmatter == nil then
+        -- A frontmatter never closed is an error, not "no frontmatter": its policy
+        -- must not silently give way to the global one.
+        for _, d in ipairs(doc.diagnostics or {}) do
+          if d.line == 1 and type(d.message) == "string" and d.message:find("frontmatter", 1, true) then
+            return nil, "frontmatter line 1: " .. d.message
+          end
+        end
+      end
       return doc.frontmatter
     end
   end
