@@ -18,6 +18,40 @@ local function conversation()
 end
 
 local buf
+
+-- Phase 2 on a large turn: N tool uses, each already answered by a rejected
+-- placeholder (the user said no to all of them), resolved by one <C-]> into N error
+-- results. One press must cost work proportional to the chat, once.
+local REJECTED = tonumber(os.getenv("FLEMMA_BENCH_REJECTED") or "") or 4000
+
+local function rejected_chat(n)
+  local lines = { "@You:", "Clean up.", "", "@Assistant:", "Removing files." }
+  for i = 1, n do
+    vim.list_extend(lines, {
+      "",
+      ("**Tool Use:** `bash` (`toolu_%05d`)"):format(i),
+      "",
+      "```json",
+      ('{ "command": "rm -rf /srv/data/old-%d", "label": "remove %d", "timeout": null }'):format(i, i),
+      "```",
+    })
+  end
+  lines[#lines + 1] = ""
+  lines[#lines + 1] = "@You:"
+  for i = 1, n do
+    vim.list_extend(lines, {
+      "",
+      ("**Tool Result:** `toolu_%05d`"):format(i),
+      "",
+      "```flemma:tool status=rejected",
+      "```",
+    })
+  end
+  return lines
+end
+
+local rejected_buf
+local rejected_lines
 return {
   {
     name = "categorize_preview_500",
@@ -37,6 +71,38 @@ return {
       local ms = (vim.uv.hrtime() - t0) / 1e6
       assert(counts and counts.pending == N, "expected 500 pending placeholders")
       assert(#require("flemma.ui.preview").shown(buf) == N, "expected 500 previews")
+      return ms
+    end,
+  },
+  {
+    name = "cycle_rejected_4000",
+    note = function()
+      return ("%d rejected placeholders resolved by one <C-]>, autopilot off"):format(REJECTED)
+    end,
+    unit = "ms",
+    target = 200,
+    op = "<=",
+    runs = 5,
+    setup = function()
+      require("flemma").setup({ tools = { autopilot = { enabled = false } } })
+      rejected_lines = rejected_chat(REJECTED)
+    end,
+    run = function()
+      if rejected_buf and vim.api.nvim_buf_is_valid(rejected_buf) then
+        vim.api.nvim_buf_delete(rejected_buf, { force = true })
+      end
+      rejected_buf = vim.api.nvim_create_buf(true, false)
+      vim.api.nvim_buf_set_name(rejected_buf, vim.fn.tempname() .. ".chat")
+      vim.api.nvim_set_current_buf(rejected_buf)
+      vim.api.nvim_buf_set_lines(rejected_buf, 0, -1, false, rejected_lines)
+      vim.bo[rejected_buf].filetype = "chat"
+      local t0 = vim.uv.hrtime()
+      vim.api.nvim_feedkeys(vim.keycode("<C-]>"), "mx", false)
+      local ms = (vim.uv.hrtime() - t0) / 1e6
+      local text = table.concat(vim.api.nvim_buf_get_lines(rejected_buf, 0, -1, false), "\n")
+      local _, errors = text:gsub("%*%*Tool Result:%*%* `toolu_%d+` %(error%)\n\n```\nThe user rejected this tool call%.\n```", "")
+      assert(errors == REJECTED, ("expected %d error results, found %d"):format(REJECTED, errors))
+      assert(not text:find("status=rejected", 1, true), "a placeholder was left")
       return ms
     end,
   },

@@ -305,31 +305,98 @@ function H.place_cursor_after(bufnr, line)
   end
 end
 
---- Resolves one placeholder without running anything (denied, rejected, pending
---- with the user's own content). Returns true when it wrote a result.
-function H.resolve_static(bufnr, part)
+--- The result a placeholder gets without running anything (denied, rejected, pending
+--- with the user's own content): output and is_error, or nil when it needs a run or
+--- a decision. `uses` maps tool ids to their tool_use parts.
+---@return string|nil output
+---@return boolean is_error
+function H.static_result(part, uses)
   local content = part.content or ""
-  local line
   if part.status == "denied" then
-    local use = H.find(H.doc(bufnr), part.id)
-    local msg = "The tool call was denied by the approval policy."
+    local use = uses[part.id]
     if use and use.input == nil then
-      msg = ("The tool input is not a valid JSON object (%s), so the call was not run."):format(
+      return ("The tool input is not a valid JSON object (%s), so the call was not run."):format(
         use.input_error or "invalid JSON"
-      )
+      ),
+        true
     end
-    line = H.write_result(bufnr, part.id, msg, true)
+    return "The tool call was denied by the approval policy.", true
   elseif part.status == "rejected" then
-    local msg = vim.trim(content) ~= "" and content or "The user rejected this tool call."
-    line = H.write_result(bufnr, part.id, msg, true)
+    return vim.trim(content) ~= "" and content or "The user rejected this tool call.", true
   elseif part.status == "pending" and vim.trim(content) ~= "" then
     -- Content-overwrite protection: the user's text is the result.
-    line = H.write_result(bufnr, part.id, content, false)
-  else
+    return content, false
+  end
+  return nil, false
+end
+
+--- The tool_use parts of a document by id.
+function H.uses_by_id(doc)
+  local uses = {}
+  for _, msg in ipairs(doc.messages) do
+    for _, part in ipairs(msg.parts) do
+      if part.kind == "tool_use" then
+        uses[part.id] = part
+      end
+    end
+  end
+  return uses
+end
+
+--- Resolves one placeholder without running anything. Returns true when it wrote a
+--- result.
+function H.resolve_static(bufnr, part)
+  local output, is_error = H.static_result(part, H.uses_by_id(H.doc(bufnr)))
+  if output == nil then
     return false
   end
-  H.place_cursor_after(bufnr, line)
+  H.place_cursor_after(bufnr, H.write_result(bufnr, part.id, output, is_error))
   return true
+end
+
+--- Resolves every placeholder (parts of one parse of the buffer, in buffer order) that
+--- needs no run, in one pass: the results are written from the bottom up, so the line
+--- numbers of that parse stay valid, and the buffer is parsed again only once, by the
+--- next reader. Returns how many it wrote.
+---@param parts flemma.document.Part[]
+---@return integer
+function H.resolve_static_all(bufnr, parts)
+  local document = require("flemma.document")
+  local uses = H.uses_by_id(H.doc(bufnr))
+  local writes = {}
+  for _, part in ipairs(parts) do
+    if part.status ~= "approved" then
+      local output, is_error = H.static_result(part, uses)
+      if output ~= nil then
+        writes[#writes + 1] = { part = part, lines = document.render_result(part.id, output, is_error) }
+      end
+    end
+  end
+  if #writes == 0 then
+    return 0
+  end
+  local bo = vim.bo[bufnr]
+  local was = bo.modifiable
+  bo.modifiable = true
+  local ok, err = pcall(function()
+    for i = #writes, 1, -1 do
+      local w = writes[i]
+      vim.api.nvim_buf_set_lines(bufnr, w.part.first_line - 1, w.part.last_line, false, w.lines)
+    end
+  end)
+  bo.modifiable = was
+  if not ok then
+    error(err, 0)
+  end
+  -- Where the last result landed, once every result above it changed its length.
+  local last = writes[#writes]
+  local shift = 0
+  for i = 1, #writes - 1 do
+    local w = writes[i]
+    shift = shift + #w.lines - (w.part.last_line - w.part.first_line + 1)
+  end
+  H.place_cursor_after(bufnr, last.part.first_line + shift)
+  return #writes
 end
 
 function H.all_done(bufnr)
@@ -534,16 +601,9 @@ function M.execute(bufnr, opts)
   local to_run = {}
   local edited = {}
   local blocked = false
-  -- Resolve the static ones first, one at a time (each write shifts lines).
-  local progress = true
-  while progress do
-    progress = false
-    for _, part in ipairs(H.placeholders(bufnr)) do
-      if not opts.only_approved and part.status ~= "approved" and H.resolve_static(bufnr, part) then
-        progress = true
-        break
-      end
-    end
+  -- Resolve the static ones first, all in one pass over one parse.
+  if not opts.only_approved then
+    H.resolve_static_all(bufnr, H.placeholders(bufnr))
   end
   for _, part in ipairs(H.placeholders(bufnr)) do
     if part.status == "approved" then

@@ -147,6 +147,9 @@ end
 ---@param text string
 ---@return string
 function M.fence_for(text)
+  if not text:find("`", 1, true) then
+    return "```"
+  end
   local longest = 0
   for run in text:gmatch("`+") do
     if #run > longest then
@@ -169,16 +172,26 @@ function H.check_id(id, what)
   end
 end
 
+-- A block's lines. Content lines are cut with string.find, not vim.split: results
+-- are written by the thousand in one key press.
 function H.block(header, info, content)
-  local lines = { header, "" }
   local fence = M.fence_for(content)
-  lines[#lines + 1] = fence .. info
+  local lines = { header, "", fence .. info }
+  local n = 3
   if content ~= "" then
-    for _, l in ipairs(vim.split(content, "\n", { plain = true })) do
-      lines[#lines + 1] = l
+    local start = 1
+    while true do
+      local nl = content:find("\n", start, true)
+      n = n + 1
+      if not nl then
+        lines[n] = content:sub(start)
+        break
+      end
+      lines[n] = content:sub(start, nl - 1)
+      start = nl + 1
     end
   end
-  lines[#lines + 1] = fence
+  lines[n + 1] = fence
   return lines
 end
 

@@ -771,3 +771,104 @@ describe("cancel of a tool that is not running", function()
     end, 3000, "the automatic send did not happen")
   end)
 end)
+
+-- Issue 11 §13: one <C-]> resolves every placeholder that needs no run in one pass
+-- (the time is measured by bench/cycle_bench.lua, cycle_rejected_4000).
+describe("one <C-]> over many placeholders", function()
+  before_each(function()
+    setup()
+  end)
+  after_each(function()
+    vim.cmd("silent! %bwipeout!")
+    helpers.cleanup()
+  end)
+
+  local function with_placeholders(n, placeholder)
+    local uses, results = {}, { "", "@You:" }
+    for i = 1, n do
+      local id = ("toolu_%05d"):format(i)
+      uses[i] = { "bash", id, { command = "rm -rf /srv/old-" .. i, label = vim.NIL, timeout = vim.NIL } }
+      results[#results + 1] = ""
+      vim.list_extend(results, { ("**Tool Result:** `%s`"):format(id), "" })
+      vim.list_extend(results, placeholder(i))
+    end
+    local lines = conversation(uses)
+    vim.list_extend(lines, results)
+    return chat(lines)
+  end
+
+  it("turns 4,000 rejected placeholders into 4,000 error results, in order", function()
+    local buf = with_placeholders(4000, function()
+      return { "```flemma:tool status=rejected", "```" }
+    end)
+    -- Work proportional to the chat, once: the press does not parse the whole buffer
+    -- again per placeholder (it did, once per placeholder: 4 minutes on the 2-core VM).
+    local document = require("flemma.document")
+    local parse, parses = document.parse, 0
+    document.parse = function(...)
+      parses = parses + 1
+      return parse(...)
+    end
+    local ok, err = pcall(press, "<C-]>")
+    document.parse = parse
+    assert(ok, err)
+    assert(parses <= 3, ("one press parsed the buffer %d times"):format(parses))
+    local t = text(buf)
+    assert.is_nil(t:find("flemma:tool", 1, true))
+    local ids = {}
+    for id in t:gmatch("%*%*Tool Result:%*%* `(toolu_%d+)` %(error%)\n\n```\nThe user rejected this tool call%.\n```") do
+      ids[#ids + 1] = id
+    end
+    assert.equals(4000, #ids)
+    assert.equals("toolu_00001", ids[1])
+    assert.equals("toolu_04000", ids[4000])
+    for i = 2, #ids do
+      assert(ids[i - 1] < ids[i], "results out of order at " .. i)
+    end
+    -- The cursor is on the last result written (tools.cursor_after_result = "result").
+    assert.equals("**Tool Result:** `toolu_04000` (error)", vim.api.nvim_get_current_line())
+  end)
+
+  it("resolves a mix in one press and leaves what needs a decision or a run", function()
+    local kinds = {
+      function()
+        return { "```flemma:tool status=rejected", "```" }
+      end,
+      function(i)
+        return { "```flemma:tool status=rejected", "not number " .. i, "second line", "```" }
+      end,
+      function()
+        return { "```flemma:tool status=denied", "```" }
+      end,
+      function(i)
+        return { "```flemma:tool status=pending", "typed by hand " .. i, "```" }
+      end,
+      function()
+        return { "```flemma:tool status=pending", "```" }
+      end,
+    }
+    local buf = with_placeholders(50, function(i)
+      return kinds[(i - 1) % #kinds + 1](i)
+    end)
+    press("<C-]>")
+    local t = text(buf)
+    for i = 1, 50 do
+      local id = ("toolu_%05d"):format(i)
+      local k = (i - 1) % #kinds + 1
+      local want = ({
+        ("**Tool Result:** `%s` (error)\n\n```\nThe user rejected this tool call.\n```"):format(id),
+        ("**Tool Result:** `%s` (error)\n\n```\nnot number %d\nsecond line\n```"):format(id, i),
+        ("**Tool Result:** `%s` (error)\n\n```\nThe tool call was denied by the approval policy.\n```"):format(id),
+        ("**Tool Result:** `%s`\n\n```\ntyped by hand %d\n```"):format(id, i),
+        ("**Tool Result:** `%s`\n\n```flemma:tool status=pending\n```"):format(id),
+      })[k]
+      assert.truthy(t:find(want, 1, true), "missing for " .. id .. ": " .. want)
+    end
+    -- The empty pending placeholders stay, with their previews, and block the send.
+    local _, left = t:gsub("flemma:tool status=pending", "")
+    assert.equals(10, left)
+    assert.equals(10, #preview.shown(buf))
+    assert.equals("```flemma:tool status=pending", vim.api.nvim_get_current_line())
+    assert.equals(0, #events)
+  end)
+end)
