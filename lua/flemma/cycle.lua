@@ -538,17 +538,16 @@ end
 --- Queues approved placeholders (a list of parts) for execution.
 function H.enqueue(bufnr, parts)
   local s = H.get_state(bufnr)
-  local doc = H.doc(bufnr)
+  local uses = H.uses_by_id(H.doc(bufnr))
+  local queued = {}
+  for _, j in ipairs(s.queue) do
+    queued[j.id] = true
+  end
   for _, part in ipairs(parts) do
-    local use = H.find(doc, part.id)
-    if use and not s.running[part.id] then
-      local queued = false
-      for _, j in ipairs(s.queue) do
-        queued = queued or j.id == part.id
-      end
-      if not queued then
-        s.queue[#s.queue + 1] = { id = part.id, name = use.name, input = use.input }
-      end
+    local use = uses[part.id]
+    if use and not s.running[part.id] and not queued[part.id] then
+      queued[part.id] = true
+      s.queue[#s.queue + 1] = { id = part.id, name = use.name, input = use.input }
     end
   end
   H.start_next(bufnr)
