@@ -52,6 +52,7 @@ end
 
 local rejected_buf
 local rejected_lines
+local rejected_cpu = {}
 return {
   {
     name = "categorize_preview_500",
@@ -76,8 +77,15 @@ return {
   },
   {
     name = "cycle_rejected_4000",
+    -- Wall time is what the user waits; on a shared 2-core VM it is inflated by the
+    -- other processes, so the note adds the median CPU time of Neovim for the press.
     note = function()
-      return ("%d rejected placeholders resolved by one <C-]>, autopilot off"):format(REJECTED)
+      table.remove(rejected_cpu, 1) -- the warmup run
+      table.sort(rejected_cpu)
+      return ("%d rejected placeholders resolved by one <C-]>, autopilot off; cpu median %.0f ms"):format(
+        REJECTED,
+        rejected_cpu[math.floor((#rejected_cpu + 1) / 2)] or 0
+      )
     end,
     unit = "ms",
     target = 200,
@@ -86,6 +94,7 @@ return {
     setup = function()
       require("flemma").setup({ tools = { autopilot = { enabled = false } } })
       rejected_lines = rejected_chat(REJECTED)
+      rejected_cpu = {}
     end,
     run = function()
       if rejected_buf and vim.api.nvim_buf_is_valid(rejected_buf) then
@@ -96,9 +105,10 @@ return {
       vim.api.nvim_set_current_buf(rejected_buf)
       vim.api.nvim_buf_set_lines(rejected_buf, 0, -1, false, rejected_lines)
       vim.bo[rejected_buf].filetype = "chat"
-      local t0 = vim.uv.hrtime()
+      local t0, c0 = vim.uv.hrtime(), os.clock()
       vim.api.nvim_feedkeys(vim.keycode("<C-]>"), "mx", false)
       local ms = (vim.uv.hrtime() - t0) / 1e6
+      rejected_cpu[#rejected_cpu + 1] = (os.clock() - c0) * 1000
       local text = table.concat(vim.api.nvim_buf_get_lines(rejected_buf, 0, -1, false), "\n")
       local _, errors = text:gsub("%*%*Tool Result:%*%* `toolu_%d+` %(error%)\n\n```\nThe user rejected this tool call%.\n```", "")
       assert(errors == REJECTED, ("expected %d error results, found %d"):format(REJECTED, errors))
