@@ -111,7 +111,6 @@ function M.send(bufnr, opts)
     end
   end
 
-  local request = document.to_messages(doc)
   H.event("FlemmaRequestSending", { bufnr = bufnr })
   local handler = H.handler or H.default_handler()
   if not handler then
@@ -122,6 +121,9 @@ function M.send(bufnr, opts)
     return false
   end
   local finished = false
+  -- The providers read the document itself (and encode only what changed); other
+  -- handlers get the provider-neutral conversation.
+  local request = H.handler and document.to_messages(doc) or nil
   local ok, err = pcall(handler, bufnr, request, function(result, legacy_err)
     if finished then
       return
@@ -152,7 +154,7 @@ function M.send(bufnr, opts)
     else
       report()
     end
-  end)
+  end, { doc = doc })
   if not ok then
     util.notify("the request could not start: " .. util.message(err), vim.log.levels.ERROR)
     if not finished then

@@ -56,6 +56,15 @@ function M.budget(thinking)
   return b
 end
 
+function H.cache_control(retention)
+  if retention == "short" then
+    return { type = "ephemeral" }
+  elseif retention == "long" then
+    return { type = "ephemeral", ttl = "1h" }
+  end
+  return nil
+end
+
 --- Content blocks of one message.
 function H.blocks(msg)
   local out = {}
@@ -99,12 +108,7 @@ function M.build(ctx)
     max_tokens = params.max_tokens or (info and info.max_output) or M.default_max_tokens,
     stream = true,
   }
-  local cache
-  if params.cache_retention == "short" then
-    cache = { type = "ephemeral" }
-  elseif params.cache_retention == "long" then
-    cache = { type = "ephemeral", ttl = "1h" }
-  end
+  local cache = H.cache_control(params.cache_retention)
 
   if ctx.request.system then
     body.system = { { type = "text", text = ctx.request.system } }
@@ -167,6 +171,97 @@ function M.build(ctx)
     headers["x-api-key"] = ctx.key
   end
   return body, headers
+end
+
+-- Encoded content blocks of unchanged document messages (the incremental document
+-- model hands back the same message table while a message is unchanged), so a send
+-- encodes only what changed since the last one.
+H.fragments = setmetatable({}, { __mode = "k" })
+H.seen = setmetatable({}, { __mode = "k" })
+
+function H.fragment(msg)
+  local f = H.fragments[msg]
+  if f == nil then
+    local blocks = H.blocks(msg)
+    f = #blocks > 0 and vim.json.encode(blocks):sub(2, -2) or ""
+    H.fragments[msg] = f
+  end
+  return f
+end
+
+H.SENTINEL = "\1flemma-messages\1"
+
+--- The request body as JSON text: the same request as `build`, with the messages of
+--- `ctx.doc_messages` (document messages, system included) encoded once per message.
+---@param ctx flemma.provider.Context
+---@return string body
+---@return table<string, string> headers
+function M.encode(ctx)
+  local msgs = ctx.doc_messages
+  local first = msgs and msgs[1]
+  if first and not H.seen[first] then
+    -- Message tables not seen before (a fresh full parse): one encode of the whole
+    -- request is cheaper than one per message. Per-message encoding pays off once
+    -- the document hands back the same tables for unchanged messages.
+    H.seen[first] = true
+    local full = {}
+    for k, v in pairs(ctx) do
+      full[k] = v
+    end
+    full.request = require("flemma.document").to_messages({ messages = msgs })
+    msgs = nil
+    ctx = full
+  end
+  if not msgs then
+    local body, headers = M.build(ctx)
+    return vim.json.encode(body), headers
+  end
+  local conv = {} -- { role, frags[] }
+  local last_msg -- the last document message with content
+  for _, msg in ipairs(msgs) do
+    if msg.role ~= "system" then
+      local f = H.fragment(msg)
+      if f ~= "" then
+        local cur = conv[#conv]
+        if cur and cur.role == msg.role then
+          cur.frags[#cur.frags + 1] = f
+        else
+          conv[#conv + 1] = { role = msg.role, frags = { f } }
+        end
+        last_msg = msg
+      end
+    end
+  end
+  local skeleton = {}
+  for k, v in pairs(ctx) do
+    skeleton[k] = v
+  end
+  skeleton.doc_messages = nil
+  skeleton.request = { system = ctx.request.system, messages = {} }
+  local body, headers = M.build(skeleton)
+  local cache = H.cache_control(ctx.parameters.cache_retention)
+  if cache and last_msg then
+    -- The conversation tail carries the breakpoint: its last message encoded afresh.
+    local blocks = H.blocks(last_msg)
+    for i = #blocks, 1, -1 do
+      local t = blocks[i].type
+      if t ~= "thinking" and t ~= "redacted_thinking" then
+        blocks[i].cache_control = cache
+        break
+      end
+    end
+    local tail = conv[#conv].frags
+    tail[#tail] = vim.json.encode(blocks):sub(2, -2)
+  end
+  local parts = {}
+  for i, m in ipairs(conv) do
+    parts[i] = '{"role":"' .. m.role .. '","content":[' .. table.concat(m.frags, ",") .. "]}"
+  end
+  body.messages = H.SENTINEL
+  local json = vim.json.encode(body)
+  local quoted = vim.json.encode(H.SENTINEL)
+  local s, e = json:find(quoted, 1, true)
+  return json:sub(1, s - 1) .. "[" .. table.concat(parts, ",") .. "]" .. json:sub(e + 1), headers
 end
 
 --- The message of an error body ({ type = "error", error = { type, message } }).

@@ -168,6 +168,42 @@ function M.build(ctx)
   return body, headers
 end
 
+--- The request body as JSON text (what goes on the wire) and the headers. Kinds with
+--- an `encode` reuse the encoding of unchanged document messages.
+---@param ctx flemma.provider.Context
+---@return string body
+---@return table<string, string> headers
+function M.encode(ctx)
+  local kind = assert(M.kind(ctx.spec.kind))
+  local json, headers
+  if kind.encode then
+    json, headers = kind.encode(ctx)
+  else
+    local body
+    body, headers = kind.build(ctx)
+    json = vim.json.encode(body)
+  end
+  for k, v in pairs(ctx.spec.headers or {}) do
+    headers[k:lower()] = v
+  end
+  return json, headers
+end
+
+--- The system text of a document (as document.to_messages joins it).
+function H.system_text(doc)
+  local out = {}
+  for _, msg in ipairs(doc.messages) do
+    if msg.role == "system" then
+      for _, p in ipairs(msg.parts) do
+        if p.kind == "text" then
+          out[#out + 1] = p.text
+        end
+      end
+    end
+  end
+  return #out > 0 and table.concat(out, "\n\n") or nil
+end
+
 -- ---------------------------------------------------------------------------
 -- Requests
 -- ---------------------------------------------------------------------------
@@ -493,7 +529,9 @@ end
 ---@param bufnr integer
 ---@param request table from document.to_messages
 ---@param done fun(result: { status: "completed"|"cancelled"|"error", usage?: flemma.Usage, error?: string, notified?: boolean })
-function M.send(bufnr, request, done)
+---@param extra? { doc?: flemma.document.Doc } the document (then `request` may be nil)
+function M.send(bufnr, request, done, extra)
+  local doc = extra and extra.doc
   if H.active[bufnr] then
     done({ status = "error", error = "a request of this buffer is already running: <C-c> cancels it" })
     return
@@ -511,9 +549,17 @@ function M.send(bufnr, request, done)
   end
   local ok, res = pcall(function()
     local key = M.key(spec)
+    local doc_messages
+    if kind.encode and doc then
+      doc_messages = doc.messages
+      request = request or { system = H.system_text(doc), messages = {} }
+    elseif not request then
+      request = require("flemma.document").to_messages(doc)
+    end
     local ctx = M.context(spec, request, { bufnr = bufnr, key = key })
-    local body, headers = M.build(ctx)
-    return { ctx = ctx, body = vim.json.encode(body), headers = headers }
+    ctx.doc_messages = doc_messages
+    local body, headers = M.encode(ctx)
+    return { ctx = ctx, body = body, headers = headers }
   end)
   if not ok then
     done({ status = "error", error = util.message(res) })

@@ -143,6 +143,25 @@ describe("flemma.provider.anthropic", function()
     assert.is_nil(wire:find("cache_control", 1, true))
   end)
 
+  it("encodes the same request from the document's messages, reusing unchanged ones", function()
+    local spec = { name = "anthropic", kind = "anthropic", endpoint = "http://127.0.0.1:1/v1/messages", model = "claude-sonnet-4-6" }
+    local doc = document.parse(CHAT)
+    for _, retention in ipairs({ "none", "short", "long" }) do
+      local params = { cache_retention = retention, thinking = "low" }
+      local full = provider.context(spec, document.to_messages(doc), { parameters = params, tools = TOOLS, key = "k" })
+      local expected = provider.build(full)
+      local ctx = provider.context(spec, { system = "You are terse.", messages = {} }, { parameters = params, tools = TOOLS, key = "k" })
+      ctx.doc_messages = doc.messages
+      local wire, headers = provider.encode(ctx)
+      assert.same(vim.json.decode(vim.json.encode(expected)), vim.json.decode(wire), retention)
+      assert.equals("k", headers["x-api-key"])
+      -- Again with the same message tables: encoded per message, then from the cache.
+      for _ = 1, 2 do
+        assert.same(vim.json.decode(vim.json.encode(expected)), vim.json.decode((provider.encode(ctx))), retention)
+      end
+    end
+  end)
+
   it("maps parameters.thinking to a budget; a number is the budget; temperature only when set", function()
     local cases = {
       { "minimal", 1024 },
