@@ -140,7 +140,9 @@ function H.check_providers(value)
     end
     for k, v in pairs(entry) do
       local want = H.provider_fields[k]
-      if not want then
+      if require("flemma.secrets").forbidden[k] then
+        util.error(require("flemma.secrets").refusal(path .. "." .. k))
+      elseif not want then
         util.error(("unknown option `%s.%s` (a provider has kind, endpoint, api_key_env, model, headers)"):format(path, tostring(k)))
       elseif type(v) ~= want then
         util.error(("`%s.%s` should be a %s, not %s"):format(path, k, want, type(v)))
@@ -203,6 +205,25 @@ function H.check(value, default, path)
   end
 end
 
+--- Keys (api_key, token, ...) at the top, in `parameters` or a provider's parameters: refused.
+function H.refuse_keys(opts)
+  local secrets = require("flemma.secrets")
+  local function scan(t, prefix)
+    for k, v in pairs(t) do
+      if secrets.forbidden[k] then
+        util.error(secrets.refusal(prefix .. k))
+      end
+      if prefix == "parameters." and type(v) == "table" then
+        scan(v, prefix .. k .. ".")
+      end
+    end
+  end
+  scan(opts, "")
+  if type(opts.parameters) == "table" then
+    scan(opts.parameters, "parameters.")
+  end
+end
+
 --- Validates user options against the defaults; raises "(flemma) `x` should be ..." errors.
 ---@param opts table
 function M.validate(opts)
@@ -212,6 +233,7 @@ function M.validate(opts)
   if type(opts) ~= "table" then
     util.error("setup() expects a table, not " .. type(opts))
   end
+  H.refuse_keys(opts)
   for k, v in pairs(opts) do
     local path = tostring(k)
     if H.defaults[k] == nil and H.types[path] == nil then

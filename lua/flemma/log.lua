@@ -37,6 +37,10 @@ function H.secret_values()
       values[#values + 1] = value
     end
   end
+  local secrets = package.loaded["flemma.secrets"]
+  if secrets then
+    vim.list_extend(values, secrets.known_values())
+  end
   table.sort(values, function(a, b)
     return #a > #b
   end)

@@ -19,6 +19,10 @@ H.BUILTIN_TOOLS = { "bash", "calculator", "calculator_async", "edit", "read", "w
 H.params = {}
 H.provider_params = { anthropic = {}, openai = {}, vertex = {} }
 H.TRANSPORT_KEYS = { endpoint = true, api_key_env = true, providers = true }
+-- API keys are refused too, with their own message (flemma.secrets).
+for name in pairs(require("flemma.secrets").forbidden) do
+  H.TRANSPORT_KEYS[name] = true
+end
 
 local function one_of(values)
   return function(v)
@@ -362,6 +366,10 @@ function H.unknown(name, candidates, prefix)
 end
 
 function H.transport(path)
+  local secrets = require("flemma.secrets")
+  if secrets.forbidden[path:match("[^.]+$")] then
+    return secrets.refusal(path)
+  end
   return ("`%s`: transport settings (`providers.*`: endpoints, keys) cannot be set from frontmatter; set them in setup()"):format(
     path
   )

@@ -90,16 +90,18 @@ function H.is_loopback(endpoint)
   return host == "127.0.0.1" or host == "localhost" or host == "::1" or (host and host:match("^127%.") ~= nil)
 end
 
---- The API key of a provider: nil (none needed) or the key; raises when a key is
---- needed and missing, naming the variable to set.
+--- The API key of a provider, looked up without waiting: nil (none needed, or a
+--- loopback server without one) or the key (a key that flemma.secrets resolved and
+--- cached, else the environment variable); raises when a key is needed and missing.
+--- M.send resolves the whole chain (keyring, gcloud, custom resolvers) first.
 ---@param spec flemma.provider.Spec
 ---@return string|nil
 function M.key(spec)
-  if not spec.api_key_env then
+  if not H.needs_key(spec) then
     return nil
   end
-  local key = vim.env[spec.api_key_env]
-  if key ~= nil and key ~= "" then
+  local key = require("flemma.secrets").peek(H.secret_target(spec))
+  if key then
     return key
   end
   if H.is_loopback(spec.endpoint) then
@@ -112,6 +114,16 @@ function M.key(spec)
       spec.api_key_env
     )
   )
+end
+
+--- Whether a provider takes a key at all (an entry with `api_key_env`).
+function H.needs_key(spec)
+  return spec.api_key_env ~= nil
+end
+
+--- What flemma.secrets resolvers are told about a provider.
+function H.secret_target(spec)
+  return { name = spec.name, kind = spec.kind, api_key_env = spec.api_key_env, endpoint = spec.endpoint }
 end
 
 --- Tool definitions offered in a buffer.
@@ -461,6 +473,15 @@ function H.on_exit(req, a, result)
     end
     return H.finish(req, "completed")
   end
+  -- A key from the keyring or another cached resolver that the provider refused:
+  -- forgotten, resolved again and the request retried, once.
+  if a.status == 401 and not req.streamed and not req.reauthed and req.ctx.key then
+    local secrets = require("flemma.secrets")
+    if secrets.cached_source(req.spec.name) then
+      req.reauthed = true
+      return H.reauth(req)
+    end
+  end
   -- A failure: retry when nothing streamed yet and the cause is transient.
   local transient = M.retry_statuses[a.status]
     or (not a.status and require("flemma.provider.transport").reset_codes[a.curl_code])
@@ -593,6 +614,91 @@ end
 function M.active(bufnr)
   local req = H.active[bufnr]
   return req and { pid = req.pid, provider = req.spec.name, retries = req.retries } or nil
+end
+
+--- Resolves the key again after a 401 and retries the request with it.
+function H.reauth(req)
+  local secrets = require("flemma.secrets")
+  local old = req.ctx.key
+  secrets.invalidate(req.spec.name)
+  H.set_status(req, ("%s: the key was refused, looking it up again"):format(req.spec.name))
+  secrets.resolve(H.secret_target(req.spec), function(key, why)
+    if req.finished then
+      return
+    end
+    if not key then
+      return H.finish(req, "error", why)
+    end
+    req.ctx.key = key
+    local headers = {}
+    for name, value in pairs(req.headers) do
+      local from = value:find(old, 1, true)
+      if from then
+        value = value:sub(1, from - 1) .. key .. value:sub(from + #old)
+      end
+      headers[name] = value
+    end
+    req.headers = headers
+    H.attempt(req)
+  end)
+end
+
+-- Key resolution comes first: the environment and cached keys answer at once, the
+-- keyring, gcloud and custom resolvers (flemma.secrets) asynchronously; then the
+-- request is built and sent with the key M.key finds.
+H.send_resolved = M.send
+H.resolving = {}
+
+---@param bufnr integer
+---@param request table from document.to_messages
+---@param done fun(result: { status: "completed"|"cancelled"|"error", usage?: flemma.Usage, error?: string, notified?: boolean })
+function M.send(bufnr, request, done, ...)
+  local extra = { ... }
+  local n = select("#", ...)
+  if H.resolving[bufnr] then
+    done({ status = "error", error = "a request of this buffer is already running: <C-c> cancels it" })
+    return
+  end
+  local spec = M.resolve()
+  local secrets = require("flemma.secrets")
+  if not spec or not H.needs_key(spec) or H.active[bufnr] or secrets.peek(H.secret_target(spec)) then
+    return H.send_resolved(bufnr, request, done, unpack(extra, 1, n))
+  end
+  local state = { done = done }
+  H.resolving[bufnr] = state
+  vim.b[bufnr].flemma_status = ("%s: looking up the API key"):format(spec.name)
+  secrets.resolve(H.secret_target(spec), function(key, why)
+    if H.resolving[bufnr] ~= state then
+      return -- cancelled meanwhile
+    end
+    H.resolving[bufnr] = nil
+    if vim.api.nvim_buf_is_valid(bufnr) then
+      vim.b[bufnr].flemma_status = nil
+    end
+    if not key and not H.is_loopback(spec.endpoint) then
+      return done({ status = "error", error = why })
+    end
+    H.send_resolved(bufnr, request, done, unpack(extra, 1, n))
+  end)
+end
+
+H.cancel_active = M.cancel
+function M.cancel(bufnr)
+  local state = H.resolving[bufnr]
+  if state then
+    H.resolving[bufnr] = nil
+    if vim.api.nvim_buf_is_valid(bufnr) then
+      vim.b[bufnr].flemma_status = nil
+    end
+    state.done({ status = "cancelled" })
+    return true
+  end
+  return H.cancel_active(bufnr)
+end
+
+H.is_active_request = M.is_active
+function M.is_active(bufnr)
+  return H.resolving[bufnr] ~= nil or H.is_active_request(bufnr)
 end
 
 return M
