@@ -111,11 +111,7 @@ describe("credentials on the send path", function()
   end)
 end)
 
-local has_decoder = (function()
-  local ok, process = pcall(require, "flemma.process")
-  return ok and type(process.decoders) == "function" and #process.decoders() > 0
-    or require("flemma.native").stream_new ~= nil
-end)()
+local has_decoder = require("flemma.send").can_stream()
 local describe_if = has_decoder and describe or pending
 
 describe_if("credentials against the loopback server", function()
