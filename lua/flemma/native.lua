@@ -775,13 +775,21 @@ function H.policy(policy)
   return p
 end
 
---- Whether a write to path (relative to cwd) is allowed by the policy.
+--- A native policy handle for `policy`, to check many paths against it.
 ---@param policy { rw_paths: string[], network: boolean }
+---@return ffi.cdata*
+function M.sandbox_policy(policy)
+  return H.policy(policy)
+end
+
+--- Whether a write to path (relative to cwd) is allowed by the policy.
+---@param policy { rw_paths: string[], network: boolean }|ffi.cdata* a table, or a handle from sandbox_policy()
 ---@param path string
 ---@param cwd string absolute
 ---@return boolean
 function M.sandbox_is_path_writable(policy, path, cwd)
-  local rc = M.lib().flemma_sandbox_is_path_writable(H.policy(policy), path, cwd)
+  local handle = type(policy) == "cdata" and policy or H.policy(policy)
+  local rc = M.lib().flemma_sandbox_is_path_writable(handle, path, cwd)
   if rc < 0 then
     util.error(M.last_error())
   end
@@ -820,13 +828,19 @@ end
 ---@return string
 function M.sandbox_resolve(path, cwd)
   local lib = M.lib()
-  local n = lib.flemma_sandbox_resolve(path, cwd, nil, 0)
+  -- One call into a reused buffer (approval checks resolve a path per tool call).
+  H.resolve_cap = H.resolve_cap or 4096
+  H.resolve_buf = H.resolve_buf or ffi.new("char[?]", H.resolve_cap)
+  local n = lib.flemma_sandbox_resolve(path, cwd, H.resolve_buf, H.resolve_cap)
   if n < 0 then
     util.error(M.last_error())
   end
-  local buf = ffi.new("char[?]", n + 1)
-  lib.flemma_sandbox_resolve(path, cwd, buf, n + 1)
-  return ffi.string(buf, n)
+  if n >= H.resolve_cap then
+    H.resolve_cap = n + 1
+    H.resolve_buf = ffi.new("char[?]", H.resolve_cap)
+    lib.flemma_sandbox_resolve(path, cwd, H.resolve_buf, H.resolve_cap)
+  end
+  return ffi.string(H.resolve_buf, n)
 end
 
 return M

@@ -45,6 +45,66 @@ function M.roots(bufnr)
   return roots
 end
 
+-- The project of a buffer as the checks need it: { roots, resolved roots, the
+-- directory relative paths start from, cwd }. Kept for one turn of the event loop
+-- (a phase resolving thousands of calls builds it once) while the cwd, the buffer's
+-- name, the configuration and the sandbox toggle stay the same.
+H.project_cache = {}
+
+function H.project(bufnr)
+  local cwd = vim.fn.getcwd()
+  local key = table.concat({
+    vim.uv.now(),
+    cwd,
+    vim.api.nvim_buf_get_name(bufnr),
+    tostring(require("flemma.config").get()),
+    tostring(require("flemma.sandbox").is_enabled()),
+  }, "\0")
+  local c = H.project_cache[bufnr]
+  if c and c.key == key then
+    return c
+  end
+  local native = require("flemma.native")
+  local roots = M.roots(bufnr)
+  local resolved = {}
+  for _, r in ipairs(roots) do
+    resolved[#resolved + 1] = native.sandbox_resolve(r, cwd)
+  end
+  -- As ctx.path.resolve: relative to the chat file's directory, else the cwd.
+  local base = vim.fs.normalize(cwd)
+  local name = vim.api.nvim_buf_get_name(bufnr)
+  if name ~= "" and vim.bo[bufnr].buftype == "" then
+    base = vim.fs.dirname(vim.fs.normalize(vim.fn.fnamemodify(name, ":p")))
+  end
+  c = {
+    key = key,
+    cwd = cwd,
+    roots = roots,
+    resolved = resolved,
+    base = base,
+    policy = native.sandbox_policy({ rw_paths = roots, network = true }),
+  }
+  H.project_cache = { [bufnr] = c }
+  return c
+end
+
+-- The path a tool opens for `path` (what ctx.path.resolve gives).
+function H.target(project, path)
+  if path == "" then
+    error("empty path", 0)
+  end
+  if path:sub(1, 1) == "~" then
+    path = vim.fs.normalize(path)
+  end
+  if path:sub(1, 1) ~= "/" then
+    path = project.base .. "/" .. path
+  end
+  if path:find("/.", 1, true) or path:find("//", 1, true) or path:find("\\", 1, true) or path:sub(-1) == "/" then
+    path = vim.fs.normalize(path)
+  end
+  return path
+end
+
 function H.inside(path, root)
   if root == "/" then
     return true
@@ -99,29 +159,24 @@ function M.outside(bufnr, tool_name, input)
   end
   bufnr = H.bufnr(bufnr)
   local native = require("flemma.native")
-  local cwd = vim.fn.getcwd()
   local out = {}
-  local roots, resolved
   for _, use in ipairs(uses) do
     local checked, reason = pcall(function()
-      roots = roots or M.roots(bufnr)
-      if not resolved then
-        resolved = {}
-        for _, r in ipairs(roots) do
-          resolved[#resolved + 1] = native.sandbox_resolve(r, cwd)
-        end
-      end
+      local project = H.project(bufnr)
       -- The path the tool opens (ctx.path.resolve), then where it really leads.
-      local target = require("flemma.tools.context").new(bufnr, tool_name).path.resolve(use.path)
-      local real = native.sandbox_resolve(target, cwd)
+      local target = H.target(project, use.path)
+      local real = native.sandbox_resolve(target, project.cwd)
       local inside = false
-      for _, r in ipairs(resolved) do
+      for _, r in ipairs(project.resolved) do
         inside = inside or H.inside(real, r)
       end
       if not inside then
         return "outside"
       end
-      if use.write and not native.sandbox_is_path_writable({ rw_paths = roots, network = true }, target, cwd) then
+      -- The protected paths (.git/hooks, .git/config, shell start-up files...) all
+      -- lie below a dot-file or dot-directory: a path without one needs no check.
+      local dotted = real:find("/.", 1, true) or target:find("/.", 1, true)
+      if use.write and dotted and not native.sandbox_is_path_writable(project.policy, target, project.cwd) then
         return "protected"
       end
       return nil
