@@ -3,20 +3,10 @@
 -- would land there if it ran.
 local helpers = require("spec.support.helpers")
 
-local function tmux(socket, args)
-  local cmd = { "tmux", "-L", socket }
-  vim.list_extend(cmd, args)
-  return vim.system(cmd, { text = true }):wait(5000)
-end
-
-local function screen(socket)
-  return tmux(socket, { "capture-pane", "-p", "-t", "demo" }).stdout or ""
-end
-
-local function wait_screen(socket, needle, timeout)
+local function wait_screen(child, needle, timeout)
   local last = ""
   local ok = vim.wait(timeout or 15000, function()
-    last = screen(socket)
+    last = child.screen()
     return last:find(needle, 1, true) ~= nil
   end, 50)
   assert(ok, "screen never showed: " .. needle .. "\n--- screen:\n" .. last)
@@ -24,10 +14,11 @@ local function wait_screen(socket, needle, timeout)
 end
 
 describe("make demo", function()
-  local socket
+  local child
   after_each(function()
-    if socket then
-      tmux(socket, { "kill-server" })
+    if child then
+      pcall(child.stop) -- a test that failed early: only the tmux server matters now
+      child = nil
     end
     helpers.cleanup()
   end)
@@ -35,23 +26,26 @@ describe("make demo", function()
   it("walks through the cycle offline: read runs, bash waits, then runs once approved", function()
     local home = helpers.tmpdir()
     local dir = helpers.tmpdir() .. "/tour"
-    socket = "flemma-demo-" .. vim.fn.getpid()
-    local version = vim.v.progpath:match("/%.deps/nvim%-([%d%.]+)/") or "0.12.4"
-    local cmd = ("cd %s && HOME=%s FLEMMA_DEMO_DIR=%s FLEMMA_DEMO_NVIM=%s make --no-print-directory demo; echo demo-exit=$?; sleep 60"):format(
-      vim.fn.shellescape(helpers.root),
-      vim.fn.shellescape(home),
-      vim.fn.shellescape(dir),
-      vim.fn.shellescape(helpers.root .. "/scripts/nvim " .. version)
-    )
-    local res = tmux(socket, { "new-session", "-d", "-s", "demo", "-x", "100", "-y", "45", cmd })
-    assert.equals(0, res.code, res.stderr)
-    wait_screen(socket, "Show me how tools work in Flemma.", 60000)
+    child = helpers.tmux_nvim({
+      socket = "flemma-demo-" .. vim.fn.getpid(),
+      width = 100,
+      height = 45,
+      command = function(nvim) -- make demo word-splits FLEMMA_DEMO_NVIM
+        return ("cd %s && HOME=%s FLEMMA_DEMO_DIR=%s FLEMMA_DEMO_NVIM=%s make --no-print-directory demo"):format(
+          vim.fn.shellescape(helpers.root),
+          vim.fn.shellescape(home),
+          vim.fn.shellescape(dir),
+          vim.fn.shellescape(table.concat(nvim, " "))
+        )
+      end,
+    })
+    wait_screen(child, "Show me how tools work in Flemma.", 60000)
 
-    tmux(socket, { "send-keys", "-t", "demo", "C-]" })
-    local s = wait_screen(socket, "bash: $ ls && echo tour-bash-done # list the tour folder")
+    child.tmux({ "send-keys", "-t", "flemma", "C-]" })
+    local s = wait_screen(child, "bash: $ ls && echo tour-bash-done # list the tour folder")
     local text = helpers.read_file(dir .. "/tour.chat") -- unsaved: the buffer is the truth
     assert.is_not_nil(text)
-    tmux(socket, { "send-keys", "-t", "demo", ":w", "Enter" })
+    child.tmux({ "send-keys", "-t", "flemma", ":w", "Enter" })
     helpers.wait_for(function()
       local t = helpers.read_file(dir .. "/tour.chat") or ""
       return t:find("Every tool call goes through one key", 1, true) ~= nil
@@ -61,11 +55,15 @@ describe("make demo", function()
     assert.truthy(s:find("status=pending", 1, true), s)
 
     -- The cursor sits on the pending bash block: approve it and press Ctrl-] again.
-    tmux(socket, { "send-keys", "-t", "demo", ":Flemma tool:approve", "Enter" })
-    tmux(socket, { "send-keys", "-t", "demo", "C-]" })
-    s = wait_screen(socket, "tour-bash-done\n", 15000)
+    child.tmux({ "send-keys", "-t", "flemma", ":Flemma tool:approve", "Enter" })
+    child.tmux({ "send-keys", "-t", "flemma", "C-]" })
+    s = wait_screen(child, "tour-bash-done\n", 15000)
     assert.truthy(s:find("notes.txt", 1, true), s)
     -- The write outside the project never ran.
     assert.is_nil(vim.uv.fs_stat(home .. "/flemma-tour.txt"))
+    -- Quitting is part of the tour: Neovim (and make demo) must exit 0.
+    local c = child
+    child = nil
+    c.stop()
   end)
 end)

@@ -157,7 +157,10 @@ end
 --- A child Neovim in a real terminal: a tmux server of its own (`socket`) with one
 --- session "flemma" of width x height running Neovim with `args`. The shell around it
 --- writes its exit status to a file, so `stop` can tell how it ended.
----@param opts { socket: string, args: string[], width?: integer, height?: integer }
+--- Instead of `args`, `command(argv)` may return a shell command line that starts
+--- Neovim through a wrapper (e.g. `make demo`); `argv` is the command (a list) that
+--- starts the right Neovim. The wrapper's exit status is what is checked.
+---@param opts { socket: string, args?: string[], command?: fun(argv: string[]): string, width?: integer, height?: integer }
 ---@return { tmux: fun(args: string[]): vim.SystemCompleted, screen: fun(): string, stop: fun(): table }
 function M.tmux_nvim(opts)
   local function tmux(args)
@@ -166,13 +169,14 @@ function M.tmux_nvim(opts)
     return vim.system(cmd, { text = true }):wait(5000)
   end
   local argv = M.nvim_cmd()
-  vim.list_extend(argv, opts.args)
+  vim.list_extend(argv, opts.args or {})
+  local line = table.concat(vim.tbl_map(vim.fn.shellescape, argv), " ")
+  if opts.command then
+    line = "(" .. opts.command(argv) .. ")"
+  end
   local status_file = M.tmpdir() .. "/exit-status"
   -- A signal shows as 128 + N in $?.
-  local shell = ("%s; echo $? > %s"):format(
-    table.concat(vim.tbl_map(vim.fn.shellescape, argv), " "),
-    vim.fn.shellescape(status_file)
-  )
+  local shell = ("%s; echo $? > %s"):format(line, vim.fn.shellescape(status_file))
   local res = tmux({
     "new-session", "-d", "-s", "flemma", "-x", tostring(opts.width or 90), "-y", tostring(opts.height or 30), shell,
   })
