@@ -189,7 +189,7 @@ return {
         done = true
       end)
       wait(function()
-        return alive_in_group(h.pid) == 3
+        return alive_in_group(h.pid) == 4 -- the reaper, bash and two sleeps
       end, 5000)
       local t0 = vim.uv.hrtime()
       h:cancel()

@@ -37,6 +37,9 @@ int64_t spawn(flemma_procmgr* m, const char* script, int64_t timeout_ms = 0, int
   o.argv = argv;
   o.merge_output = merge;
   o.timeout_ms = timeout_ms;
+  // The command's own status (SIGTERM) reaches the manager through the reaper
+  // within the grace period; 0 would mean SIGKILL at once.
+  o.kill_grace_ms = 2000;
   int64_t id = 0, pid = 0;
   REQUIRE(flemma_procmgr_spawn(m, &o, &id, &pid) == FLEMMA_OK);
   CHECK(pid > 0);

@@ -26,6 +26,7 @@
 #endif
 
 #include "guard.hpp"
+#include "reaper.hpp"
 #include "truncate.hpp"
 
 extern char** environ;
@@ -806,6 +807,63 @@ struct SpawnAttrs {
 
 }  // namespace
 
+namespace {
+
+// Whether `name` would be found by execvp with this PATH (so that a missing
+// program is still a synchronous error when the reaper runs it).
+bool findable(const std::string& name, const std::vector<std::string>& env) {
+  if (name.find('/') != std::string::npos) return ::access(name.c_str(), X_OK) == 0;
+  std::string path = "/usr/local/bin:/usr/bin:/bin";
+  for (const auto& kv : env)
+    if (kv.rfind("PATH=", 0) == 0) path = kv.substr(5);
+  size_t i = 0;
+  while (i <= path.size()) {
+    size_t j = path.find(':', i);
+    if (j == std::string::npos) j = path.size();
+    std::string dir = j > i ? path.substr(i, j - i) : ".";
+    std::string full = dir + "/" + name;
+    struct stat st;
+    if (::stat(full.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(full.c_str(), X_OK) == 0) return true;
+    i = j + 1;
+  }
+  return false;
+}
+
+// On Linux every command runs under flemma-reap (native/reaper/), which kills
+// the command's whole tree, setsid'd and double-forked jobs included, on
+// cancel, timeout and exit. A command the sandbox already wrapped starts with it.
+std::vector<std::string> under_reaper(const SpawnOptions& opts, const std::vector<std::string>& env) {
+#if defined(__linux__)
+  const std::string& reaper = flemma::reaper::path();
+  if (!flemma::reaper::available())
+    throw Error(FLEMMA_E_IO, "spawn: the helper `" + reaper +
+                                 "` is missing: rebuild Flemma (`make` in the plugin's directory)");
+  std::vector<std::string> out{reaper, "--grace-ms", std::to_string(opts.kill_grace_ms)};
+  size_t first = 0;
+  if (opts.argv[0] == reaper) {
+    first = 1;
+    auto dash = std::find(opts.argv.begin() + 1, opts.argv.end(), std::string("--"));
+    if (dash == opts.argv.end() || dash + 1 == opts.argv.end())
+      throw Error(FLEMMA_E_INVALID, "spawn: the reaper's command is empty");
+    if (!findable(*(dash + 1), env))
+      throw Error(FLEMMA_E_INVALID, "spawn: cannot run `" + *(dash + 1) +
+                                        "`: No such file or directory (is it installed and on PATH?)");
+  } else {
+    if (!findable(opts.argv[0], env))
+      throw Error(FLEMMA_E_INVALID, "spawn: cannot run `" + opts.argv[0] +
+                                        "`: No such file or directory (is it installed and on PATH?)");
+    out.push_back("--");
+  }
+  out.insert(out.end(), opts.argv.begin() + static_cast<std::ptrdiff_t>(first), opts.argv.end());
+  return out;
+#else
+  (void)env;
+  return opts.argv;
+#endif
+}
+
+}  // namespace
+
 int64_t Manager::spawn(SpawnOptions opts, pid_t* pid_out) {
   if (opts.argv.empty() || opts.argv[0].empty())
     throw Error(FLEMMA_E_INVALID, "spawn: the command is empty: give at least the program name");
@@ -859,13 +917,14 @@ int64_t Manager::spawn(SpawnOptions opts, pid_t* pid_out) {
   posix_spawnattr_setflags(&sa.at, flags);
 
   std::vector<std::string> env = build_env(environ, opts.env);
+  std::vector<std::string> run_argv = under_reaper(opts, env);
   std::vector<char*> envp;
   envp.reserve(env.size() + 1);
   for (auto& kv : env) envp.push_back(kv.data());
   envp.push_back(nullptr);
   std::vector<char*> argv;
-  argv.reserve(opts.argv.size() + 1);
-  for (auto& a : opts.argv) argv.push_back(a.data());
+  argv.reserve(run_argv.size() + 1);
+  for (auto& a : run_argv) argv.push_back(a.data());
   argv.push_back(nullptr);
 
   pid_t pid = -1;

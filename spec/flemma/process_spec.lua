@@ -111,7 +111,8 @@ describe("flemma.process", function()
     it("runs each child in a session and process group of its own", function()
       local r, h = run({ cmd = { "bash", "-c", "ps -o pid=,pgid=,sid= -p $$" } })
       local pid, pgid, sid = r.output:match("(%d+)%s+(%d+)%s+(%d+)")
-      assert.equal(h.pid, tonumber(pid))
+      -- h.pid leads the group: the reaper (flemma-reap), the command's parent's parent
+      assert.are_not.equal(h.pid, tonumber(pid))
       assert.equal(h.pid, tonumber(pgid))
       assert.equal(h.pid, tonumber(sid))
     end)
@@ -196,7 +197,8 @@ describe("flemma.process", function()
         result = r
       end)
       helpers.wait_for(function()
-        return alive_in_group(h.pid) == 3
+        -- the reaper (flemma-reap, the group's leader), the shell and its two children
+        return alive_in_group(h.pid) == 4
       end, 3000, "the shell and its two children did not start")
       assert.is_true(h:is_running())
       h:cancel()
@@ -233,7 +235,7 @@ describe("flemma.process", function()
         end)
       end
       helpers.wait_for(function()
-        return alive_in_group(handles[3].pid) == 2
+        return alive_in_group(handles[3].pid) == 3 -- the reaper, bash, sleep
       end)
       assert.equal(3, #process.running())
       process.kill_all()
@@ -243,7 +245,9 @@ describe("flemma.process", function()
       for i = 1, 3 do
         assert.is_true(results[i].cancelled)
         assert.equal(9, results[i].signal)
-        assert.equal(0, alive_in_group(handles[i].pid))
+        helpers.wait_for(function()
+          return alive_in_group(handles[i].pid) == 0
+        end, 3000, "a process of the group survived kill_all")
       end
     end)
 
@@ -265,6 +269,108 @@ describe("flemma.process", function()
       helpers.wait_for(function()
         return alive_in_group(pid) == 0
       end, 3000, "the child group outlived Neovim")
+    end)
+  end)
+
+  describe("jobs that leave the group", function()
+    -- A pid file per background job: `setsid` starts a new session, the
+    -- subshell of `( ... & )` exits at once (a double fork, as daemons do).
+    local escapes = "setsid sleep 1000 & echo $! > %s/a; (setsid sleep 1000 & echo $! > %s/b) ; "
+      .. "( (sleep 1000 & echo $! > %s/c) & ) ; sleep 0.2; echo started; %s"
+
+    local function pids(dir)
+      local out = {}
+      for _, n in ipairs({ "a", "b", "c" }) do
+        out[#out + 1] = assert(tonumber(helpers.read_file(dir .. "/" .. n)), "no pid in " .. n)
+      end
+      return out
+    end
+
+    local function alive(pid)
+      local stat = helpers.read_file("/proc/" .. pid .. "/stat")
+      return stat ~= nil and stat:match("%) (%S)") ~= "Z"
+    end
+
+    local function assert_all_die(list, what)
+      helpers.wait_for(function()
+        for _, pid in ipairs(list) do
+          if alive(pid) then
+            return false
+          end
+        end
+        return true
+      end, 5000, "a background job survived " .. what)
+    end
+
+    local function script(dir, tail)
+      return escapes:format(dir, dir, dir, tail)
+    end
+
+    it("cancel kills setsid and double-forked jobs", function()
+      local dir = helpers.tmpdir()
+      local result
+      local h = process.spawn({ cmd = { "bash", "-c", script(dir, "sleep 1000") } }, function(r)
+        result = r
+      end)
+      helpers.wait_for(function()
+        return helpers.read_file(dir .. "/c") ~= nil
+      end)
+      local list = pids(dir)
+      for _, pid in ipairs(list) do
+        assert.is_true(alive(pid))
+      end
+      h:cancel()
+      helpers.wait_for(function()
+        return result ~= nil
+      end, 5000)
+      assert.is_true(result.cancelled)
+      assert_all_die(list, "the cancel")
+    end)
+
+    it("a timeout kills them too", function()
+      local dir = helpers.tmpdir()
+      local r = run({ cmd = { "bash", "-c", script(dir, "sleep 1000") }, timeout = 1000 })
+      assert.is_true(r.timed_out)
+      assert_all_die(pids(dir), "the timeout")
+    end)
+
+    it("they outlive a command that finished, until Neovim exits, however it ends #child", function()
+      for _, how in ipairs({ "qa!", "kill" }) do
+        local dir = helpers.tmpdir()
+        local lua = ([[
+          vim.g.flemma_library_path = %q
+          local done
+          require("flemma.process").spawn({ cmd = { "bash", "-c", %q } }, function(r) done = r end)
+          vim.wait(5000, function() return done ~= nil end)
+          local f = io.open(%q, "w"); f:write(tostring(done and done.code)); f:close()
+          %s
+        ]]):format(
+          require("flemma.native").library_path(),
+          script(dir, "true"),
+          dir .. "/code",
+          how == "kill" and "vim.uv.kill(vim.uv.os_getpid(), 'sigkill')" or ""
+        )
+        local res = helpers.run_nvim({ rtp = helpers.root, lua = lua })
+        if how == "kill" then
+          assert.equal(9, res.signal)
+        else
+          assert.equal(0, res.code, res.stderr)
+        end
+        assert.equal("0", helpers.read_file(dir .. "/code"))
+        assert_all_die(pids(dir), "Neovim's exit (" .. how .. ")")
+      end
+    end)
+
+    it("keeps them while Neovim runs, when the command finished normally", function()
+      local dir = helpers.tmpdir()
+      local r = run({ cmd = { "bash", "-c", script(dir, "true") } })
+      assert.equal(0, r.code)
+      local list = pids(dir)
+      vim.wait(300)
+      for _, pid in ipairs(list) do
+        assert.is_true(alive(pid), "a background job died with its finished command")
+        vim.uv.kill(pid, "sigkill")
+      end
     end)
   end)
 
