@@ -208,6 +208,23 @@ TEST_CASE("process") {
     CHECK(std::find(env.begin(), env.end(), "FOO=2") != env.end());
     CHECK(std::find(env.begin(), env.end(), "GIT_TERMINAL_PROMPT=0") != env.end());
   }
+  SUBCASE("inherited secrets are dropped; extra ones stay, a bare name removes one") {
+    const char* base[] = {"PATH=/bin",          "ANTHROPIC_API_KEY=sk-1", "GITHUB_TOKEN=t", "AWS_SECRET_ACCESS_KEY=a",
+                          "my_secret=x",        "DB_PASSWORD=p",          "TOKENIZER=ok",   "KEYBOARD=ok",
+                          "MY_PROVIDER_CRED=c", nullptr};
+    auto env = flemma::process::build_env(base, {"OPENAI_API_KEY=given", "MY_PROVIDER_CRED"});
+    auto has = [&](const char* kv) { return std::find(env.begin(), env.end(), kv) != env.end(); };
+    CHECK_FALSE(has("ANTHROPIC_API_KEY=sk-1"));
+    CHECK_FALSE(has("GITHUB_TOKEN=t"));
+    CHECK_FALSE(has("AWS_SECRET_ACCESS_KEY=a"));
+    CHECK_FALSE(has("my_secret=x"));
+    CHECK_FALSE(has("DB_PASSWORD=p"));
+    CHECK_FALSE(has("MY_PROVIDER_CRED=c"));
+    CHECK(has("TOKENIZER=ok"));
+    CHECK(has("KEYBOARD=ok"));
+    CHECK(has("PATH=/bin"));
+    CHECK(has("OPENAI_API_KEY=given"));
+  }
   flemma_procmgr_free(m);
   flemma_procmgr_free(nullptr);
   flemma_proc_event_free(nullptr);

@@ -75,6 +75,9 @@ H.defaults = {
     truncate = { max_lines = 2000, max_bytes = 51200 },
     -- The bash tool: which shell runs commands and extra environment variables.
     bash = { shell = "bash", env = nil },
+    -- Names of variables that look like secrets (*_API_KEY, *_TOKEN, *_SECRET, ...)
+    -- that tool processes may still inherit; every other one is taken out.
+    env_passthrough = {},
   },
   sandbox = {
     enabled = false, -- opt-in; bash stays gated by default
@@ -167,9 +170,22 @@ function H.nonfinite(v)
   return v > 0 and "inf" or "-inf"
 end
 
+-- Lists of environment variable names.
+H.name_lists = { ["tools.env_passthrough"] = true }
+
 function H.check(value, default, path)
   if path == "providers" then
     return H.check_providers(value)
+  end
+  if H.name_lists[path] and type(value) == "table" then
+    for i, name in ipairs(value) do
+      if type(name) ~= "string" or not name:match("^[%a_][%w_]*$") then
+        util.error(("`%s[%d]` should be a variable name, not %s"):format(path, i, vim.inspect(name)))
+      end
+    end
+    if #value ~= vim.tbl_count(value) then
+      util.error(("`%s` should be a list of variable names"):format(path))
+    end
   end
   local allowed = H.types[path]
   local vt = type(value)

@@ -19,6 +19,7 @@ local H = {}
 ---@field cmd string[] argv; cmd[1] is looked up in PATH
 ---@field cwd? string working directory (default: Neovim's)
 ---@field env? table<string, string|number> extra variables on top of the inherited environment
+--- (which never holds secrets: see `tools.env_passthrough`)
 ---@field stdin? string written to stdin, then stdin is closed (nil: stdin is /dev/null)
 ---@field keep_stdin_open? boolean keep stdin open after `stdin` for handle:write()/close_stdin()
 ---@field timeout? integer milliseconds; nil or 0: none
@@ -134,6 +135,40 @@ function H.check(opts)
   return env
 end
 
+--- Secrets stay out of children: the native side never passes on an inherited
+--- variable that looks like one (`*_API_KEY`, `*_TOKEN`, `*_SECRET`, ...). The
+--- variables the providers read their keys from are taken out as well (a bare
+--- NAME), and those named in `tools.env_passthrough` are passed on explicitly.
+---@param env string[]|nil NAME=value entries from opts.env
+---@param explicit table|nil opts.env
+---@return string[]
+function H.secret_env(env, explicit)
+  local cfg = require("flemma.config").get()
+  local pass = {}
+  for _, name in ipairs((cfg.tools or {}).env_passthrough or {}) do
+    pass[name] = true
+  end
+  env = env or {}
+  local function given(name)
+    return explicit ~= nil and explicit[name] ~= nil
+  end
+  local names = vim.tbl_keys(pass)
+  table.sort(names)
+  for _, name in ipairs(names) do
+    local value = vim.env[name]
+    if value ~= nil and not given(name) then
+      env[#env + 1] = name .. "=" .. value
+    end
+  end
+  for _, provider in pairs(cfg.providers or {}) do
+    local name = type(provider) == "table" and provider.api_key_env or nil
+    if type(name) == "string" and name:match("^[%a_][%w_]*$") and not pass[name] and not given(name) then
+      env[#env + 1] = name
+    end
+  end
+  return env
+end
+
 function H.ensure_poll()
   if H.poll then
     return
@@ -215,7 +250,7 @@ end
 ---@param on_exit fun(result: flemma.process.Result)
 ---@return flemma.process.Handle
 function M.spawn(opts, on_exit)
-  local env = H.check(opts)
+  local env = H.secret_env(H.check(opts), opts.env)
   if type(on_exit) ~= "function" then
     util.error("process.spawn: `on_exit` should be a function, not " .. type(on_exit))
   end

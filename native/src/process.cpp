@@ -227,26 +227,59 @@ const std::vector<std::string>& noninteractive_env() {
   return vars;
 }
 
+bool is_secret_name(const std::string& name) {
+  std::string up;
+  up.reserve(name.size());
+  for (char c : name) up += static_cast<char>((c >= 'a' && c <= 'z') ? c - 32 : c);
+  static const char* const exact[] = {"API_KEY", "APIKEY", "TOKEN", "SECRET", "PASSWORD"};
+  static const char* const suffixes[] = {"_API_KEY",    "_APIKEY",   "_TOKEN",    "_SECRET",     "_SECRET_KEY",
+                                         "_ACCESS_KEY", "_PRIVATE_KEY", "_PASSWORD", "_PASSWD", "_CREDENTIALS"};
+  for (const char* e : exact)
+    if (up == e) return true;
+  for (const char* suf : suffixes) {
+    size_t n = std::strlen(suf);
+    if (up.size() > n && up.compare(up.size() - n, n, suf) == 0) return true;
+  }
+  return false;
+}
+
 std::vector<std::string> build_env(const char* const* base, const std::vector<std::string>& extra) {
   std::vector<std::string> out;
   std::unordered_map<std::string, size_t> index;
+  std::vector<bool> removed;
   auto put = [&](const std::string& kv) {
     size_t eq = kv.find('=');
-    if (eq == std::string::npos || eq == 0) return;
+    if (eq == 0 || kv.empty()) return;
+    if (eq == std::string::npos) {  // a bare NAME takes it out
+      auto it = index.find(kv);
+      if (it != index.end()) removed[it->second] = true;
+      return;
+    }
     std::string name = kv.substr(0, eq);
     auto it = index.find(name);
     if (it != index.end()) {
       out[it->second] = kv;
+      removed[it->second] = false;
     } else {
       index.emplace(std::move(name), out.size());
       out.push_back(kv);
+      removed.push_back(false);
     }
   };
-  if (base)
-    for (const char* const* e = base; *e; ++e) put(*e);
+  if (base) {
+    for (const char* const* e = base; *e; ++e) {
+      const char* eq = std::strchr(*e, '=');
+      if (eq && is_secret_name(std::string(*e, static_cast<size_t>(eq - *e)))) continue;
+      put(*e);
+    }
+  }
   for (const auto& kv : noninteractive_env()) put(kv);
   for (const auto& kv : extra) put(kv);
-  return out;
+  std::vector<std::string> kept;
+  kept.reserve(out.size());
+  for (size_t i = 0; i < out.size(); ++i)
+    if (!removed[i]) kept.push_back(std::move(out[i]));
+  return kept;
 }
 
 // ---------------------------------------------------------------------------

@@ -59,8 +59,13 @@ bool is_registered(pid_t pgid);
 // The non-interactive variables added to every child's environment.
 const std::vector<std::string>& noninteractive_env();
 
-// The environment of a child: `base` (NAME=value strings), then the
-// non-interactive variables, then `extra`; a later NAME replaces an earlier one.
+// Whether an inherited variable looks like a secret (`*_API_KEY`, `*_TOKEN`,
+// `*_SECRET`, `*_PASSWORD`, ...; any case): it never reaches a child.
+bool is_secret_name(const std::string& name);
+
+// The environment of a child: `base` (NAME=value strings) without the secret
+// ones, then the non-interactive variables, then `extra`; a later NAME replaces
+// an earlier one, and a bare NAME in `extra` (no `=`) takes NAME out.
 std::vector<std::string> build_env(const char* const* base, const std::vector<std::string>& extra);
 
 class Manager {

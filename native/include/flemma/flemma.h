@@ -215,7 +215,10 @@ FLEMMA_API const char *flemma_doc_arena(const flemma_doc *doc);
  * events and makes flemma_procmgr_fd() readable; the host then calls
  * flemma_procmgr_ack() and takes events with flemma_procmgr_next_event() on its
  * own thread. Every child gets a non-interactive environment (CI=true,
- * DEBIAN_FRONTEND=noninteractive, PAGER=cat, GIT_TERMINAL_PROMPT=0, ...). */
+ * DEBIAN_FRONTEND=noninteractive, PAGER=cat, GIT_TERMINAL_PROMPT=0, ...) and
+ * never inherits a variable that looks like a secret (*_API_KEY, *_TOKEN,
+ * *_SECRET, *_PASSWORD, ...); `env` entries are "NAME=value", or a bare "NAME"
+ * that takes NAME out. */
 typedef struct flemma_procmgr flemma_procmgr;
 
 /* A spawn request. Strings are copied; the caller keeps ownership.

@@ -338,6 +338,41 @@ describe("built-in tools", function()
       assert.same({ success = true, output = "sh from-config\n" }, res)
     end)
 
+    it("never shows the command a secret of Neovim's environment, unless passed through", function()
+      local saved = {}
+      local secrets = {
+        ANTHROPIC_API_KEY = "sk-ant-flemma-spec",
+        OPENAI_API_KEY = "sk-openai-flemma-spec",
+        FLEMMA_SPEC_TOKEN = "tok-flemma-spec",
+        flemma_spec_secret = "lower-flemma-spec",
+        VERTEX_ACCESS_TOKEN = "vertex-flemma-spec",
+      }
+      for k, v in pairs(secrets) do
+        saved[k] = vim.env[k]
+        vim.env[k] = v
+      end
+      local ok, err = pcall(function()
+        local res = sh("env")
+        assert.is_true(res.success)
+        assert.is_nil(res.output:find("flemma-spec", 1, true), "a secret reached the command")
+        assert.is_truthy(res.output:find("\nCI=true\n", 1, true))
+        config.setup({ tools = { env_passthrough = { "FLEMMA_SPEC_TOKEN" } } })
+        res = sh("env")
+        assert.is_truthy(res.output:find("FLEMMA_SPEC_TOKEN=tok-flemma-spec", 1, true))
+        assert.is_nil(res.output:find("sk-ant-flemma-spec", 1, true))
+      end)
+      for k in pairs(secrets) do
+        vim.env[k] = saved[k]
+      end
+      assert(ok, err)
+    end)
+
+    it("refuses an env_passthrough entry that is not a variable name", function()
+      local ok, err = pcall(config.setup, { tools = { env_passthrough = { "A=B" } } })
+      assert.is_false(ok)
+      assert.matches("`tools.env_passthrough[1]` should be a variable name", err, 1, true)
+    end)
+
     it("makes a non-zero exit an error result that keeps the output", function()
       local res = sh("echo partial; exit 3")
       assert.is_false(res.success)
