@@ -152,8 +152,9 @@ function M.set(bufnr, state)
   end
   H.session[hash] = nil
   local path = vim.api.nvim_buf_get_name(bufnr)
-  H.write(hash, state, path ~= "" and vim.fn.fnamemodify(path, ":p") or nil)
+  H.write(hash, state, path ~= "" and vim.fn.fnamemodify(path, ":p"):gsub("[\r\n]", " ") or nil)
   H.noticed[bufnr] = nil
+  H.asking[bufnr] = nil -- an answer given by command ends a prompt left open
   return hash
 end
 
@@ -275,6 +276,7 @@ function M.settle(bufnr, opts, resume)
     return true
   end
   if H.asking[bufnr] then
+    util.notify("answer whether to trust this frontmatter first (or use :Flemma trust / :Flemma untrust)")
     return false
   end
   if not resume or not H.can_ask() then

@@ -136,6 +136,31 @@ describe("trusting a chat file's frontmatter", function()
     assert.is_nil(trust.state(buf))
   end)
 
+  it("asks once while an asynchronous prompt is open, then goes on after the answer", function()
+    local pending
+    vim.ui.select = function(items, opts, on_choice)
+      asked[#asked + 1] = { items = items, prompt = opts.prompt }
+      pending = function()
+        on_choice(items[1])
+      end
+    end
+    local buf = chat({ 'flemma.opt.tools.auto_approve = { "bash" }' })
+    local before = text(buf)
+    press("<C-]>")
+    press("<C-]>")
+    assert.equals(1, #asked)
+    assert.equals(before, text(buf)) -- nothing injected before the answer
+    assert.equals(1, warned("answer whether to trust this frontmatter first"), vim.inspect(messages))
+    pending()
+    helpers.wait_for(function()
+      return vim.uv.fs_stat(dir .. "/marker") ~= nil
+    end, 5000, "bash did not run after the answer")
+    helpers.wait_for(function()
+      return #require("flemma.cycle").running(buf) == 0
+    end, 5000)
+    assert.equals(1, select(2, text(buf):gsub("%*%*Tool Result:%*%*", "")))
+  end)
+
   it("asks about an auto_approve function, which approves only once trusted", function()
     answer(2)
     local fm = { "flemma.opt.tools.auto_approve = function() return true end" }
