@@ -1,5 +1,6 @@
 #include "sandbox.hpp"
 
+#include <dirent.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -8,10 +9,13 @@
 #include <algorithm>
 
 #include "guard.hpp"
+#include "reaper.hpp"
 
 namespace flemma::sandbox {
 
 namespace {
+
+constexpr int kSeccompFd = 3;
 
 std::vector<std::string> split(const std::string& path) {
   std::vector<std::string> parts;
@@ -54,6 +58,68 @@ bool inside(const std::string& path, const std::string& root) {
   if (root == "/") return true;
   return path == root || (path.size() > root.size() && path.compare(0, root.size(), root) == 0 &&
                           path[root.size()] == '/');
+}
+
+bool is_dir(const std::string& p) {
+  struct stat st;
+  return ::lstat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+std::vector<std::string> list_dir(const std::string& dir, size_t cap) {
+  std::vector<std::string> names;
+  if (DIR* d = ::opendir(dir.c_str())) {
+    while (dirent* e = ::readdir(d)) {
+      std::string n = e->d_name;
+      if (n == "." || n == "..") continue;
+      names.push_back(std::move(n));
+      if (names.size() >= cap) break;
+    }
+    ::closedir(d);
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+// Whether a directory holds a Unix socket within `depth` levels (bounded).
+bool holds_socket(const std::string& dir, int depth, size_t& budget) {
+  for (const auto& n : list_dir(dir, 256)) {
+    if (budget == 0) return true;  // too big to tell: hide it
+    --budget;
+    std::string p = dir + "/" + n;
+    struct stat st;
+    if (::lstat(p.c_str(), &st) != 0) continue;
+    if (S_ISSOCK(st.st_mode)) return true;
+    if (S_ISDIR(st.st_mode) && depth > 1 && holds_socket(p, depth - 1, budget)) return true;
+  }
+  return false;
+}
+
+// Names of the usual socket directories of /tmp and the runtime directory.
+bool socket_dir_name(const std::string& n) {
+  static const char* const prefixes[] = {"nvim.", "tmux-", "ssh-", "dbus-", "systemd-private-", "pulse",
+                                         ".X11-unix", ".ICE-unix", ".XIM-unix", ".font-unix", "screen",
+                                         "gnupg", "keyring", "bus", "wayland", "podman", "docker", "emacs"};
+  for (const char* pre : prefixes)
+    if (n.rfind(pre, 0) == 0) return true;
+  return false;
+}
+
+// The host directories that hold sockets (Neovim's RPC socket among them):
+// /tmp, $XDG_RUNTIME_DIR and /run/user.
+std::vector<std::string> socket_dirs() {
+  std::vector<std::string> out;
+  auto add = [&](const std::string& p) {
+    if (p.empty() || p[0] != '/' || !is_dir(p)) return;
+    std::string r = resolve(p, "/");
+    for (const auto& o : out)
+      if (inside(r, o)) return;
+    out.erase(std::remove_if(out.begin(), out.end(), [&](const std::string& o) { return inside(o, r); }), out.end());
+    out.push_back(r);
+  };
+  add("/tmp");
+  if (const char* x = std::getenv("XDG_RUNTIME_DIR")) add(x);
+  add("/run/user");
+  return out;
 }
 
 std::string quote_sb(const std::string& s) {
@@ -157,8 +223,32 @@ bool is_path_writable(const std::string& path, const Policy& policy, const std::
 std::vector<std::string> bwrap_args(const Policy& policy, const std::string& cwd) {
   std::vector<std::string> a = {"--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"};
   auto roots = existing_roots(policy, cwd);
+  // No Unix socket of the host may be reachable (Neovim's own RPC socket runs
+  // anything in the unsandboxed editor): the socket directories get a fresh
+  // tmpfs, and the writable roots inside them are bound back.
+  auto sockets = socket_dirs();
+  for (const auto& d : sockets) {
+    bool covered = std::any_of(roots.begin(), roots.end(), [&](const std::string& r) { return inside(d, r); });
+    if (!covered) a.insert(a.end(), {"--tmpfs", d});
+  }
   for (const auto& r : roots) {
     a.insert(a.end(), {"--bind", r, r});
+    // A root that holds a socket directory (/tmp is a default root) shows its
+    // entries, except those holding sockets: each gets an empty tmpfs.
+    for (const auto& d : sockets) {
+      if (!inside(d, r)) continue;
+      for (const auto& n : list_dir(d, 4096)) {
+        std::string p = d + "/" + n;
+        struct stat st;
+        if (::lstat(p.c_str(), &st) != 0) continue;
+        size_t budget = 512;
+        if (S_ISSOCK(st.st_mode)) {
+          a.insert(a.end(), {"--ro-bind", "/dev/null", p});
+        } else if (S_ISDIR(st.st_mode) && (socket_dir_name(n) || holds_socket(p, 2, budget))) {
+          a.insert(a.end(), {"--tmpfs", p});
+        }
+      }
+    }
   }
   for (const auto& r : roots) {
     const std::string base = r == "/" ? "" : r;
@@ -180,7 +270,12 @@ std::vector<std::string> bwrap_args(const Policy& policy, const std::string& cwd
       }
     }
   }
-  a.insert(a.end(), {"--unshare-pid", "--die-with-parent", "--new-session"});
+  // A user namespace and no capability at all: root inside cannot remount
+  // anything writable. The filter (handed over on fd 3 by flemma-reap) refuses
+  // socket(AF_UNIX), so a socket elsewhere (inside a root, an abstract one) is
+  // out of reach as well.
+  a.insert(a.end(), {"--unshare-user", "--cap-drop", "ALL", "--unshare-pid", "--die-with-parent", "--new-session",
+                     "--seccomp", std::to_string(kSeccompFd)});
   if (!policy.network) a.push_back("--unshare-net");
   // No --chdir: bwrap keeps the working directory the command was started in.
   a.push_back("--");
@@ -204,7 +299,9 @@ std::string seatbelt_profile(const Policy& policy, const std::string& cwd) {
     }
     s += ")\n";
   }
-  if (!policy.network) s += "(deny network*)\n(allow network* (remote unix-socket))\n";
+  // Off means off: Unix sockets too (Neovim's RPC socket would run anything
+  // outside the sandbox).
+  if (!policy.network) s += "(deny network*)\n(deny network* (remote unix-socket))\n";
   return s;
 }
 
@@ -213,6 +310,11 @@ std::vector<std::string> wrap(Backend backend, const Policy& policy, const std::
   if (cmd.empty()) throw Error(FLEMMA_E_INVALID, "sandbox: the command to wrap is empty");
   std::vector<std::string> out;
   if (backend == Backend::Bwrap) {
+    // flemma-reap hands bwrap the seccomp filter on kSeccompFd.
+    if (!reaper::available())
+      throw Error(FLEMMA_E_IO, "sandbox: the helper `" + reaper::path() +
+                                   "` is missing: rebuild Flemma (`make` in the plugin's directory)");
+    out.insert(out.end(), {reaper::path(), "--seccomp-fd", std::to_string(kSeccompFd), "--"});
     out.push_back(program.empty() ? "bwrap" : program);
     auto a = bwrap_args(policy, cwd);
     out.insert(out.end(), a.begin(), a.end());

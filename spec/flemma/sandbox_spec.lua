@@ -155,6 +155,145 @@ describe("flemma.sandbox", function()
       assert.is_truthy(profile:find('(subpath "' .. dir .. '/.git/hooks")', 1, true))
       assert.is_truthy(profile:find("(deny network*)", 1, true))
       assert.is_nil(profile:find("nonexistent", 1, true))
+      -- With the network off, Unix sockets are off too (Neovim's RPC socket among them).
+      assert.is_nil(profile:find("(allow network", 1, true), profile)
+      assert.is_truthy(profile:find("(deny network* (remote unix-socket))", 1, true), profile)
+      local on = native.sandbox_wrap("sandbox-exec", { rw_paths = { dir }, network = true }, { "ls" }, dir)[3]
+      assert.is_nil(on:find("(deny network", 1, true), on)
+    end)
+  end)
+
+  describe("Unix sockets", function()
+    local servers = {}
+    after_each(function()
+      for _, srv in ipairs(servers) do
+        srv:kill(9)
+        srv:wait(2000)
+      end
+      servers = {}
+    end)
+
+    -- A real Neovim listening on `sock`, ready to evaluate requests.
+    local function listen(sock)
+      local srv = vim.system({ vim.v.progpath, "--headless", "--clean", "--listen", sock })
+      servers[#servers + 1] = srv
+      helpers.wait_for(function()
+        local ok, ch = pcall(vim.fn.sockconnect, "pipe", sock, { rpc = true })
+        if ok and ch > 0 then
+          vim.fn.chanclose(ch)
+          return true
+        end
+        return false
+      end, 10000, "the Neovim server did not start listening on " .. sock)
+    end
+
+    it("no sandboxed command can make a host Neovim run anything through its RPC socket", function()
+      local dir = project()
+      -- One where Neovim puts its own (/tmp/nvim.USER/xxx/nvim.PID.0), one inside the writable root.
+      local tmp_sock = helpers.tmpdir() .. "/nvim.4242.0"
+      local root_sock = dir .. "/nvim.sock"
+      listen(tmp_sock)
+      listen(root_sock)
+      local marker = helpers.tmpdir() .. "/ran-outside"
+      -- The issue's loop, limited to this spec's own servers (other Neovims on
+      -- the machine are not ours to poke), and what the command can see.
+      local attack = ([[
+        for s in /tmp/nvim.*/*/nvim.* /tmp/nvim.*/*/*/nvim.* "$XDG_RUNTIME_DIR"/nvim.*; do
+          [ -S "$s" ] && echo "visible $s"
+        done
+        for s in %s %s; do
+          timeout 5 %s --clean --headless --server "$s" --remote-expr "system('touch %s')" && echo "reached $s"
+        done
+        /usr/bin/python3 -c 'import socket, sys
+for p in sys.argv[1:]:
+    try:
+        s = socket.socket(socket.AF_UNIX)
+        s.connect(p)
+        print("connected", p)
+    except OSError as e:
+        print("refused", p, e.strerror)
+a, b = socket.socketpair()
+a.send(b"x")
+print("socketpair", b.recv(1).decode())' %s %s
+        true
+      ]]):format(root_sock, tmp_sock, vim.v.progpath, marker, root_sock, tmp_sock)
+      -- The attack works without the sandbox: the host Neovim runs the command.
+      sandbox.set_enabled(false)
+      local plain = run({ "bash", "-c", attack }, dir)
+      assert.is_truthy(plain.output:find("reached " .. root_sock, 1, true), plain.output)
+      assert.is_not_nil(vim.uv.fs_stat(marker))
+      os.remove(marker)
+      sandbox.set_enabled(true)
+      for _, policy in ipairs({
+        { rw_paths = { dir }, network = false },
+        { rw_paths = { dir, "/tmp" }, network = false }, -- /tmp itself writable, as by default
+        { rw_paths = { dir, "/tmp" }, network = true },
+      }) do
+        local argv = assert(sandbox.wrap_command({ "bash", "-c", attack }, policy))
+        local r = run(argv, dir)
+        local what = vim.inspect(policy)
+        assert.equal(0, r.code, r.output)
+        assert.is_nil(r.output:find("reached", 1, true), what .. ": " .. r.output)
+        assert.is_nil(r.output:find("visible " .. tmp_sock, 1, true), what .. ": " .. r.output)
+        assert.is_nil(r.output:find("connected", 1, true), what .. ": " .. r.output)
+        assert.is_truthy(r.output:find("refused " .. root_sock .. " Operation not permitted", 1, true), r.output)
+        assert.is_truthy(r.output:find("socketpair x", 1, true), r.output)
+        assert.is_nil(vim.uv.fs_stat(marker), what .. ": the host Neovim ran the command")
+      end
+    end)
+
+    it("hides the socket directories of /tmp, even when /tmp is writable", function()
+      local dir = project()
+      local sockdir = helpers.tmpdir()
+      listen(sockdir .. "/nvim.4243.0")
+      local r = sandboxed(dir, "ls " .. vim.fn.shellescape(sockdir) .. " 2>&1; ls -d /tmp/nvim.* 2>&1; true")
+      assert.is_nil(r.output:find("nvim.4243.0", 1, true), r.output)
+      local argv = assert(sandbox.wrap_command({ "bash", "-c", "ls -A /tmp/nvim.*/ 2>&1; echo x > /tmp/flemma-sb-probe-$$ && echo wrote" },
+        { rw_paths = { dir, "/tmp" }, network = true }))
+      r = run(argv, dir)
+      assert.is_nil(r.output:find("nvim.4243.0", 1, true), r.output)
+      assert.is_truthy(r.output:find("wrote", 1, true), r.output)
+    end)
+  end)
+
+  describe("capabilities", function()
+    local attack = "grep CapEff /proc/self/status; mount -o remount,rw,bind / 2>&1 && echo remounted; "
+      .. "echo x > /etc/flemma-sandbox-probe 2>&1 && echo wrote-etc; echo ok > made.txt && echo wrote-root"
+
+    local function check(r, dir)
+      assert.equal(0, r.code, r.output)
+      assert.is_truthy(r.output:find("CapEff:%s+0+\n"), r.output)
+      assert.is_nil(r.output:find("remounted", 1, true), r.output)
+      local escaped = vim.uv.fs_stat("/etc/flemma-sandbox-probe") ~= nil
+      os.remove("/etc/flemma-sandbox-probe") -- never leave it behind, even when failing
+      assert.is_nil(r.output:find("wrote-etc", 1, true), r.output)
+      assert.is_false(escaped)
+      assert.is_truthy(r.output:find("wrote-root", 1, true), r.output)
+      assert.equal("ok\n", helpers.read_file(dir .. "/made.txt"))
+    end
+
+    it("leaves root inside the sandbox without any capability: no remount, no write outside", function()
+      local dir = project()
+      check(sandboxed(dir, attack .. "; true"), dir)
+    end)
+
+    it("holds for an unprivileged user too", function()
+      if vim.uv.getuid() ~= 0 or vim.fn.executable("setpriv") ~= 1 then
+        pending("needs root and setpriv to switch to an unprivileged user")
+        return
+      end
+      local dir = assert(vim.uv.fs_mkdtemp("/tmp/flemma-sandbox-user-XXXXXX"))
+      vim.uv.fs_chmod(dir, 511) -- 0777: nobody writes here
+      local ok, err = pcall(function()
+        local argv = assert(sandbox.wrap_command({ "bash", "-c", attack .. "; id -u" }, { rw_paths = { dir }, network = false }))
+        local cmd = { "setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--" }
+        vim.list_extend(cmd, argv)
+        local r = run(cmd, dir)
+        check(r, dir)
+        assert.is_truthy(r.output:find("\n65534\n", 1, true), r.output)
+      end)
+      vim.fn.delete(dir, "rf")
+      assert(ok, err)
     end)
   end)
 
