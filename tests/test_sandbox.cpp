@@ -8,6 +8,7 @@
 #include <string>
 
 #include "flemma/flemma.h"
+#include "reaper.hpp"
 #include "sandbox.hpp"
 
 namespace sb = flemma::sandbox;
@@ -60,17 +61,21 @@ TEST_CASE("sandbox") {
     auto a = sb::wrap(sb::Backend::Bwrap, policy, {"echo", "hi"}, dir, "");
     std::string joined;
     for (auto& s : a) joined += s + " ";
-    CHECK(a.front() == "bwrap");
-    CHECK(joined.rfind("bwrap --ro-bind / / --dev /dev --proc /proc ", 0) == 0);
-    CHECK(joined.find("--bind " + dir + "/root " + dir + "/root ") != std::string::npos);
+    // flemma-reap hands bwrap its seccomp filter on fd 3.
+    CHECK(a.front() == flemma::reaper::path());
+    CHECK(joined.rfind(flemma::reaper::path() + " --seccomp-fd 3 -- bwrap --ro-bind / / --dev /dev --proc /proc ", 0) == 0);
+    // The root is in /tmp: /tmp gets a fresh tmpfs, the root is bound back.
+    CHECK(joined.find("--tmpfs /tmp ") != std::string::npos);
+    CHECK(joined.find("--tmpfs /tmp ") < joined.find("--bind " + dir + "/root " + dir + "/root "));
     CHECK(joined.find("--ro-bind " + dir + "/root/.git/hooks ") != std::string::npos);
     CHECK(joined.find("--ro-bind " + dir + "/root/.git/config ") != std::string::npos);
     CHECK(joined.find("missing") == std::string::npos);
-    CHECK(joined.find("--tmpfs") == std::string::npos);  // hooks exist: a plain ro-bind
-    CHECK(joined.find("--unshare-pid --die-with-parent --new-session --unshare-net -- echo hi") != std::string::npos);
+    CHECK(joined.find("--tmpfs " + dir) == std::string::npos);  // hooks exist: a plain ro-bind
+    CHECK(joined.find("--unshare-user --cap-drop ALL --unshare-pid --die-with-parent --new-session --seccomp 3 "
+                      "--unshare-net -- echo hi") != std::string::npos);
     policy.network = true;
     auto b = sb::wrap(sb::Backend::Bwrap, policy, {"true"}, dir, "/usr/bin/bwrap");
-    CHECK(b.front() == "/usr/bin/bwrap");
+    CHECK(b[4] == "/usr/bin/bwrap");
     CHECK(std::find(b.begin(), b.end(), "--unshare-net") == b.end());
   }
   SUBCASE("the sandbox-exec profile denies writes except in the roots") {
@@ -80,6 +85,8 @@ TEST_CASE("sandbox") {
     CHECK(p.find("(subpath \"" + dir + "/root/.git/hooks\")") != std::string::npos);
     CHECK(p.find("(literal \"" + dir + "/root/.git/config\")") != std::string::npos);
     CHECK(p.find("(deny network*)") != std::string::npos);
+    CHECK(p.find("(deny network* (remote unix-socket))") != std::string::npos);
+    CHECK(p.find("(allow network") == std::string::npos);
     sb::Policy q{{"/tmp/we\"ird"}, true};
     fs::create_directories("/tmp/we\"ird");
     CHECK(sb::seatbelt_profile(q, "/").find("(subpath \"/tmp/we\\\"ird\")") != std::string::npos);
@@ -93,7 +100,7 @@ TEST_CASE("sandbox") {
     const char* argv[] = {"ls", nullptr};
     flemma_strv* v = flemma_sandbox_wrap(p, 1, argv, dir.c_str(), nullptr);
     REQUIRE(v != nullptr);
-    CHECK(std::string(v->items[0]) == "bwrap");
+    CHECK(std::string(v->items[4]) == "bwrap");
     CHECK(std::string(v->items[v->count - 1]) == "ls");
     flemma_strv_free(v);
     CHECK(flemma_sandbox_wrap(p, 7, argv, dir.c_str(), nullptr) == nullptr);
