@@ -18,6 +18,7 @@ local modules = {
   "flemma.sandbox",
   "flemma.log",
   "flemma.trust",
+  "flemma.switch",
 }
 local loaded = false
 

@@ -18,6 +18,7 @@ H.defaults = {
     timeout = 600, -- seconds a whole request may take
     connect_timeout = 10, -- seconds to establish the connection
     max_retries = 3, -- retries of a request refused with 429, 503, 529 or a reset connection
+    thinking_foreign = "text", -- thinking of another provider: "text" (plain text) | "preserve" | "drop"
     anthropic = { thinking_budget = nil },
     openai = { reasoning = nil },
     vertex = { project_id = nil, location = "global", thinking_budget = nil },
@@ -53,6 +54,14 @@ H.defaults = {
       endpoint = "https://api.deepseek.com/chat/completions",
       api_key_env = "DEEPSEEK_API_KEY",
     },
+  },
+  -- Named selections for :Flemma switch and frontmatter: ["$name"] = "provider [model]
+  -- [key=value ...]" or { provider = ..., model = ..., parameters = { ... } }.
+  presets = {},
+  ui = {
+    -- :Flemma switch warns when the model's output price is above this many dollars
+    -- per million tokens.
+    high_cost_threshold = 30,
   },
   tools = {
     -- false registers a catch-all resolver that approves every tool call.
@@ -116,10 +125,12 @@ H.enums = {
   ["tools.cursor_after_result"] = { "result", "stay", "next" },
   ["sandbox.backend"] = { "auto", "bwrap", "sandbox-exec" },
   ["parameters.cache_retention"] = { "none", "short", "long" },
+  ["parameters.thinking_foreign"] = { "text", "preserve", "drop" },
 }
 
 -- Tables whose keys are open: any key is accepted (and checked only if known).
 H.open = {
+  ["presets"] = true, -- checked by flemma.switch
   ["tools"] = true, -- per-tool subtrees, read by ctx:get_config()
   ["tools.presets"] = true,
   ["parameters"] = true,
@@ -198,6 +209,9 @@ function H.check(value, default, path)
   end
   if vt == "number" and (value ~= value or value == math.huge or value == -math.huge) then
     util.error(("`%s` should be a finite number, not %s"):format(path, H.nonfinite(value)))
+  end
+  if path == "ui.high_cost_threshold" and value < 0 then
+    util.error(("`%s` should be a number >= 0 (dollars per million tokens), not %s"):format(path, tostring(value)))
   end
   local enum = H.enums[path]
   if enum and not vim.tbl_contains(enum, value) then
@@ -292,14 +306,60 @@ function M.setup(opts)
     table.sort(names)
     util.error(("`provider` should be one of %s, not %s"):format(table.concat(names, ", "), vim.inspect(merged.provider)))
   end
+  require("flemma.switch").check_presets(merged.presets, merged)
   H.current = merged
+  H.session = nil
+  H.effective = nil
   return H.current
 end
 
---- The active configuration (do not modify; use setup()).
+--- The active configuration (do not modify; use setup()): setup()'s options with the
+--- session layer of :Flemma switch on top (provider, model, parameters).
 ---@return flemma.Config
 function M.get()
+  if not H.session then
+    return H.current
+  end
+  if not H.effective then
+    local eff = vim.deepcopy(H.current)
+    eff.provider = H.session.provider
+    eff.model = H.session.model
+    local function apply(dst, src)
+      for k, v in pairs(src) do
+        if v == vim.NIL then
+          dst[k] = nil
+        elseif type(v) == "table" then
+          dst[k] = type(dst[k]) == "table" and dst[k] or {}
+          apply(dst[k], v)
+        else
+          dst[k] = v
+        end
+      end
+    end
+    apply(eff.parameters, H.session.parameters or {})
+    H.effective = eff
+  end
+  return H.effective
+end
+
+--- setup()'s options without the session layer.
+---@return flemma.Config
+function M.get_setup()
   return H.current
+end
+
+--- Sets (or with nil removes) the session layer that :Flemma switch keeps above
+--- setup(): { provider, model?, parameters? } (a parameter set to vim.NIL is cleared).
+--- setup() removes it.
+---@param layer? { provider: string, model?: string, parameters?: table }
+function M.set_session(layer)
+  H.session = layer and vim.deepcopy(layer) or nil
+  H.effective = nil
+end
+
+--- The session layer (a copy) or nil.
+function M.session()
+  return H.session and vim.deepcopy(H.session) or nil
 end
 
 --- A deep copy of the defaults.

@@ -7,6 +7,8 @@ local M = {}
 --- The model a provider uses when neither `model` nor `providers.<name>.model` is set.
 M.defaults = {
   anthropic = "claude-sonnet-4-6",
+  openai = "gpt-5.4",
+  vertex = "gemini-3.1-pro-preview",
   deepseek = "deepseek-chat",
 }
 
@@ -50,6 +52,19 @@ M.by_kind = {
       context = 200000, max_output = 64000,
       input = 3, output = 15, cache_read = 0.3, cache_write = 3.75, cache_write_1h = 6,
     },
+  },
+  openai = {
+    ["gpt-5.5"] = { context = 1050000, max_output = 128000, input = 5, output = 30, cache_read = 0.5 },
+    ["gpt-5.4"] = { context = 1050000, max_output = 128000, input = 2.5, output = 15, cache_read = 0.25 },
+    ["gpt-5.4-mini"] = { context = 1050000, max_output = 128000, input = 0.75, output = 4.5, cache_read = 0.075 },
+    ["gpt-5.4-nano"] = { context = 1050000, max_output = 128000, input = 0.2, output = 1.25, cache_read = 0.02 },
+    ["gpt-5.4-pro"] = { context = 1050000, max_output = 128000, input = 30, output = 180 },
+  },
+  vertex = {
+    ["gemini-3.1-pro-preview"] = { context = 1048576, max_output = 65536, input = 2, output = 12, cache_read = 0.2 },
+    ["gemini-2.5-pro"] = { context = 1048576, max_output = 65536, input = 1.25, output = 10, cache_read = 0.125 },
+    ["gemini-2.5-flash"] = { context = 1048576, max_output = 65536, input = 0.3, output = 2.5, cache_read = 0.03 },
+    ["gemini-2.5-flash-lite"] = { context = 1048576, max_output = 65536, input = 0.1, output = 0.4, cache_read = 0.01 },
   },
   openai_chat = {
     ["deepseek-chat"] = { context = 128000, max_output = 8192, input = 0.28, output = 0.42, cache_read = 0.028 },

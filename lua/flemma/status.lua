@@ -1,5 +1,6 @@
 --- :Flemma status: the effective settings of a chat buffer as a tree, each value
 --- marked with the layer that set it: `default`, `setup` (require("flemma").setup),
+--- `switch` (:Flemma switch, for this session),
 --- `command` (a :Flemma command of this session), `buffer` (a per-buffer toggle) or
 --- `frontmatter` (the buffer's own frontmatter).
 local util = require("flemma.util")
@@ -20,7 +21,14 @@ end
 --- `default` when the active config holds the default value at `path`, else `setup`.
 function H.config_layer(path)
   local config = require("flemma.config")
-  return vim.deep_equal(H.get(config.get(), path), H.get(config.defaults(), path)) and "default" or "setup"
+  local session = config.session()
+  if session then
+    local top = path:match("^[^.]+")
+    if top == "provider" or top == "model" or (top == "parameters" and H.get(session, path) ~= nil) then
+      return "switch"
+    end
+  end
+  return vim.deep_equal(H.get(config.get_setup(), path), H.get(config.defaults(), path)) and "default" or "setup"
 end
 
 function H.show(v)
@@ -68,7 +76,7 @@ function M.tree(bufnr)
     return require("flemma.provider").resolve(config)
   end)
   if ok_p and spec then
-    local model_layer = config.model and "setup" or (H.get(config, "providers." .. spec.name .. ".model") and H.config_layer("providers." .. spec.name .. ".model") or "default")
+    local model_layer = require("flemma.config").session() and "switch" or config.model and "setup" or (H.get(config, "providers." .. spec.name .. ".model") and H.config_layer("providers." .. spec.name .. ".model") or "default")
     row(1, "model: " .. tostring(spec.model), model_layer)
     row(1, "kind: " .. tostring(spec.kind), H.config_layer("providers." .. spec.name .. ".kind"))
     row(1, "endpoint: " .. tostring(spec.endpoint), H.config_layer("providers." .. spec.name .. ".endpoint"))
@@ -116,7 +124,7 @@ function M.tree(bufnr)
     elseif fv ~= nil then
       row(1, ("%s: %s"):format(k, H.show(fv)), "frontmatter")
     elseif v == nil then
-      row(1, ("%s: not set (the provider's default)"):format(k), "default")
+      row(1, ("%s: not set (the provider's default)"):format(k), H.config_layer("parameters." .. k))
     else
       row(1, ("%s: %s"):format(k, H.show(v)), H.config_layer("parameters." .. k))
     end

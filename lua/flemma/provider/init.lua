@@ -71,17 +71,42 @@ function M.resolve(config)
         name
       )
   end
-  if type(entry.endpoint) ~= "string" or entry.endpoint == "" then
+  local endpoint = entry.endpoint
+  if entry.kind == "vertex" then
+    local verr
+    endpoint, verr = H.vertex_endpoint(entry.endpoint, model, (config.parameters or {}).vertex or {})
+    if not endpoint then
+      return nil, ("%s: %s"):format(name, verr)
+    end
+  end
+  if type(endpoint) ~= "string" or endpoint == "" then
     return nil, ("%s: `providers.%s.endpoint` is not set"):format(name, name)
   end
   return {
     name = name,
     kind = entry.kind,
-    endpoint = entry.endpoint,
+    endpoint = endpoint,
     api_key_env = entry.api_key_env,
     headers = entry.headers,
     model = model,
   }
+end
+
+--- The Vertex AI URL of a model: `providers.<name>.endpoint` (default: Google's, by
+--- location) with {project_id}, {location} and {model} filled in from parameters.vertex.
+function H.vertex_endpoint(template, model, vp)
+  local location = vp.location or "global"
+  if not template then
+    local host = location == "global" and "aiplatform.googleapis.com" or (location .. "-aiplatform.googleapis.com")
+    template = "https://" .. host .. "/v1/projects/{project_id}/locations/{location}/publishers/google/models/{model}:streamGenerateContent?alt=sse"
+  end
+  if template:find("{project_id}", 1, true) and (type(vp.project_id) ~= "string" or vp.project_id == "") then
+    return nil, "`parameters.vertex.project_id` is not set (the Google Cloud project to bill), e.g. :Flemma switch vertex vertex.project_id=my-project"
+  end
+  local values = { project_id = vp.project_id, location = location, model = model }
+  return (template:gsub("{([%w_]+)}", function(k)
+    return values[k] and tostring(values[k]) or nil
+  end))
 end
 
 --- Whether an endpoint's host is this machine (a key is optional there).

@@ -1,0 +1,235 @@
+local helpers = require("spec.support.helpers")
+local config = require("flemma.config")
+local switch = require("flemma.switch")
+local provider = require("flemma.provider")
+
+local notes, orig_notify, orig_select
+
+local function errors()
+  return vim.tbl_filter(function(n)
+    return n.level == vim.log.levels.ERROR
+  end, notes)
+end
+
+local function complete(line)
+  return vim.fn.getcompletion("Flemma " .. line, "cmdline")
+end
+
+describe(":Flemma switch", function()
+  before_each(function()
+    notes = {}
+    orig_notify = vim.notify
+    orig_select = vim.ui.select
+    vim.notify = function(msg, level)
+      notes[#notes + 1] = { msg = msg, level = level or vim.log.levels.INFO }
+    end
+    require("flemma").setup({
+      parameters = { vertex = { project_id = "proj-1" } },
+      presets = {
+        ["$fast"] = "vertex gemini-2.5-flash thinking=minimal",
+        ["$review"] = { provider = "anthropic", model = "claude-opus-4-1", parameters = { thinking = "high", anthropic = { thinking_budget = 9000 } } },
+      },
+    })
+  end)
+  after_each(function()
+    vim.notify = orig_notify
+    vim.ui.select = orig_select
+    require("flemma").setup({})
+    vim.cmd("silent! %bwipeout!")
+    helpers.cleanup()
+  end)
+
+  it("switches provider, model and parameters for the session, above setup()", function()
+    vim.cmd("Flemma switch openai gpt-5.4-mini thinking=high temperature=0.3")
+    assert.same({}, errors())
+    local spec = provider.resolve()
+    assert.equals("openai", spec.name)
+    assert.equals("gpt-5.4-mini", spec.model)
+    assert.equals("high", config.get().parameters.thinking)
+    assert.equals(0.3, config.get().parameters.temperature)
+    assert.equals("anthropic", config.get_setup().provider)
+    assert.equals(
+      "(flemma) switched to openai gpt-5.4-mini (temperature=0.3 thinking=high) · $0.75 in / $4.5 out per million tokens",
+      notes[#notes].msg
+    )
+    -- the parameters reach the request context
+    local ctx = provider.context(spec, { messages = {} }, { tools = {} })
+    assert.equals("high", ctx.parameters.thinking)
+  end)
+
+  it("uses the provider's default model when none is named, and key= clears a parameter", function()
+    require("flemma").setup({ parameters = { temperature = 0.7, max_tokens = 2000, vertex = { project_id = "proj-1", location = "europe-west4" } } })
+    vim.cmd("Flemma switch vertex temperature=")
+    assert.same({}, errors())
+    local spec = provider.resolve()
+    assert.equals("gemini-3.1-pro-preview", spec.model)
+    assert.equals(
+      "https://europe-west4-aiplatform.googleapis.com/v1/projects/proj-1/locations/europe-west4/publishers/google/models/gemini-3.1-pro-preview:streamGenerateContent?alt=sse",
+      spec.endpoint
+    )
+    assert.is_nil(config.get().parameters.temperature)
+    assert.equals(2000, config.get().parameters.max_tokens)
+    assert.equals(0.7, config.get_setup().parameters.temperature)
+  end)
+
+  it("applies a string preset and a table preset, with values after the preset on top", function()
+    vim.cmd("Flemma switch $fast max_tokens=500")
+    assert.same({}, errors())
+    assert.equals("vertex", config.get().provider)
+    assert.equals("gemini-2.5-flash", config.get().model)
+    assert.equals("minimal", config.get().parameters.thinking)
+    assert.equals(500, config.get().parameters.max_tokens)
+    assert.truthy(notes[#notes].msg:find("[$fast]", 1, true), notes[#notes].msg)
+    vim.cmd("Flemma switch $review")
+    assert.equals("anthropic", config.get().provider)
+    assert.equals("claude-opus-4-1", config.get().model)
+    assert.equals(9000, config.get().parameters.anthropic.thinking_budget)
+    assert.is_nil(config.get().parameters.max_tokens)
+  end)
+
+  it("warns when the model's price is above ui.high_cost_threshold", function()
+    vim.cmd("Flemma switch anthropic claude-opus-4-1")
+    local warn = notes[#notes]
+    assert.equals(vim.log.levels.WARN, warn.level)
+    assert.equals(
+      "(flemma) claude-opus-4-1 costs $75 per million output tokens, above ui.high_cost_threshold ($30)",
+      warn.msg
+    )
+    notes = {}
+    vim.cmd("Flemma switch anthropic claude-haiku-4-5")
+    assert.equals(1, #notes)
+    assert.equals(vim.log.levels.INFO, notes[1].level)
+    require("flemma").setup({ ui = { high_cost_threshold = 4 } })
+    notes = {}
+    vim.cmd("Flemma switch anthropic claude-haiku-4-5")
+    assert.equals(2, #notes)
+    assert.equals(vim.log.levels.WARN, notes[2].level)
+  end)
+
+  it("keeps a switch that cannot send yet and says what is missing", function()
+    require("flemma").setup({})
+    vim.cmd("Flemma switch vertex")
+    assert.equals("vertex", config.get().provider)
+    assert.equals(
+      "(flemma) switched to vertex, but it cannot send yet: vertex: `parameters.vertex.project_id` is not set (the Google Cloud project to bill), e.g. :Flemma switch vertex vertex.project_id=my-project",
+      notes[#notes].msg
+    )
+    vim.cmd("Flemma switch vertex vertex.project_id=p2")
+    assert.equals("https://aiplatform.googleapis.com/v1/projects/p2/locations/global/publishers/google/models/gemini-3.1-pro-preview:streamGenerateContent?alt=sse", provider.resolve().endpoint)
+  end)
+
+  it("names a model the table does not know as of unknown cost", function()
+    vim.cmd("Flemma switch ollama qwen3:8b")
+    assert.same({}, errors())
+    assert.equals("(flemma) switched to ollama qwen3:8b · not in the model table: cost unknown", notes[#notes].msg)
+  end)
+
+  it("refuses unknown providers, presets, parameters and bad values, changing nothing", function()
+    vim.cmd("Flemma switch openai")
+    for _, case in ipairs({
+      { "Flemma switch antropic", "unknown provider `antropic`; did you mean `anthropic`?" },
+      { "Flemma switch $fsat", "unknown preset `$fsat`; did you mean `$fast`?" },
+      { "Flemma switch vertex temprature=1", "unknown parameter `temprature`; did you mean `temperature`?" },
+      { "Flemma switch vertex max_tokens=lots", "`parameters.max_tokens` should be a number, not string" },
+      { "Flemma switch vertex cache_retention=forever", "`parameters.cache_retention` should be one of none, short, long" },
+      { "Flemma switch vertex api_key=sk-1", "API keys are never accepted" },
+      { "Flemma switch thinking=high", "name a provider or a $preset first" },
+    }) do
+      notes = {}
+      vim.cmd(case[1])
+      assert.equals(1, #errors(), case[1])
+      assert.truthy(errors()[1].msg:find(case[2], 1, true), errors()[1].msg)
+      assert.is_nil(errors()[1].msg:find("sk-1", 1, true))
+      assert.equals("openai", config.get().provider, case[1])
+    end
+  end)
+
+  it("without arguments picks a provider, then a model, with vim.ui.select", function()
+    local asked = {}
+    vim.ui.select = function(items, opts, cb)
+      asked[#asked + 1] = { items = items, prompt = opts.prompt, first = opts.format_item(items[1]) }
+      if opts.prompt == "Provider" then
+        cb("vertex")
+      else
+        cb("gemini-2.5-flash")
+      end
+    end
+    vim.cmd("Flemma switch")
+    assert.equals(2, #asked)
+    assert.truthy(vim.tbl_contains(asked[1].items, "openai"))
+    assert.truthy(vim.tbl_contains(asked[1].items, "ollama"))
+    assert.equals("anthropic (anthropic)", asked[1].first)
+    assert.equals("Model of vertex", asked[2].prompt)
+    assert.equals("gemini-3.1-pro-preview", asked[2].items[1])
+    assert.equals("gemini-3.1-pro-preview  ($2 in / $12 out per Mtok)", asked[2].first)
+    assert.equals("vertex", config.get().provider)
+    assert.equals("gemini-2.5-flash", config.get().model)
+    -- cancelling the model list changes nothing
+    vim.ui.select = function(items, opts, cb)
+      cb(opts.prompt == "Provider" and "openai" or nil)
+    end
+    vim.cmd("Flemma switch")
+    assert.equals("vertex", config.get().provider)
+  end)
+
+  it("completes providers, presets, models and parameter names", function()
+    local c = complete("switch ")
+    assert.truthy(vim.tbl_contains(c, "anthropic"))
+    assert.truthy(vim.tbl_contains(c, "$fast"))
+    assert.same({ "$fast" }, complete("switch $f"))
+    c = complete("switch vertex ")
+    assert.truthy(vim.tbl_contains(c, "gemini-2.5-flash"))
+    assert.truthy(vim.tbl_contains(c, "thinking="))
+    assert.truthy(vim.tbl_contains(c, "vertex.project_id="))
+    assert.same({ "gpt-5.4", "gpt-5.4-mini", "gpt-5.4-nano", "gpt-5.4-pro" }, complete("switch openai gpt-5.4"))
+    assert.same({ "temperature=" }, complete("switch openai gpt-5.4 temp"))
+    assert.same({ "thinking=high" }, complete("switch $fast thinking=h"))
+  end)
+
+  it("is a layer of :Flemma status", function()
+    vim.cmd("Flemma switch openai gpt-5.4 thinking=low")
+    local lines = require("flemma.status").lines(vim.api.nvim_get_current_buf())
+    local function row(prefix)
+      for _, l in ipairs(lines) do
+        if vim.trim(l):sub(1, #prefix) == prefix then
+          return vim.trim(l)
+        end
+      end
+      error("no row " .. prefix .. " in:\n" .. table.concat(lines, "\n"))
+    end
+    assert.matches("%[switch%]$", row("provider: openai"))
+    assert.matches("%[switch%]$", row("model: gpt-5.4"))
+    assert.matches("%[switch%]$", row("thinking: low"))
+    assert.matches("%[default%]$", row("cache_retention: short"))
+  end)
+end)
+
+describe("presets in setup()", function()
+  after_each(function()
+    require("flemma").setup({})
+  end)
+
+  it("are validated: name, provider, model and parameters", function()
+    for _, case in ipairs({
+      { { fast = "vertex" }, 'the name "fast" should start with $' },
+      { { ["$x"] = "nowhere model" }, "preset `$x`: unknown provider `nowhere`" },
+      { { ["$x"] = "vertex m temprature=1" }, "preset `$x`: unknown parameter `temprature`" },
+      { { ["$x"] = { provider = "vertex", extra = 1 } }, "unknown option `presets.$x.extra`" },
+      { { ["$x"] = { provider = "vertex", parameters = { max_tokens = "many" } } }, "preset `$x`: `parameters.max_tokens` should be a number, not string" },
+      { { ["$x"] = 42 }, "`presets.$x` should be a string" },
+    }) do
+      local ok, err = pcall(require("flemma").setup, { presets = case[1] })
+      assert.is_false(ok)
+      assert.truthy(err:find(case[2], 1, true), err)
+    end
+  end)
+
+  it("ui.high_cost_threshold must be a number >= 0", function()
+    local ok, err = pcall(require("flemma").setup, { ui = { high_cost_threshold = -1 } })
+    assert.is_false(ok)
+    assert.truthy(err:find("`ui.high_cost_threshold` should be a number >= 0", 1, true), err)
+    ok, err = pcall(require("flemma").setup, { ui = { high_cost_threshold = "cheap" } })
+    assert.is_false(ok)
+    assert.truthy(err:find("`ui.high_cost_threshold` should be a number, not string", 1, true), err)
+  end)
+end)
