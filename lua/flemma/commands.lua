@@ -19,6 +19,7 @@ local modules = {
   "flemma.log",
   "flemma.trust",
   "flemma.switch",
+  "flemma.estimate",
 }
 local loaded = false
 

@@ -43,13 +43,7 @@ commands.register("cancel", {
 commands.register("usage", {
   desc = "tokens and cost of the last response, the buffer and the session",
   run = function()
-    local u = require("flemma").usage(0)
-    local fmt = require("flemma.provider.usage").format
-    local lines = {}
-    lines[#lines + 1] = "last: " .. (u.last and fmt(u.last) or "no response yet")
-    lines[#lines + 1] = ("buffer (%d): %s"):format(u.buffer.requests, fmt(u.buffer))
-    lines[#lines + 1] = ("session (%d): %s"):format(u.session.requests, fmt(u.session))
-    util.notify(table.concat(lines, "\n"))
+    util.notify(table.concat(require("flemma.provider.usage").report(0), "\n"))
   end,
 })
 

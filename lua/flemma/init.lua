@@ -28,4 +28,13 @@ function M.usage(bufnr)
   return require("flemma.provider.usage").get(bufnr)
 end
 
+--- The statusline text of a buffer (default: the current one): provider, model,
+--- thinking level, running tools and the session's cost, e.g.
+--- "anthropic claude-sonnet-4-6 · thinking high · running bash · $0.0123".
+---@param bufnr? integer
+---@return string
+function M.statusline(bufnr)
+  return require("flemma.statusline").text(bufnr)
+end
+
 return M

@@ -707,6 +707,26 @@ function M.send(bufnr, request, done, ...)
   end)
 end
 
+--- Resolves a provider's key through flemma.secrets: cb(key) (nil when none is
+--- needed, or a loopback server goes without), or cb(nil, message) when one is
+--- needed and no resolver had it.
+---@param spec flemma.provider.Spec
+---@param cb fun(key: string|nil, err: string|nil)
+function M.resolve_key(spec, cb)
+  if not H.needs_key(spec) then
+    return cb(nil)
+  end
+  require("flemma.secrets").resolve(H.secret_target(spec), function(key, why)
+    if key then
+      return cb(key)
+    end
+    if H.is_loopback(spec.endpoint) then
+      return cb(nil)
+    end
+    cb(nil, why)
+  end)
+end
+
 H.cancel_active = M.cancel
 function M.cancel(bufnr)
   local state = H.resolving[bufnr]

@@ -32,6 +32,8 @@ end
 
 H.buffers = {} ---@type table<integer, { last: flemma.Usage, total: flemma.Usage }>
 H.session = H.zero()
+H.models = {} ---@type table<string, flemma.Usage> session totals per provider and model
+H.last = nil ---@type flemma.Usage|nil the last response of any buffer
 
 --- A usage record from the merged usage events of one response.
 ---@param raw table the provider's numbers (fields may be missing)
@@ -74,6 +76,94 @@ function M.add(bufnr, u)
   b.last = u
   H.add(b.total, u)
   H.add(H.session, u)
+  local key = tostring(u.provider) .. "\t" .. tostring(u.model)
+  local m = H.models[key]
+  if not m then
+    m = H.zero()
+    m.provider, m.model = u.provider, u.model
+    H.models[key] = m
+  end
+  H.add(m, u)
+  H.last = u
+end
+
+--- The session's totals per provider and model, sorted by provider then model.
+---@return flemma.Usage[]
+function M.by_model()
+  local out = {}
+  for _, m in pairs(H.models) do
+    out[#out + 1] = vim.deepcopy(m)
+  end
+  table.sort(out, function(a, b)
+    if a.provider ~= b.provider then
+      return tostring(a.provider) < tostring(b.provider)
+    end
+    return tostring(a.model) < tostring(b.model)
+  end)
+  return out
+end
+
+--- The share of prompt tokens read from the cache (0..1), nil when there were none.
+---@param u flemma.Usage
+---@return number|nil
+function M.cache_hit_ratio(u)
+  local prompt = u.input_tokens + u.cache_read_tokens + u.cache_write_tokens
+  if prompt == 0 then
+    return nil
+  end
+  return u.cache_read_tokens / prompt
+end
+
+--- The lines of :Flemma usage for a buffer: the last response, the buffer, and the
+--- session per provider and model (requests, tokens, cache hit ratio, cost).
+---@param bufnr? integer
+---@return string[]
+function M.report(bufnr)
+  local u = M.get(bufnr)
+  local lines = {}
+  local function hit(x)
+    local r = (x.cache_read_tokens + x.cache_write_tokens > 0) and M.cache_hit_ratio(x) or nil
+    return r and (" · cache hit %d%%"):format(math.floor(r * 100 + 0.5)) or ""
+  end
+  local format = M.format
+  local function fmt(x)
+    if x.cost_incomplete then
+      x = vim.deepcopy(x)
+      if x.cost == 0 then
+        x.cost = nil
+      end
+      return format(x) .. (x.cost and " (some prices unknown)" or "")
+    end
+    return format(x)
+  end
+  if u.last then
+    lines[#lines + 1] = ("last: %s %s: %s%s"):format(u.last.provider or "?", u.last.model or "?", fmt(u.last), hit(u.last))
+  else
+    lines[#lines + 1] = "last: no response yet in this buffer"
+  end
+  lines[#lines + 1] = ("buffer: %d %s · %s%s"):format(
+    u.buffer.requests,
+    u.buffer.requests == 1 and "request" or "requests",
+    fmt(u.buffer),
+    hit(u.buffer)
+  )
+  lines[#lines + 1] = ("session: %d %s · %s%s"):format(
+    u.session.requests,
+    u.session.requests == 1 and "request" or "requests",
+    fmt(u.session),
+    hit(u.session)
+  )
+  for _, m in ipairs(M.by_model()) do
+    lines[#lines + 1] = ("  %s %s: %d %s · %s%s"):format(
+      m.provider or "?",
+      m.model or "?",
+      m.requests,
+      m.requests == 1 and "request" or "requests",
+      fmt(m),
+      hit(m)
+    )
+  end
+  return lines
 end
 
 --- `{ last, buffer, session }` for a buffer (copies).
@@ -129,6 +219,8 @@ end
 function M._reset()
   H.buffers = {}
   H.session = H.zero()
+  H.models = {}
+  H.last = nil
 end
 
 return M

@@ -1,0 +1,82 @@
+--- The statusline text of a buffer: provider, model, thinking level, running tools,
+--- a running request and the session's cost. Cheap enough for every redraw: the
+--- frontmatter's result is cached per change, the rest are table lookups.
+local M = {}
+local H = {}
+
+function H.money(c)
+  if c < 0.01 then
+    return ("$%.4f"):format(c)
+  end
+  return ("$%.2f"):format(c)
+end
+
+---@class flemma.statusline.Data
+---@field provider? string
+---@field model? string
+---@field thinking? string|number the thinking level or budget; nil when off
+---@field tools string[] names of the tools running in the buffer
+---@field sending boolean a request of the buffer is running
+---@field cost number the session's cost in dollars so far
+---@field cost_incomplete? boolean some models' prices were unknown
+
+--- The parts of the statusline of a buffer (default: the current one).
+---@param bufnr? integer
+---@return flemma.statusline.Data
+function M.data(bufnr)
+  if bufnr == nil or bufnr == 0 then
+    bufnr = vim.api.nvim_get_current_buf()
+  end
+  local config = require("flemma.config").get()
+  local out = { tools = {}, sending = false, cost = 0 }
+  local ok, spec = pcall(require("flemma.provider").resolve, config)
+  if ok and spec then
+    out.provider, out.model = spec.name, spec.model
+  else
+    out.provider = config.provider
+  end
+  local params = config.parameters
+  if vim.api.nvim_buf_is_valid(bufnr) and vim.bo[bufnr].filetype == "chat" then
+    local okp, p = pcall(require("flemma.frontmatter").parameters, bufnr, spec and spec.kind or nil)
+    if okp and type(p) == "table" then
+      params = p
+    end
+    local okc, running = pcall(require("flemma.cycle").running, bufnr)
+    if okc then
+      for _, r in ipairs(running) do
+        out.tools[#out.tools + 1] = r.name
+      end
+    end
+    local provider = package.loaded["flemma.provider"]
+    out.sending = provider ~= nil and provider.is_active(bufnr) or false
+  end
+  local t = params.thinking
+  if t ~= nil and t ~= false and t ~= 0 then
+    out.thinking = t == true and "on" or t
+  end
+  local session = require("flemma.provider.usage").get(bufnr).session
+  out.cost = session.cost or 0
+  out.cost_incomplete = session.cost_incomplete
+  return out
+end
+
+--- "anthropic claude-sonnet-4-6 · thinking high · running bash · $0.0123".
+---@param bufnr? integer
+---@return string
+function M.text(bufnr)
+  local d = M.data(bufnr)
+  local parts = { d.model and (d.provider .. " " .. d.model) or d.provider }
+  if d.thinking then
+    parts[#parts + 1] = "thinking " .. tostring(d.thinking)
+  end
+  if d.sending then
+    parts[#parts + 1] = "sending"
+  end
+  if #d.tools > 0 then
+    parts[#parts + 1] = "running " .. table.concat(d.tools, ", ")
+  end
+  parts[#parts + 1] = H.money(d.cost) .. (d.cost_incomplete and "+" or "")
+  return table.concat(parts, " · ")
+end
+
+return M

@@ -1,0 +1,204 @@
+-- Seeing cost: :Flemma usage per provider and model, :Flemma usage:estimate against
+-- the loopback server (real curl), the statusline and its lualine component.
+local helpers = require("spec.support.helpers")
+local server_mod = require("spec.support.llm_server")
+local usage = require("flemma.provider.usage")
+
+local KEY = "sk-estimate-" .. tostring(math.random(1e9))
+local notes, orig_notify
+
+local function record(provider, kind, model, raw)
+  return usage.record(raw, { kind = kind, provider = provider, model = model })
+end
+
+local function chat(lines)
+  local dir = helpers.tmpdir()
+  vim.cmd("edit " .. vim.fn.fnameescape(dir .. "/usage.chat"))
+  local buf = vim.api.nvim_get_current_buf()
+  vim.api.nvim_buf_set_lines(buf, 0, -1, false, lines)
+  return buf
+end
+
+describe("usage", function()
+  before_each(function()
+    usage._reset()
+    notes = {}
+    orig_notify = vim.notify
+    vim.notify = function(msg, level)
+      notes[#notes + 1] = { msg = msg, level = level or vim.log.levels.INFO }
+    end
+  end)
+  after_each(function()
+    vim.notify = orig_notify
+    usage._reset()
+    vim.cmd("silent! %bwipeout!")
+    helpers.cleanup()
+    require("flemma").setup({})
+  end)
+
+  it(":Flemma usage shows the last request, the buffer and the session per provider and model", function()
+    local a = chat({ "@You:", "hi" })
+    usage.add(a, record("anthropic", "anthropic", "claude-sonnet-4-6", { input_tokens = 1000, output_tokens = 200, cache_read_tokens = 3000 }))
+    usage.add(a, record("anthropic", "anthropic", "claude-sonnet-4-6", { input_tokens = 500, output_tokens = 100, cache_read_tokens = 3500, cache_write_tokens = 0 }))
+    local b = vim.api.nvim_create_buf(true, false)
+    usage.add(b, record("ollama", "openai_chat", "qwen3", { input_tokens = 50, output_tokens = 10 }))
+    vim.api.nvim_set_current_buf(a)
+    vim.cmd("Flemma usage")
+    local msg = notes[#notes].msg
+    assert.equals(
+      table.concat({
+        "(flemma) last: anthropic claude-sonnet-4-6: 500 in · 100 out · cache 3,500 read, 0 written · $0.0040 · cache hit 88%",
+        "buffer: 2 requests · 1,500 in · 300 out · cache 6,500 read, 0 written · $0.01 · cache hit 81%",
+        "session: 3 requests · 1,550 in · 310 out · cache 6,500 read, 0 written · $0.01 (some prices unknown) · cache hit 81%",
+        "  anthropic claude-sonnet-4-6: 2 requests · 1,500 in · 300 out · cache 6,500 read, 0 written · $0.01 · cache hit 81%",
+        "  ollama qwen3: 1 request · 50 in · 10 out · cost unknown",
+      }, "\n"),
+      msg
+    )
+    assert.equals(0.8125, usage.cache_hit_ratio(usage.get(a).buffer))
+    assert.equals(0, usage.cache_hit_ratio(usage.get(b).last))
+  end)
+
+  describe("statusline", function()
+    it("gives provider, model, thinking level, running tools and the session cost", function()
+      require("flemma").setup({ parameters = { thinking = "high" } })
+      local buf = chat({ "@You:", "hi" })
+      assert.equals("anthropic claude-sonnet-4-6 · thinking high · $0.0000", require("flemma").statusline())
+      usage.add(buf, record("anthropic", "anthropic", "claude-sonnet-4-6", { input_tokens = 12000, output_tokens = 1000 }))
+      vim.cmd("Flemma switch openai gpt-5.4 thinking=")
+      assert.equals("openai gpt-5.4 · $0.05", require("flemma").statusline())
+      local data = require("flemma.statusline").data(buf)
+      assert.same({ provider = "openai", model = "gpt-5.4", tools = {}, sending = false, cost = 0.051 }, data)
+    end)
+
+    it("names tools running in the buffer", function()
+      local tools = require("flemma.tools")
+      local release
+      tools.register("spec_wait", {
+        name = "spec_wait",
+        description = "waits",
+        input_schema = { type = "object", properties = {} },
+        async = true,
+        execute = function(_, _, cb)
+          release = cb
+          return function() end
+        end,
+      })
+      require("flemma").setup({ tools = { auto_approve = { "spec_wait" }, autopilot = { enabled = false } } })
+      local buf = chat({
+        "@You:",
+        "go",
+        "",
+        "@Assistant:",
+        "**Tool Use:** `spec_wait` (`toolu_w1`)",
+        "```json",
+        "{}",
+        "```",
+      })
+      require("flemma.cycle").advance(buf)
+      helpers.wait_for(function()
+        return #require("flemma.cycle").running(buf) > 0
+      end, 3000, "the tool never ran")
+      assert.truthy(require("flemma").statusline(buf):find("running spec_wait", 1, true), require("flemma").statusline(buf))
+      require("flemma.cycle").cancel(buf)
+      tools.unregister("spec_wait")
+      assert.is_not_nil(release)
+    end)
+
+    it("is wrapped by the lualine component, empty outside chat buffers", function()
+      package.loaded["lualine.components.flemma"] = nil
+      local component = require("lualine.components.flemma")
+      chat({ "@You:", "hi" })
+      assert.equals(require("flemma").statusline(), component.update_status({ options = {} }))
+      vim.cmd("enew")
+      assert.equals("", component.update_status({ options = {} }))
+      assert.equals(require("flemma").statusline(), component.update_status({ options = { all_buffers = true } }))
+    end)
+  end)
+end)
+
+describe(":Flemma usage:estimate", function()
+  local server
+  before_each(function()
+    server = server_mod.start()
+    vim.env.FLEMMA_SPEC_KEY = KEY
+    notes = {}
+    orig_notify = vim.notify
+    vim.notify = function(msg, level)
+      notes[#notes + 1] = { msg = msg, level = level or vim.log.levels.INFO }
+    end
+    require("flemma").setup({
+      provider = "test",
+      model = "claude-sonnet-4-6",
+      providers = { test = { kind = "anthropic", endpoint = server:url("/v1/messages"), api_key_env = "FLEMMA_SPEC_KEY" } },
+      parameters = { cache_retention = "none", max_tokens = 1000, temperature = 0.5 },
+    })
+  end)
+  after_each(function()
+    vim.notify = orig_notify
+    for _, n in ipairs(notes) do
+      assert.is_nil(n.msg:find(KEY, 1, true), "the key in a notification")
+    end
+    server:stop()
+    vim.env.FLEMMA_SPEC_KEY = nil
+    vim.cmd("silent! %bwipeout!")
+    helpers.cleanup()
+    require("flemma").setup({})
+  end)
+
+  local function wait_note(pattern)
+    helpers.wait_for(function()
+      for _, n in ipairs(notes) do
+        if n.msg:find(pattern, 1, true) then
+          return true
+        end
+      end
+    end, 10000, "no notification with " .. pattern .. "; got:\n" .. table.concat(vim.tbl_map(function(n)
+      return n.msg
+    end, notes), "\n"))
+  end
+
+  it("counts the buffer's input tokens with count_tokens and prices them", function()
+    server:script({ { status = 200, body = '{"input_tokens":123456}', content_type = "application/json" } })
+    chat({ "@System:", "Be brief.", "", "@You:", "Hello" })
+    vim.cmd("Flemma usage:estimate")
+    wait_note("input tokens")
+    assert.equals(
+      "(flemma) test claude-sonnet-4-6: 123,456 input tokens · about $0.37 to send (at $3 per million input tokens, before output and caching)",
+      notes[#notes].msg
+    )
+    local reqs = server:requests()
+    assert.equals(1, #reqs)
+    assert.equals("/v1/messages/count_tokens", reqs[1].path)
+    assert.equals(KEY, reqs[1].headers["x-api-key"])
+    assert.equals("2023-06-01", reqs[1].headers["anthropic-version"])
+    local body = reqs[1].json
+    assert.equals("claude-sonnet-4-6", body.model)
+    assert.same({ { type = "text", text = "Be brief." } }, body.system)
+    assert.same({ { role = "user", content = { { type = "text", text = "Hello" } } } }, body.messages)
+    assert.is_nil(body.stream)
+    assert.is_nil(body.max_tokens)
+    assert.is_nil(body.temperature)
+    -- nothing was added to the usage
+    assert.equals(0, usage.get().session.requests)
+  end)
+
+  it("reports the provider's error", function()
+    server:script({
+      { status = 400, body = '{"type":"error","error":{"type":"invalid_request_error","message":"messages: empty"}}', content_type = "application/json" },
+    })
+    chat({ "@You:", "Hello" })
+    vim.cmd("Flemma usage:estimate")
+    wait_note("counting tokens failed")
+    assert.equals('(flemma) test: counting tokens failed: HTTP 400: "messages: empty"', notes[#notes].msg)
+    assert.equals(vim.log.levels.ERROR, notes[#notes].level)
+  end)
+
+  it("says when the provider's API has no counting endpoint", function()
+    require("flemma").setup({ provider = "ollama", model = "qwen3" })
+    chat({ "@You:", "Hello" })
+    vim.cmd("Flemma usage:estimate")
+    wait_note("no token-counting endpoint")
+    assert.equals(0, #server:requests())
+  end)
+end)
