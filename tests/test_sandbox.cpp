@@ -78,6 +78,46 @@ TEST_CASE("sandbox") {
     CHECK(b[4] == "/usr/bin/bwrap");
     CHECK(std::find(b.begin(), b.end(), "--unshare-net") == b.end());
   }
+  SUBCASE("a repository's hooks and config are protected, its submodules' and nested ones' too") {
+    CHECK(sb::git_protected("/.git/hooks/pre-commit"));
+    CHECK(sb::git_protected("/.git/config"));
+    CHECK(sb::git_protected("/.git/modules/a/b/hooks/x"));
+    CHECK(sb::git_protected("/.git/modules/a/config"));
+    CHECK(sb::git_protected("/vendor/x/.git/config"));
+    CHECK(sb::git_protected("/lib/.git"));
+    CHECK_FALSE(sb::git_protected("/.git/HEAD"));
+    CHECK_FALSE(sb::git_protected("/.git/modules/a/HEAD"));
+    CHECK_FALSE(sb::git_protected("/src/config"));
+    fs::create_directories(dir + "/root/.git/modules/sub/hooks");
+    std::ofstream(dir + "/root/.git/modules/sub/HEAD") << "ref: x\n";
+    fs::create_directories(dir + "/root/deep/er/.git");
+    auto a = sb::bwrap_args(policy, dir);
+    std::string joined;
+    for (auto& x : a) joined += x + " ";
+    CHECK(joined.find("--ro-bind " + dir + "/root/.git/modules/sub/hooks ") != std::string::npos);
+    CHECK(joined.find("--ro-bind /dev/null " + dir + "/root/.git/modules/sub/config ") != std::string::npos);
+    CHECK(joined.find("--tmpfs " + dir + "/root/deep/er/.git/hooks --remount-ro") != std::string::npos);
+    CHECK(joined.find("--bind " + dir + "/root/deep/er/.git " + dir + "/root/deep/er/.git ") != std::string::npos);
+  }
+  SUBCASE("$HOME is never a root: it stands for its entries that are not hidden") {
+    std::string saved = std::getenv("HOME") ? std::getenv("HOME") : "";
+    fs::create_directories(dir + "/home/.ssh");
+    fs::create_directories(dir + "/home/work");
+    ::setenv("HOME", (dir + "/home").c_str(), 1);
+    sb::Policy h{{dir + "/home"}, true};
+    auto roots = sb::existing_roots(h, "/");
+    CHECK(roots == std::vector<std::string>{dir + "/home/work"});
+    CHECK(sb::existing_roots(sb::Policy{{dir}, true}, "/").empty());  // contains $HOME: dropped
+    CHECK_FALSE(sb::is_path_writable(dir + "/home/.ssh/authorized_keys", h, "/"));
+    CHECK_FALSE(sb::is_path_writable(dir + "/home/.bashrc", h, "/"));
+    CHECK(sb::is_path_writable(dir + "/home/work/x", h, "/"));
+    sb::Policy cfg{{dir + "/home/.config"}, true};
+    fs::create_directories(dir + "/home/.config");
+    CHECK_FALSE(sb::is_path_writable(dir + "/home/.config/nvim/init.lua", cfg, "/"));
+    CHECK(sb::is_path_writable(dir + "/home/.config/other", cfg, "/"));
+    if (saved.empty()) ::unsetenv("HOME");
+    else ::setenv("HOME", saved.c_str(), 1);
+  }
   SUBCASE("the sandbox-exec profile denies writes except in the roots") {
     std::string p = sb::seatbelt_profile(policy, dir);
     CHECK(p.rfind("(version 1)\n(allow default)\n(deny file-write*)\n", 0) == 0);

@@ -92,7 +92,7 @@ H.defaults = {
     enabled = false, -- opt-in; bash stays gated by default
     backend = "auto", -- "auto" | "bwrap" | "sandbox-exec"
     policy = {
-      rw_paths = nil, -- writable roots; nil: cwd, the buffer's directory, /tmp, $TMPDIR, XDG cache
+      rw_paths = nil, -- writable roots; nil: cwd, the buffer's directory, /tmp, $TMPDIR
       network = true, -- false cuts the network inside the sandbox
     },
   },

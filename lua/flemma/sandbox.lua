@@ -122,7 +122,9 @@ function H.add(list, seen, path)
 end
 
 --- The policy for a buffer: `sandbox.policy.rw_paths` (default: the cwd, the
---- buffer's directory, /tmp, $TMPDIR and the XDG cache dir) and `network`.
+--- buffer's directory, /tmp and $TMPDIR) and `network`. Not the cache directory:
+--- code runs from it later (vim.loader's cache). $HOME is never a root as a
+--- whole (the native side keeps only its entries that are not hidden).
 ---@param bufnr? integer
 ---@return flemma.sandbox.Policy
 function M.policy(bufnr)
@@ -143,7 +145,6 @@ function M.policy(bufnr)
     end
     H.add(roots, seen, "/tmp")
     H.add(roots, seen, vim.env.TMPDIR)
-    H.add(roots, seen, vim.env.XDG_CACHE_HOME or (vim.env.HOME and (vim.env.HOME .. "/.cache")))
   end
   return { rw_paths = roots, network = cfg.network ~= false }
 end

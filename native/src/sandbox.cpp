@@ -122,6 +122,66 @@ std::vector<std::string> socket_dirs() {
   return out;
 }
 
+struct GitScan {
+  std::vector<std::string> git_dirs;       // .git directories and submodules' git directories
+  std::vector<std::string> pointer_files;  // .git files ("gitdir: ...")
+};
+
+// A git directory's submodules live in modules/<name>/ (names may hold slashes).
+void scan_modules(const std::string& gitdir, GitScan& out, int depth, size_t& budget) {
+  if (depth <= 0) return;
+  std::string mods = gitdir + "/modules";
+  if (!is_dir(mods)) return;
+  std::vector<std::string> stack{mods};
+  while (!stack.empty() && budget > 0) {
+    std::string d = stack.back();
+    stack.pop_back();
+    for (const auto& n : list_dir(d, 1024)) {
+      if (budget == 0) break;
+      --budget;
+      std::string p = d + "/" + n;
+      if (!is_dir(p)) continue;
+      if (exists(p + "/HEAD") || exists(p + "/objects")) {
+        out.git_dirs.push_back(p);
+        scan_modules(p, out, depth - 1, budget);
+      } else {
+        stack.push_back(p);
+      }
+    }
+  }
+}
+
+// The repositories of a root, bounded: at most 8 levels deep and 20,000
+// entries looked at (a huge tree keeps the ones found so far).
+GitScan scan_git(const std::string& root) {
+  GitScan out;
+  size_t budget = 20000;
+  std::vector<std::pair<std::string, int>> stack{{root == "/" ? "" : root, 0}};
+  while (!stack.empty() && budget > 0) {
+    auto [d, depth] = stack.back();
+    stack.pop_back();
+    for (const auto& n : list_dir(d.empty() ? "/" : d, 4096)) {
+      if (budget == 0) break;
+      --budget;
+      std::string p = d + "/" + n;
+      struct stat st;
+      if (::lstat(p.c_str(), &st) != 0) continue;
+      if (n == ".git") {
+        if (S_ISDIR(st.st_mode)) {
+          out.git_dirs.push_back(p);
+          scan_modules(p, out, 4, budget);
+        } else if (S_ISREG(st.st_mode)) {
+          out.pointer_files.push_back(p);
+        }
+        continue;
+      }
+      if (S_ISDIR(st.st_mode) && depth < 8 && n != "node_modules" && n != "__pycache__")
+        stack.push_back({p, depth + 1});
+    }
+  }
+  return out;
+}
+
 std::string quote_sb(const std::string& s) {
   std::string out = "\"";
   for (char c : s) {
@@ -187,34 +247,86 @@ std::string resolve(const std::string& path, const std::string& cwd) {
   return lexical_absolute(cur + rest, "/");
 }
 
+std::string home_dir() {
+  const char* h = std::getenv("HOME");
+  if (!h || h[0] != '/') return {};
+  std::string r = resolve(h, "/");
+  return r == "/" ? std::string() : r;
+}
+
+const std::vector<HomePath>& home_protected() {
+  static const std::vector<HomePath> paths = {
+      {".ssh", true},          {".gnupg", true},           {".gitconfig", false},        {".config/git", true},
+      {".config/nvim", true},  {".config/autostart", true}, {".config/systemd", true},   {".config/environment.d", true},
+      {".local/bin", true},    {".local/share/nvim", true}, {".cache/nvim", true},       {".pam_environment", false},
+      {".xprofile", false},    {".xsessionrc", false},      {".xinitrc", false},
+  };
+  return paths;
+}
+
 std::vector<std::string> existing_roots(const Policy& policy, const std::string& cwd) {
   std::vector<std::string> roots;
+  const std::string home = home_dir();
+  auto add = [&](const std::string& abs) {
+    struct stat st;
+    if (::stat(abs.c_str(), &st) != 0) return;  // a missing root is skipped
+    if (std::find(roots.begin(), roots.end(), abs) == roots.end()) roots.push_back(abs);
+  };
   for (const auto& r : policy.rw_paths) {
     if (r.empty()) continue;
     std::string abs = resolve(r, cwd);
-    struct stat st;
-    if (::stat(abs.c_str(), &st) != 0) continue;  // a missing root is skipped
-    if (std::find(roots.begin(), roots.end(), abs) == roots.end()) roots.push_back(abs);
+    if (!home.empty() && inside(home, abs)) {
+      // $HOME is never a writable root (its dotfiles run code later): a root
+      // that contains it is dropped, $HOME itself stands for its entries that
+      // are not hidden.
+      if (abs != home) continue;
+      for (const auto& n : list_dir(home, 1024)) {
+        if (n[0] == '.') continue;
+        std::string child = resolve(home + "/" + n, "/");
+        if (!inside(home, child)) add(child);
+      }
+      continue;
+    }
+    add(abs);
   }
   std::stable_sort(roots.begin(), roots.end(),
                    [](const std::string& a, const std::string& b) { return a.size() < b.size(); });
   return roots;
 }
 
+bool git_protected(const std::string& rel) {
+  // rel starts with '/'. Everything after the first /.git/ component.
+  size_t at = rel.find("/.git/");
+  if (at == std::string::npos) {
+    return rel.size() >= 5 && rel.compare(rel.size() - 5, 5, "/.git") == 0;  // the .git entry itself
+  }
+  std::string tail = rel.substr(at + 6);
+  auto parts = split(tail);
+  for (size_t i = 0; i < parts.size(); ++i) {
+    if (parts[i] == "hooks") return true;
+    if (i + 1 == parts.size() && (parts[i] == "config" || parts[i] == "config.worktree")) return true;
+  }
+  return false;
+}
+
 bool is_path_writable(const std::string& path, const Policy& policy, const std::string& cwd) {
   if (path.empty()) return false;
   std::string p = resolve(path, cwd);
+  const std::string home = home_dir();
   for (const auto& root : existing_roots(policy, cwd)) {
     if (!inside(p, root)) continue;
     bool blocked = false;
     for (const auto& name : protected_names()) {
       if (inside(p, root == "/" ? "/" + name : root + "/" + name)) blocked = true;
     }
-    // Any repository below the root keeps its hooks and config.
-    std::string rel = p.substr(root.size());
-    auto ends_with = [&](const char* tail, size_t n) { return rel.size() >= n && rel.compare(rel.size() - n, n, tail) == 0; };
-    if (rel.find("/.git/hooks/") != std::string::npos || ends_with("/.git/hooks", 11)) blocked = true;
-    if (ends_with("/.git/config", 12)) blocked = true;
+    // Any repository below the root keeps its hooks and config, those of its
+    // submodules (.git/modules/**) too, and its .git pointer file.
+    std::string rel = root == "/" ? p : p.substr(root.size());
+    if (git_protected(rel)) blocked = true;
+    if (!home.empty()) {
+      for (const auto& hp : home_protected())
+        if (inside(p, home + "/" + hp.rel)) blocked = true;
+    }
     if (!blocked) return true;
   }
   return false;
@@ -250,24 +362,47 @@ std::vector<std::string> bwrap_args(const Policy& policy, const std::string& cwd
       }
     }
   }
+  auto ro_dir = [&](const std::string& p) {
+    if (exists(p)) a.insert(a.end(), {"--ro-bind", p, p});
+    else a.insert(a.end(), {"--tmpfs", p, "--remount-ro", p});
+  };
+  auto ro_file = [&](const std::string& p) {
+    if (exists(p)) a.insert(a.end(), {"--ro-bind", p, p});
+    else a.insert(a.end(), {"--ro-bind", "/dev/null", p});
+  };
   for (const auto& r : roots) {
     const std::string base = r == "/" ? "" : r;
     for (const auto& name : protected_names()) {
       std::string p = base + "/" + name;
       if (exists(p)) a.insert(a.end(), {"--ro-bind", p, p});
     }
-    // A repository without hooks or config must not get them from inside the
-    // sandbox (a new hook or core.hooksPath runs code outside it later). bwrap
-    // creates the mount points in the real tree: an empty hooks directory and an
-    // empty config file, which git itself would create.
-    struct stat st {};
-    if (::stat((base + "/.git").c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
-      if (!exists(base + "/.git/hooks")) {
-        a.insert(a.end(), {"--tmpfs", base + "/.git/hooks", "--remount-ro", base + "/.git/hooks"});
-      }
-      if (!exists(base + "/.git/config")) {
-        a.insert(a.end(), {"--ro-bind", "/dev/null", base + "/.git/config"});
-      }
+    // Every repository in the root (nested ones and submodules' git
+    // directories too) keeps its hooks and config: a new hook or
+    // core.hooksPath / core.fsmonitor runs code outside the sandbox on the
+    // next git command. Missing ones become read-only empty ones (bwrap leaves
+    // the mount points behind: an empty directory and an empty file, as git
+    // itself would create). The git directory is bound onto itself so that it
+    // cannot be renamed away and replaced; a .git pointer file is read-only.
+    GitScan scan = scan_git(r);
+    for (const auto& f : scan.pointer_files) a.insert(a.end(), {"--ro-bind", f, f});
+    for (const auto& g : scan.git_dirs) {
+      a.insert(a.end(), {"--bind", g, g});
+      ro_dir(g + "/hooks");
+      ro_file(g + "/config");
+    }
+  }
+  // Places in $HOME that run code later, when a root holds them (a root inside
+  // ~/.config, say): read-only, or empty read-only ones where missing.
+  if (const std::string home = home_dir(); !home.empty()) {
+    for (const auto& hp : home_protected()) {
+      std::string p = home + "/" + hp.rel;
+      bool in_root = false;
+      for (const auto& r : roots) in_root = in_root || inside(p, r);
+      if (!in_root) continue;
+      // Only where the parent exists (bwrap would create missing parents).
+      if (!exists(p.substr(0, p.rfind('/')))) continue;
+      if (hp.dir) ro_dir(p);
+      else ro_file(p);
     }
   }
   // A user namespace and no capability at all: root inside cannot remount

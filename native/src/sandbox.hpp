@@ -18,6 +18,23 @@ enum class Backend { Bwrap = 1, SandboxExec = 2 };
 // Paths, relative to a writable root, that stay read-only inside it.
 const std::vector<std::string>& protected_names();
 
+// Paths relative to $HOME that run code later (~/.ssh, ~/.gitconfig,
+// ~/.config/nvim, ...): never writable, even inside a root.
+struct HomePath {
+  std::string rel;
+  bool dir;
+};
+const std::vector<HomePath>& home_protected();
+
+// $HOME resolved ("" when unset or "/"). It is never a writable root: a root
+// that contains it is dropped, and $HOME itself stands for its entries that
+// are not hidden.
+std::string home_dir();
+
+// Whether a path relative to a root ("/a/.git/hooks/x") is a repository's hooks,
+// config (its submodules' too) or .git entry.
+bool git_protected(const std::string& rel);
+
 // Absolute form of path (relative to cwd), `.` and `..` folded lexically, and
 // symlinks resolved in the longest prefix that exists. Never fails: a path that
 // does not exist keeps its missing tail as written.

@@ -163,6 +163,124 @@ describe("flemma.sandbox", function()
     end)
   end)
 
+  describe("places that run code later", function()
+    -- A repository with a submodule's git directory (hooks and config missing
+    -- in one of them) and a nested repository.
+    local function repos()
+      local dir = project()
+      vim.fn.mkdir(dir .. "/.git/modules/lib/hooks", "p")
+      helpers.write_file(dir .. "/.git/modules/lib/config", "[core]\n")
+      helpers.write_file(dir .. "/.git/modules/lib/HEAD", "ref: refs/heads/main\n")
+      vim.fn.mkdir(dir .. "/.git/modules/bare", "p")
+      helpers.write_file(dir .. "/.git/modules/bare/HEAD", "ref: refs/heads/main\n")
+      helpers.write_file(dir .. "/lib/.git", "gitdir: ../.git/modules/lib\n")
+      vim.fn.mkdir(dir .. "/vendor/pkg/.git/hooks", "p")
+      helpers.write_file(dir .. "/vendor/pkg/.git/config", "[core]\n")
+      return dir
+    end
+
+    local targets = {
+      ".git/modules/lib/hooks/pre-commit",
+      ".git/modules/lib/config",
+      ".git/modules/bare/hooks/pre-commit",
+      ".git/modules/bare/config",
+      "vendor/pkg/.git/hooks/pre-commit",
+      "vendor/pkg/.git/config",
+      "lib/.git",
+    }
+
+    it("keeps submodules' and nested repositories' hooks and config read-only in bwrap", function()
+      local dir = repos()
+      for _, t in ipairs(targets) do
+        local r = sandboxed(dir, ("mkdir -p \"$(dirname %s)\" 2>/dev/null; echo '[core] fsmonitor = touch /tmp/x' >> %s"):format(t, t))
+        assert.are_not.equal(0, r.code, "write to " .. t .. " succeeded: " .. r.output)
+      end
+      -- The git directory cannot be swapped for a fresh one either.
+      local r = sandboxed(dir, "mv vendor/pkg/.git vendor/pkg/.git-old && mkdir -p vendor/pkg/.git/hooks && echo x > vendor/pkg/.git/hooks/post-checkout")
+      assert.are_not.equal(0, r.code, r.output)
+      assert.is_nil(vim.uv.fs_stat(dir .. "/vendor/pkg/.git/hooks/post-checkout"))
+      assert.equal("[core]\n", helpers.read_file(dir .. "/.git/modules/lib/config"))
+      assert.equal("[core]\n", helpers.read_file(dir .. "/vendor/pkg/.git/config"))
+      assert.equal("gitdir: ../.git/modules/lib\n", helpers.read_file(dir .. "/lib/.git"))
+      assert.is_nil(vim.uv.fs_stat(dir .. "/.git/modules/lib/hooks/pre-commit"))
+      assert.equal("", helpers.read_file(dir .. "/.git/modules/bare/config") or "")
+      -- Ordinary files of the nested repository stay writable.
+      r = sandboxed(dir, "echo ok > vendor/pkg/README && echo ok > .git/modules/lib/HEAD.new")
+      assert.equal(0, r.code, r.output)
+    end)
+
+    it("refuses them in is_path_writable", function()
+      local dir = repos()
+      local policy = { rw_paths = { dir }, network = true }
+      for _, t in ipairs(targets) do
+        assert.is_false(sandbox.is_path_writable(dir .. "/" .. t, policy), t)
+      end
+      assert.is_true(sandbox.is_path_writable(dir .. "/vendor/pkg/README", policy))
+      assert.is_true(sandbox.is_path_writable(dir .. "/.git/modules/lib/HEAD", policy))
+    end)
+
+    describe("with the cwd at $HOME", function()
+      local saved_home
+      local home
+      before_each(function()
+        saved_home = vim.env.HOME
+        -- Outside /tmp, which the sandbox replaces by a private tmpfs.
+        home = assert(vim.uv.fs_mkdtemp("/var/tmp/flemma-home-XXXXXX"))
+        vim.env.HOME = home
+        vim.fn.mkdir(home .. "/.config/nvim", "p")
+        vim.fn.mkdir(home .. "/.ssh", "p")
+        vim.fn.mkdir(home .. "/.cache/nvim", "p")
+        vim.fn.mkdir(home .. "/projects", "p")
+        helpers.write_file(home .. "/.gitconfig", "[user]\n")
+      end)
+      after_each(function()
+        vim.env.HOME = saved_home
+        vim.fn.delete(home, "rf")
+      end)
+
+      local sensitive = {
+        ".config/nvim/init.lua",
+        ".config/autostart/evil.desktop",
+        ".ssh/authorized_keys",
+        ".gitconfig",
+        ".bashrc", -- missing: refused all the same
+        ".profile",
+        ".zshrc",
+        ".cache/nvim/luac/x",
+        "new-file-in-home",
+      }
+
+      it("never makes $HOME a writable root: only its entries that are not hidden", function()
+        local policy = { rw_paths = { home }, network = false }
+        for _, t in ipairs(sensitive) do
+          assert.is_false(sandbox.is_path_writable(home .. "/" .. t, policy), t)
+          local r = sandboxed(home, ("mkdir -p \"$(dirname %s)\" 2>/dev/null; echo x >> %s"):format(t, t), false)
+          assert.are_not.equal(0, r.code, "write to ~/" .. t .. " succeeded")
+        end
+        assert.is_nil(vim.uv.fs_stat(home .. "/.ssh/authorized_keys"))
+        assert.is_nil(vim.uv.fs_stat(home .. "/.bashrc"))
+        assert.is_nil(vim.uv.fs_stat(home .. "/.config/nvim/init.lua"))
+        assert.equal("[user]\n", helpers.read_file(home .. "/.gitconfig"))
+        assert.is_true(sandbox.is_path_writable(home .. "/projects/a.txt", policy))
+        local r = sandboxed(home, "echo ok > projects/a.txt", false)
+        assert.equal(0, r.code, r.output)
+        assert.equal("ok\n", helpers.read_file(home .. "/projects/a.txt"))
+      end)
+
+      it("protects them inside a root below $HOME too", function()
+        local policy = { rw_paths = { home .. "/.config" }, network = false }
+        assert.is_false(sandbox.is_path_writable(home .. "/.config/nvim/init.lua", policy))
+        assert.is_false(sandbox.is_path_writable(home .. "/.config/autostart/x.desktop", policy))
+        assert.is_true(sandbox.is_path_writable(home .. "/.config/other/x", policy))
+        local argv = assert(sandbox.wrap_command({ "bash", "-c", "echo x > nvim/init.lua; mkdir -p autostart && echo x > autostart/e.desktop; echo ok > other.txt" }, policy))
+        local r = run(argv, home .. "/.config")
+        assert.is_nil(vim.uv.fs_stat(home .. "/.config/nvim/init.lua"), r.output)
+        assert.is_nil(vim.uv.fs_stat(home .. "/.config/autostart/e.desktop"), r.output)
+        assert.equal("ok\n", helpers.read_file(home .. "/.config/other.txt"))
+      end)
+    end)
+  end)
+
   describe("Unix sockets", function()
     local servers = {}
     after_each(function()
@@ -347,13 +465,17 @@ print("socketpair", b.recv(1).decode())' %s %s
   end)
 
   describe("policy", function()
-    it("defaults to the cwd, the buffer's directory, /tmp and the cache dir", function()
+    it("defaults to the cwd, the buffer's directory and /tmp, never the cache dir", function()
       local dir = helpers.tmpdir()
       local buf = helpers.buffer({}, dir .. "/x.chat")
       local p = sandbox.policy(buf)
       assert.is_true(vim.tbl_contains(p.rw_paths, vim.fn.getcwd()))
       assert.is_true(vim.tbl_contains(p.rw_paths, dir))
       assert.is_true(vim.tbl_contains(p.rw_paths, "/tmp"))
+      assert.is_false(vim.tbl_contains(p.rw_paths, vim.fs.normalize("~/.cache")))
+      if vim.env.XDG_CACHE_HOME then
+        assert.is_false(vim.tbl_contains(p.rw_paths, vim.fs.normalize(vim.env.XDG_CACHE_HOME)))
+      end
       assert.is_true(p.network)
       vim.api.nvim_buf_delete(buf, { force = true })
     end)
