@@ -74,12 +74,18 @@ function H.blocks(msg)
         out[#out + 1] = { type = "text", text = p.text }
       end
     elseif p.kind == "thinking" and msg.role == "assistant" then
-      if p.redacted then
+      if p.redacted and (p.provider == nil or p.provider == "anthropic") then
         out[#out + 1] = { type = "redacted_thinking", data = p.text }
       elseif p.signature and (p.provider == nil or p.provider == "anthropic") then
         out[#out + 1] = { type = "thinking", thinking = p.text, signature = p.signature }
+      else
+        -- Another provider's thinking (or thinking without a signature): as text by
+        -- default, never with its signature (parameters.thinking_foreign).
+        local mode = require("flemma.provider.thinking").mode(p, "anthropic", H.params)
+        if (mode == "text" or mode == "preserve") and p.text:find("%S") then
+          out[#out + 1] = { type = "text", text = require("flemma.provider.thinking").as_text(p.text) }
+        end
       end
-      -- Thinking without a signature (another provider's) is not sent back.
     elseif p.kind == "tool_use" then
       out[#out + 1] = { type = "tool_use", id = p.id, name = p.name, input = H.input(p.input) }
     elseif p.kind == "tool_result" then
@@ -102,6 +108,7 @@ end
 ---@return table<string, string> headers
 function M.build(ctx)
   local params = ctx.parameters
+  H.params = params
   local info = ctx.model_info
   local body = {
     model = ctx.model,
@@ -198,6 +205,13 @@ H.SENTINEL = "\1flemma-messages\1"
 ---@return table<string, string> headers
 function M.encode(ctx)
   local msgs = ctx.doc_messages
+  H.params = ctx.parameters
+  local foreign = ctx.parameters.thinking_foreign or "text"
+  if H.fragments_foreign ~= foreign then
+    -- encoded fragments depend on how foreign thinking is sent
+    H.fragments = setmetatable({}, { __mode = "k" })
+    H.fragments_foreign = foreign
+  end
   local first = msgs and msgs[1]
   if first and not H.seen[first] then
     -- Message tables not seen before (a fresh full parse): one encode of the whole

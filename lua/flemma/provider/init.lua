@@ -11,6 +11,8 @@ local H = {}
 M.kinds = {
   anthropic = "flemma.provider.anthropic",
   openai_chat = "flemma.provider.openai_chat",
+  openai = "flemma.provider.openai",
+  vertex = "flemma.provider.vertex",
 }
 
 --- HTTP statuses retried (with retry-after or backoff) before any content streamed.
@@ -159,7 +161,7 @@ function H.tools(bufnr)
   for _, name in ipairs(names) do
     local def = tools.get(name)
     if def then
-      out[#out + 1] = { name = name, description = def.description, input_schema = def.input_schema }
+      out[#out + 1] = { name = name, description = def.description, input_schema = def.input_schema, strict = def.strict }
     end
   end
   return out
@@ -189,6 +191,7 @@ function M.context(spec, request, o)
     request = request,
     tools = o.tools or H.tools(o.bufnr),
     key = o.key,
+    bufnr = o.bufnr,
   }
 end
 
@@ -685,6 +688,18 @@ function M.send(bufnr, request, done, ...)
     return
   end
   local spec = M.resolve()
+  local decoders = require("flemma.process").decoders
+  if spec and type(decoders) == "table" and not decoders[spec.kind] then
+    done({
+      status = "error",
+      error = ("%s: this build of Flemma cannot read %s streams yet (the native stream decoder has no `%s` kind): nothing was sent; `:Flemma switch` to another provider"):format(
+        spec.name,
+        spec.kind,
+        spec.kind
+      ),
+    })
+    return
+  end
   local secrets = require("flemma.secrets")
   if not spec or not H.needs_key(spec) or H.active[bufnr] or secrets.peek(H.secret_target(spec)) then
     return H.send_resolved(bufnr, request, done, unpack(extra, 1, n))

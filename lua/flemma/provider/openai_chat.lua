@@ -41,7 +41,7 @@ function H.effort(thinking)
   return M.efforts[thinking] or (type(thinking) == "string" and thinking) or nil
 end
 
-function H.messages(request)
+function H.messages(request, params)
   local out = {}
   if request.system then
     out[1] = { role = "system", content = request.system }
@@ -70,6 +70,15 @@ function H.messages(request)
           texts[#texts + 1] = p.text
         elseif p.kind == "thinking" and not p.redacted and not p.signature then
           reasoning[#reasoning + 1] = p.text
+        elseif p.kind == "thinking" and p.text:find("%S") then
+          -- Another provider's signed thinking: as text by default, never with its
+          -- signature (parameters.thinking_foreign).
+          local mode = require("flemma.provider.thinking").mode(p, M.kind, params)
+          if mode == "text" then
+            texts[#texts + 1] = require("flemma.provider.thinking").as_text(p.text)
+          elseif mode == "preserve" then
+            reasoning[#reasoning + 1] = p.text
+          end
         elseif p.kind == "tool_use" then
           calls[#calls + 1] = {
             id = p.id,
@@ -101,7 +110,7 @@ function M.build(ctx)
   local params = ctx.parameters
   local body = {
     model = ctx.model,
-    messages = H.messages(ctx.request),
+    messages = H.messages(ctx.request, params),
     stream = true,
     stream_options = { include_usage = true },
   }

@@ -202,7 +202,7 @@ describe("flemma.provider.anthropic", function()
     vim.api.nvim_buf_delete(buf, { force = true })
   end)
 
-  it("does not send thinking without a signature, nor empty tool inputs as arrays", function()
+  it("sends thinking without a signature as text, and no empty tool inputs as arrays", function()
     local body, _, wire = build({}, {
       "@You:",
       "Hi",
@@ -224,7 +224,10 @@ describe("flemma.provider.anthropic", function()
       "```",
       "```",
     }, {})
-    assert.same({ { type = "tool_use", id = "toolu_9", name = "now", input = vim.empty_dict() } }, body.messages[2].content)
+    assert.same({
+      { type = "text", text = "<thinking>\nfrom another provider\n</thinking>" },
+      { type = "tool_use", id = "toolu_9", name = "now", input = vim.empty_dict() },
+    }, body.messages[2].content)
     assert.truthy(wire:find('"input":{}', 1, true), wire)
     assert.same({ { type = "tool_result", tool_use_id = "toolu_9" } }, body.messages[3].content)
     assert.is_nil(body.tools)

@@ -1,0 +1,211 @@
+--- Provider kind `openai`: the Responses API with streaming and `store = false` (the
+--- conversation lives in the buffer, not on OpenAI's servers). Function tools
+--- (`strict` only when a tool asks for it), `function_call` / `function_call_output`
+--- items, reasoning effort from `parameters.thinking` (or `parameters.openai.reasoning`)
+--- with the encrypted reasoning items sent back as they came, and `prompt_cache_key`
+--- from the buffer's path while caching is on.
+local thinking = require("flemma.provider.thinking")
+
+local M = {}
+local H = {}
+
+M.kind = "openai"
+
+--- `parameters.thinking` levels as `reasoning.effort`.
+M.efforts = { minimal = "minimal", low = "low", medium = "medium", high = "high", max = "xhigh" }
+
+--- Text put before the output of an error result (the API has no error flag).
+M.error_prefix = "Error: "
+
+function H.schema(schema)
+  local s = vim.deepcopy(schema or { type = "object" })
+  if type(s.properties) == "table" and next(s.properties) == nil then
+    s.properties = vim.empty_dict()
+  end
+  return s
+end
+
+function H.arguments(input)
+  if type(input) ~= "table" or next(input) == nil then
+    return "{}"
+  end
+  return vim.json.encode(input)
+end
+
+--- The reasoning effort of a `parameters.thinking` value (nil: none asked).
+function M.effort(value)
+  if value == nil then
+    return nil
+  end
+  if value == false or value == 0 then
+    return "none"
+  end
+  if value == true then
+    return "medium"
+  end
+  if type(value) == "number" then
+    return value <= 2048 and "low" or value <= 16384 and "medium" or "high"
+  end
+  if value == "none" or value == "xhigh" then
+    return value
+  end
+  local e = M.efforts[value]
+  if not e then
+    require("flemma.util").error(
+      ("`parameters.thinking` should be false, a token budget or one of minimal, low, medium, high, max, not %s"):format(vim.inspect(value))
+    )
+  end
+  return e
+end
+
+--- The `input` items of the conversation.
+function H.items(request, params)
+  local out = {}
+  for _, msg in ipairs(request.messages) do
+    if msg.role == "user" then
+      local texts = {}
+      local function flush()
+        if #texts > 0 then
+          out[#out + 1] = { role = "user", content = table.concat(texts, "\n\n") }
+          texts = {}
+        end
+      end
+      for _, p in ipairs(msg.parts) do
+        if p.kind == "tool_result" then
+          flush()
+          local output = p.content or ""
+          if p.is_error then
+            output = M.error_prefix .. output
+          end
+          out[#out + 1] = { type = "function_call_output", call_id = p.id, output = output }
+        elseif p.kind == "text" and p.text:find("%S") then
+          texts[#texts + 1] = p.text
+        end
+      end
+      flush()
+    else
+      local texts = {}
+      local function flush()
+        if #texts > 0 then
+          out[#out + 1] = { role = "assistant", content = table.concat(texts, "\n\n") }
+          texts = {}
+        end
+      end
+      for _, p in ipairs(msg.parts) do
+        if p.kind == "text" and p.text:find("%S") then
+          texts[#texts + 1] = p.text
+        elseif p.kind == "thinking" then
+          local mode = thinking.mode(p, M.kind, params)
+          if mode == "own" then
+            if p.signature and p.signature ~= "" then
+              flush()
+              local item = { type = "reasoning", summary = {}, encrypted_content = p.signature }
+              if p.text:find("%S") then
+                item.summary[1] = { type = "summary_text", text = p.text }
+              end
+              out[#out + 1] = item
+            end
+            -- a summary without its encrypted item cannot be sent back
+          elseif mode == "text" or mode == "preserve" then
+            if p.text:find("%S") then
+              texts[#texts + 1] = thinking.as_text(p.text)
+            end
+          end
+        elseif p.kind == "tool_use" then
+          flush()
+          out[#out + 1] = { type = "function_call", call_id = p.id, name = p.name, arguments = H.arguments(p.input) }
+        end
+      end
+      flush()
+    end
+  end
+  return out
+end
+
+--- The key that keeps one buffer's requests on the same prompt cache.
+function M.cache_key(bufnr)
+  local name = bufnr and vim.api.nvim_buf_is_valid(bufnr) and vim.api.nvim_buf_get_name(bufnr) or ""
+  if name == "" then
+    return nil
+  end
+  return "flemma-" .. vim.fn.sha256(vim.fn.fnamemodify(name, ":p")):sub(1, 32)
+end
+
+--- The request body and headers.
+---@param ctx flemma.provider.Context
+---@return table body
+---@return table<string, string> headers
+function M.build(ctx)
+  local params = ctx.parameters
+  local body = {
+    model = ctx.model,
+    input = H.items(ctx.request, params),
+    stream = true,
+    store = false,
+  }
+  if ctx.request.system then
+    body.instructions = ctx.request.system
+  end
+  if #ctx.tools > 0 then
+    body.tools = {}
+    for i, def in ipairs(ctx.tools) do
+      body.tools[i] = {
+        type = "function",
+        name = def.name,
+        description = def.description,
+        parameters = H.schema(def.input_schema),
+        strict = def.strict == true,
+      }
+    end
+  end
+  if params.max_tokens then
+    body.max_output_tokens = params.max_tokens
+  end
+  local reasoning = (params.openai or {}).reasoning
+  local effort = M.effort(reasoning ~= nil and reasoning or params.thinking)
+  if effort then
+    body.reasoning = { effort = effort }
+    if effort ~= "none" then
+      body.reasoning.summary = "auto"
+      body.include = { "reasoning.encrypted_content" }
+    end
+  end
+  if params.temperature ~= nil and (effort == nil or effort == "none") then
+    -- Reasoning models take no temperature.
+    body.temperature = params.temperature
+  end
+  if params.cache_retention ~= "none" then
+    body.prompt_cache_key = M.cache_key(ctx.bufnr)
+    if params.cache_retention == "long" then
+      body.prompt_cache_retention = "24h"
+    end
+  end
+  local headers = { ["content-type"] = "application/json", ["accept"] = "text/event-stream" }
+  if ctx.key then
+    headers["authorization"] = "Bearer " .. ctx.key
+  end
+  return body, headers
+end
+
+--- The message of an error body ({ error = { message, type, code } }).
+---@param decoded table
+---@return string|nil message
+---@return string|nil error_type
+function M.error_message(decoded)
+  local e = type(decoded) == "table" and decoded.error
+  if type(e) == "table" then
+    local t = e.type or e.code
+    return e.message, t ~= nil and t ~= vim.NIL and tostring(t) or nil
+  end
+  return nil
+end
+
+--- input_tokens include the cached ones here; usage keeps them apart.
+function M.normalize_usage(usage)
+  if usage.input_tokens and usage.cache_read_tokens then
+    usage.input_tokens = math.max(0, usage.input_tokens - usage.cache_read_tokens)
+  end
+  return usage
+end
+
+return M

@@ -1,0 +1,189 @@
+--- Provider kind `vertex`: Gemini on Vertex AI, `streamGenerateContent?alt=sse`.
+--- Tool calls are `functionCall` parts (several in one turn), results
+--- `functionResponse` parts in one user turn; thought signatures go back on the part
+--- they came with (the writer keeps them on a `<thinking vertex:signature=...>` block
+--- before it); thinking budget (Gemini 2.5) or level (Gemini 3) from `thinking`.
+--- The access token is an OAuth bearer token (gcloud auth print-access-token).
+local thinking = require("flemma.provider.thinking")
+
+local M = {}
+local H = {}
+
+M.kind = "vertex"
+
+--- Thinking budgets (Gemini 2.5) of the unified levels.
+M.budgets = { minimal = 128, low = 2048, medium = 8192, high = 24576, max = 32768 }
+--- Thinking levels (Gemini 3) of the unified levels.
+M.levels = { minimal = "low", low = "low", medium = "high", high = "high", max = "high" }
+
+--- The thinkingConfig of a `thinking` value for a model (nil: the model's default).
+function M.thinking_config(value, model)
+  if value == nil then
+    return nil
+  end
+  local gemini3 = model:match("^gemini%-3") ~= nil
+  if value == false or value == 0 then
+    if gemini3 then
+      return { thinkingLevel = "low" }
+    end
+    return { thinkingBudget = model:find("pro", 1, true) and 128 or 0 }
+  end
+  if value == true then
+    value = "medium"
+  end
+  if type(value) == "number" then
+    if value < 0 then
+      return { thinkingBudget = -1, includeThoughts = true }
+    end
+    return { thinkingBudget = math.floor(value), includeThoughts = true }
+  end
+  if not M.budgets[value] then
+    require("flemma.util").error(
+      ("`parameters.thinking` should be false, a token budget or one of minimal, low, medium, high, max, not %s"):format(vim.inspect(value))
+    )
+  end
+  if gemini3 then
+    return { thinkingLevel = M.levels[value], includeThoughts = true }
+  end
+  return { thinkingBudget = M.budgets[value], includeThoughts = true }
+end
+
+function H.args(input)
+  if type(input) ~= "table" or next(input) == nil then
+    return vim.empty_dict()
+  end
+  return input
+end
+
+function H.schema(schema)
+  local s = vim.deepcopy(schema or { type = "object" })
+  if type(s.properties) == "table" and next(s.properties) == nil then
+    s.properties = vim.empty_dict()
+  end
+  return s
+end
+
+--- The `contents` of the conversation.
+function H.contents(request, params)
+  local out = {}
+  local names = {} -- tool use id -> name (a functionResponse names its function)
+  local function push(role, parts)
+    if #parts == 0 then
+      return
+    end
+    local last = out[#out]
+    if last and last.role == role then
+      vim.list_extend(last.parts, parts)
+    else
+      out[#out + 1] = { role = role, parts = parts }
+    end
+  end
+  for _, msg in ipairs(request.messages) do
+    local parts = {}
+    if msg.role == "user" then
+      for _, p in ipairs(msg.parts) do
+        if p.kind == "tool_result" then
+          local response = p.is_error and { error = p.content or "" } or { output = p.content or "" }
+          parts[#parts + 1] = { functionResponse = { id = p.id, name = names[p.id] or p.id, response = response } }
+        elseif p.kind == "text" and p.text:find("%S") then
+          parts[#parts + 1] = { text = p.text }
+        end
+      end
+      push("user", parts)
+    else
+      local signature -- of our own thinking, waiting for the part it belongs to
+      for _, p in ipairs(msg.parts) do
+        if p.kind == "thinking" then
+          local mode = thinking.mode(p, M.kind, params)
+          if mode == "own" then
+            if p.signature and p.signature ~= "" then
+              signature = p.signature
+            end
+          elseif mode == "text" and p.text:find("%S") then
+            parts[#parts + 1] = { text = thinking.as_text(p.text) }
+          elseif mode == "preserve" and p.text:find("%S") then
+            parts[#parts + 1] = { text = p.text, thought = true }
+          end
+        elseif p.kind == "text" and p.text:find("%S") then
+          parts[#parts + 1] = { text = p.text, thoughtSignature = signature }
+          signature = nil
+        elseif p.kind == "tool_use" then
+          names[p.id] = p.name
+          parts[#parts + 1] = { functionCall = { id = p.id, name = p.name, args = H.args(p.input) }, thoughtSignature = signature }
+          signature = nil
+        end
+      end
+      if signature then
+        -- A signature with nothing after it: on an empty text part, as Gemini sends it.
+        parts[#parts + 1] = { text = "", thoughtSignature = signature }
+      end
+      push("model", parts)
+    end
+  end
+  return out
+end
+
+--- The request body and headers.
+---@param ctx flemma.provider.Context
+---@return table body
+---@return table<string, string> headers
+function M.build(ctx)
+  local params = ctx.parameters
+  local body = { contents = H.contents(ctx.request, params) }
+  if ctx.request.system then
+    body.systemInstruction = { parts = { { text = ctx.request.system } } }
+  end
+  if #ctx.tools > 0 then
+    local decls = {}
+    for i, def in ipairs(ctx.tools) do
+      decls[i] = { name = def.name, description = def.description, parametersJsonSchema = H.schema(def.input_schema) }
+    end
+    body.tools = { { functionDeclarations = decls } }
+  end
+  local gen = {}
+  if params.max_tokens then
+    gen.maxOutputTokens = params.max_tokens
+  end
+  if params.temperature ~= nil then
+    gen.temperature = params.temperature
+  end
+  local budget = (params.vertex or {}).thinking_budget
+  local tc = M.thinking_config(budget ~= nil and budget or params.thinking, ctx.model)
+  if tc then
+    gen.thinkingConfig = tc
+  end
+  if next(gen) then
+    body.generationConfig = gen
+  end
+  local headers = { ["content-type"] = "application/json", ["accept"] = "text/event-stream" }
+  if ctx.key then
+    headers["authorization"] = "Bearer " .. ctx.key
+  end
+  return body, headers
+end
+
+--- The message of an error body ({ error = { code, message, status } }, or a list of them).
+---@param decoded table
+---@return string|nil message
+---@return string|nil error_type
+function M.error_message(decoded)
+  if type(decoded) == "table" and vim.islist(decoded) then
+    decoded = decoded[1]
+  end
+  local e = type(decoded) == "table" and decoded.error
+  if type(e) == "table" then
+    local t = e.status or e.code
+    return e.message, t ~= nil and t ~= vim.NIL and tostring(t) or nil
+  end
+  return nil
+end
+
+--- promptTokenCount includes the cached tokens here; usage keeps them apart.
+function M.normalize_usage(usage)
+  if usage.input_tokens and usage.cache_read_tokens then
+    usage.input_tokens = math.max(0, usage.input_tokens - usage.cache_read_tokens)
+  end
+  return usage
+end
+
+return M
