@@ -152,6 +152,12 @@ function M.tree(bufnr)
   row(1, "require_approval: " .. tostring(config.tools.require_approval), H.config_layer("tools.require_approval"))
   if fm_opts.auto_approve ~= nil then
     row(1, "auto_approve: " .. H.show(fm_opts.auto_approve), "frontmatter")
+    local trust = require("flemma.trust")
+    if trust.widening(fm_opts) then
+      -- What it approves beyond the global policy needs the user's trust.
+      local state = trust.is_trusted(bufnr) and "trusted" or "ignored until trusted (:Flemma trust)"
+      row(2, "beyond the global policy: " .. state, "frontmatter")
+    end
   end
   row(1, (fm_opts.auto_approve ~= nil and "global auto_approve: " or "auto_approve: ") .. H.show(config.tools.auto_approve),
     H.config_layer("tools.auto_approve"))

@@ -59,6 +59,22 @@ describe(":Flemma status", function()
     assert.equals(buf, vim.api.nvim_get_current_buf())
   end)
 
+  it("says whether what the frontmatter approves beyond the global policy is trusted", function()
+    local saved = vim.env.XDG_STATE_HOME
+    vim.env.XDG_STATE_HOME = helpers.tmpdir()
+    local buf = chat({ "```lua", 'flemma.opt.tools.auto_approve = { "$default", "bash" }', "```", "@You:", "hi" })
+    vim.cmd("Flemma status")
+    local lines = vim.api.nvim_buf_get_lines(0, 0, -1, false)
+    vim.cmd("close")
+    assert.matches("^beyond the global policy: ignored until trusted", row(lines, "beyond the global policy:"))
+    require("flemma.trust").set(buf, "trusted")
+    vim.cmd("Flemma status")
+    lines = vim.api.nvim_buf_get_lines(0, 0, -1, false)
+    vim.cmd("close")
+    vim.env.XDG_STATE_HOME = saved
+    assert.matches("^beyond the global policy: trusted", row(lines, "beyond the global policy:"))
+  end)
+
   it("shows a frontmatter error with its line", function()
     chat({ "```lua", "flemma.opt.tools = { 'reed' }", "```", "@You:", "hi" })
     vim.cmd("Flemma status")
