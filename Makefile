@@ -56,17 +56,23 @@ bench: deps build
 
 # libFuzzer targets (fuzz/fuzz_*.cpp) with AddressSanitizer, FUZZ_TIME seconds each,
 # seeded from spec/fixtures/chat. A crash leaves its input in $(FUZZ_DIR)/: add it
-# as a regression case to tests/test_document.cpp.
+# as a regression case to tests/test_document.cpp (tests/test_idoc.cpp for fuzz_idoc,
+# whose inputs are a text and an edit script: see fuzz/fuzz_idoc.cpp).
 FUZZ_CXX   ?= clang++-14
 FUZZ_FLAGS := -std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
 	-Inative/include -Inative/src
 fuzz:
-	@mkdir -p $(FUZZ_DIR)/corpus-document
+	@mkdir -p $(FUZZ_DIR)/corpus-document $(FUZZ_DIR)/corpus-idoc
 	@cp -n spec/fixtures/chat/*.chat $(FUZZ_DIR)/corpus-document/ 2>/dev/null || true
+	@cp -n spec/fixtures/chat/*.chat $(FUZZ_DIR)/corpus-idoc/ 2>/dev/null || true
 	$(FUZZ_CXX) $(FUZZ_FLAGS) fuzz/fuzz_document.cpp native/src/document.cpp native/src/capi_core.cpp \
 		-o $(FUZZ_DIR)/fuzz_document
+	$(FUZZ_CXX) $(FUZZ_FLAGS) fuzz/fuzz_idoc.cpp native/src/idoc.cpp native/src/document.cpp native/src/capi_core.cpp \
+		-o $(FUZZ_DIR)/fuzz_idoc
 	cd $(FUZZ_DIR) && ./fuzz_document -max_total_time=$(FUZZ_TIME) -max_len=65536 -timeout=10 \
 		-print_final_stats=1 corpus-document
+	cd $(FUZZ_DIR) && ./fuzz_idoc -max_total_time=$(FUZZ_TIME) -max_len=16384 -timeout=10 \
+		-print_final_stats=1 corpus-idoc
 
 clean:
 	rm -rf $(BUILD_DIR) $(ASAN_DIR) $(FUZZ_DIR)

@@ -9,7 +9,7 @@ local M = {}
 local H = {}
 
 --- The ABI version this binding was written for (FLEMMA_ABI_VERSION).
-M.ABI_VERSION = 2
+M.ABI_VERSION = 3
 
 -- The declarations of flemma.h, section by section, in the header's order.
 -- spec/flemma/native_spec.lua checks that they match the header.
@@ -98,6 +98,33 @@ int32_t flemma_doc_diag_count(const flemma_doc *doc);
 const flemma_doc_diag *flemma_doc_diags(const flemma_doc *doc);
 const char *flemma_doc_arena(const flemma_doc *doc);
 ]],
+  idoc = [[
+typedef struct flemma_idoc flemma_idoc;
+typedef struct flemma_idoc_segment {
+  uint64_t id;
+  uint64_t version;
+  int32_t first_line;
+  int32_t line_count;
+  int32_t item_count;
+  int32_t diag_count;
+  const flemma_doc_item *items;
+  const flemma_doc_diag *diags;
+  const char *text;
+  const char *arena;
+} flemma_idoc_segment;
+flemma_idoc *flemma_idoc_new(void);
+void flemma_idoc_free(flemma_idoc *doc);
+int flemma_idoc_edit(flemma_idoc *doc, int32_t first, int32_t last, const char *const *lines, const size_t *lens, size_t count);
+int32_t flemma_idoc_line_count(const flemma_idoc *doc);
+uint64_t flemma_idoc_version(const flemma_idoc *doc);
+int32_t flemma_idoc_segment_count(const flemma_idoc *doc);
+int32_t flemma_idoc_segment_at(const flemma_idoc *doc, int32_t line);
+int flemma_idoc_get_segment(const flemma_idoc *doc, int32_t index, flemma_idoc_segment *out);
+int flemma_idoc_changes(const flemma_idoc *doc, uint64_t since, int32_t *lo, int32_t *hi);
+int32_t flemma_idoc_diagnostics(flemma_idoc *doc, const flemma_doc_diag **out);
+const char *flemma_idoc_diag_arena(const flemma_idoc *doc);
+int flemma_idoc_find_tool_use(const flemma_idoc *doc, const char *id, size_t len, int32_t *segment, int32_t *item);
+]],
   process = [[
 typedef struct flemma_procmgr flemma_procmgr;
 typedef struct flemma_spawn_opts {
@@ -168,7 +195,7 @@ int flemma_sandbox_resolve(const char *path, const char *cwd, char *buf, size_t 
 void flemma_strv_free(flemma_strv *list);
 ]],
 }
-H.order = { "core", "truncate", "document", "process", "sandbox" }
+H.order = { "core", "truncate", "document", "idoc", "process", "sandbox" }
 
 --- All declarations, as passed to ffi.cdef.
 ---@return string

@@ -286,9 +286,96 @@ bool fast_json_object(sv body) {
   return p == e;
 }
 
+// Tool ids, hashed while their bytes are hot so the final check reads only
+// these lists.
+struct IdRef {
+  sv id;
+  uint64_t hash;
+  int32_t line;  // 1-based
+};
+
+uint64_t hash_id(sv s) {
+  uint64_t h = 1469598103934665603ULL;  // FNV-1a
+  for (char c : s) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ULL;
+  return h;
+}
+
+// Open addressing over indices into a list of IdRef; finds the first entry
+// with the same id, or inserts r.
+struct IdTable {
+  std::vector<int32_t> slots;  // index + 1, 0 = empty
+  const std::vector<IdRef>* refs = nullptr;
+  explicit IdTable(const std::vector<IdRef>& r) : refs(&r) {
+    size_t cap = 16;
+    while (cap < r.size() * 2) cap <<= 1;
+    slots.assign(cap, 0);
+  }
+  // The earlier entry with the id of refs[i], or -1 after inserting i.
+  int32_t find_or_insert(int32_t i) {
+    const IdRef& r = (*refs)[static_cast<size_t>(i)];
+    size_t mask = slots.size() - 1;
+    for (size_t k = r.hash & mask;; k = (k + 1) & mask) {
+      int32_t s = slots[k];
+      if (s == 0) {
+        slots[k] = i + 1;
+        return -1;
+      }
+      const IdRef& o = (*refs)[static_cast<size_t>(s - 1)];
+      if (o.hash == r.hash && o.id == r.id) return s - 1;
+    }
+  }
+  bool contains(const IdRef& r) const {
+    size_t mask = slots.size() - 1;
+    for (size_t k = r.hash & mask;; k = (k + 1) & mask) {
+      int32_t s = slots[k];
+      if (s == 0) return false;
+      const IdRef& o = (*refs)[static_cast<size_t>(s - 1)];
+      if (o.hash == r.hash && o.id == r.id) return true;
+    }
+  }
+};
+
+
+std::string printable_id(sv s, size_t max) {
+  std::string out;
+  for (char c : s.substr(0, max)) {
+    auto u = static_cast<unsigned char>(c);
+    out.push_back(u < 0x20 || u >= 0x7f ? '?' : c);
+  }
+  if (s.size() > max) out += "...";
+  return out;
+}
+
+template <class Out>
+void check_id_refs(const std::vector<IdRef>& use_ids, const std::vector<IdRef>& result_ids, Out&& out) {
+  IdTable uses(use_ids), results(result_ids);
+  for (size_t i = 0; i < use_ids.size(); ++i) {
+    int32_t prev = uses.find_or_insert(static_cast<int32_t>(i));
+    if (prev >= 0) {
+      const IdRef& r = use_ids[i];
+      out(r.line, FLEMMA_DOC_SEV_ERROR,
+          "tool use id `" + printable_id(r.id, 80) + "` is already used on line " +
+              std::to_string(use_ids[static_cast<size_t>(prev)].line) +
+              ": every tool use needs its own id; rename or delete one of them");
+    }
+  }
+  for (size_t i = 0; i < result_ids.size(); ++i) {
+    const IdRef& r = result_ids[i];
+    int32_t prev = results.find_or_insert(static_cast<int32_t>(i));
+    if (prev >= 0)
+      out(r.line, FLEMMA_DOC_SEV_ERROR,
+          "tool `" + printable_id(r.id, 80) + "` already has a result on line " +
+              std::to_string(result_ids[static_cast<size_t>(prev)].line) + ": delete one of the two results");
+    if (!uses.contains(r))
+      out(r.line, FLEMMA_DOC_SEV_ERROR,
+          "tool result `" + printable_id(r.id, 80) +
+              "` matches no **Tool Use:** block: correct the id or delete this result");
+  }
+}
+
 class Parser {
  public:
-  explicit Parser(sv text) : t_(text) {}
+  Parser(sv text, bool check_ids) : t_(text), check_ids_(check_ids) {}
 
   Document run() {
     prepass();
@@ -310,12 +397,14 @@ class Parser {
 
  private:
   sv t_;
+  bool check_ids_ = true;
   Document doc_;
   std::vector<Mark> markers_;
   std::vector<Closer> closers_;
   std::vector<int32_t> suf_tick_, suf_tilde_;  // suffix max of closer lengths per char
   std::vector<Mark> think_closes_;
   size_t mp_ = 0, cp_ = 0, tp_ = 0;
+  std::vector<IdRef> use_ids_, result_ids_;
   bool has_cr_ = false;  // some line ends in "\r\n"
 
   bool in_msg_ = false;
@@ -528,6 +617,7 @@ class Parser {
            "the frontmatter opened on line 1 is never closed: add a line with " + std::string(static_cast<size_t>(f.len), '`') +
                " after its code (until then line 1 is read as plain text)");
       first_is_text = true;
+      doc_.unclosed.push_back({0, f.len, f.ch});
       return false;
     }
     const Closer& c = closers_[q];
@@ -584,6 +674,7 @@ class Parser {
           go_next(cl);
           return;
         }
+        doc_.unclosed.push_back({l.idx, f.len, f.ch});
         Line last = walk_to_marker(l, resume_idx, resume_start);
         extend_text(l.idx, l.start, last.idx, last.end);
         diag(l.idx, FLEMMA_DOC_SEV_WARNING,
@@ -644,6 +735,7 @@ class Parser {
       }
       return b;
     }
+    doc_.unclosed.push_back({l.idx, f.len, f.ch});
     b.last = walk_to_marker(l, resume_idx, resume_start);
     b.body_a = l.next < 0 ? l.end : l.next;
     b.body_b = b.last.idx > l.idx ? b.last.end : b.body_a;
@@ -970,85 +1062,13 @@ class Parser {
 
   // ---- end -----------------------------------------------------------------
 
-  // Tool ids, hashed while their bytes are hot so the final check reads only
-  // these lists.
-  struct IdRef {
-    sv id;
-    uint64_t hash;
-    int32_t line;  // 1-based
-  };
-  std::vector<IdRef> use_ids_, result_ids_;
-
-  static uint64_t hash_id(sv s) {
-    uint64_t h = 1469598103934665603ULL;  // FNV-1a
-    for (char c : s) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ULL;
-    return h;
-  }
-
-  // Open addressing over indices into a list of IdRef; finds the first entry
-  // with the same id, or inserts r.
-  struct IdTable {
-    std::vector<int32_t> slots;  // index + 1, 0 = empty
-    const std::vector<IdRef>* refs = nullptr;
-    explicit IdTable(const std::vector<IdRef>& r) : refs(&r) {
-      size_t cap = 16;
-      while (cap < r.size() * 2) cap <<= 1;
-      slots.assign(cap, 0);
-    }
-    // The earlier entry with the id of refs[i], or -1 after inserting i.
-    int32_t find_or_insert(int32_t i) {
-      const IdRef& r = (*refs)[static_cast<size_t>(i)];
-      size_t mask = slots.size() - 1;
-      for (size_t k = r.hash & mask;; k = (k + 1) & mask) {
-        int32_t s = slots[k];
-        if (s == 0) {
-          slots[k] = i + 1;
-          return -1;
-        }
-        const IdRef& o = (*refs)[static_cast<size_t>(s - 1)];
-        if (o.hash == r.hash && o.id == r.id) return s - 1;
-      }
-    }
-    bool contains(const IdRef& r) const {
-      size_t mask = slots.size() - 1;
-      for (size_t k = r.hash & mask;; k = (k + 1) & mask) {
-        int32_t s = slots[k];
-        if (s == 0) return false;
-        const IdRef& o = (*refs)[static_cast<size_t>(s - 1)];
-        if (o.hash == r.hash && o.id == r.id) return true;
-      }
-    }
-  };
-
   void check_ids() {
-    IdTable uses(use_ids_), results(result_ids_);
-    for (size_t i = 0; i < use_ids_.size(); ++i) {
-      int32_t prev = uses.find_or_insert(static_cast<int32_t>(i));
-      if (prev >= 0) {
-        const IdRef& r = use_ids_[i];
-        diag(r.line - 1, FLEMMA_DOC_SEV_ERROR,
-             "tool use id `" + printable(r.id, 80) + "` is already used on line " +
-                 std::to_string(use_ids_[static_cast<size_t>(prev)].line) +
-                 ": every tool use needs its own id; rename or delete one of them");
-      }
-    }
-    for (size_t i = 0; i < result_ids_.size(); ++i) {
-      const IdRef& r = result_ids_[i];
-      int32_t prev = results.find_or_insert(static_cast<int32_t>(i));
-      if (prev >= 0)
-        diag(r.line - 1, FLEMMA_DOC_SEV_ERROR,
-             "tool `" + printable(r.id, 80) + "` already has a result on line " +
-                 std::to_string(result_ids_[static_cast<size_t>(prev)].line) + ": delete one of the two results");
-      if (!uses.contains(r))
-        diag(r.line - 1, FLEMMA_DOC_SEV_ERROR,
-             "tool result `" + printable(r.id, 80) +
-                 "` matches no **Tool Use:** block: correct the id or delete this result");
-    }
+    check_id_refs(use_ids_, result_ids_, [&](int32_t line, int sev, std::string msg) { diag(line - 1, sev, msg); });
   }
 
   Document finish() {
     close_message();
-    check_ids();
+    if (check_ids_) check_ids();
     std::stable_sort(doc_.diags.begin(), doc_.diags.end(),
                      [](const flemma_doc_diag& a, const flemma_doc_diag& b) { return a.line < b.line; });
     return std::move(doc_);
@@ -1061,7 +1081,35 @@ Document parse(sv text) {
   if (text.size() >= kMaxInput)
     throw Error(FLEMMA_E_INVALID, "the document is " + std::to_string(text.size() >> 20) +
                                       " MiB; documents of 1 GiB or more cannot be parsed: split the conversation");
-  return Parser(text).run();
+  return Parser(text, true).run();
+}
+
+int role_of_line(std::string_view line) { return role_of(line); }
+
+bool closing_fence(std::string_view line, char& ch, int32_t& len) {
+  if (line.empty() || (line[0] != '`' && line[0] != '~' && line[0] != ' ')) return false;
+  Fence f = fence_of(line);
+  if (!f.closer) return false;
+  ch = f.ch;
+  len = f.len;
+  return true;
+}
+
+void check_ids(const std::vector<IdLine>& uses, const std::vector<IdLine>& results,
+               const std::function<void(int32_t, int, std::string)>& out) {
+  std::vector<IdRef> u, r;
+  u.reserve(uses.size());
+  r.reserve(results.size());
+  for (const IdLine& x : uses) u.push_back({x.id, hash_id(x.id), x.line});
+  for (const IdLine& x : results) r.push_back({x.id, hash_id(x.id), x.line});
+  check_id_refs(u, r, out);
+}
+
+Document parse_region(std::string_view text) {
+  if (text.size() >= kMaxInput)
+    throw Error(FLEMMA_E_INVALID, "the document is " + std::to_string(text.size() >> 20) +
+                                      " MiB; documents of 1 GiB or more cannot be parsed: split the conversation");
+  return Parser(text, false).run();
 }
 
 }  // namespace flemma::document

@@ -31,7 +31,7 @@ extern "C" {
 #endif
 
 /* Bumped whenever a declaration below changes in an incompatible way. */
-#define FLEMMA_ABI_VERSION 2
+#define FLEMMA_ABI_VERSION 3
 
 /* Status codes. */
 #define FLEMMA_OK 0
@@ -205,6 +205,94 @@ FLEMMA_API const flemma_doc_diag *flemma_doc_diags(const flemma_doc *doc);
 /* The document's own bytes (messages, normalized text), for ranges with off < 0.
  * Owned by the document. */
 FLEMMA_API const char *flemma_doc_arena(const flemma_doc *doc);
+
+/* ==========================================================================
+ * Incremental document
+ * ========================================================================== */
+
+/* The parse of a buffer kept up to date from line edits: an edit re-parses
+ * only the messages it touches (and, when it opens or closes a fence, those
+ * up to where the scan is the same as before). The document is cut into
+ * segments, one per message (the first also holds the frontmatter and what
+ * comes before the first role marker); a segment that an edit did not touch
+ * keeps its id, version and items, only its first_line moves. At every
+ * moment the items and diagnostics are those flemma_doc_new_lines would
+ * produce for the current lines. */
+typedef struct flemma_idoc flemma_idoc;
+
+/* One segment. Item and diagnostic lines are relative to the segment (1 is
+ * its first line: add first_line - 1). Ranges with off >= 0 index `text` (its
+ * lines joined with "\n"), off < 0 index `arena`; an empty range may point
+ * anywhere. All pointers are owned by the document and valid until its next
+ * edit or its free. */
+typedef struct flemma_idoc_segment {
+  uint64_t id;          /* the same as long as the segment is unchanged */
+  uint64_t version;     /* the document version (edit count) that parsed it */
+  int32_t first_line;   /* 1-based */
+  int32_t line_count;
+  int32_t item_count;
+  int32_t diag_count;   /* its parse diagnostics (no tool id checks) */
+  const flemma_doc_item *items;
+  const flemma_doc_diag *diags;
+  const char *text;
+  const char *arena;
+} flemma_idoc_segment;
+
+/* A new document with no lines, owned by the caller (free it with
+ * flemma_idoc_free); NULL on out of memory. */
+FLEMMA_API flemma_idoc *flemma_idoc_new(void);
+
+/* Frees a document; NULL is a no-op. */
+FLEMMA_API void flemma_idoc_free(flemma_idoc *doc);
+
+/* Replaces lines first .. last - 1 (0-based, end exclusive: on_lines's
+ * firstline and lastline) with `count` lines (line i is lens[i] bytes at
+ * lines[i], without its "\n"; copied, the caller keeps ownership). first ==
+ * last inserts. FLEMMA_E_INVALID (nothing changed) when the range is not
+ * within the document; after FLEMMA_E_NOMEM or FLEMMA_E_INTERNAL the document
+ * may be inconsistent: free it and build a new one. */
+FLEMMA_API int flemma_idoc_edit(flemma_idoc *doc, int32_t first, int32_t last, const char *const *lines,
+                                const size_t *lens, size_t count);
+
+/* The number of lines; 0 for NULL. */
+FLEMMA_API int32_t flemma_idoc_line_count(const flemma_idoc *doc);
+
+/* The version: the number of edits applied; 0 for NULL. */
+FLEMMA_API uint64_t flemma_idoc_version(const flemma_idoc *doc);
+
+/* The number of segments; 0 for NULL. */
+FLEMMA_API int32_t flemma_idoc_segment_count(const flemma_idoc *doc);
+
+/* The 0-based index of the segment holding 1-based line `line`; -1 when the
+ * line is not in the document. */
+FLEMMA_API int32_t flemma_idoc_segment_at(const flemma_idoc *doc, int32_t line);
+
+/* Fills *out with segment `index` (0-based). */
+FLEMMA_API int flemma_idoc_get_segment(const flemma_idoc *doc, int32_t index, flemma_idoc_segment *out);
+
+/* The segments that may have changed since version `since`: indices *lo ..
+ * *hi - 1 of the current list. The segments before *lo are those of that
+ * version; the ones from *hi on are its last ones, their lines shifted by the
+ * change in line count. Returns 1, or 0 when `since` is too old to tell (then
+ * *lo = 0 and *hi = the segment count); negative on bad arguments. */
+FLEMMA_API int flemma_idoc_changes(const flemma_idoc *doc, uint64_t since, int32_t *lo, int32_t *hi);
+
+/* All diagnostics, ordered by line, with absolute lines, as flemma_doc_diags
+ * reports them for the same lines (including the tool id checks); message
+ * ranges index flemma_idoc_diag_arena(). Sets *out to an array owned by the
+ * document (valid until its next edit) and returns the count; negative on
+ * failure. */
+FLEMMA_API int32_t flemma_idoc_diagnostics(flemma_idoc *doc, const flemma_doc_diag **out);
+
+/* The bytes of the diagnostic messages. Owned by the document, valid until
+ * its next edit. */
+FLEMMA_API const char *flemma_idoc_diag_arena(const flemma_idoc *doc);
+
+/* Finds the last tool use whose id is the `len` bytes at `id`: 1 with its
+ * segment and item indices (0-based) set, 0 if there is none, negative on
+ * bad arguments. */
+FLEMMA_API int flemma_idoc_find_tool_use(const flemma_idoc *doc, const char *id, size_t len, int32_t *segment,
+                                         int32_t *item);
 
 /* ==========================================================================
  * Process manager

@@ -1,0 +1,72 @@
+// libFuzzer target for the incremental document (`make fuzz`): the input is a
+// text and an edit script; after every edit the document must equal a fresh
+// full parse of its text (same items, strings and diagnostics).
+//
+// Format: chunks separated by NUL bytes. The first chunk is the initial text.
+// Each further chunk is an edit: byte 0 picks the first line (modulo the line
+// count + 1), byte 1 how many lines it replaces (0-3), the rest (split at
+// "\n") are the new lines (none when the chunk has 2 bytes or fewer).
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string_view>
+#include <vector>
+
+#include "idoc.hpp"
+
+namespace {
+
+std::vector<std::string_view> split(std::string_view s) {
+  std::vector<std::string_view> out;
+  size_t start = 0;
+  for (;;) {
+    size_t nl = s.find('\n', start);
+    if (nl == std::string_view::npos) {
+      out.push_back(s.substr(start));
+      return out;
+    }
+    out.push_back(s.substr(start, nl - start));
+    start = nl + 1;
+  }
+}
+
+void expect_same(flemma::document::Incremental& d) {
+  std::string diff = d.check();
+  if (!diff.empty()) {
+    std::fprintf(stderr, "incremental document differs from the full parse: %s\n", diff.c_str());
+    std::abort();
+  }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  std::string_view in(reinterpret_cast<const char*>(data), size);
+  std::vector<std::string_view> chunks;
+  size_t start = 0;
+  for (;;) {
+    size_t z = in.find('\0', start);
+    if (z == std::string_view::npos) {
+      chunks.push_back(in.substr(start));
+      break;
+    }
+    chunks.push_back(in.substr(start, z - start));
+    start = z + 1;
+  }
+  flemma::document::Incremental d;
+  d.edit(0, 0, split(chunks[0]));
+  expect_same(d);
+  for (size_t c = 1; c < chunks.size() && c <= 64; ++c) {
+    std::string_view e = chunks[c];
+    const int32_t n = d.line_count();
+    const int32_t first = e.empty() ? n : static_cast<int32_t>(static_cast<uint8_t>(e[0]) % static_cast<uint32_t>(n + 1));
+    const int32_t count = e.size() < 2 ? 0 : static_cast<uint8_t>(e[1]) % 4;
+    const int32_t last = std::min(n, first + count);
+    std::vector<std::string_view> lines;
+    if (e.size() > 2) lines = split(e.substr(2));
+    d.edit(first, last, lines);
+    expect_same(d);
+  }
+  return 0;
+}

@@ -1,0 +1,116 @@
+// C ABI of the incremental document: thin forwarders into
+// flemma::document::Incremental.
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "flemma/flemma.h"
+#include "guard.hpp"
+#include "idoc.hpp"
+
+struct flemma_idoc {
+  flemma::document::Incremental doc;
+  std::vector<std::string_view> scratch;  // the lines of the edit being applied
+};
+
+extern "C" {
+
+FLEMMA_API flemma_idoc* flemma_idoc_new(void) {
+  return flemma::guard_ptr([]() -> flemma_idoc* { return new flemma_idoc(); });
+}
+
+FLEMMA_API void flemma_idoc_free(flemma_idoc* doc) { delete doc; }
+
+FLEMMA_API int flemma_idoc_edit(flemma_idoc* doc, int32_t first, int32_t last, const char* const* lines,
+                                const size_t* lens, size_t count) {
+  return flemma::guard([&] {
+    if (!doc) throw flemma::Error(FLEMMA_E_INVALID, "flemma_idoc_edit: doc is NULL");
+    if (count > 0 && (!lines || !lens))
+      throw flemma::Error(FLEMMA_E_INVALID, "flemma_idoc_edit: lines or lens is NULL but count is not 0");
+    auto& v = doc->scratch;
+    v.clear();
+    v.reserve(count);
+    for (size_t i = 0; i < count; ++i) {
+      if (!lines[i] && lens[i] > 0)
+        throw flemma::Error(FLEMMA_E_INVALID, "flemma_idoc_edit: line " + std::to_string(i + 1) +
+                                                  " is NULL but its length is not 0");
+      if (lens[i] >= flemma::document::kMaxInput)
+        throw flemma::Error(FLEMMA_E_INVALID, "flemma_idoc_edit: a line of 1 GiB or more cannot be parsed");
+      v.emplace_back(lines[i] ? lines[i] : "", lens[i]);
+    }
+    doc->doc.edit(first, last, v);
+    v.clear();
+    return FLEMMA_OK;
+  });
+}
+
+FLEMMA_API int32_t flemma_idoc_line_count(const flemma_idoc* doc) { return doc ? doc->doc.line_count() : 0; }
+
+FLEMMA_API uint64_t flemma_idoc_version(const flemma_idoc* doc) { return doc ? doc->doc.version() : 0; }
+
+FLEMMA_API int32_t flemma_idoc_segment_count(const flemma_idoc* doc) {
+  return doc ? static_cast<int32_t>(doc->doc.segment_count()) : 0;
+}
+
+FLEMMA_API int32_t flemma_idoc_segment_at(const flemma_idoc* doc, int32_t line) {
+  if (!doc || doc->doc.segment_count() == 0 || line < 1 || line > doc->doc.line_count()) return -1;
+  return static_cast<int32_t>(doc->doc.segment_at(line - 1));
+}
+
+FLEMMA_API int flemma_idoc_get_segment(const flemma_idoc* doc, int32_t index, flemma_idoc_segment* out) {
+  return flemma::guard([&] {
+    if (!doc || !out) throw flemma::Error(FLEMMA_E_INVALID, "flemma_idoc_get_segment: doc or out is NULL");
+    if (index < 0 || static_cast<size_t>(index) >= doc->doc.segment_count())
+      throw flemma::Error(FLEMMA_E_INVALID, "flemma_idoc_get_segment: no segment " + std::to_string(index));
+    const auto& s = doc->doc.segment(static_cast<size_t>(index));
+    out->id = s.id;
+    out->version = s.version;
+    out->first_line = doc->doc.segment_start(static_cast<size_t>(index)) + 1;
+    out->line_count = s.nlines;
+    out->item_count = static_cast<int32_t>(s.doc.items.size());
+    out->diag_count = static_cast<int32_t>(s.doc.diags.size());
+    out->items = s.doc.items.data();
+    out->diags = s.doc.diags.data();
+    out->text = s.text.data();
+    out->arena = s.doc.arena.data();
+    return FLEMMA_OK;
+  });
+}
+
+FLEMMA_API int flemma_idoc_changes(const flemma_idoc* doc, uint64_t since, int32_t* lo, int32_t* hi) {
+  if (!doc || !lo || !hi) return FLEMMA_E_INVALID;
+  size_t l = 0, h = 0;
+  bool exact = doc->doc.changes(since, l, h);
+  *lo = static_cast<int32_t>(l);
+  *hi = static_cast<int32_t>(h);
+  return exact ? 1 : 0;
+}
+
+FLEMMA_API int32_t flemma_idoc_diagnostics(flemma_idoc* doc, const flemma_doc_diag** out) {
+  if (out) *out = nullptr;
+  if (!doc || !out) return FLEMMA_E_INVALID;
+  return flemma::guard([&] {
+    const auto& d = doc->doc.diagnostics();
+    *out = d.data();
+    return static_cast<int>(d.size());
+  });
+}
+
+FLEMMA_API const char* flemma_idoc_diag_arena(const flemma_idoc* doc) {
+  return doc ? doc->doc.diag_arena().data() : nullptr;
+}
+
+FLEMMA_API int flemma_idoc_find_tool_use(const flemma_idoc* doc, const char* id, size_t len, int32_t* segment,
+                                         int32_t* item) {
+  return flemma::guard([&] {
+    if (!doc || (!id && len > 0) || !segment || !item)
+      throw flemma::Error(FLEMMA_E_INVALID, "flemma_idoc_find_tool_use: NULL argument");
+    size_t s = 0, i = 0;
+    if (!doc->doc.find_tool_use(std::string_view(id ? id : "", len), s, i)) return 0;
+    *segment = static_cast<int32_t>(s);
+    *item = static_cast<int32_t>(i);
+    return 1;
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,114 @@
+// The incremental .chat document: the parse of a buffer kept up to date from
+// line edits (as Neovim's on_lines reports them), re-parsing only what an edit
+// can change.
+//
+// The document is cut into segments at the role markers that start a message
+// (segment 0 also holds what comes before the first of them: frontmatter, an
+// implicit @You: message, blank lines). A segment is parsed as a whole and
+// knows nothing of its neighbours, which holds because the scan state at a
+// message marker is always the same (top level, a new message). An edit
+// re-parses the segments it touches, from the segment holding the line above
+// the edit (a marker edited away joins its lines to the message above) to the
+// next marker below it, then grows the region while the scan state at its end
+// differs from the old scan's:
+//   - a fence the new text leaves open, which a closing fence further down
+//     now closes, swallows the markers up to that closing fence;
+//   - a closing fence the edit brings in closes a fence that was open above
+//     (an unclosed fence runs only to the next marker, a closed one across
+//     markers), so the region starts at that fence's segment.
+// Nothing else reaches across a marker, so beyond the region every segment
+// is unchanged and keeps its items (with its lines shifted).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "document.hpp"
+
+namespace flemma::document {
+
+struct Segment {
+  uint64_t id = 0;       // unique in its document, never reused
+  uint64_t version = 0;  // the edit that parsed it
+  int32_t nlines = 0;    // at least 1
+  size_t index = 0;      // current position among the segments
+  std::string text;      // its lines joined with "\n"
+  // Items and diagnostics with lines relative to the segment (1 = its first
+  // line); ranges index `text` (off >= 0) or doc.arena (off < 0); an empty
+  // range is {0, 0}.
+  Document doc;
+  int32_t max_close[2] = {0, 0};   // the longest closing fence of ` and ~ in it (0: none)
+  int32_t min_open[2] = {0, 0};    // the shortest fence of ` and ~ it leaves open (0: none)
+};
+
+class Incremental {
+ public:
+  Incremental() = default;
+  Incremental(const Incremental&) = delete;
+  Incremental& operator=(const Incremental&) = delete;
+
+  // Replaces lines [first, last) (0-based) with `lines` (without their "\n").
+  // Throws flemma::Error on bad arguments; on any exception nothing changed.
+  void edit(int32_t first, int32_t last, const std::vector<std::string_view>& lines);
+
+  int32_t line_count() const { return nlines_; }
+  // The number of edits applied (0 for a new document).
+  uint64_t version() const { return version_; }
+
+  size_t segment_count() const { return segs_.size(); }
+  const Segment& segment(size_t i) const { return *segs_[i]; }
+  // The 0-based first line of segment i.
+  int32_t segment_start(size_t i) const { return starts_[i]; }
+  // The segment holding 0-based line `line` (clamped to the document).
+  size_t segment_at(int32_t line) const;
+
+  // The segments that may differ from those of version `since`: [lo, hi) in
+  // the current list; the ones before lo are the same, the ones from hi on
+  // are the last ones of that version, shifted by the change in line count.
+  // Returns false when `since` is too old to tell (then lo = 0, hi = count).
+  bool changes(uint64_t since, size_t& lo, size_t& hi) const;
+
+  // Every diagnostic of the document as parse would report it (absolute
+  // lines, messages in diag_arena()); valid until the next edit.
+  const std::vector<flemma_doc_diag>& diagnostics();
+  const std::string& diag_arena() const { return diag_arena_; }
+
+  // The last tool use with this id: its segment and item index.
+  bool find_tool_use(std::string_view id, size_t& seg, size_t& item) const;
+
+  // The whole text, lines joined with "\n" (for tests and the fuzzer).
+  std::string text() const;
+
+  // Compares the document with a fresh parse of text(): "" when every item
+  // and diagnostic is the same, else the first difference (for tests and the
+  // fuzzer).
+  std::string check();
+
+ private:
+  struct Change {
+    uint64_t version;
+    size_t at, removed, added;
+  };
+
+  std::vector<std::unique_ptr<Segment>> segs_;
+  std::vector<int32_t> starts_;
+  int32_t nlines_ = 0;
+  uint64_t version_ = 0;
+  uint64_t next_id_ = 1;
+  size_t open_fences_ = 0;  // unclosed fences over all segments
+  std::vector<Change> log_;
+  std::unordered_map<std::string, std::vector<const Segment*>> uses_;  // tool use id -> segments
+  std::vector<flemma_doc_diag> diags_;
+  std::string diag_arena_;
+  uint64_t diags_version_ = UINT64_MAX;
+
+  std::vector<std::unique_ptr<Segment>> split(const std::string& text, const std::vector<size_t>& line_offs,
+                                              Document&& doc);
+  void index_uses(const Segment& s, bool add);
+};
+
+}  // namespace flemma::document

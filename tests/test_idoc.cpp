@@ -1,0 +1,220 @@
+#include <doctest/doctest.h>
+
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "flemma/flemma.h"
+#include "idoc.hpp"
+
+using flemma::document::Incremental;
+
+namespace {
+
+std::vector<std::string> split(const std::string& text) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  for (;;) {
+    size_t nl = text.find('\n', start);
+    if (nl == std::string::npos) {
+      out.push_back(text.substr(start));
+      return out;
+    }
+    out.push_back(text.substr(start, nl - start));
+    start = nl + 1;
+  }
+}
+
+void edit(Incremental& d, int32_t first, int32_t last, const std::vector<std::string>& lines) {
+  std::vector<std::string_view> v(lines.begin(), lines.end());
+  d.edit(first, last, v);
+}
+
+void load(Incremental& d, const std::string& text) { edit(d, 0, 0, split(text)); }
+
+std::string read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// Lines that change the structure most: fences of both kinds and lengths,
+// role markers, tool headers, placeholders, thinking tags, frontmatter.
+const char* const kPool[] = {
+    "```",       "````",         "~~~",       "```json",  "```lua",   "````markdown", "`````",
+    "@You:",     "@Assistant:",  "@System:",  "",         "",         "text",         "more text here",
+    "**Tool Use:** `bash` (`t1`)", "**Tool Use:** `read` (`t2`)", "**Tool Result:** `t1`", "**Tool Result:** `t2` (error)",
+    "```flemma:tool status=pending", "```flemma:tool status=approved", "{\"command\": \"ls\"}", "{\"a\": [1, 2",
+    "<thinking>", "</thinking>", "<thinking redacted>", "```lua\r", "text\r", "  ```", "~~~~ x",
+};
+
+std::string random_line(std::mt19937& rng) {
+  return kPool[rng() % (sizeof(kPool) / sizeof(kPool[0]))];
+}
+
+}  // namespace
+
+TEST_CASE("incremental document") {
+  SUBCASE("a loaded document has one segment per message and matches the full parse") {
+    Incremental d;
+    load(d, "@System:\nterse\n@You:\nhi\n\n@Assistant:\nhello");
+    CHECK(d.line_count() == 7);
+    CHECK(d.segment_count() == 3);
+    CHECK(d.segment_start(1) == 2);
+    CHECK(d.check() == "");
+  }
+
+  SUBCASE("an edit inside one message re-parses only that message") {
+    Incremental d;
+    load(d, "@You:\na\n@Assistant:\nb\n@You:\nc");
+    uint64_t id0 = d.segment(0).id, id1 = d.segment(1).id, id2 = d.segment(2).id;
+    edit(d, 3, 4, {"b changed", "and a new line"});
+    CHECK(d.check() == "");
+    CHECK(d.segment(0).id == id0);
+    CHECK(d.segment(1).id != id1);
+    CHECK(d.segment(2).id == id2);
+    CHECK(d.segment_start(2) == 5);
+    size_t lo = 0, hi = 0;
+    CHECK(d.changes(d.version() - 1, lo, hi));
+    CHECK(lo == 1);
+    CHECK(hi == 2);
+  }
+
+  SUBCASE("deleting a marker joins its lines to the message above") {
+    Incremental d;
+    load(d, "@You:\na\n@Assistant:\nb\n@You:\nc");
+    edit(d, 2, 3, {});
+    CHECK(d.segment_count() == 2);
+    CHECK(d.check() == "");
+  }
+
+  SUBCASE("an opened fence swallows the markers down to the fence that closes it") {
+    Incremental d;
+    load(d, "@You:\na\n@Assistant:\nb\n```\n@You:\nc");
+    CHECK(d.segment_count() == 3);
+    edit(d, 1, 1, {"```"});
+    CHECK(d.check() == "");
+    CHECK(d.segment_count() == 2);
+    edit(d, 1, 2, {});
+    CHECK(d.check() == "");
+    CHECK(d.segment_count() == 3);
+  }
+
+  SUBCASE("a closing fence added below closes a fence left open above") {
+    Incremental d;
+    load(d, "@You:\n````\nopen\n@Assistant:\nb\n@You:\nc");
+    CHECK(d.segment_count() == 3);
+    edit(d, 7, 7, {"````"});
+    CHECK(d.check() == "");
+    CHECK(d.segment_count() == 1);
+  }
+
+  SUBCASE("a frontmatter closed further down") {
+    Incremental d;
+    load(d, "```lua\nx = 1\n@You:\nhi");
+    edit(d, 4, 4, {"```"});
+    CHECK(d.check() == "");
+  }
+
+  SUBCASE("tool ids are checked across messages") {
+    Incremental d;
+    load(d, 
+        "@Assistant:\n**Tool Use:** `x` (`a`)\n\n```json\n{}\n```\n@You:\n**Tool Result:** `a`\n\n```\nok\n```");
+    CHECK(d.diagnostics().empty());
+    edit(d, 7, 8, {"**Tool Result:** `b`"});
+    CHECK(d.check() == "");
+    CHECK(d.diagnostics().size() == 1);
+    size_t seg = 9, item = 9;
+    CHECK(d.find_tool_use("a", seg, item));
+    CHECK(seg == 0);
+    CHECK(d.segment(seg).doc.items[item].kind == FLEMMA_DOC_TOOL_USE);
+    CHECK_FALSE(d.find_tool_use("b", seg, item));
+  }
+
+  SUBCASE("changes since an old version cover every edit since") {
+    Incremental d;
+    load(d, "@You:\na\n@You:\nb\n@You:\nc\n@You:\nd");
+    uint64_t v = d.version();
+    edit(d, 1, 2, {"A"});
+    edit(d, 7, 8, {"D", "D2"});
+    size_t lo = 0, hi = 0;
+    CHECK(d.changes(v, lo, hi));
+    CHECK(lo == 0);
+    CHECK(hi == 4);
+    CHECK(d.changes(d.version(), lo, hi));
+    CHECK(lo == hi);
+    CHECK_FALSE(d.changes(0, lo, hi) == false);  // version 0 is the empty document: the log reaches it
+  }
+
+  SUBCASE("edits out of range are refused and change nothing") {
+    Incremental d;
+    load(d, "@You:\na");
+    CHECK_THROWS(edit(d, 1, 5, {}));
+    CHECK_THROWS(edit(d, -1, 0, {}));
+    CHECK(d.line_count() == 2);
+    CHECK(d.version() == 1);
+  }
+
+  SUBCASE("random edits of structural lines on the fixture chats always match a full parse") {
+    std::mt19937 rng(16);
+    const char* fixtures[] = {"basic", "crlf", "diagnostics", "nested_fences", "parallel_tools", "placeholders",
+                              "thinking", "frontmatter_unterminated", "empty_messages", "unicode"};
+    for (const char* name : fixtures) {
+      std::string text = read_file(std::string(FLEMMA_SOURCE_DIR) + "/spec/fixtures/chat/" + name + ".chat");
+      Incremental d;
+    load(d, text);
+      REQUIRE(d.check() == "");
+      for (int step = 0; step < 400; ++step) {
+        int32_t n = d.line_count();
+        int32_t first = n > 0 ? static_cast<int32_t>(rng() % static_cast<uint32_t>(n + 1)) : 0;
+        int32_t removed = static_cast<int32_t>(rng() % 3);
+        int32_t last = std::min(n, first + removed);
+        std::vector<std::string> lines;
+        int added = static_cast<int>(rng() % 3);
+        for (int k = 0; k < added; ++k) lines.push_back(random_line(rng));
+        edit(d, first, last, lines);
+        std::string diff = d.check();
+        INFO(std::string(name) << " step " << step << "\n" << d.text());
+        REQUIRE(diff == "");
+      }
+    }
+  }
+
+  SUBCASE("the C API edits, lists segments and reports changes") {
+    flemma_idoc* d = flemma_idoc_new();
+    REQUIRE(d);
+    const char* lines[] = {"@You:", "hi", "@Assistant:", "**Tool Use:** `bash` (`t`)", "", "```json", "{}", "```"};
+    size_t lens[8];
+    for (int i = 0; i < 8; ++i) lens[i] = std::string_view(lines[i]).size();
+    CHECK(flemma_idoc_edit(d, 0, 0, lines, lens, 8) == FLEMMA_OK);
+    CHECK(flemma_idoc_line_count(d) == 8);
+    CHECK(flemma_idoc_segment_count(d) == 2);
+    CHECK(flemma_idoc_segment_at(d, 3) == 1);
+    CHECK(flemma_idoc_segment_at(d, 9) == -1);
+    flemma_idoc_segment s{};
+    REQUIRE(flemma_idoc_get_segment(d, 1, &s) == FLEMMA_OK);
+    CHECK(s.first_line == 3);
+    CHECK(s.item_count == 2);
+    CHECK(s.items[1].kind == FLEMMA_DOC_TOOL_USE);
+    CHECK(s.items[1].first_line == 2);
+    int32_t seg = -1, item = -1;
+    CHECK(flemma_idoc_find_tool_use(d, "t", 1, &seg, &item) == 1);
+    CHECK(seg == 1);
+    CHECK(item == 1);
+    CHECK(flemma_idoc_edit(d, 5, 99, lines, lens, 1) == FLEMMA_E_INVALID);
+    CHECK(std::string(flemma_last_error()).find("not within") != std::string::npos);
+    int32_t lo = 0, hi = 0;
+    CHECK(flemma_idoc_changes(d, 0, &lo, &hi) == 1);
+    CHECK(lo == 0);
+    CHECK(hi == 2);
+    const flemma_doc_diag* diags = nullptr;
+    CHECK(flemma_idoc_diagnostics(d, &diags) == 0);
+    CHECK(flemma_idoc_get_segment(d, 7, &s) == FLEMMA_E_INVALID);
+    flemma_idoc_free(d);
+    flemma_idoc_free(nullptr);
+  }
+}
