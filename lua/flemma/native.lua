@@ -191,6 +191,7 @@ void flemma_sandbox_policy_free(flemma_sandbox_policy *policy);
 int flemma_sandbox_policy_add_root(flemma_sandbox_policy *policy, const char *path);
 int flemma_sandbox_is_path_writable(const flemma_sandbox_policy *policy, const char *path, const char *cwd);
 flemma_strv *flemma_sandbox_wrap(const flemma_sandbox_policy *policy, int backend, const char *const *argv, const char *cwd, const char *program);
+int flemma_sandbox_write_file(const flemma_sandbox_policy *policy, const char *path, const char *cwd, const char *data, size_t len);
 int flemma_sandbox_resolve(const char *path, const char *cwd, char *buf, size_t cap);
 void flemma_strv_free(flemma_strv *list);
 ]],
@@ -821,6 +822,22 @@ function M.sandbox_is_path_writable(policy, path, cwd)
     util.error(M.last_error())
   end
   return rc == 1
+end
+
+--- Writes content to path atomically, beneath the policy's roots (see
+--- flemma_sandbox_write_file).
+---@param policy { rw_paths: string[], network: boolean }
+---@param path string
+---@param cwd string absolute
+---@param content string
+---@return boolean|nil ok
+---@return string|nil err
+function M.sandbox_write_file(policy, path, cwd, content)
+  local handle = type(policy) == "cdata" and policy or H.policy(policy)
+  if M.lib().flemma_sandbox_write_file(handle, path, cwd, content, #content) ~= 0 then
+    return nil, M.last_error()
+  end
+  return true
 end
 
 --- argv wrapped for the backend ("bwrap" | "sandbox-exec").

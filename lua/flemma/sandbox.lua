@@ -199,6 +199,26 @@ function M.is_path_writable(path, policy)
   return native.sandbox_is_path_writable(H.check_policy(policy), path, vim.fn.getcwd())
 end
 
+--- Writes content to path atomically and beneath the writable roots, even while a
+--- sandboxed command swaps symlinks in the path (the native side opens the path
+--- from the root's directory with openat2 RESOLVE_BENEATH and renames a
+--- temporary file in place). Needs the sandbox on.
+---@param path string
+---@param content string
+---@param policy? flemma.sandbox.Policy
+---@return boolean ok
+---@return string|nil err
+function M.write_file(path, content, policy)
+  if type(path) ~= "string" or type(content) ~= "string" then
+    util.error("sandbox.write_file: `path` and `content` should be strings")
+  end
+  local ok, err = native.sandbox_write_file(H.check_policy(policy), path, vim.fn.getcwd(), content)
+  if not ok then
+    return false, (tostring(err):gsub("^sandbox: ", ""))
+  end
+  return true
+end
+
 --- A one-paragraph description of the sandbox state.
 ---@return string
 function M.status()

@@ -65,6 +65,18 @@ FLEMMA_API int flemma_sandbox_is_path_writable(const flemma_sandbox_policy* poli
   });
 }
 
+// Borrows everything for the duration of the call.
+FLEMMA_API int flemma_sandbox_write_file(const flemma_sandbox_policy* policy, const char* path, const char* cwd,
+                                         const char* data, size_t len) {
+  return flemma::guard([&] {
+    const auto& p = need(policy);
+    if (!path) throw flemma::Error(FLEMMA_E_INVALID, "sandbox: path is NULL");
+    if (!data && len > 0) throw flemma::Error(FLEMMA_E_INVALID, "sandbox: data is NULL");
+    flemma::sandbox::write_file(path, p, need_cwd(cwd), std::string(data ? data : "", len));
+    return FLEMMA_OK;
+  });
+}
+
 // Caller owns the result: flemma_strv_free.
 FLEMMA_API flemma_strv* flemma_sandbox_wrap(const flemma_sandbox_policy* policy, int backend,
                                             const char* const* argv, const char* cwd, const char* program) {

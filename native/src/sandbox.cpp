@@ -1,12 +1,17 @@
 #include "sandbox.hpp"
 
 #include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/syscall.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstring>
 
 #include "guard.hpp"
 #include "reaper.hpp"
@@ -330,6 +335,154 @@ bool is_path_writable(const std::string& path, const Policy& policy, const std::
     if (!blocked) return true;
   }
   return false;
+}
+
+namespace {
+
+struct Fd {
+  int fd = -1;
+  explicit Fd(int f = -1) : fd(f) {}
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  Fd(Fd&& o) noexcept : fd(o.fd) { o.fd = -1; }
+  Fd& operator=(Fd&& o) noexcept {
+    if (this != &o) {
+      reset();
+      fd = o.fd;
+      o.fd = -1;
+    }
+    return *this;
+  }
+  ~Fd() { reset(); }
+  void reset() {
+    if (fd >= 0) ::close(fd);
+    fd = -1;
+  }
+};
+
+[[noreturn]] void io_error(const std::string& what, int err) {
+  throw Error(FLEMMA_E_IO, "sandbox: " + what + ": " + std::strerror(err));
+}
+
+[[noreturn]] void changed(const std::string& path) {
+  throw Error(FLEMMA_E_IO, "sandbox: " + path +
+                               " changed while it was being written (a symlink or a file appeared in its path): "
+                               "nothing was written");
+}
+
+#if defined(__linux__) && defined(SYS_openat2)
+// openat2(2) without needing <linux/openat2.h>.
+struct OpenHow {
+  uint64_t flags;
+  uint64_t mode;
+  uint64_t resolve;
+};
+constexpr uint64_t kResolveNoMagiclinks = 0x02;
+constexpr uint64_t kResolveBeneath = 0x08;
+#endif
+
+// The parent directory of root/rel (rel's components but the last), opened
+// beneath root. Missing directories are created by the walk.
+Fd open_parent(int rootfd, const std::vector<std::string>& parents, const std::string& shown) {
+#if defined(__linux__) && defined(SYS_openat2)
+  {
+    std::string rel;
+    for (const auto& c : parents) rel += (rel.empty() ? "" : "/") + c;
+    if (rel.empty()) rel = ".";
+    OpenHow how{static_cast<uint64_t>(O_PATH | O_DIRECTORY | O_CLOEXEC), 0, kResolveBeneath | kResolveNoMagiclinks};
+    long fd = ::syscall(SYS_openat2, rootfd, rel.c_str(), &how, sizeof how);
+    if (fd >= 0) return Fd(static_cast<int>(fd));
+    int err = errno;
+    if (err == EXDEV || err == ELOOP || err == ENOTDIR) changed(shown);
+    // ENOSYS (an older kernel), EPERM (a seccomp filter), ENOENT (directories to
+    // create): the walk below.
+    if (err != ENOSYS && err != EPERM && err != ENOENT && err != EINVAL && err != E2BIG) io_error("cannot open the directory of " + shown, err);
+  }
+#endif
+  Fd cur(::fcntl(rootfd, F_DUPFD_CLOEXEC, 0));
+  if (cur.fd < 0) io_error("dup", errno);
+  for (const auto& c : parents) {
+    int fd = ::openat(cur.fd, c.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0 && errno == ENOENT) {
+      if (::mkdirat(cur.fd, c.c_str(), 0755) < 0 && errno != EEXIST) io_error("cannot create a directory for " + shown, errno);
+      fd = ::openat(cur.fd, c.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    }
+    if (fd < 0) {
+      if (errno == ELOOP || errno == ENOTDIR) changed(shown);
+      io_error("cannot open the directory of " + shown, errno);
+    }
+    cur = Fd(fd);
+  }
+  return cur;
+}
+
+// Where a directory descriptor really is ("" where /proc cannot tell).
+std::string fd_path(int fd) {
+#if defined(__linux__)
+  char buf[PATH_MAX];
+  std::string link = "/proc/self/fd/" + std::to_string(fd);
+  ssize_t n = ::readlink(link.c_str(), buf, sizeof buf - 1);
+  if (n > 0) return std::string(buf, static_cast<size_t>(n));
+#endif
+  (void)fd;
+  return {};
+}
+
+}  // namespace
+
+void write_file(const std::string& path, const Policy& policy, const std::string& cwd, const std::string& data) {
+  if (path.empty()) throw Error(FLEMMA_E_INVALID, "sandbox: the path to write is empty");
+  std::string p = resolve(path, cwd);
+  if (!is_path_writable(p, policy, cwd))
+    throw Error(FLEMMA_E_INVALID, "sandbox: " + p + " is outside the writable paths");
+  std::string root;
+  for (const auto& r : existing_roots(policy, cwd))
+    if (inside(p, r) && r.size() >= root.size()) root = r;
+  if (root.empty() || p == root) throw Error(FLEMMA_E_INVALID, "sandbox: " + p + " is a directory");
+  auto parts = split(root == "/" ? p : p.substr(root.size()));
+  std::string name = parts.back();
+  parts.pop_back();
+  Fd rootfd(::open(root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (rootfd.fd < 0) io_error("cannot open " + root, errno);
+  Fd dir = open_parent(rootfd.fd, parts, p);
+  // Check again where the directory really is: a rename may have moved it.
+  if (std::string actual = fd_path(dir.fd); !actual.empty()) {
+    std::string target = actual == "/" ? "/" + name : actual + "/" + name;
+    if (!is_path_writable(target, policy, "/")) changed(p);
+  }
+  struct stat st {};
+  mode_t mode = 0644;
+  if (::fstatat(dir.fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) {
+    if (S_ISDIR(st.st_mode)) throw Error(FLEMMA_E_INVALID, "sandbox: " + p + " is a directory");
+    if (S_ISREG(st.st_mode)) mode = st.st_mode & 07777;
+  }
+  static std::atomic<unsigned> counter{0};
+  std::string tmp = "." + name.substr(0, 200) + ".flemma-" + std::to_string(::getpid()) + "-" +
+                    std::to_string(counter.fetch_add(1)) + ".tmp";
+  Fd out(::openat(dir.fd, tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode));
+  if (out.fd < 0) io_error("cannot write " + p, errno);
+  auto fail = [&](const std::string& what, int err) {
+    out.reset();
+    ::unlinkat(dir.fd, tmp.c_str(), 0);
+    io_error(what + " " + p, err);
+  };
+  size_t off = 0;
+  while (off < data.size()) {
+    ssize_t w = ::write(out.fd, data.data() + off, data.size() - off);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      fail("cannot write", errno);
+    }
+    off += static_cast<size_t>(w);
+  }
+  if (::fchmod(out.fd, mode) < 0) fail("cannot set the permissions of", errno);
+  if (::fsync(out.fd) < 0) fail("cannot write", errno);
+  out.reset();
+  if (::renameat(dir.fd, tmp.c_str(), dir.fd, name.c_str()) < 0) {
+    int err = errno;
+    ::unlinkat(dir.fd, tmp.c_str(), 0);
+    io_error("cannot replace " + p, err);
+  }
 }
 
 std::vector<std::string> bwrap_args(const Policy& policy, const std::string& cwd) {

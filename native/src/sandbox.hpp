@@ -47,6 +47,16 @@ std::vector<std::string> existing_roots(const Policy& policy, const std::string&
 // path of that root (nor anything named .git/hooks or .git/config below it).
 bool is_path_writable(const std::string& path, const Policy& policy, const std::string& cwd);
 
+// Writes data to path atomically and beneath the policy's writable roots, even
+// while another process swaps symlinks in the path: the path is checked
+// (is_path_writable), its parent opened from the root's directory descriptor
+// with openat2(RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS) (a component-by-component
+// O_NOFOLLOW walk where the kernel lacks it, or when directories are missing:
+// they are created, 0755), the directory actually opened checked again, then
+// a temporary file in it is renamed over the name. An existing file keeps its
+// permission bits; a new one gets 0644. Throws flemma::Error.
+void write_file(const std::string& path, const Policy& policy, const std::string& cwd, const std::string& data);
+
 // bwrap arguments (without the program name) that run cmd under the policy.
 std::vector<std::string> bwrap_args(const Policy& policy, const std::string& cwd);
 

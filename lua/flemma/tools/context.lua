@@ -17,7 +17,7 @@ local H = {}
 ---@field __dirname string|nil
 ---@field __filename string|nil
 ---@field path { resolve: fun(path: string): string }
----@field sandbox { is_path_writable: fun(path: string): boolean, wrap_command: fun(argv: string[]): string[]|nil, string|nil }
+---@field sandbox { is_path_writable: fun(path: string): boolean, wrap_command: fun(argv: string[]): string[]|nil, string|nil, write_file: fun(path: string, content: string): boolean, string|nil }
 ---@field truncate table the flemma.truncate functions and constants
 local Context = {}
 
@@ -70,6 +70,19 @@ function H.lazy.sandbox(ctx)
         return true
       end
       return sandbox.is_path_writable(ctx.path.resolve(path), policy(sandbox)) == true
+    end,
+    --- Writes `content` to `path` atomically (a temporary file renamed in place,
+    --- missing directories created). While the sandbox is on, the write lands
+    --- beneath the writable roots even if a command swaps symlinks in the path.
+    ---@return boolean ok
+    ---@return string|nil err
+    write_file = function(path, content)
+      local sandbox = backend()
+      path = ctx.path.resolve(path)
+      if not sandbox or not sandbox.is_enabled() then
+        return require("flemma.tools.builtin.fs").atomic_write(path, content)
+      end
+      return sandbox.write_file(path, content, policy(sandbox))
     end,
     --- The argv wrapped for the sandbox (unchanged when it is off), or nil, err.
     wrap_command = function(argv)

@@ -438,6 +438,16 @@ FLEMMA_API int flemma_sandbox_is_path_writable(const flemma_sandbox_policy *poli
  * "sandbox-exec"). The caller owns the result: flemma_strv_free. NULL on failure. */
 FLEMMA_API flemma_strv *flemma_sandbox_wrap(const flemma_sandbox_policy *policy, int backend, const char *const *argv, const char *cwd, const char *program);
 
+/* Writes len bytes of data to path (relative to cwd) atomically, beneath the
+ * policy's writable roots even while another process swaps symlinks in the
+ * path: checked like flemma_sandbox_is_path_writable, the parent opened from the
+ * root's directory with openat2(RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS) (or an
+ * O_NOFOLLOW walk; missing directories are created), a temporary file in it
+ * renamed over the name. An existing file keeps its permission bits, a new one
+ * gets 0644. 0, or negative with the reason in flemma_last_error(). Borrows
+ * everything for the duration of the call. */
+FLEMMA_API int flemma_sandbox_write_file(const flemma_sandbox_policy *policy, const char *path, const char *cwd, const char *data, size_t len);
+
 /* Writes path resolved against cwd into buf (like snprintf: returns the full
  * length). The caller owns buf. */
 FLEMMA_API int flemma_sandbox_resolve(const char *path, const char *cwd, char *buf, size_t cap);

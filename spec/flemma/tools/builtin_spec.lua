@@ -459,6 +459,54 @@ describe("built-in tools", function()
       assert.equals("hello", helpers.read_file(outside .. "/f.txt"))
     end)
 
+    it("write never lands outside the roots while a process swaps a symlink in the path", function()
+      -- dir/d flips between a real directory and a symlink to `outside` (one
+      -- renameat2 RENAME_EXCHANGE with dir/e each time), as fast as it can.
+      local swapper = vim.system({
+        "/usr/bin/python3",
+        "-c",
+        [[
+import ctypes, os, sys
+os.chdir(sys.argv[1])
+os.mkdir("d")
+os.symlink(sys.argv[2], "e")
+libc = ctypes.CDLL(None, use_errno=True)
+print("swapping", flush=True)
+while True:
+    libc.renameat2(-100, b"d", -100, b"e", 2)
+]],
+        dir,
+        outside,
+      })
+      helpers.wait_for(function()
+        return vim.uv.fs_lstat(dir .. "/e") ~= nil
+      end, 5000, "the swapper did not start")
+      local wrote, refused = 0, 0
+      for i = 1, 400 do
+        local res = run(buf, "write", { path = "d/f.txt", content = "write " .. i .. "\n", label = vim.NIL })
+        if res.success then
+          wrote = wrote + 1
+        else
+          refused = refused + 1
+        end
+      end
+      swapper:kill(9)
+      swapper:wait(2000)
+      assert.same({}, dir_entries(outside), ("%d writes, %d refused"):format(wrote, refused))
+      assert.is_true(wrote > 0, "no write succeeded")
+    end)
+
+    it("edit writes beneath the roots as well", function()
+      helpers.write_file(dir .. "/e.txt", "hello\n")
+      local res = run(buf, "edit", { path = "e.txt", old_string = "hello", new_string = "bye", label = vim.NIL })
+      assert.is_true(res.success, res.error)
+      assert.equals("bye\n", helpers.read_file(dir .. "/e.txt"))
+      assert.is_true(run(buf, "write", { path = "new/deep/f.txt", content = "x", label = vim.NIL }).success)
+      assert.equals("x", helpers.read_file(dir .. "/new/deep/f.txt"))
+      local res2 = run(buf, "write", { path = ".git/config", content = "x", label = vim.NIL })
+      assert.is_false(res2.success)
+    end)
+
     it("bash runs inside the sandbox: writes outside the writable paths fail", function()
       assert.is_true(require("flemma.sandbox").is_enabled())
       local res = run(buf, "bash", {

@@ -101,7 +101,7 @@ return {
     end
     local s = found[1]
     local updated = content:sub(1, s - 1) .. input.new_string .. content:sub(s + #input.old_string)
-    local ok, werr = fs.atomic_write(target, updated)
+    local ok, werr = ctx.sandbox.write_file(target, updated)
     if not ok then
       return { success = false, error = werr }
     end

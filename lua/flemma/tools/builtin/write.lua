@@ -38,7 +38,7 @@ return {
         }
       end
     end
-    local ok, err = fs.atomic_write(target, input.content)
+    local ok, err = ctx.sandbox.write_file(target, input.content)
     if not ok then
       return { success = false, error = err }
     end
