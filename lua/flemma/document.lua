@@ -107,10 +107,207 @@ function M.parse(lines)
   return H.decode_inputs(native.parse_document(lines))
 end
 
-H.cache = {} ---@type table<integer, { tick: integer, doc: flemma.document.Doc }>
+-- ---------------------------------------------------------------------------
+-- The live model of a buffer
+-- ---------------------------------------------------------------------------
+--
+-- Each buffer asked for gets a native incremental document fed from
+-- nvim_buf_attach's on_lines (only the changed lines cross to C++). The Lua
+-- side keeps one entry per native segment (a message, or the frontmatter and
+-- what precedes the first marker) holding its tables; an entry is built again
+-- only when its segment changed, otherwise only its line numbers move. Tool
+-- inputs are decoded when `input` (or `input_error`) is first read.
 
---- The parsed model of a buffer, parsed again only when b:changedtick moved.
---- The returned table is shared: treat it as read-only.
+---@class flemma.document.Live
+---@field idoc ffi.cdata*
+---@field version integer native version the entries reflect
+---@field nlines integer line count at that version
+---@field entries table[] one per native segment, in order
+---@field doc? flemma.document.Doc the assembled model of `doc_version`
+---@field doc_version? integer
+---@field broken? boolean an edit failed: rebuild before use
+
+H.live = {} ---@type table<integer, flemma.document.Live>
+
+-- Lazy tool inputs: the raw JSON sits in the part's own metatable (so copies
+-- made by vim.deepcopy keep it); the first read of `input` or `input_error`
+-- decodes it into plain fields and drops the metatable.
+function H.lazy_index(t, k)
+  if k ~= "input" and k ~= "input_error" then
+    return nil
+  end
+  local mt = getmetatable(t)
+  local json = mt and mt.json
+  if not json then
+    return nil
+  end
+  setmetatable(t, nil)
+  local ok, value = pcall(vim.json.decode, json, H.decode_opts)
+  if ok and type(value) == "table" then
+    rawset(t, "input", value)
+  else
+    rawset(t, "input_error", "the input cannot be decoded: " .. util.message(value))
+  end
+  return rawget(t, k)
+end
+
+function H.lazy(part, json)
+  return setmetatable(part, { __index = H.lazy_index, json = json })
+end
+
+function H.build_entry(idoc, i)
+  local seg = native.idoc_segment(idoc, i)
+  for part, json in pairs(seg.inputs) do
+    H.lazy(part, json)
+  end
+  seg.inputs = nil
+  return seg
+end
+
+function H.shift_entry(e, d)
+  e.first_line = e.first_line + d
+  local m = e.message
+  if m then
+    m.first_line, m.last_line = m.first_line + d, m.last_line + d
+    for _, p in ipairs(m.parts) do
+      p.first_line, p.last_line = p.first_line + d, p.last_line + d
+      local f = rawget(p, "fence_line")
+      if f then
+        p.fence_line = f + d
+      end
+    end
+  end
+  local fm = e.frontmatter
+  if fm then
+    fm.first_line, fm.last_line = fm.first_line + d, fm.last_line + d
+  end
+end
+
+--- Gives entry i (0-based) its current line numbers (it may have moved since it was built).
+function H.place(L, i)
+  local e = L.entries[i + 1]
+  local first = native.idoc_segment_raw(L.idoc, i).first_line
+  if e.first_line ~= first then
+    H.shift_entry(e, first - e.first_line)
+  end
+  return e
+end
+
+function H.load(bufnr, L)
+  L.idoc = native.idoc_new()
+  native.idoc_edit(L.idoc, 0, 0, vim.api.nvim_buf_get_lines(bufnr, 0, -1, false))
+  L.version, L.nlines, L.entries, L.doc, L.broken = 0, 0, {}, nil, nil
+end
+
+function H.forget(bufnr)
+  H.live[bufnr] = nil
+end
+
+--- The live state of a buffer, attached on first use.
+---@return flemma.document.Live
+function H.live_of(bufnr)
+  local L = H.live[bufnr]
+  if L and not L.broken then
+    return L
+  end
+  L = L or {}
+  H.load(bufnr, L)
+  if not H.live[bufnr] then
+    H.live[bufnr] = L
+    local attached = vim.api.nvim_buf_attach(bufnr, false, {
+      on_lines = function(_, buf, _, first, last_old, last_new)
+        local cur = H.live[buf]
+        if cur ~= L then
+          return true -- detach: a new state took over
+        end
+        if L.broken then
+          return
+        end
+        local ok = pcall(native.idoc_edit, L.idoc, first, last_old, vim.api.nvim_buf_get_lines(buf, first, last_new, false))
+        if not ok then
+          L.broken = true
+        end
+        if M.on_change then
+          M.on_change(buf)
+        end
+      end,
+      on_reload = function(_, buf)
+        if H.live[buf] == L then
+          L.broken = true
+        end
+      end,
+      on_detach = function(_, buf)
+        if H.live[buf] == L then
+          H.forget(buf)
+        end
+      end,
+    })
+    if not attached then
+      H.live[bufnr] = nil
+      L.detached = true
+    end
+  end
+  return L
+end
+
+--- Brings the entries up to the native version: rebuilds those of the
+--- segments that changed, moves the others. Returns the span of entries that
+--- may have changed (0-based [lo, hi)).
+function H.sync(L)
+  local version, nlines, count = native.idoc_info(L.idoc)
+  if version == L.version then
+    return 0, 0
+  end
+  local _, lo, hi = native.idoc_changes(L.idoc, L.version)
+  local old = L.entries
+  local by_id = {}
+  local tail = count - hi -- unchanged entries at the end
+  local old_hi = #old - tail
+  for k = lo + 1, old_hi do
+    by_id[old[k].id] = old[k]
+  end
+  local entries = {}
+  table.move(old, 1, lo, 1, entries)
+  for i = lo, hi - 1 do
+    local s = native.idoc_segment_raw(L.idoc, i)
+    local e = by_id[tonumber(s.id)]
+    if e then
+      if e.first_line ~= s.first_line then
+        H.shift_entry(e, s.first_line - e.first_line)
+      end
+    else
+      e = H.build_entry(L.idoc, i)
+    end
+    entries[i + 1] = e
+  end
+  table.move(old, old_hi + 1, #old, hi + 1, entries)
+  L.entries, L.version, L.nlines = entries, version, nlines
+  return lo, hi
+end
+
+--- The live state of a buffer with its entries up to date (for tool previews):
+--- `state.entries[i + 1]` is segment i; see also M.changed_since.
+---@param bufnr integer
+function M.live(bufnr)
+  local L = H.live_of(bufnr)
+  H.sync(L)
+  return L
+end
+
+--- Entry i (0-based segment index) of a live state, with current line numbers.
+function M.entry(L, i)
+  return H.place(L, i)
+end
+
+--- The segments that changed since a version of the live state: exact, lo, hi (0-based, end exclusive).
+function M.changed_since(L, version)
+  return native.idoc_changes(L.idoc, version)
+end
+
+--- The parsed model of a buffer, kept up to date incrementally: messages whose
+--- text did not change since the last call keep their tables (and move to
+--- their new lines); tool inputs are decoded when first read. The returned
+--- tables are shared: treat them as read-only, valid until the buffer changes.
 ---@param bufnr? integer 0 or nil for the current buffer
 ---@return flemma.document.Doc
 function M.get(bufnr)
@@ -120,22 +317,37 @@ function M.get(bufnr)
   if not vim.api.nvim_buf_is_valid(bufnr) then
     util.error("document.get: buffer " .. tostring(bufnr) .. " is not valid")
   end
-  local tick = vim.api.nvim_buf_get_changedtick(bufnr)
-  local entry = H.cache[bufnr]
-  if entry and entry.tick == tick then
-    return entry.doc
+  if not vim.api.nvim_buf_is_loaded(bufnr) then
+    return M.parse(vim.api.nvim_buf_get_lines(bufnr, 0, -1, false))
   end
-  if not entry then
-    vim.api.nvim_create_autocmd({ "BufWipeout", "BufDelete" }, {
-      buffer = bufnr,
-      once = true,
-      callback = function()
-        H.cache[bufnr] = nil
-      end,
-    })
+  local L = H.live_of(bufnr)
+  if L.nlines ~= 0 and native.idoc_info(L.idoc) == L.version and L.doc then
+    return L.doc
   end
-  local doc = M.parse(vim.api.nvim_buf_get_lines(bufnr, 0, -1, false))
-  H.cache[bufnr] = { tick = tick, doc = doc }
+  H.sync(L)
+  -- A safety net: the native lines must be the buffer's.
+  if L.nlines ~= vim.api.nvim_buf_line_count(bufnr) and not (L.nlines == 0 and vim.api.nvim_buf_line_count(bufnr) == 1) then
+    L.broken = true
+    L = H.live_of(bufnr)
+    H.sync(L)
+  end
+  if L.doc and L.doc_version == L.version then
+    return L.doc
+  end
+  local messages, frontmatter = {}, nil
+  local n = 0
+  for i = 0, #L.entries - 1 do
+    local e = H.place(L, i)
+    if e.frontmatter then
+      frontmatter = e.frontmatter
+    end
+    if e.message then
+      n = n + 1
+      messages[n] = e.message
+    end
+  end
+  local doc = { frontmatter = frontmatter, messages = messages, diagnostics = native.idoc_diagnostics(L.idoc) }
+  L.doc, L.doc_version = doc, L.version
   return doc
 end
 

@@ -630,6 +630,210 @@ function H.convert_document(lib, doc, src) -- luacheck: ignore src
 end
 
 -- ---------------------------------------------------------------------------
+-- Incremental document
+-- ---------------------------------------------------------------------------
+
+--- A new, empty incremental document (freed when collected).
+---@return ffi.cdata*
+function M.idoc_new()
+  local lib = M.lib()
+  local d = lib.flemma_idoc_new()
+  if d == nil then
+    util.error("cannot create a document: " .. M.last_error())
+  end
+  return ffi.gc(d, lib.flemma_idoc_free)
+end
+
+--- Replaces lines first .. last - 1 (0-based, end exclusive) with `lines`.
+--- Raises on failure (then the document must be rebuilt).
+function M.idoc_edit(d, first, last, lines)
+  local lib = M.lib()
+  local n = #lines
+  if n > H.line_cap then
+    local cap = math.max(n, 2 * H.line_cap, 64)
+    H.line_ptrs = ffi.new("const char *[?]", cap)
+    H.line_lens = ffi.new("size_t[?]", cap)
+    H.line_cap = cap
+  end
+  local ptrs, lens = H.line_ptrs, H.line_lens
+  for i = 1, n do
+    local l = lines[i]
+    if type(l) ~= "string" then
+      H.check_line(lines, i)
+    end
+    ptrs[i - 1] = l
+    lens[i - 1] = #l
+  end
+  if lib.flemma_idoc_edit(d, first, last, ptrs, lens, n) ~= 0 then
+    util.error("cannot update the document: " .. M.last_error())
+  end
+end
+
+--- Version (edits applied), line count and segment count.
+function M.idoc_info(d)
+  local lib = M.lib()
+  return tonumber(lib.flemma_idoc_version(d)), lib.flemma_idoc_line_count(d), lib.flemma_idoc_segment_count(d)
+end
+
+H.i32a = ffi.new("int32_t[2]")
+
+--- The segments (0-based [lo, hi)) that may have changed since version
+--- `since`; `exact` is false when the document cannot tell (all of them).
+---@return boolean exact, integer lo, integer hi
+function M.idoc_changes(d, since)
+  local r = M.lib().flemma_idoc_changes(d, since, H.i32a, H.i32a + 1)
+  return r == 1, H.i32a[0], H.i32a[1]
+end
+
+H.seg = nil
+
+--- The raw segment struct of 0-based index i (valid until the next edit).
+function M.idoc_segment_raw(d, i)
+  H.seg = H.seg or ffi.new("flemma_idoc_segment")
+  if M.lib().flemma_idoc_get_segment(d, i, H.seg) ~= 0 then
+    util.error("cannot read the document: " .. M.last_error())
+  end
+  return H.seg
+end
+
+--- The 0-based index of the segment holding 1-based line, or nil.
+function M.idoc_segment_at(d, line)
+  local i = M.lib().flemma_idoc_segment_at(d, line)
+  return i >= 0 and i or nil
+end
+
+--- The last tool use of this id: 0-based segment index and item index, or nil.
+function M.idoc_find_tool_use(d, id)
+  local r = M.lib().flemma_idoc_find_tool_use(d, id, #id, H.i32a, H.i32a + 1)
+  if r == 1 then
+    return H.i32a[0], H.i32a[1]
+  end
+  return nil
+end
+
+--- True when segment i holds a tool result that is a pending placeholder with
+--- no content (a tool preview goes there); read without building tables.
+function M.idoc_has_empty_pending(d, i)
+  local s = M.idoc_segment_raw(d, i)
+  local items = s.items
+  for k = 0, s.item_count - 1 do
+    local it = items[k]
+    if it.kind == 5 and it.status == 2 and it.body.len == 0 then
+      return true
+    end
+  end
+  return false
+end
+
+--- Segment i as Lua tables, lines absolute: { id, version, first_line,
+--- line_count, message?, frontmatter?, inputs } where `inputs` maps each
+--- tool_use part with a valid input to its raw JSON (decoded by the caller).
+function M.idoc_segment(d, i)
+  local s = M.idoc_segment_raw(d, i)
+  local ffi_string, band = ffi.string, bit.band
+  local base, arena = s.text, s.arena
+  local off0 = s.first_line - 1
+  local ROLES, STATUSES = H.ROLES, H.STATUSES
+  local function str(r)
+    local off, len = r.off, r.len
+    if len == 0 then
+      return ""
+    end
+    return off >= 0 and ffi_string(base + off, len) or ffi_string(arena + (-off - 1), len)
+  end
+  local out = {
+    id = tonumber(s.id),
+    version = tonumber(s.version),
+    first_line = s.first_line,
+    line_count = s.line_count,
+    inputs = {},
+  }
+  local parts, nparts
+  local items = s.items
+  for k = 0, s.item_count - 1 do
+    local it = items[k]
+    local kind = it.kind
+    local first, last = it.first_line + off0, it.last_line + off0
+    local fence_line = it.fence_line > 0 and it.fence_line + off0 or nil
+    if kind == 2 then
+      parts, nparts = {}, 0
+      out.message = { role = ROLES[it.role], first_line = first, last_line = last, parts = parts }
+    elseif kind == 1 then
+      out.frontmatter = { lang = str(it.key), code = str(it.body), first_line = first, last_line = last }
+    else
+      local p
+      if kind == 3 then
+        p = { kind = "text", first_line = first, last_line = last, text = str(it.body) }
+      elseif kind == 4 then
+        p = { kind = "tool_use", first_line = first, last_line = last, id = str(it.key), name = str(it.label), fence_line = fence_line }
+        if band(it.flags, 8) == 0 then
+          out.inputs[p] = str(it.body)
+        else
+          p.input_error = str(it.note)
+        end
+      elseif kind == 5 then
+        local status, st = it.status, nil
+        if status == 5 then
+          st = str(it.note)
+        elseif status ~= 0 then
+          st = STATUSES[status]
+        end
+        p = {
+          kind = "tool_result",
+          first_line = first,
+          last_line = last,
+          id = str(it.key),
+          is_error = band(it.flags, 1) ~= 0,
+          content = str(it.body),
+          info = str(it.label),
+          legacy = band(it.flags, 2) ~= 0,
+          status = st,
+          fence_line = fence_line,
+        }
+      elseif kind == 6 then
+        p = { kind = "thinking", first_line = first, last_line = last, text = str(it.body), redacted = band(it.flags, 4) ~= 0 }
+        local k2, l2 = str(it.key), str(it.label)
+        if k2 ~= "" then
+          p.signature = k2
+        end
+        if l2 ~= "" then
+          p.provider = l2
+        end
+      end
+      if p and parts then
+        nparts = nparts + 1
+        parts[nparts] = p
+      end
+    end
+  end
+  return out
+end
+
+H.diagp = nil
+
+--- Every diagnostic of the document, as parse_document reports them.
+function M.idoc_diagnostics(d)
+  local lib = M.lib()
+  H.diagp = H.diagp or ffi.new("const flemma_doc_diag *[1]")
+  local n = lib.flemma_idoc_diagnostics(d, H.diagp)
+  if n < 0 then
+    util.error("cannot read the diagnostics: " .. M.last_error())
+  end
+  local arena = lib.flemma_idoc_diag_arena(d)
+  local diags, out = H.diagp[0], {}
+  for i = 0, n - 1 do
+    local g = diags[i]
+    local m = g.message
+    out[i + 1] = {
+      line = g.line,
+      severity = H.SEVERITIES[g.severity],
+      message = m.len > 0 and ffi.string(arena + (-m.off - 1), m.len) or "",
+    }
+  end
+  return out
+end
+
+-- ---------------------------------------------------------------------------
 -- Process manager
 -- ---------------------------------------------------------------------------
 
