@@ -354,19 +354,12 @@ describe("flemma.process", function()
           helpers.run_nvim({ rtp = helpers.root, lua = lua })
         else
           -- Killed from outside while it runs: no exit handler of Neovim runs.
-          local script_path = dir .. "/child.lua"
-          helpers.write_file(script_path, lua)
-          local cmd = helpers.nvim_cmd()
-          vim.list_extend(cmd, {
-            "--headless", "--clean", "--cmd", "set rtp^=" .. helpers.root,
-            "--cmd", "runtime! plugin/flemma.lua", "-c", "luafile " .. script_path,
-          })
-          local child = vim.system(cmd)
+          local child = helpers.start_nvim({ rtp = helpers.root, lua = lua })
           helpers.wait_for(function()
             return helpers.read_file(dir .. "/code") ~= nil
           end, 10000, "the child Neovim did not run its command")
-          child:kill(9)
-          assert.equal(9, child:wait(5000).signal)
+          child.kill(9)
+          assert.equal(9, child.wait({ signal = 9 }, 5000).signal)
         end
         assert.equal("0", helpers.read_file(dir .. "/code"))
         assert_all_die(pids(dir), "Neovim's exit (" .. how .. ")")

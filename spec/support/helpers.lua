@@ -116,6 +116,16 @@ end
 ---@param opts { args?: string[], rtp?: string, lua: string, timeout?: integer, cwd?: string, env?: table, version?: string, script?: boolean, allow_failure?: boolean }
 ---@return vim.SystemCompleted
 function M.run_nvim(opts)
+  local child = M.start_nvim(opts)
+  return child.wait(opts.allow_failure and "any" or nil, opts.timeout)
+end
+
+--- Starts a child Neovim like M.run_nvim (same options) without waiting for it.
+--- `wait(expect, timeout)` waits and checks how it ended: by default it must exit 0;
+--- `{ signal = N }` when the spec kills it itself (kill(N)), "any" to check nothing.
+---@param opts { args?: string[], rtp?: string, lua: string, cwd?: string, env?: table, version?: string, script?: boolean }
+---@return { kill: fun(signal: integer), wait: fun(expect?: "any"|{ signal: integer }, timeout?: integer): vim.SystemCompleted }
+function M.start_nvim(opts)
   local cmd = M.nvim_cmd(opts.version)
   vim.list_extend(cmd, { "--headless", "--clean" })
   vim.list_extend(cmd, opts.args or {})
@@ -143,15 +153,29 @@ end
     )
     vim.list_extend(cmd, { "-c", "luafile " .. vim.fn.fnameescape(wrapper), "-c", "qa!" })
   end
-  local res = vim.system(cmd, { text = true, cwd = opts.cwd, env = opts.env }):wait(opts.timeout or 30000)
-  os.remove(script)
-  if wrapper then
-    os.remove(wrapper)
+  local what = ("the child Neovim (%s)"):format(table.concat(cmd, " ", #M.nvim_cmd(opts.version)))
+  local proc = vim.system(cmd, { text = true, cwd = opts.cwd, env = opts.env })
+  local child = {}
+  function child.kill(signal)
+    proc:kill(signal)
   end
-  if not opts.allow_failure then
-    M.check_exit(res, ("the child Neovim (%s)"):format(table.concat(cmd, " ", #M.nvim_cmd(opts.version))))
+  function child.wait(expect, timeout)
+    local res = proc:wait(timeout or 30000)
+    os.remove(script)
+    if wrapper then
+      os.remove(wrapper)
+    end
+    if type(expect) == "table" then
+      if res.signal ~= expect.signal then
+        error(("%s should have been killed by signal %d, but %s"):format(
+          what, expect.signal, M.exit_problem(res) or "exited 0"), 2)
+      end
+    elseif expect ~= "any" then
+      M.check_exit(res, what)
+    end
+    return res
   end
-  return res
+  return child
 end
 
 --- A child Neovim in a real terminal: a tmux server of its own (`socket`) with one

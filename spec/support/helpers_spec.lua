@@ -68,6 +68,23 @@ describe("helpers.run_nvim", function()
   end)
 end)
 
+describe("helpers.start_nvim", function()
+  after_each(helpers.cleanup)
+
+  it("accepts the signal the spec killed the child with, and nothing else", function()
+    local child = helpers.start_nvim({ lua = "vim.wait(20000)" })
+    vim.wait(300)
+    child.kill(9)
+    assert.equals(9, child.wait({ signal = 9 }).signal)
+
+    child = helpers.start_nvim({ lua = "vim.uv.kill(vim.uv.os_getpid(), 'sigsegv'); vim.wait(5000)" })
+    local err = failure_of(function()
+      child.wait({ signal = 9 })
+    end)
+    assert.matches("should have been killed by signal 9, but killed by signal 11 (SIGSEGV)", err, 1, true)
+  end)
+end)
+
 describe("helpers.tmux_nvim", function()
   after_each(helpers.cleanup)
 
@@ -139,7 +156,7 @@ describe("the specs", function()
     for name, kind in vim.fs.dir(helpers.root .. "/spec", { depth = 5 }) do
       if kind == "file" and name:match("%.lua$") and not name:match("^support/") then
         local text = helpers.read_file(helpers.root .. "/spec/" .. name)
-        for _, needle in ipairs({ "nvim_cmd(", "v.progpath", "scripts/nvim", "/bin/nvim", "termopen(", "jobstart(" }) do
+        for _, needle in ipairs({ "nvim_cmd(", "v.progpath", "scripts/nvim", "/bin/nvim", '"nvim"', "termopen(", "jobstart(", "io.popen(" }) do
           if text:find(needle, 1, true) then
             offenders[#offenders + 1] = name .. ": " .. needle
           end
