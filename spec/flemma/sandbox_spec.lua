@@ -285,15 +285,15 @@ describe("flemma.sandbox", function()
     local servers = {}
     after_each(function()
       for _, srv in ipairs(servers) do
-        srv:kill(9)
-        srv:wait(2000)
+        srv.kill(9)
+        srv.wait({ signal = 9 }, 2000) -- killed by us, not crashed
       end
       servers = {}
     end)
 
     -- A real Neovim listening on `sock`, ready to evaluate requests.
     local function listen(sock)
-      local srv = vim.system({ vim.v.progpath, "--headless", "--clean", "--listen", sock })
+      local srv = helpers.start_nvim({ args = { "--listen", sock } })
       servers[#servers + 1] = srv
       helpers.wait_for(function()
         local ok, ch = pcall(vim.fn.sockconnect, "pipe", sock, { rpc = true })
@@ -334,7 +334,7 @@ a, b = socket.socketpair()
 a.send(b"x")
 print("socketpair", b.recv(1).decode())' %s %s
         true
-      ]]):format(root_sock, tmp_sock, vim.v.progpath, marker, root_sock, tmp_sock)
+      ]]):format(root_sock, tmp_sock, helpers.nvim_client_cmd(), marker, root_sock, tmp_sock)
       -- The attack works without the sandbox: the host Neovim runs the command.
       sandbox.set_enabled(false)
       local plain = run({ "bash", "-c", attack }, dir)

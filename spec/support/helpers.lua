@@ -20,6 +20,14 @@ function M.nvim_cmd(version)
   return { prog }
 end
 
+--- The shell words that start a Neovim used as a tool by a command under test (e.g. a
+--- `--remote-expr` client inside the sandbox, whose failure is the point). Never for
+--- a child Neovim under test: that goes through M.run_nvim, M.start_nvim, M.tmux_nvim.
+---@return string
+function M.nvim_client_cmd()
+  return table.concat(vim.tbl_map(vim.fn.shellescape, M.nvim_cmd()), " ")
+end
+
 local signal_names = { [4] = "SIGILL", [6] = "SIGABRT", [7] = "SIGBUS", [8] = "SIGFPE", [9] = "SIGKILL",
   [11] = "SIGSEGV", [13] = "SIGPIPE", [15] = "SIGTERM" }
 
@@ -120,10 +128,11 @@ function M.run_nvim(opts)
   return child.wait(opts.allow_failure and "any" or nil, opts.timeout)
 end
 
---- Starts a child Neovim like M.run_nvim (same options) without waiting for it.
+--- Starts a child Neovim like M.run_nvim (same options) without waiting for it;
+--- without `lua` it runs until killed (a server started with args = { "--listen", s }).
 --- `wait(expect, timeout)` waits and checks how it ended: by default it must exit 0;
 --- `{ signal = N }` when the spec kills it itself (kill(N)), "any" to check nothing.
----@param opts { args?: string[], rtp?: string, lua: string, cwd?: string, env?: table, version?: string, script?: boolean }
+---@param opts { args?: string[], rtp?: string, lua?: string, cwd?: string, env?: table, version?: string, script?: boolean }
 ---@return { kill: fun(signal: integer), wait: fun(expect?: "any"|{ signal: integer }, timeout?: integer): vim.SystemCompleted }
 function M.start_nvim(opts)
   local cmd = M.nvim_cmd(opts.version)
@@ -133,10 +142,14 @@ function M.start_nvim(opts)
     vim.list_extend(cmd, { "--cmd", "set rtp^=" .. vim.fn.fnameescape(opts.rtp) })
     vim.list_extend(cmd, { "--cmd", "runtime! plugin/flemma.lua" })
   end
-  local script = vim.fn.tempname() .. ".lua"
-  M.write_file(script, opts.lua)
-  local wrapper
-  if opts.script then
+  local script, wrapper
+  if opts.lua then
+    script = vim.fn.tempname() .. ".lua"
+    M.write_file(script, opts.lua)
+  end
+  if not script then
+    -- No code: it runs (e.g. as a --listen server) until the spec kills it.
+  elseif opts.script then
     vim.list_extend(cmd, { "-l", script })
   else
     -- An error in the code would only be printed: make it an exit status.
@@ -161,7 +174,9 @@ end
   end
   function child.wait(expect, timeout)
     local res = proc:wait(timeout or 30000)
-    os.remove(script)
+    if script then
+      os.remove(script)
+    end
     if wrapper then
       os.remove(wrapper)
     end
