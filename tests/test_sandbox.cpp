@@ -1,15 +1,25 @@
 #include <doctest/doctest.h>
 #include <unistd.h>
+#if defined(__linux__)
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <stddef.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#endif
 
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <algorithm>
 #include <string>
 
 #include "flemma/flemma.h"
 #include "reaper.hpp"
 #include "sandbox.hpp"
+#include "seccomp.hpp"
 
 namespace sb = flemma::sandbox;
 namespace fs = std::filesystem;
@@ -118,6 +128,87 @@ TEST_CASE("sandbox") {
     if (saved.empty()) ::unsetenv("HOME");
     else ::setenv("HOME", saved.c_str(), 1);
   }
+  SUBCASE("write_file writes beneath the roots, with openat2 and without it") {
+    auto read = [](const std::string& p) {
+      std::ifstream f(p);
+      return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    };
+    sb::write_file(dir + "/root/a/b/new.txt", policy, "/", "one");
+    CHECK(read(dir + "/root/a/b/new.txt") == "one");
+    CHECK((fs::status(dir + "/root/a/b/new.txt").permissions() & fs::perms::all) == (fs::perms::owner_read |
+          fs::perms::owner_write | fs::perms::group_read | fs::perms::others_read));
+    fs::permissions(dir + "/root/a/b/new.txt", fs::perms::owner_read | fs::perms::owner_write);
+    sb::write_file("root/a/b/new.txt", policy, dir, "two");
+    CHECK(read(dir + "/root/a/b/new.txt") == "two");
+    CHECK((fs::status(dir + "/root/a/b/new.txt").permissions() & fs::perms::all) ==
+          (fs::perms::owner_read | fs::perms::owner_write));
+    CHECK_THROWS(sb::write_file(dir + "/outside/x", policy, "/", "x"));
+    CHECK_THROWS(sb::write_file(dir + "/root/link/x", policy, "/", "x"));  // a symlink out of the root
+    CHECK_THROWS(sb::write_file(dir + "/root/.git/config", policy, "/", "x"));
+    CHECK_THROWS(sb::write_file(dir + "/root/a", policy, "/", "x"));  // a directory
+    CHECK_FALSE(fs::exists(dir + "/outside/x"));
+#if defined(__linux__) && (defined(__x86_64__) || defined(__aarch64__))
+    // A kernel without openat2 (ENOSYS): the O_NOFOLLOW walk does the same.
+    pid_t child = ::fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+      sock_filter prog[] = {
+          BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
+          BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 437 /* openat2 */, 0, 1),
+          BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOSYS),
+          BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+      };
+      sock_fprog fprog{static_cast<unsigned short>(sizeof prog / sizeof prog[0]), prog};
+      if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 || ::prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &fprog) != 0)
+        ::_exit(2);
+      try {
+        sb::write_file(dir + "/root/c/d/walked.txt", policy, "/", "walked");
+        sb::write_file(dir + "/root/c/d/walked.txt", policy, "/", "again");
+      } catch (...) {
+        ::_exit(3);
+      }
+      try {
+        sb::write_file(dir + "/root/link/y", policy, "/", "x");
+        ::_exit(4);
+      } catch (...) {
+      }
+      ::_exit(0);
+    }
+    int status = 0;
+    ::waitpid(child, &status, 0);
+    CHECK(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 0);
+    CHECK(read(dir + "/root/c/d/walked.txt") == "again");
+    CHECK_FALSE(fs::exists(dir + "/outside/y"));
+#endif
+  }
+#if defined(__linux__) && (defined(__x86_64__) || defined(__aarch64__))
+  SUBCASE("the seccomp program refuses socket(AF_UNIX) only") {
+    std::string prog = flemma::seccomp::deny_unix_sockets_program();
+    REQUIRE(prog.size() % sizeof(sock_filter) == 0);
+    REQUIRE_FALSE(prog.empty());
+    pid_t child = ::fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+      sock_fprog fprog{static_cast<unsigned short>(prog.size() / sizeof(sock_filter)),
+                       reinterpret_cast<sock_filter*>(prog.data())};
+      if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 || ::prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &fprog) != 0)
+        ::_exit(2);
+      errno = 0;
+      if (::socket(AF_UNIX, SOCK_STREAM, 0) >= 0 || errno != EPERM) ::_exit(3);
+      if (::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0) >= 0) ::_exit(4);
+      int inet = ::socket(AF_INET, SOCK_STREAM, 0);
+      if (inet < 0) ::_exit(5);
+      int pair[2];
+      if (::socketpair(AF_UNIX, SOCK_STREAM, 0, pair) != 0) ::_exit(6);
+      ::_exit(0);
+    }
+    int status = 0;
+    ::waitpid(child, &status, 0);
+    CHECK(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 0);
+  }
+#endif
   SUBCASE("the sandbox-exec profile denies writes except in the roots") {
     std::string p = sb::seatbelt_profile(policy, dir);
     CHECK(p.rfind("(version 1)\n(allow default)\n(deny file-write*)\n", 0) == 0);

@@ -374,6 +374,48 @@ print("socketpair", b.recv(1).decode())' %s %s
     end)
   end)
 
+  describe("background jobs", function()
+    -- Host processes whose command line is `sleep <marker>`.
+    local function sleepers(marker)
+      local n = 0
+      for _, name in ipairs(vim.fn.readdir("/proc")) do
+        if name:match("^%d+$") then
+          local cmd = helpers.read_file("/proc/" .. name .. "/cmdline")
+          local stat = helpers.read_file("/proc/" .. name .. "/stat")
+          if cmd == "sleep\0" .. marker .. "\0" and stat and stat:match("%) (%S)") ~= "Z" then
+            n = n + 1
+          end
+        end
+      end
+      return n
+    end
+
+    it("setsid and double-forked jobs of a sandboxed command die on cancel and timeout", function()
+      local dir = project()
+      for _, how in ipairs({ "cancel", "timeout" }) do
+        local marker = tostring(1000 + math.random(1, 1e6)) .. ".25"
+        local cmd = ("setsid sleep %s & (setsid sleep %s &) ; ( (sleep %s &) & ); sleep 1000"):format(marker, marker, marker)
+        local argv = assert(sandbox.wrap_command({ "bash", "-c", cmd }, { rw_paths = { dir }, network = false }))
+        local result
+        local h = process.spawn({ cmd = argv, cwd = dir, timeout = how == "timeout" and 1500 or nil }, function(r)
+          result = r
+        end)
+        helpers.wait_for(function()
+          return sleepers(marker) == 3
+        end, 5000, "the three jobs did not start")
+        if how == "cancel" then
+          h:cancel()
+        end
+        helpers.wait_for(function()
+          return result ~= nil
+        end, 10000)
+        helpers.wait_for(function()
+          return sleepers(marker) == 0
+        end, 5000, "a background job of a sandboxed command survived the " .. how)
+      end
+    end)
+  end)
+
   describe("capabilities", function()
     local attack = "grep CapEff /proc/self/status; mount -o remount,rw,bind / 2>&1 && echo remounted; "
       .. "echo x > /etc/flemma-sandbox-probe 2>&1 && echo wrote-etc; echo ok > made.txt && echo wrote-root"
