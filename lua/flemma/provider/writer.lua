@@ -11,6 +11,7 @@ local H = {}
 
 M.ns = vim.api.nvim_create_namespace("flemma.response")
 M.interval = 16
+M.max_flush = 128 * 1024
 M.frames = { "⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "⠧", "⠇", "⠏" }
 M.cancelled_line = "<!-- flemma: cancelled -->"
 
@@ -35,7 +36,6 @@ function M.new(bufnr, opts)
     provider = opts.provider or "anthropic",
     label = opts.label or "",
     pending = {},
-    pending_nl = 0,
     tools = {},
     wrote = false,
     last_flush = 0,
@@ -127,15 +127,18 @@ function Writer:push(s)
     return
   end
   self.pending[#self.pending + 1] = s
-  local _, n = s:gsub("\n", "")
-  self.pending_nl = self.pending_nl + n
   self.wrote = true
   self:schedule()
 end
 
 --- The 0-based row the next pushed text starts on.
 function Writer:next_row()
-  return self.row + self.pending_nl
+  local n = 0
+  for _, s in ipairs(self.pending) do
+    local _, k = s:gsub("\n", "")
+    n = n + k
+  end
+  return self.row + n
 end
 
 function Writer:schedule()
@@ -177,14 +180,34 @@ function Writer:edit(fn)
   end)
 end
 
---- Writes the pending text into the buffer (one change).
-function Writer:flush()
+--- Where to cut text so that at most `limit` bytes are written now: after the last
+--- newline within the limit, else on a UTF-8 boundary.
+function H.cut(text, limit)
+  local nl = text:sub(1, limit):match(".*()\n")
+  if nl then
+    return nl
+  end
+  local at = limit
+  while at > 1 and text:byte(at + 1) and text:byte(at + 1) >= 0x80 and text:byte(at + 1) < 0xC0 do
+    at = at - 1
+  end
+  return at
+end
+
+--- Writes the pending text into the buffer (one change). With `all` unset, at most
+--- `max_flush` bytes go in now and the rest at the next tick, so no single change
+--- holds the main loop long however fast the answer arrives.
+function Writer:flush(all)
   if #self.pending == 0 or not vim.api.nvim_buf_is_valid(self.bufnr) then
     return
   end
   local text = table.concat(self.pending)
   self.pending = {}
-  self.pending_nl = 0
+  if not all and #text > M.max_flush then
+    local at = H.cut(text, M.max_flush)
+    self.pending[1] = text:sub(at + 1)
+    text = text:sub(1, at)
+  end
   local lines = vim.split(text, "\n", { plain = true })
   local row, col = self.row, self.col
   self:edit(function()
@@ -197,6 +220,9 @@ function Writer:flush()
     self.col = #lines[#lines]
   end
   self.last_flush = vim.uv.now()
+  if #self.pending > 0 then
+    self:schedule()
+  end
 end
 
 -- ---------------------------------------------------------------------------
@@ -257,7 +283,7 @@ function Writer:apply(ev)
       b = self:open_block(ev.index or 0, "thinking")
     end
     b.signature = ev.signature
-    self:flush()
+    self:flush(true)
     if ev.signature and ev.signature ~= "" and not ev.signature:find('[\n"]') then
       local line = ("<thinking %s:signature=\"%s\">"):format(self.provider, ev.signature)
       self:edit(function()
@@ -355,7 +381,7 @@ function Writer:finish(status)
   if not vim.api.nvim_buf_is_valid(bufnr) then
     return nil
   end
-  self:flush()
+  self:flush(true)
   vim.api.nvim_buf_clear_namespace(bufnr, M.ns, 0, -1)
   local result
   local ok, err = pcall(function()

@@ -75,6 +75,33 @@ describe("flemma.provider.writer", function()
     w:finish("completed")
   end)
 
+  it("writes a flood in slices of at most max_flush bytes, cut after a newline or on a UTF-8 boundary", function()
+    local saved = writer.max_flush
+    writer.max_flush = 4096
+    local buf = chat({ "@You:", "Hello" })
+    local w = writer.new(buf)
+    local piece = string.rep("é", 50) .. "\n" -- 101 bytes
+    local n = 100
+    for _ = 1, n do
+      w:apply({ type = "text", index = 0, text = piece })
+    end
+    w:apply({ type = "text", index = 0, text = string.rep("ü", 5000) }) -- one line, 2 bytes a char
+    w:flush()
+    local written = #table.concat(helpers.lines(buf), "\n")
+    assert.is_true(written < 4096 + 100, written)
+    helpers.wait_for(function()
+      return #w.pending == 0
+    end, 5000)
+    w:finish("completed")
+    writer.max_flush = saved
+    local lines = helpers.lines(buf)
+    assert.equals(4 + n + 1 + 3, #lines)
+    for i = 5, 4 + n do
+      assert.equals(string.rep("é", 50), lines[i])
+    end
+    assert.equals(string.rep("ü", 5000), lines[5 + n])
+  end)
+
   it("writes thinking with its signature, redacted thinking, then text", function()
     local buf = chat({ "@You:", "2+2?" })
     local w = writer.new(buf, { provider = "anthropic" })
