@@ -321,7 +321,7 @@ function M.get(bufnr)
     return M.parse(vim.api.nvim_buf_get_lines(bufnr, 0, -1, false))
   end
   local L = H.live_of(bufnr)
-  if L.nlines ~= 0 and native.idoc_info(L.idoc) == L.version and L.doc then
+  if L.doc and L.doc_version == L.version and native.idoc_info(L.idoc) == L.version then
     return L.doc
   end
   H.sync(L)

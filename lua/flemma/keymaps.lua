@@ -81,6 +81,15 @@ function M.attach(bufnr)
     )
   end
 
+  -- Changes that fire no TextChanged (another window, a plugin writing into
+  -- a hidden buffer) reach the previews through the document's on_lines.
+  local document = require("flemma.document")
+  document.on_change = document.on_change
+    or function(buf)
+      if vim.b[buf].flemma_attached and not require("flemma.send").is_active(buf) then
+        require("flemma.ui.preview").schedule(buf)
+      end
+    end
   local refresh = function()
     if not vim.api.nvim_buf_is_valid(bufnr) then
       return true
@@ -91,7 +100,9 @@ function M.attach(bufnr)
     if require("flemma.send").is_active(bufnr) then
       return -- a response is streaming in: previews are refreshed once it ends
     end
-    local ok, err = pcall(require("flemma.ui.preview").refresh, bufnr)
+    -- Only what changed is redrawn (a large change: the visible part now,
+    -- the rest a moment later).
+    local ok, err = pcall(require("flemma.ui.preview").update, bufnr, { visible_only = true })
     if not ok and not H.warned then
       H.warned = true
       require("flemma.util").warn("tool previews unavailable: " .. require("flemma.util").message(err))

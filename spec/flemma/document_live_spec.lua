@@ -88,6 +88,15 @@ describe("flemma.document.get (live model)", function()
     vim.api.nvim_buf_delete(buf, { force = true })
   end)
 
+  it("returns the current model after another reader brought the live state up to date", function()
+    local buf = chat_buffer({ "@You:", "a" })
+    assert.equals("a", document.get(buf).messages[1].parts[1].text)
+    vim.api.nvim_buf_set_lines(buf, 1, 2, false, { "b" })
+    document.live(buf) -- as the tool previews do
+    assert.equals("b", document.get(buf).messages[1].parts[1].text)
+    vim.api.nvim_buf_delete(buf, { force = true })
+  end)
+
   it("decodes a tool input only when it is read", function()
     local buf = chat_buffer({
       "@Assistant:",

@@ -78,13 +78,154 @@ function M.text(name, input, width, eol, bufnr)
   return M.fit(prefix .. summary, width)
 end
 
---- Redraws the previews of every empty pending placeholder of bufnr.
+-- Incremental previews: per buffer, the document version and the width the
+-- shown previews were drawn for. An update redraws only the messages that
+-- changed since (and the one after them, whose placeholders may answer a
+-- changed tool use); a large change draws the visible ones at once and the
+-- rest a moment later, off the keystroke.
+H.state = {} ---@type table<integer, { version: integer, width: integer, eol: string, timer?: boolean }>
+H.SPAN_NOW = 32 -- changed messages drawn at once; beyond, only the visible ones
+H.DEFER_MS = 20
+
+function H.find_use(L, id)
+  local native = require("flemma.native")
+  local seg = native.idoc_find_tool_use(L.idoc, id)
+  if not seg then
+    return nil
+  end
+  local e = require("flemma.document").entry(L, seg)
+  local parts = e.message and e.message.parts or {}
+  for k = #parts, 1, -1 do
+    local p = parts[k]
+    if p.kind == "tool_use" and p.id == id then
+      return p
+    end
+  end
+end
+
+-- Redraws the previews of segment i (0-based) of the live state L (`cleared`:
+-- its lines hold no preview).
+function H.draw_segment(bufnr, L, i, width, eol, cleared)
+  local native = require("flemma.native")
+  if not cleared then
+    local raw = native.idoc_segment_raw(L.idoc, i)
+    local first, count = raw.first_line, raw.line_count
+    vim.api.nvim_buf_clear_namespace(bufnr, M.ns, first - 1, first - 1 + count)
+  end
+  if not native.idoc_has_empty_pending(L.idoc, i) then
+    return
+  end
+  local e = require("flemma.document").entry(L, i)
+  for _, part in ipairs(e.message and e.message.parts or {}) do
+    if part.kind == "tool_result" and part.status == "pending" and (part.content or "") == "" then
+      local use = H.find_use(L, part.id)
+      if use then
+        vim.api.nvim_buf_set_extmark(bufnr, M.ns, (part.fence_line or part.first_line) - 1, 0, {
+          virt_lines = { { { M.text(use.name, use.input, width, eol), "FlemmaToolPreview" } } },
+          virt_lines_above = false,
+        })
+      end
+    end
+  end
+end
+
+--- Brings the previews of bufnr up to date with its text, redrawing only what
+--- changed since the last update (everything when the window width changed).
+--- With `opts.visible_only`, a large change is drawn only inside the window
+--- now and entirely a moment later.
+---@param bufnr integer
+---@param opts? { visible_only?: boolean }
+function M.update(bufnr, opts)
+  if not vim.api.nvim_buf_is_valid(bufnr) or not vim.api.nvim_buf_is_loaded(bufnr) then
+    return
+  end
+  local document = require("flemma.document")
+  local L = document.live(bufnr)
+  local count = #L.entries
+  local win = vim.fn.bufwinid(bufnr)
+  local width = M.text_width(bufnr)
+  local eol = H.eol_char(win ~= -1 and win or nil)
+  local st = H.state[bufnr]
+  local lo, hi
+  local full = not st or st.width ~= width or st.eol ~= eol
+  if full then
+    lo, hi = 0, count
+  else
+    local _
+    _, lo, hi = document.changed_since(L, st.version)
+    if lo >= hi then
+      st.version = L.version
+      return
+    end
+    hi = math.min(hi + 1, count)
+  end
+  if opts and opts.visible_only and hi - lo > H.SPAN_NOW and win ~= -1 then
+    local top, bot = vim.fn.line("w0", win), vim.fn.line("w$", win)
+    local native = require("flemma.native")
+    local a = math.max(lo, native.idoc_segment_at(L.idoc, top) or lo)
+    local b = math.min(hi, (native.idoc_segment_at(L.idoc, bot) or hi - 1) + 1)
+    for i = a, b - 1 do
+      H.draw_segment(bufnr, L, i, width, eol)
+    end
+    M.schedule(bufnr)
+    if not st then
+      H.state[bufnr] = { version = -1, width = -1, eol = eol }
+    end
+    return
+  end
+  if full then
+    vim.api.nvim_buf_clear_namespace(bufnr, M.ns, 0, -1)
+  end
+  for i = lo, hi - 1 do
+    H.draw_segment(bufnr, L, i, width, eol, full)
+  end
+  H.state[bufnr] = { version = L.version, width = width, eol = eol, timer = st and st.timer }
+end
+
+--- Runs M.update for bufnr a moment later (once for any number of calls meanwhile).
+function M.schedule(bufnr)
+  local st = H.state[bufnr]
+  if not st then
+    st = { version = -1, width = -1, eol = "" }
+    H.state[bufnr] = st
+  end
+  if st.timer then
+    return
+  end
+  st.timer = true
+  vim.defer_fn(function()
+    local cur = H.state[bufnr]
+    if cur then
+      cur.timer = false
+    end
+    if vim.api.nvim_buf_is_valid(bufnr) then
+      local ok, err = pcall(M.update, bufnr)
+      if not ok then
+        require("flemma.util").warn("tool previews failed: " .. require("flemma.util").message(err))
+      end
+    else
+      H.state[bufnr] = nil
+    end
+  end, H.DEFER_MS)
+end
+
+--- Forgets the preview state of a buffer (its next update draws everything).
+function M.forget(bufnr)
+  H.state[bufnr] = nil
+end
+
+--- Redraws the previews of every empty pending placeholder of bufnr. Without
+--- `doc`, only what changed since the last drawing (see M.update).
 ---@param bufnr integer
 ---@param doc? table a parsed document of the buffer's current text
 function M.refresh(bufnr, doc)
   if not vim.api.nvim_buf_is_valid(bufnr) then
     return
   end
+  if doc == nil and vim.api.nvim_buf_is_loaded(bufnr) then
+    return M.update(bufnr)
+  end
+  H.state[bufnr] = nil
   vim.api.nvim_buf_clear_namespace(bufnr, M.ns, 0, -1)
   doc = doc or require("flemma.document").get(bufnr)
   local uses = {}

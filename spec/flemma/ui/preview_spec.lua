@@ -33,6 +33,32 @@ describe("flemma.ui.preview", function()
     helpers.cleanup()
   end)
 
+  it("follows changes without TextChanged within 100 ms, redrawing only what changed", function()
+    local buf = chat_with_pending('{"command": "ls"}')
+    preview.refresh(buf)
+    local before = vim.api.nvim_buf_get_extmarks(buf, preview.ns, 0, -1, {})
+    assert.equals(1, #before)
+    -- An edit in the assistant message: the placeholder's message is after it,
+    -- so its preview is redrawn with the new input.
+    vim.api.nvim_buf_set_lines(buf, 4, 5, false, { '{"command": "pwd"}' })
+    assert.is_true(vim.wait(100, function()
+      local shown = preview.shown(buf)
+      return #shown == 1 and shown[1].text:find("pwd", 1, true) ~= nil
+    end, 5))
+    vim.api.nvim_buf_set_lines(buf, -1, -1, false, { "", "@Assistant:", "done" })
+    vim.wait(60)
+    local mark = vim.api.nvim_buf_get_extmarks(buf, preview.ns, 0, -1, {})[1]
+    -- An edit of a later message leaves the drawn preview alone.
+    vim.api.nvim_buf_set_lines(buf, 14, 15, false, { "done, really" })
+    vim.wait(60)
+    assert.same({ mark }, vim.api.nvim_buf_get_extmarks(buf, preview.ns, 0, -1, {}))
+    -- Resolving the placeholder by hand removes the preview.
+    vim.api.nvim_buf_set_lines(buf, 10, 11, false, { "```flemma:tool status=approved" })
+    assert.is_true(vim.wait(100, function()
+      return #preview.shown(buf) == 0
+    end, 5))
+  end)
+
   it("fits the preview to the window's text width with …", function()
     local buf = chat_with_pending(('{"command": "%s", "label": null, "timeout": null}'):format(string.rep("x", 200)))
     vim.cmd("vsplit")
