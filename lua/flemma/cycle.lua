@@ -355,9 +355,10 @@ function H.resolve_static(bufnr, part)
 end
 
 --- Resolves every placeholder (parts of one parse of the buffer, in buffer order) that
---- needs no run, in one pass: the results are written from the bottom up, so the line
---- numbers of that parse stay valid, and the buffer is parsed again only once, by the
---- next reader. Returns how many it wrote.
+--- needs no run, in one buffer edit: the lines from the first to the last of them are
+--- replaced once, results spliced in between the untouched lines. One edit, not one
+--- per placeholder: the live document re-parses what an edit touches, and all of
+--- them sit in the same message. Returns how many it wrote.
 ---@param parts flemma.document.Part[]
 ---@return integer
 function H.resolve_static_all(bufnr, parts)
@@ -375,27 +376,25 @@ function H.resolve_static_all(bufnr, parts)
   if #writes == 0 then
     return 0
   end
-  local bo = vim.bo[bufnr]
-  local was = bo.modifiable
-  bo.modifiable = true
-  local ok, err = pcall(function()
-    for i = #writes, 1, -1 do
-      local w = writes[i]
-      vim.api.nvim_buf_set_lines(bufnr, w.part.first_line - 1, w.part.last_line, false, w.lines)
+  local first, last = writes[1].part.first_line, writes[#writes].part.last_line
+  local old = vim.api.nvim_buf_get_lines(bufnr, first - 1, last, false)
+  local out, n = {}, 0
+  local next_line = first -- the next untouched line to copy (1-based)
+  local last_header
+  for _, w in ipairs(writes) do
+    for l = next_line, w.part.first_line - 1 do
+      n = n + 1
+      out[n] = old[l - first + 1]
     end
-  end)
-  bo.modifiable = was
-  if not ok then
-    error(err, 0)
+    last_header = n + first -- where this result's header lands
+    for _, l in ipairs(w.lines) do
+      n = n + 1
+      out[n] = l
+    end
+    next_line = w.part.last_line + 1
   end
-  -- Where the last result landed, once every result above it changed its length.
-  local last = writes[#writes]
-  local shift = 0
-  for i = 1, #writes - 1 do
-    local w = writes[i]
-    shift = shift + #w.lines - (w.part.last_line - w.part.first_line + 1)
-  end
-  H.place_cursor_after(bufnr, last.part.first_line + shift)
+  H.set_lines(bufnr, first - 1, last, out)
+  H.place_cursor_after(bufnr, last_header)
   return #writes
 end
 
