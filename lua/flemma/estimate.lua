@@ -29,6 +29,44 @@ M.counters = {
   },
 }
 
+M.counters.openai = {
+  -- POST /v1/responses/input_tokens takes the request's model, input, instructions and tools.
+  endpoint = function(endpoint)
+    local base = endpoint:gsub("[?#].*$", "")
+    if not base:find("/responses$") then
+      return nil, ("cannot derive the token-counting endpoint from %s (it should end in /responses)"):format(endpoint)
+    end
+    return base .. "/input_tokens"
+  end,
+  body = function(body)
+    local out = {}
+    for _, k in ipairs({ "model", "input", "instructions", "tools", "reasoning" }) do
+      out[k] = body[k]
+    end
+    return out
+  end,
+  tokens = function(decoded)
+    return type(decoded) == "table" and tonumber(decoded.input_tokens) or nil
+  end,
+}
+
+M.counters.vertex = {
+  -- models/{model}:countTokens next to models/{model}:streamGenerateContent.
+  endpoint = function(endpoint)
+    local base, n = endpoint:gsub(":streamGenerateContent[^/]*$", ":countTokens")
+    if n == 0 then
+      return nil, ("cannot derive the token-counting endpoint from %s (it should end in :streamGenerateContent)"):format(endpoint)
+    end
+    return base
+  end,
+  body = function(body)
+    return { contents = body.contents, systemInstruction = body.systemInstruction, tools = body.tools }
+  end,
+  tokens = function(decoded)
+    return type(decoded) == "table" and tonumber(decoded.totalTokens) or nil
+  end,
+}
+
 function H.n(x)
   local s = tostring(math.floor(x))
   return (s:reverse():gsub("(%d%d%d)", "%1,"):reverse():gsub("^,", ""))

@@ -194,6 +194,47 @@ describe(":Flemma usage:estimate", function()
     assert.equals(vim.log.levels.ERROR, notes[#notes].level)
   end)
 
+  it("uses OpenAI's responses/input_tokens and Gemini's countTokens", function()
+    require("flemma").setup({
+      provider = "oai",
+      model = "gpt-5.4",
+      providers = {
+        oai = { kind = "openai", endpoint = server:url("/v1/responses"), api_key_env = "FLEMMA_SPEC_KEY" },
+        gem = { kind = "vertex", endpoint = server:url("/v1/models/{model}:streamGenerateContent?alt=sse"), api_key_env = "FLEMMA_SPEC_KEY" },
+      },
+      parameters = { cache_retention = "none" },
+    })
+    server:script({ { status = 200, body = '{"object":"response.input_tokens","input_tokens":2000}', content_type = "application/json" } })
+    chat({ "@System:", "Be brief.", "", "@You:", "Hello" })
+    vim.cmd("Flemma usage:estimate")
+    wait_note("input tokens")
+    assert.equals(
+      "(flemma) oai gpt-5.4: 2,000 input tokens · about $0.0050 to send (at $2.5 per million input tokens, before output and caching)",
+      notes[#notes].msg
+    )
+    local req = server:requests()[1]
+    assert.equals("/v1/responses/input_tokens", req.path)
+    assert.equals("Bearer " .. KEY, req.headers["authorization"])
+    assert.same({ "input", "instructions", "model", "tools" }, vim.fn.sort(vim.tbl_keys(req.json)))
+    assert.equals("gpt-5.4", req.json.model)
+    assert.equals("Be brief.", req.json.instructions)
+    assert.same({ { role = "user", content = "Hello" } }, req.json.input)
+    assert.equals("bash", req.json.tools[1].name)
+
+    notes = {}
+    vim.cmd("Flemma switch gem gemini-2.5-flash")
+    server:script({ { status = 200, body = '{"totalTokens":31,"totalBillableCharacters":90}', content_type = "application/json" } })
+    vim.cmd("Flemma usage:estimate")
+    wait_note("input tokens")
+    assert.truthy(notes[#notes].msg:find("gem gemini-2.5-flash: 31 input tokens", 1, true), notes[#notes].msg)
+    req = server:requests()[1]
+    assert.equals("/v1/models/gemini-2.5-flash:countTokens", req.path)
+    assert.same({ parts = { { text = "Be brief." } } }, req.json.systemInstruction)
+    assert.same({ { role = "user", parts = { { text = "Hello" } } } }, req.json.contents)
+    assert.equals("bash", req.json.tools[1].functionDeclarations[1].name)
+    assert.is_nil(req.json.generationConfig)
+  end)
+
   it("says when the provider's API has no counting endpoint", function()
     require("flemma").setup({ provider = "ollama", model = "qwen3" })
     chat({ "@You:", "Hello" })

@@ -1,6 +1,6 @@
 --- Provider kind `openai`: the Responses API with streaming and `store = false` (the
 --- conversation lives in the buffer, not on OpenAI's servers). Function tools
---- (`strict` only when a tool asks for it), `function_call` / `function_call_output`
+--- (`strict` only when a tool asks for it, else omitted), `function_call` / `function_call_output`
 --- items, reasoning effort from `parameters.thinking` (or `parameters.openai.reasoning`)
 --- with the encrypted reasoning items sent back as they came, and `prompt_cache_key`
 --- from the buffer's path while caching is on.
@@ -154,7 +154,8 @@ function M.build(ctx)
         name = def.name,
         description = def.description,
         parameters = H.schema(def.input_schema),
-        strict = def.strict == true,
+        -- Only a tool that asks for it (its schema then meets strict mode's rules).
+        strict = def.strict == true or nil,
       }
     end
   end

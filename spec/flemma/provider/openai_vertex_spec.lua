@@ -135,7 +135,6 @@ describe("flemma.provider.openai", function()
           name = "bash",
           description = "Runs a command.",
           parameters = { type = "object", properties = { command = { type = "string" } } },
-          strict = false,
         },
         {
           type = "function",
