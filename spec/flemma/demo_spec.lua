@@ -58,6 +58,11 @@ describe("make demo", function()
     child.tmux({ "send-keys", "-t", "flemma", ":Flemma tool:approve", "Enter" })
     child.tmux({ "send-keys", "-t", "flemma", "C-]" })
     s = wait_screen(child, "tour-bash-done\n", 15000)
+    -- The line shows in the running placeholder's progress first: wait for the result.
+    helpers.wait_for(function()
+      s = child.screen()
+      return s:find("running bash", 1, true) == nil
+    end, 15000, "the bash result never replaced the running placeholder:\n" .. s)
     assert.truthy(s:find("notes.txt", 1, true), s)
     -- The write outside the project never ran.
     assert.is_nil(vim.uv.fs_stat(home .. "/flemma-tour.txt"))
