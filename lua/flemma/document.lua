@@ -122,7 +122,7 @@ end
 ---@field idoc ffi.cdata*
 ---@field version integer native version the entries reflect
 ---@field nlines integer line count at that version
----@field entries table[] one per native segment, in order
+---@field entries (table|false)[] one per native segment, in order (false: not built yet)
 ---@field doc? flemma.document.Doc the assembled model of `doc_version`
 ---@field doc_version? integer
 ---@field broken? boolean an edit failed: rebuild before use
@@ -186,6 +186,11 @@ end
 --- Gives entry i (0-based) its current line numbers (it may have moved since it was built).
 function H.place(L, i)
   local e = L.entries[i + 1]
+  if not e then
+    e = H.build_entry(L.idoc, i)
+    L.entries[i + 1] = e
+    return e
+  end
   local first = native.idoc_segment_raw(L.idoc, i).first_line
   if e.first_line ~= first then
     H.shift_entry(e, first - e.first_line)
@@ -250,8 +255,8 @@ function H.live_of(bufnr)
   return L
 end
 
---- Brings the entries up to the native version: rebuilds those of the
---- segments that changed, moves the others. Returns the span of entries that
+--- Brings the entries up to the native version: those of the segments that
+--- changed are dropped (built again when first needed), the others kept. Returns the span of entries that
 --- may have changed (0-based [lo, hi)).
 function H.sync(L)
   local version, nlines, count = native.idoc_info(L.idoc)
@@ -264,7 +269,9 @@ function H.sync(L)
   local tail = count - hi -- unchanged entries at the end
   local old_hi = #old - tail
   for k = lo + 1, old_hi do
-    by_id[old[k].id] = old[k]
+    if old[k] then
+      by_id[old[k].id] = old[k]
+    end
   end
   local entries = {}
   table.move(old, 1, lo, 1, entries)
@@ -275,18 +282,16 @@ function H.sync(L)
       if e.first_line ~= s.first_line then
         H.shift_entry(e, s.first_line - e.first_line)
       end
-    else
-      e = H.build_entry(L.idoc, i)
     end
-    entries[i + 1] = e
+    entries[i + 1] = e or false -- built when first needed (H.place)
   end
   table.move(old, old_hi + 1, #old, hi + 1, entries)
   L.entries, L.version, L.nlines = entries, version, nlines
   return lo, hi
 end
 
---- The live state of a buffer with its entries up to date (for tool previews):
---- `state.entries[i + 1]` is segment i; see also M.changed_since.
+--- The live state of a buffer brought up to date (for tool previews): read
+--- segment i with M.entry(state, i); see also M.changed_since.
 ---@param bufnr integer
 function M.live(bufnr)
   local L = H.live_of(bufnr)
