@@ -1,0 +1,297 @@
+-- Long chats stay instant: the cost of editing a chat buffer on the main loop.
+-- Blocking time = the longest interval between ticks of a 1 ms vim.uv timer,
+-- minus its 1 ms period, over an edit, its TextChanged and everything deferred
+-- within 400 ms of it. The chats come from bench/chat_gen.lua.
+local gen = dofile(_G.FLEMMA_ROOT .. "/bench/chat_gen.lua")
+
+local H = {}
+
+-- Runs `action` on the main loop while a 1 ms timer ticks, for window_ms.
+-- Returns the longest blocking (gap - 1 ms) and the sum of all blocking.
+function H.measure(action, window_ms, settle)
+  local timer = vim.uv.new_timer()
+  local last = vim.uv.hrtime()
+  local max_gap, busy = 0, 0
+  timer:start(1, 1, function()
+    local now = vim.uv.hrtime()
+    local gap = (now - last) / 1e6
+    last = now
+    if gap > max_gap then
+      max_gap = gap
+    end
+    if gap > 1 then
+      busy = busy + gap - 1
+    end
+  end)
+  vim.wait(settle or 30)
+  max_gap, busy, last = 0, 0, vim.uv.hrtime()
+  local done = false
+  vim.schedule(function()
+    local ok, err = xpcall(action, debug.traceback, function()
+      done = true
+    end)
+    if not ok then
+      done = true
+      error(err, 0)
+    end
+  end)
+  vim.wait(60000, function()
+    return done
+  end, 1)
+  vim.wait(window_ms)
+  timer:stop()
+  timer:close()
+  return math.max(0, max_gap - 1), busy
+end
+
+-- The same measurement with nothing to do (median of 5): what the machine's
+-- own scheduling adds to every blocking time (large on a shared VM).
+function H.idle_blocking()
+  local xs = {}
+  for i = 1, 5 do
+    xs[i] = H.measure(function(done)
+      done()
+    end, 400)
+  end
+  table.sort(xs)
+  return xs[3]
+end
+
+-- Wall time of fn, in ms.
+function H.time(fn)
+  local t0 = vim.uv.hrtime()
+  fn()
+  return (vim.uv.hrtime() - t0) / 1e6
+end
+
+function H.chat_buffer(lines)
+  require("flemma").setup({})
+  local buf = vim.api.nvim_create_buf(true, false)
+  vim.bo[buf].undolevels = -1 -- loading is not an undoable change
+  vim.api.nvim_buf_set_lines(buf, 0, -1, false, lines)
+  vim.bo[buf].undolevels = 1000
+  vim.bo[buf].modified = false
+  vim.api.nvim_set_current_buf(buf)
+  vim.bo[buf].filetype = "chat"
+  require("flemma.keymaps").attach(buf)
+  vim.wait(500) -- first parse and previews, off the measurement
+  return buf
+end
+
+function H.wipe(buf)
+  if buf and vim.api.nvim_buf_is_valid(buf) then
+    vim.api.nvim_buf_delete(buf, { force = true })
+  end
+  collectgarbage()
+end
+
+-- 11 normal-mode edits (x, dd, p, u) at different places in the middle third
+-- of the chat, on prose, tool input and result lines.
+function H.edit_case(name, bytes, target)
+  local st = {}
+  local kinds = { "x", "dd", "p", "u" }
+  return {
+    name = name,
+    unit = "ms",
+    target = target,
+    op = "<=",
+    runs = 11,
+    warmup = 1,
+    setup = function()
+      local lines, info = gen.generate(bytes)
+      st.info, st.n = info, #lines
+      st.buf = H.chat_buffer(lines)
+      st.targets = {}
+      local lo, hi = math.floor(#lines * 0.35), math.floor(#lines * 0.65)
+      local step = math.floor((hi - lo) / 13)
+      for k = 1, 12 do
+        local l = lo + k * step
+        while not lines[l]:match("^Turn ") and not lines[l]:match("^{") and not lines[l]:match("^src/") do
+          l = l + 1
+        end
+        st.targets[k] = l
+      end
+      st.i = 0
+      st.idle = H.idle_blocking()
+      st.work = {}
+    end,
+    teardown = function()
+      H.wipe(st.buf)
+    end,
+    run = function()
+      st.i = st.i + 1
+      local line = st.targets[(st.i - 1) % #st.targets + 1]
+      local kind = kinds[(st.i - 1) % #kinds + 1]
+      local blocking = H.measure(function(done)
+        st.work[#st.work + 1] = H.time(function()
+          vim.api.nvim_win_set_cursor(0, { line, 3 })
+          vim.cmd("silent normal! " .. kind)
+          vim.api.nvim_exec_autocmds("TextChanged", { buffer = st.buf, modeline = false })
+        end)
+        done()
+      end, 400)
+      return blocking
+    end,
+    note = function()
+      local w = vim.deepcopy(st.work)
+      table.sort(w)
+      return (
+        "%.1f MB, %d lines, %d tool uses; edits x, dd, p, u in the middle third; the edit and its TextChanged take %.2f ms (median, deferred work not included); idle blocking on this machine %.2f ms"
+      ):format(st.info.bytes / 1e6, st.n, st.info.tools, w[math.ceil(#w / 2)] or 0, st.idle or 0)
+    end,
+  }
+end
+
+-- Streaming: small chunks appended at the end of the chat, one per 1 ms tick,
+-- each followed by TextChanged: prose with a code block now and then.
+function H.chunks(n)
+  local out = {}
+  local words = { "the ", "model ", "writes ", "a ", "long ", "answer ", "about ", "fences ", "and ", "tools. " }
+  local in_code = false
+  for i = 1, n do
+    if i % 250 == 0 then
+      in_code = not in_code
+      out[i] = in_code and "\n\n```lua\n" or "\n```\n\n"
+    elseif i % 7 == 0 then
+      out[i] = in_code and ("\nlocal x_%d = %d"):format(i, i) or ("\n%d "):format(i)
+    else
+      out[i] = words[i % #words + 1]
+    end
+  end
+  return out
+end
+
+local append = { totals = {}, blockings = {} }
+local APPEND_N = tonumber(os.getenv("APPEND_CHUNKS") or "") or 5000
+
+function H.append_once()
+  local buf = append.buf
+  vim.api.nvim_buf_set_lines(buf, -1, -1, false, { "", "@Assistant:", "" })
+  vim.api.nvim_exec_autocmds("TextChanged", { buffer = buf, modeline = false })
+  vim.wait(100)
+  local chunks = H.chunks(APPEND_N)
+  local edit_ms = 0
+  local blocking, busy = H.measure(function(done)
+    local i = 0
+    local feeder = vim.uv.new_timer()
+    feeder:start(1, 1, function()
+      vim.schedule(function()
+        i = i + 1
+        if i > #chunks then
+          if not feeder:is_closing() then
+            feeder:stop()
+            feeder:close()
+            done()
+          end
+          return
+        end
+        local t0 = vim.uv.hrtime()
+        local last = vim.api.nvim_buf_line_count(buf)
+        local col = #vim.api.nvim_buf_get_lines(buf, last - 1, last, false)[1]
+        vim.api.nvim_buf_set_text(buf, last - 1, col, last - 1, col, vim.split(chunks[i], "\n", { plain = true }))
+        vim.api.nvim_exec_autocmds("TextChanged", { buffer = buf, modeline = false })
+        edit_ms = edit_ms + (vim.uv.hrtime() - t0) / 1e6
+      end)
+    end)
+  end, 400)
+  append.edit_ms = edit_ms
+  return blocking, busy
+end
+
+local cases = {
+  H.edit_case("edit_10mb_blocking", 10 * 1000 * 1000, 2),
+  H.edit_case("edit_1mb_blocking", 1000 * 1000, 1),
+  {
+    name = "append_10mb_total",
+    unit = "ms",
+    target = 500,
+    op = "<=",
+    runs = 3,
+    warmup = 0,
+    setup = function()
+      local lines, info = gen.generate(10 * 1000 * 1000)
+      append.info = info
+      append.buf = H.chat_buffer(lines)
+      append.i = 0
+      append.idle = H.idle_blocking()
+    end,
+    run = function()
+      local blocking, busy = H.append_once()
+      append.blockings[#append.blockings + 1] = blocking
+      append.totals[#append.totals + 1] = busy
+      -- Back to the generated chat for the next run.
+      local n = vim.api.nvim_buf_line_count(append.buf)
+      vim.api.nvim_buf_set_lines(append.buf, n - 1, n, false, {})
+      return busy * (5000 / APPEND_N)
+    end,
+    note = function()
+      local b = vim.deepcopy(append.blockings)
+      table.sort(b)
+      return (
+        "%d chunks at 1 ms; sum of main-loop blocking over the stream and 400 ms after; in the edit callbacks (set_text, on_lines, TextChanged) %.0f ms (last run); longest blocking %.1f ms (median); idle blocking on this machine %.2f ms"
+      ):format(APPEND_N, append.edit_ms or 0, b[math.ceil(#b / 2)] or 0, append.idle or 0)
+    end,
+  },
+  {
+    name = "append_10mb_blocking",
+    unit = "ms",
+    target = 8,
+    op = "<=",
+    runs = 3,
+    warmup = 0,
+    run = function()
+      append.i = append.i + 1
+      return assert(append.blockings[append.i], "append_10mb_total runs first")
+    end,
+    teardown = function()
+      H.wipe(append.buf)
+    end,
+    note = function()
+      return "longest blocking during the runs of append_10mb_total"
+    end,
+  },
+}
+
+-- Opening the 10 MB chat from disk: from BufReadPre to the first tool preview.
+local open = {}
+cases[#cases + 1] = {
+  name = "open_10mb_first_preview",
+  unit = "ms",
+  target = 100,
+  op = "<=",
+  runs = 5,
+  warmup = 1,
+  setup = function()
+    require("flemma").setup({})
+    local lines = gen.generate(10 * 1000 * 1000)
+    open.path = vim.fn.tempname() .. ".chat"
+    gen.write(open.path, lines)
+  end,
+  teardown = function()
+    os.remove(open.path)
+  end,
+  run = function()
+    local t0
+    local au = vim.api.nvim_create_autocmd("BufReadPre", {
+      pattern = "*.chat",
+      once = true,
+      callback = function()
+        t0 = vim.uv.hrtime()
+      end,
+    })
+    vim.cmd("edit " .. vim.fn.fnameescape(open.path))
+    local buf = vim.api.nvim_get_current_buf()
+    local preview = require("flemma.ui.preview")
+    local ok = vim.wait(5000, function()
+      return #preview.shown(buf) > 0
+    end, 1)
+    local ms = (vim.uv.hrtime() - t0) / 1e6
+    pcall(vim.api.nvim_del_autocmd, au)
+    assert(ok, "no preview after opening the chat")
+    vim.cmd("enew")
+    H.wipe(buf)
+    return ms
+  end,
+}
+
+return cases
