@@ -82,7 +82,16 @@ function M.tree(bufnr)
     row(1, "endpoint: " .. tostring(spec.endpoint), H.config_layer("providers." .. spec.name .. ".endpoint"))
     if spec.api_key_env then
       local present = vim.env[spec.api_key_env] ~= nil and vim.env[spec.api_key_env] ~= ""
-      row(1, ("key: $%s %s"):format(spec.api_key_env, present and "is set" or "is not set"))
+      local cached = require("flemma.secrets").cached_source(spec.name)
+      row(
+        1,
+        ("key: $%s %s"):format(
+          spec.api_key_env,
+          present and "is set"
+            or cached and ("is not set; the key from `" .. cached .. "` is cached")
+            or "is not set; the keyring and other resolvers are asked at send (:help flemma-secrets)"
+        )
+      )
     else
       row(1, "key: none needed")
     end

@@ -277,6 +277,31 @@ describe("flemma.secrets", function()
     end)
   end)
 
+  describe(":Flemma status", function()
+    after_each(function()
+      require("flemma").setup({})
+    end)
+
+    it("says where the key comes from, never the key", function()
+      require("flemma").setup({
+        providers = { anthropic = { kind = "anthropic", endpoint = "https://api.anthropic.com/v1/messages", api_key_env = "FLEMMA_SPEC_ANTHROPIC_KEY" } },
+      })
+      local function key_row()
+        for _, r in ipairs(require("flemma.status").tree(vim.api.nvim_get_current_buf())) do
+          if r.text:find("^key: ") then
+            return r.text
+          end
+        end
+      end
+      assert.equals("key: $FLEMMA_SPEC_ANTHROPIC_KEY is not set; the keyring and other resolvers are asked at send (:help flemma-secrets)", key_row())
+      set("secret-tool", "out", "sk-keyring-status-77")
+      resolve(anthropic)
+      assert.equals("key: $FLEMMA_SPEC_ANTHROPIC_KEY is not set; the key from `keyring` is cached", key_row())
+      vim.env.FLEMMA_SPEC_ANTHROPIC_KEY = "sk-env-status-99"
+      assert.equals("key: $FLEMMA_SPEC_ANTHROPIC_KEY is set", key_row())
+    end)
+  end)
+
   describe("log redaction", function()
     it("removes keys from the keyring from log lines", function()
       set("secret-tool", "out", "sk-keyring-redact-me-42")
