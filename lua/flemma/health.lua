@@ -66,7 +66,10 @@ function H.providers()
         vim.health.ok(("%s: local server, no key needed ($%s is not set)"):format(where, env))
       else
         local report = active ~= "" and vim.health.warn or vim.health.info
-        report(("%s: no key: $%s is not set"):format(where, env), { ("export %s=... before starting Neovim"):format(env) })
+        report(("%s: no key: $%s is not set"):format(where, env), {
+          ("export %s=... before starting Neovim"):format(env),
+          ("or keep it in the system keyring (secret-tool store --label=flemma service %s key api), asked at send: :help flemma-secrets"):format(name),
+        })
       end
     end
   end
