@@ -844,8 +844,12 @@ namespace {
 
 // Whether `name` would be found by execvp with this PATH (so that a missing
 // program is still a synchronous error when the reaper runs it).
-bool findable(const std::string& name, const std::vector<std::string>& env) {
-  if (name.find('/') != std::string::npos) return ::access(name.c_str(), X_OK) == 0;
+bool findable(const std::string& name, const std::vector<std::string>& env, const std::string& cwd) {
+  if (name.find('/') != std::string::npos) {
+    // A relative path is relative to the child's working directory.
+    std::string full = (name[0] != '/' && !cwd.empty()) ? cwd + "/" + name : name;
+    return ::access(full.c_str(), X_OK) == 0;
+  }
   std::string path = "/usr/local/bin:/usr/bin:/bin";
   for (const auto& kv : env)
     if (kv.rfind("PATH=", 0) == 0) path = kv.substr(5);
@@ -878,11 +882,11 @@ std::vector<std::string> under_reaper(const SpawnOptions& opts, const std::vecto
     auto dash = std::find(opts.argv.begin() + 1, opts.argv.end(), std::string("--"));
     if (dash == opts.argv.end() || dash + 1 == opts.argv.end())
       throw Error(FLEMMA_E_INVALID, "spawn: the reaper's command is empty");
-    if (!findable(*(dash + 1), env))
+    if (!findable(*(dash + 1), env, opts.cwd))
       throw Error(FLEMMA_E_INVALID, "spawn: cannot run `" + *(dash + 1) +
                                         "`: No such file or directory (is it installed and on PATH?)");
   } else {
-    if (!findable(opts.argv[0], env))
+    if (!findable(opts.argv[0], env, opts.cwd))
       throw Error(FLEMMA_E_INVALID, "spawn: cannot run `" + opts.argv[0] +
                                         "`: No such file or directory (is it installed and on PATH?)");
     out.push_back("--");
