@@ -54,9 +54,7 @@ function M.data(bufnr)
   if t ~= nil and t ~= false and t ~= 0 then
     out.thinking = t == true and "on" or t
   end
-  local session = require("flemma.provider.usage").get(bufnr).session
-  out.cost = session.cost or 0
-  out.cost_incomplete = session.cost_incomplete
+  out.cost, out.cost_incomplete = require("flemma.provider.usage").session_cost()
   return out
 end
 

@@ -87,6 +87,13 @@ function M.add(bufnr, u)
   H.last = u
 end
 
+--- The session's cost so far (dollars) and whether some prices were unknown; no copy.
+---@return number cost
+---@return boolean|nil incomplete
+function M.session_cost()
+  return H.session.cost or 0, H.session.cost_incomplete
+end
+
 --- The session's totals per provider and model, sorted by provider then model.
 ---@return flemma.Usage[]
 function M.by_model()
