@@ -55,9 +55,10 @@ bench: deps build
 	@BENCH="$(BENCH)" bash scripts/bench.sh
 
 # libFuzzer targets (fuzz/fuzz_*.cpp) with AddressSanitizer, FUZZ_TIME seconds each,
-# seeded from spec/fixtures/chat. A crash leaves its input in $(FUZZ_DIR)/: add it
+# seeded from spec/fixtures/chat (and spec/fixtures/stream). A crash leaves its input in $(FUZZ_DIR)/: add it
 # as a regression case to tests/test_document.cpp (tests/test_idoc.cpp for fuzz_idoc,
-# whose inputs are a text and an edit script: see fuzz/fuzz_idoc.cpp).
+# whose inputs are a text and an edit script: see fuzz/fuzz_idoc.cpp; tests/test_stream.cpp
+# for fuzz_stream).
 FUZZ_CXX   ?= clang++-14
 FUZZ_FLAGS := -std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
 	-Inative/include -Inative/src
@@ -73,6 +74,14 @@ fuzz:
 		-print_final_stats=1 corpus-document
 	cd $(FUZZ_DIR) && ./fuzz_idoc -max_total_time=$(FUZZ_TIME) -max_len=16384 -timeout=10 \
 		-print_final_stats=1 corpus-idoc
+	@mkdir -p $(FUZZ_DIR)/corpus-stream
+	@for f in spec/fixtures/stream/*.http spec/fixtures/stream/*.sse; do \
+		case $$f in */openai*) k='\001';; *) k='\000';; esac; \
+		printf "$$k\000" | cat - $$f > $(FUZZ_DIR)/corpus-stream/$$(basename $$f); done
+	$(FUZZ_CXX) $(FUZZ_FLAGS) fuzz/fuzz_stream.cpp native/src/stream.cpp native/src/capi_core.cpp \
+		-o $(FUZZ_DIR)/fuzz_stream
+	cd $(FUZZ_DIR) && ./fuzz_stream -max_total_time=$(FUZZ_TIME) -max_len=16384 -timeout=10 \
+		-print_final_stats=1 corpus-stream
 
 clean:
 	rm -rf $(BUILD_DIR) $(ASAN_DIR) $(FUZZ_DIR)

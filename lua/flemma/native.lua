@@ -9,7 +9,7 @@ local M = {}
 local H = {}
 
 --- The ABI version this binding was written for (FLEMMA_ABI_VERSION).
-M.ABI_VERSION = 4
+M.ABI_VERSION = 5
 
 -- The declarations of flemma.h, section by section, in the header's order.
 -- spec/flemma/native_spec.lua checks that they match the header.
@@ -195,8 +195,48 @@ int flemma_sandbox_write_file(const flemma_sandbox_policy *policy, const char *p
 int flemma_sandbox_resolve(const char *path, const char *cwd, char *buf, size_t cap);
 void flemma_strv_free(flemma_strv *list);
 ]],
+  stream = [[
+typedef struct flemma_stream flemma_stream;
+enum flemma_stream_event_type {
+  FLEMMA_STREAM_HTTP = 1,
+  FLEMMA_STREAM_MESSAGE_START = 2,
+  FLEMMA_STREAM_TEXT = 3,
+  FLEMMA_STREAM_THINKING = 4,
+  FLEMMA_STREAM_THINKING_SIGNATURE = 5,
+  FLEMMA_STREAM_REDACTED_THINKING = 6,
+  FLEMMA_STREAM_TOOL_USE_START = 7,
+  FLEMMA_STREAM_TOOL_INPUT_DELTA = 8,
+  FLEMMA_STREAM_TOOL_USE_STOP = 9,
+  FLEMMA_STREAM_USAGE = 10,
+  FLEMMA_STREAM_STOP = 11,
+  FLEMMA_STREAM_ERROR = 12,
+  FLEMMA_STREAM_END = 13
+};
+enum flemma_stream_usage {
+  FLEMMA_STREAM_INPUT_TOKENS = 0,
+  FLEMMA_STREAM_OUTPUT_TOKENS = 1,
+  FLEMMA_STREAM_CACHE_READ_TOKENS = 2,
+  FLEMMA_STREAM_CACHE_WRITE_TOKENS = 3,
+  FLEMMA_STREAM_THINKING_TOKENS = 4
+};
+typedef struct flemma_stream_event {
+  int32_t type;
+  int32_t index;
+  int32_t status;
+  uint32_t flags;
+  int64_t usage[5];
+  const char *a;
+  size_t a_len;
+  const char *b;
+  size_t b_len;
+} flemma_stream_event;
+flemma_stream *flemma_stream_new(const char *kind);
+void flemma_stream_free(flemma_stream *stream);
+int flemma_stream_feed(flemma_stream *stream, const char *data, size_t len, const flemma_stream_event **events, size_t *count);
+int flemma_stream_finish(flemma_stream *stream, const flemma_stream_event **events, size_t *count);
+]],
 }
-H.order = { "core", "truncate", "document", "idoc", "process", "sandbox" }
+H.order = { "core", "truncate", "document", "idoc", "process", "sandbox", "stream" }
 
 --- All declarations, as passed to ffi.cdef.
 ---@return string
@@ -1089,6 +1129,145 @@ function M.sandbox_resolve(path, cwd)
     lib.flemma_sandbox_resolve(path, cwd, H.resolve_buf, H.resolve_cap)
   end
   return ffi.string(H.resolve_buf, n)
+end
+
+-- ---------------------------------------------------------------------------
+-- Stream decoder
+-- ---------------------------------------------------------------------------
+
+H.STREAM_TYPES = {
+  "http",
+  "message_start",
+  "text",
+  "thinking",
+  "thinking_signature",
+  "redacted_thinking",
+  "tool_use_start",
+  "tool_input_delta",
+  "tool_use_stop",
+  "usage",
+  "stop",
+  "error",
+  "end",
+}
+H.USAGE_FIELDS = { "input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "thinking_tokens" }
+
+--- Lua tables for `count` flemma_stream_event structs at `evs` (the shapes of
+--- STREAM_API.md; `index` is the provider's 0-based content block index).
+---@return table[]
+function M.stream_events(evs, count)
+  local ffi_string = ffi.string
+  local TYPES, USAGE = H.STREAM_TYPES, H.USAGE_FIELDS
+  local out = H.table_new(count, 0)
+  for i = 0, count - 1 do
+    local e = evs[i]
+    local t = e.type
+    local a = e.a ~= nil and ffi_string(e.a, e.a_len) or ""
+    local ev
+    if t == 3 or t == 4 then
+      ev = { type = TYPES[t], index = e.index, text = a }
+    elseif t == 8 then
+      ev = { type = "tool_input_delta", index = e.index, json = a }
+    elseif t == 7 then
+      ev = { type = "tool_use_start", index = e.index, id = a, name = e.b ~= nil and ffi_string(e.b, e.b_len) or "" }
+    elseif t == 9 then
+      ev = { type = "tool_use_stop", index = e.index }
+    elseif t == 5 then
+      ev = { type = "thinking_signature", index = e.index, signature = a }
+    elseif t == 6 then
+      ev = { type = "redacted_thinking", index = e.index, data = a }
+    elseif t == 10 then
+      ev = { type = "usage" }
+      local flags = e.flags
+      for k = 0, 4 do
+        if bit.band(flags, bit.lshift(1, k)) ~= 0 then
+          ev[USAGE[k + 1]] = tonumber(e.usage[k])
+        end
+      end
+    elseif t == 11 then
+      ev = { type = "stop", reason = a }
+    elseif t == 12 then
+      ev = { type = "error", error_type = a, message = e.b ~= nil and ffi_string(e.b, e.b_len) or "" }
+    elseif t == 13 then
+      ev = { type = "end", complete = e.status == 1 }
+      if bit.band(e.flags, 1) ~= 0 then
+        ev.body = a
+      end
+    elseif t == 2 then
+      ev = { type = "message_start", id = a, model = e.b ~= nil and ffi_string(e.b, e.b_len) or "" }
+    elseif t == 1 then
+      local headers = {}
+      for name, value in a:gmatch("([^\n:]+): ([^\n]*)\n") do
+        headers[name] = value
+      end
+      ev = { type = "http", status = e.status, headers = headers }
+    else
+      ev = { type = "unknown", code = t }
+    end
+    out[i + 1] = ev
+  end
+  return out
+end
+
+H.Stream = {}
+H.Stream.__index = H.Stream
+H.stream_out = nil
+H.stream_count = nil
+
+function H.stream_call(self, fn, data)
+  if not self._s then
+    util.error("stream: the decoder was already finished")
+  end
+  local lib = M.lib()
+  H.stream_out = H.stream_out or ffi.new("const flemma_stream_event *[1]")
+  H.stream_count = H.stream_count or ffi.new("size_t[1]")
+  local rc
+  if fn == "finish" then
+    rc = lib.flemma_stream_finish(self._s, H.stream_out, H.stream_count)
+  else
+    rc = lib.flemma_stream_feed(self._s, data, #data, H.stream_out, H.stream_count)
+  end
+  if rc ~= 0 then
+    util.error("stream: " .. M.last_error())
+  end
+  return M.stream_events(H.stream_out[0], tonumber(H.stream_count[0]))
+end
+
+--- Decodes the next bytes of the response.
+---@param bytes string
+---@return table[] events
+function H.Stream:feed(bytes)
+  if type(bytes) ~= "string" then
+    util.error("stream: feed() takes a string, not " .. type(bytes))
+  end
+  return H.stream_call(self, "feed", bytes)
+end
+
+--- Ends the stream; the events end with an `end` event. The decoder is freed.
+---@return table[] events
+function H.Stream:finish()
+  local events = H.stream_call(self, "finish")
+  local s = self._s
+  self._s = nil
+  M.lib().flemma_stream_free(ffi.gc(s, nil))
+  return events
+end
+
+--- A decoder of a streamed response (curl --dump-header - output) for a
+--- provider kind ("anthropic", "openai_chat"); nil and a message for another.
+---@param kind string
+---@return table|nil decoder with :feed(bytes) and :finish()
+---@return string? err
+function M.stream_new(kind)
+  if type(kind) ~= "string" then
+    return nil, "stream: the kind should be a string, not " .. type(kind)
+  end
+  local lib = M.lib()
+  local s = lib.flemma_stream_new(kind)
+  if s == nil then
+    return nil, M.last_error()
+  end
+  return setmetatable({ _s = ffi.gc(s, lib.flemma_stream_free) }, H.Stream)
 end
 
 return M

@@ -31,7 +31,7 @@ extern "C" {
 #endif
 
 /* Bumped whenever a declaration below changes in an incompatible way. */
-#define FLEMMA_ABI_VERSION 4
+#define FLEMMA_ABI_VERSION 5
 
 /* Status codes. */
 #define FLEMMA_OK 0
@@ -454,6 +454,73 @@ FLEMMA_API int flemma_sandbox_resolve(const char *path, const char *cwd, char *b
 
 /* Frees a string list. NULL is a no-op. */
 FLEMMA_API void flemma_strv_free(flemma_strv *list);
+
+/* ==========================================================================
+ * Stream decoder
+ * ========================================================================== */
+
+/* A decoder of a streamed HTTP response as `curl --dump-header -` prints it:
+ * header blocks (1xx skipped), then a server-sent-events body whose events are
+ * decoded for one provider kind into normalized events; another body is kept
+ * (up to 64 KiB) and reported at the end. Bytes may be fed in pieces split
+ * anywhere; the events do not depend on where. Input that does not start with
+ * "HTTP/" is taken as an SSE body without headers. */
+typedef struct flemma_stream flemma_stream;
+
+enum flemma_stream_event_type {
+  FLEMMA_STREAM_HTTP = 1,               /* status; a = headers, "name: value\n" each, names lower-cased */
+  FLEMMA_STREAM_MESSAGE_START = 2,      /* a = message id, b = model */
+  FLEMMA_STREAM_TEXT = 3,               /* index; a = text delta */
+  FLEMMA_STREAM_THINKING = 4,           /* index; a = thinking delta */
+  FLEMMA_STREAM_THINKING_SIGNATURE = 5, /* index; a = signature */
+  FLEMMA_STREAM_REDACTED_THINKING = 6,  /* index; a = data */
+  FLEMMA_STREAM_TOOL_USE_START = 7,     /* index; a = tool use id, b = tool name */
+  FLEMMA_STREAM_TOOL_INPUT_DELTA = 8,   /* index; a = partial input JSON text */
+  FLEMMA_STREAM_TOOL_USE_STOP = 9,      /* index */
+  FLEMMA_STREAM_USAGE = 10,             /* flags: bit i set when usage[i] is given */
+  FLEMMA_STREAM_STOP = 11,              /* a = stop reason */
+  FLEMMA_STREAM_ERROR = 12,             /* a = error type, b = message */
+  FLEMMA_STREAM_END = 13                /* status: 1 complete, 0 not; flags bit 0: a = kept body */
+};
+
+/* Indices into flemma_stream_event.usage. */
+enum flemma_stream_usage {
+  FLEMMA_STREAM_INPUT_TOKENS = 0,
+  FLEMMA_STREAM_OUTPUT_TOKENS = 1,
+  FLEMMA_STREAM_CACHE_READ_TOKENS = 2,
+  FLEMMA_STREAM_CACHE_WRITE_TOKENS = 3,
+  FLEMMA_STREAM_THINKING_TOKENS = 4
+};
+
+/* One event. index is the content block (-1 when none). Strings are valid
+ * UTF-8, a_len / b_len bytes (not NUL-terminated; NULL when empty). */
+typedef struct flemma_stream_event {
+  int32_t type;  /* enum flemma_stream_event_type */
+  int32_t index;
+  int32_t status;
+  uint32_t flags;
+  int64_t usage[5];
+  const char *a;
+  size_t a_len;
+  const char *b;
+  size_t b_len;
+} flemma_stream_event;
+
+/* A decoder for kind "anthropic" or "openai_chat". The caller owns it: free it
+ * with flemma_stream_free. NULL for an unknown kind (see flemma_last_error). */
+FLEMMA_API flemma_stream *flemma_stream_new(const char *kind);
+
+/* Frees a decoder and its events. NULL is a no-op. */
+FLEMMA_API void flemma_stream_free(flemma_stream *stream);
+
+/* Decodes len bytes (copied as needed; data may be NULL when len is 0) and
+ * writes the events decoded from them: *events points to *count events owned by
+ * the decoder, valid until the next call on it. */
+FLEMMA_API int flemma_stream_feed(flemma_stream *stream, const char *data, size_t len, const flemma_stream_event **events, size_t *count);
+
+/* Ends the stream; the events (as for feed) always end with an END event.
+ * Feeding or finishing again afterwards is FLEMMA_E_STATE. */
+FLEMMA_API int flemma_stream_finish(flemma_stream *stream, const flemma_stream_event **events, size_t *count);
 
 #ifdef __cplusplus
 }

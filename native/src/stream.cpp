@@ -1,0 +1,1028 @@
+#include "stream.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "guard.hpp"
+
+namespace flemma::stream {
+
+using json = nlohmann::json;
+
+bool Event::operator==(const Event& o) const {
+  return type == o.type && index == o.index && status == o.status && mask == o.mask && a == o.a && b == o.b &&
+         std::equal(std::begin(usage), std::end(usage), std::begin(o.usage));
+}
+
+std::optional<Kind> kind_from_name(std::string_view name) {
+  if (name == "anthropic") return Kind::Anthropic;
+  if (name == "openai_chat") return Kind::OpenAIChat;
+  return std::nullopt;
+}
+
+// ---------------------------------------------------------------------------
+// UTF-8
+// ---------------------------------------------------------------------------
+
+namespace detail {
+namespace {
+
+// Length of the valid UTF-8 sequence at p (n bytes available), 0 if none.
+inline size_t utf8_seq(const unsigned char* p, size_t n) {
+  unsigned char c = p[0];
+  if (c < 0x80) return 1;
+  auto cont = [&](size_t i, unsigned char lo = 0x80, unsigned char hi = 0xBF) {
+    return i < n && p[i] >= lo && p[i] <= hi;
+  };
+  if (c >= 0xC2 && c <= 0xDF) return cont(1) ? 2 : 0;
+  if (c == 0xE0) return cont(1, 0xA0) && cont(2) ? 3 : 0;
+  if ((c >= 0xE1 && c <= 0xEC) || c == 0xEE || c == 0xEF) return cont(1) && cont(2) ? 3 : 0;
+  if (c == 0xED) return cont(1, 0x80, 0x9F) && cont(2) ? 3 : 0;
+  if (c == 0xF0) return cont(1, 0x90) && cont(2) && cont(3) ? 4 : 0;
+  if (c >= 0xF1 && c <= 0xF3) return cont(1) && cont(2) && cont(3) ? 4 : 0;
+  if (c == 0xF4) return cont(1, 0x80, 0x8F) && cont(2) && cont(3) ? 4 : 0;
+  return 0;
+}
+
+void put_utf8(std::string& out, uint32_t cp) {
+  if (cp < 0x80) {
+    out.push_back(static_cast<char>(cp));
+  } else if (cp < 0x800) {
+    out.push_back(static_cast<char>(0xC0 | (cp >> 6)));
+    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  } else if (cp < 0x10000) {
+    out.push_back(static_cast<char>(0xE0 | (cp >> 12)));
+    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
+    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  } else {
+    out.push_back(static_cast<char>(0xF0 | (cp >> 18)));
+    out.push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
+    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
+    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  }
+}
+
+}  // namespace
+
+bool valid_utf8(std::string_view s) {
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  size_t n = s.size(), i = 0;
+  while (i < n) {
+    if (p[i] < 0x80) {
+      ++i;
+      continue;
+    }
+    size_t k = utf8_seq(p + i, n - i);
+    if (k == 0) return false;
+    i += k;
+  }
+  return true;
+}
+
+std::string sanitize_utf8(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  size_t n = s.size(), i = 0;
+  while (i < n) {
+    size_t k = utf8_seq(p + i, n - i);
+    if (k == 0) {
+      out += "\xEF\xBF\xBD";
+      ++i;
+    } else {
+      out.append(s.data() + i, k);
+      i += k;
+    }
+  }
+  return out;
+}
+
+size_t utf8_boundary(std::string_view s, size_t max) {
+  size_t k = std::min(max, s.size());
+  if (k == s.size()) return k;
+  for (int back = 0; back < 3 && k > 0 && (static_cast<unsigned char>(s[k]) & 0xC0) == 0x80; ++back) --k;
+  return k;
+}
+
+// ---------------------------------------------------------------------------
+// The fast path for Anthropic's content_block_delta events
+// ---------------------------------------------------------------------------
+
+namespace {
+
+inline int hex4(const char* p) {
+  int v = 0;
+  for (int i = 0; i < 4; ++i) {
+    char c = p[i];
+    int d;
+    if (c >= '0' && c <= '9') d = c - '0';
+    else if (c >= 'a' && c <= 'f') d = c - 'a' + 10;
+    else if (c >= 'A' && c <= 'F') d = c - 'A' + 10;
+    else return -1;
+    v = v * 16 + d;
+  }
+  return v;
+}
+
+// Decodes the JSON string body starting at d[i] (after the opening quote) into
+// out; on success i is just past the closing quote. False on anything that a
+// strict JSON parser would reject.
+bool json_string(std::string_view d, size_t& i, std::string& out) {
+  const char* s = d.data();
+  size_t n = d.size();
+  while (i < n) {
+    size_t start = i;
+    while (i < n) {
+      auto c = static_cast<unsigned char>(s[i]);
+      if (c == '"' || c == '\\' || c < 0x20 || c >= 0x80) break;
+      ++i;
+    }
+    out.append(s + start, i - start);
+    if (i >= n) return false;
+    auto c = static_cast<unsigned char>(s[i]);
+    if (c == '"') {
+      ++i;
+      return true;
+    }
+    if (c < 0x20) return false;
+    if (c >= 0x80) {
+      size_t k = utf8_seq(reinterpret_cast<const unsigned char*>(s + i), n - i);
+      if (k == 0) return false;
+      out.append(s + i, k);
+      i += k;
+      continue;
+    }
+    // A backslash escape.
+    if (i + 1 >= n) return false;
+    char e = s[i + 1];
+    i += 2;
+    switch (e) {
+      case '"': out.push_back('"'); break;
+      case '\\': out.push_back('\\'); break;
+      case '/': out.push_back('/'); break;
+      case 'b': out.push_back('\b'); break;
+      case 'f': out.push_back('\f'); break;
+      case 'n': out.push_back('\n'); break;
+      case 'r': out.push_back('\r'); break;
+      case 't': out.push_back('\t'); break;
+      case 'u': {
+        if (i + 4 > n) return false;
+        int cp = hex4(s + i);
+        if (cp < 0) return false;
+        i += 4;
+        if (cp >= 0xDC00 && cp <= 0xDFFF) return false;
+        if (cp >= 0xD800 && cp <= 0xDBFF) {
+          if (i + 6 > n || s[i] != '\\' || s[i + 1] != 'u') return false;
+          int lo = hex4(s + i + 2);
+          if (lo < 0xDC00 || lo > 0xDFFF) return false;
+          i += 6;
+          cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+        }
+        put_utf8(out, static_cast<uint32_t>(cp));
+        break;
+      }
+      default:
+        return false;
+    }
+  }
+  return false;
+}
+
+inline bool eat(std::string_view d, size_t& i, std::string_view lit) {
+  if (d.size() - i < lit.size() || std::memcmp(d.data() + i, lit.data(), lit.size()) != 0) return false;
+  i += lit.size();
+  return true;
+}
+
+}  // namespace
+
+bool fast_anthropic_delta(std::string_view d, Type& type, int32_t& index, std::string& text) {
+  size_t i = 0;
+  if (!eat(d, i, R"({"type":"content_block_delta","index":)")) return false;
+  if (i >= d.size()) return false;
+  int64_t v = 0;
+  if (d[i] == '0') {
+    ++i;
+  } else if (d[i] >= '1' && d[i] <= '9') {
+    size_t start = i;
+    while (i < d.size() && d[i] >= '0' && d[i] <= '9' && i - start < 9) v = v * 10 + (d[i++] - '0');
+  } else {
+    return false;
+  }
+  if (!eat(d, i, R"(,"delta":{"type":")")) return false;
+  if (eat(d, i, R"(text_delta","text":")")) type = Type::Text;
+  else if (eat(d, i, R"(thinking_delta","thinking":")")) type = Type::Thinking;
+  else if (eat(d, i, R"(input_json_delta","partial_json":")")) type = Type::ToolInputDelta;
+  else return false;
+  text.clear();
+  if (!json_string(d, i, text)) return false;
+  if (!eat(d, i, "}}")) return false;
+  for (; i < d.size(); ++i) {
+    char c = d[i];
+    if (c != ' ' && c != '\t' && c != '\n' && c != '\r') return false;
+  }
+  index = static_cast<int32_t>(v);
+  return true;
+}
+
+}  // namespace detail
+
+// ---------------------------------------------------------------------------
+// Events
+// ---------------------------------------------------------------------------
+
+namespace {
+
+Event make(Type t, int32_t index = -1, std::string a = {}, std::string b = {}) {
+  Event e;
+  e.type = t;
+  e.index = index;
+  e.a = std::move(a);
+  e.b = std::move(b);
+  return e;
+}
+
+std::string quote(const std::string& s) {
+  return json(s).dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+}  // namespace
+
+void coalesce(std::vector<Event>& out, Event&& ev) {
+  if (!out.empty()) {
+    Event& last = out.back();
+    bool delta = ev.type == Type::Text || ev.type == Type::Thinking || ev.type == Type::ToolInputDelta;
+    if (delta && last.type == ev.type && last.index == ev.index) {
+      last.a += ev.a;
+      return;
+    }
+  }
+  out.push_back(std::move(ev));
+}
+
+std::string describe(const Event& e) {
+  std::string s;
+  auto idx = [&] { s += " " + std::to_string(e.index); };
+  switch (e.type) {
+    case Type::Http: {
+      s = "http " + std::to_string(e.status);
+      size_t pos = 0;
+      while (pos < e.a.size()) {
+        size_t nl = e.a.find('\n', pos);
+        if (nl == std::string::npos) nl = e.a.size();
+        std::string_view line(e.a.data() + pos, nl - pos);
+        size_t colon = line.find(": ");
+        if (colon != std::string_view::npos)
+          s += " " + std::string(line.substr(0, colon)) + "=" + quote(std::string(line.substr(colon + 2)));
+        pos = nl + 1;
+      }
+      break;
+    }
+    case Type::MessageStart: s = "message_start " + quote(e.a) + " " + quote(e.b); break;
+    case Type::Text: s = "text"; idx(); s += " " + quote(e.a); break;
+    case Type::Thinking: s = "thinking"; idx(); s += " " + quote(e.a); break;
+    case Type::ThinkingSignature: s = "thinking_signature"; idx(); s += " " + quote(e.a); break;
+    case Type::RedactedThinking: s = "redacted_thinking"; idx(); s += " " + quote(e.a); break;
+    case Type::ToolUseStart: s = "tool_use_start"; idx(); s += " " + quote(e.a) + " " + quote(e.b); break;
+    case Type::ToolInputDelta: s = "tool_input_delta"; idx(); s += " " + quote(e.a); break;
+    case Type::ToolUseStop: s = "tool_use_stop"; idx(); break;
+    case Type::Usage: {
+      static const char* names[kUsageFields] = {"input", "output", "cache_read", "cache_write", "thinking"};
+      s = "usage";
+      for (int i = 0; i < kUsageFields; ++i)
+        if (e.mask & (1u << i)) s += std::string(" ") + names[i] + "=" + std::to_string(e.usage[i]);
+      break;
+    }
+    case Type::Stop: s = "stop " + quote(e.a); break;
+    case Type::Error: s = "error " + quote(e.a) + " " + quote(e.b); break;
+    case Type::End:
+      s = e.status ? "end complete" : "end incomplete";
+      if (e.mask & 1u) s += " body " + quote(e.a);
+      break;
+  }
+  return s;
+}
+
+// ---------------------------------------------------------------------------
+// Providers
+// ---------------------------------------------------------------------------
+
+// A field of a known event has the wrong type (reported as malformed_event).
+struct Malformed {
+  std::string what;
+};
+
+class Provider {
+ public:
+  virtual ~Provider() = default;
+  // One SSE event: its `event:` name ("" if none) and its data.
+  virtual void on_event(std::string_view name, std::string_view data, std::vector<Event>& out) = 0;
+  // The stream closed (before `end`): whether the provider's end marker was seen.
+  virtual bool on_close(std::vector<Event>& out) = 0;
+};
+
+namespace {
+
+const json* field(const json& o, const char* key) {
+  if (!o.is_object()) return nullptr;
+  auto it = o.find(key);
+  if (it == o.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+// A string field: "" when absent or null; Malformed for another type.
+std::string opt_str(const json& o, const char* key, std::string_view where) {
+  const json* v = field(o, key);
+  if (!v) return {};
+  if (!v->is_string()) throw Malformed{"`" + std::string(where) + "." + key + "` should be a string"};
+  return v->get<std::string>();
+}
+
+int32_t need_index(const json& o, const char* key, std::string_view where) {
+  const json* v = field(o, key);
+  if (!v || !v->is_number_integer() || v->get<int64_t>() < 0 || v->get<int64_t>() > INT32_MAX ||
+      (v->is_number_unsigned() && v->get<uint64_t>() > INT32_MAX))
+    throw Malformed{"`" + std::string(where) + "." + key + "` should be a non-negative integer"};
+  return static_cast<int32_t>(v->get<int64_t>());
+}
+
+const json& need_object(const json& o, const char* key, std::string_view where) {
+  const json* v = field(o, key);
+  if (!v || !v->is_object()) throw Malformed{"`" + std::string(where) + "." + key + "` should be an object"};
+  return *v;
+}
+
+// Sets usage field f from o[key] when it is a non-negative integer.
+void usage_field(Event& u, const json& o, const char* key, UsageField f) {
+  const json* v = field(o, key);
+  if (!v || !v->is_number_integer()) return;
+  int64_t n = v->is_number_unsigned() ? static_cast<int64_t>(std::min<uint64_t>(v->get<uint64_t>(), INT64_MAX))
+                                      : v->get<int64_t>();
+  if (n < 0) return;
+  u.usage[f] = n;
+  u.mask |= 1u << f;
+}
+
+void push_usage(Event&& u, std::vector<Event>& out) {
+  if (u.mask) out.push_back(std::move(u));
+}
+
+Event malformed(std::string message) {
+  return make(Type::Error, -1, "malformed_event", std::move(message));
+}
+
+std::string event_label(std::string_view name) { return name.empty() ? std::string("message") : std::string(name); }
+
+// Parses an event's data. Invalid UTF-8 is replaced by U+FFFD and parsed again;
+// on failure an error event is appended and false returned.
+bool parse_data(std::string_view name, std::string_view data, json& j, std::vector<Event>& out) {
+  j = json::parse(data.begin(), data.end(), nullptr, false);
+  if (!j.is_discarded()) return true;
+  if (!detail::valid_utf8(data)) {
+    std::string clean = detail::sanitize_utf8(data);
+    j = json::parse(clean, nullptr, false);
+    if (!j.is_discarded()) return true;
+  }
+  std::string where;
+  try {
+    json again = json::parse(data.begin(), data.end());
+  } catch (const json::parse_error& e) {
+    where = " (at byte " + std::to_string(e.byte) + ")";
+  } catch (...) {
+  }
+  out.push_back(malformed("the `" + detail::sanitize_utf8(event_label(name)) +
+                          "` event's data is not valid JSON" + where));
+  return false;
+}
+
+// The error type and message of an error object ({"type","message"} or
+// {"message","code"} or a plain string).
+void error_fields(const json& err, std::string& type, std::string& message) {
+  if (err.is_string()) {
+    message = err.get<std::string>();
+    return;
+  }
+  if (!err.is_object()) return;
+  if (const json* t = field(err, "type"); t && t->is_string()) type = t->get<std::string>();
+  if (type.empty()) {
+    if (const json* c = field(err, "code"); c && c->is_string()) type = c->get<std::string>();
+    else if (c && c->is_number_integer()) type = std::to_string(c->get<int64_t>());
+  }
+  if (const json* m = field(err, "message"); m && m->is_string()) message = m->get<std::string>();
+}
+
+// ---- anthropic: Messages API streaming -------------------------------------
+
+class Anthropic final : public Provider {
+ public:
+  void on_event(std::string_view name, std::string_view data, std::vector<Event>& out) override {
+    Type t;
+    int32_t index;
+    if (detail::fast_anthropic_delta(data, t, index, scratch_)) {
+      if (!scratch_.empty()) out.push_back(make(t, index, scratch_));
+      return;
+    }
+    json j;
+    if (!parse_data(name, data, j, out)) return;
+    if (!j.is_object()) {
+      out.push_back(malformed("the `" + detail::sanitize_utf8(event_label(name)) + "` event's data is not a JSON object"));
+      return;
+    }
+    std::string type = name.empty() ? std::string() : detail::sanitize_utf8(name);
+    if (const json* ty = field(j, "type"); ty && ty->is_string()) type = ty->get<std::string>();
+    try {
+      handle(type, j, out);
+    } catch (const Malformed& m) {
+      out.push_back(malformed("malformed `" + type + "` event: " + m.what));
+    }
+  }
+
+  bool on_close(std::vector<Event>&) override { return stopped_; }
+
+ private:
+  void handle(const std::string& type, const json& j, std::vector<Event>& out) {
+    if (type == "content_block_delta") {
+      int32_t index = need_index(j, "index", type);
+      const json& d = need_object(j, "delta", type);
+      std::string dt = opt_str(d, "type", "delta");
+      if (dt == "text_delta") {
+        emit(out, Type::Text, index, opt_str(d, "text", "delta"));
+      } else if (dt == "thinking_delta") {
+        emit(out, Type::Thinking, index, opt_str(d, "thinking", "delta"));
+      } else if (dt == "signature_delta") {
+        emit(out, Type::ThinkingSignature, index, opt_str(d, "signature", "delta"));
+      } else if (dt == "input_json_delta") {
+        emit(out, Type::ToolInputDelta, index, opt_str(d, "partial_json", "delta"));
+      }
+    } else if (type == "content_block_start") {
+      int32_t index = need_index(j, "index", type);
+      const json& b = need_object(j, "content_block", type);
+      std::string bt = opt_str(b, "type", "content_block");
+      if (bt == "text") {
+        emit(out, Type::Text, index, opt_str(b, "text", "content_block"));
+      } else if (bt == "thinking") {
+        emit(out, Type::Thinking, index, opt_str(b, "thinking", "content_block"));
+        emit(out, Type::ThinkingSignature, index, opt_str(b, "signature", "content_block"));
+      } else if (bt == "redacted_thinking") {
+        out.push_back(make(Type::RedactedThinking, index, opt_str(b, "data", "content_block")));
+      } else if (bt == "tool_use") {
+        std::string id = opt_str(b, "id", "content_block");
+        std::string tool = opt_str(b, "name", "content_block");
+        tools_[index] = true;
+        out.push_back(make(Type::ToolUseStart, index, std::move(id), std::move(tool)));
+        if (const json* in = field(b, "input"); in && !(in->is_object() && in->empty()))
+          emit(out, Type::ToolInputDelta, index, in->dump(-1, ' ', false, json::error_handler_t::replace));
+      }
+    } else if (type == "content_block_stop") {
+      int32_t index = need_index(j, "index", type);
+      auto it = tools_.find(index);
+      if (it != tools_.end() && it->second) {
+        it->second = false;
+        out.push_back(make(Type::ToolUseStop, index));
+      }
+    } else if (type == "message_start") {
+      const json& m = need_object(j, "message", type);
+      out.push_back(make(Type::MessageStart, -1, opt_str(m, "id", "message"), opt_str(m, "model", "message")));
+      if (const json* u = field(m, "usage")) usage(*u, out);
+    } else if (type == "message_delta") {
+      if (const json* d = field(j, "delta")) {
+        std::string reason = opt_str(*d, "stop_reason", "delta");
+        if (!reason.empty()) stop_reason_ = reason;
+      }
+      // The stop reason comes after the usage of the same event, so that a
+      // consumer sees the final counts before it acts on the stop.
+      if (const json* u = field(j, "usage")) usage(*u, out);
+      if (!stop_reason_.empty()) {
+        out.push_back(make(Type::Stop, -1, stop_reason_));
+        stop_reason_.clear();
+      }
+    } else if (type == "message_stop") {
+      stopped_ = true;
+    } else if (type == "error") {
+      std::string et, msg;
+      if (const json* e = field(j, "error")) error_fields(*e, et, msg);
+      out.push_back(make(Type::Error, -1, et.empty() ? "error" : et, msg));
+    }
+    // ping and unknown events are ignored.
+  }
+
+  static void emit(std::vector<Event>& out, Type t, int32_t index, std::string text) {
+    if (!text.empty()) out.push_back(make(t, index, std::move(text)));
+  }
+
+  static void usage(const json& u, std::vector<Event>& out) {
+    Event e = make(Type::Usage);
+    usage_field(e, u, "input_tokens", kInputTokens);
+    usage_field(e, u, "output_tokens", kOutputTokens);
+    usage_field(e, u, "cache_read_input_tokens", kCacheReadTokens);
+    usage_field(e, u, "cache_creation_input_tokens", kCacheWriteTokens);
+    push_usage(std::move(e), out);
+  }
+
+  std::map<int32_t, bool> tools_;  // tool_use blocks, true while open
+  std::string stop_reason_;
+  std::string scratch_;
+  bool stopped_ = false;
+};
+
+// ---- openai_chat: Chat Completions streaming -------------------------------
+
+class OpenAIChat final : public Provider {
+ public:
+  void on_event(std::string_view name, std::string_view data, std::vector<Event>& out) override {
+    std::string_view d = data;
+    while (!d.empty() && (d.front() == ' ' || d.front() == '\t' || d.front() == '\n' || d.front() == '\r'))
+      d.remove_prefix(1);
+    while (!d.empty() && (d.back() == ' ' || d.back() == '\t' || d.back() == '\n' || d.back() == '\r'))
+      d.remove_suffix(1);
+    if (d == "[DONE]") {
+      done_ = true;
+      return;
+    }
+    json j;
+    if (!parse_data(name, data, j, out)) return;
+    if (!j.is_object()) {
+      out.push_back(malformed("the `" + detail::sanitize_utf8(event_label(name)) + "` event's data is not a JSON object"));
+      return;
+    }
+    try {
+      handle(j, out);
+    } catch (const Malformed& m) {
+      out.push_back(malformed("malformed chat completion chunk: " + m.what));
+    }
+  }
+
+  bool on_close(std::vector<Event>&) override { return done_ || finished_; }
+
+ private:
+  struct Call {
+    int64_t provider_index;
+    int32_t block;
+    std::string id;
+  };
+
+  void handle(const json& j, std::vector<Event>& out) {
+    if (const json* err = field(j, "error")) {
+      std::string et, msg;
+      error_fields(*err, et, msg);
+      out.push_back(make(Type::Error, -1, et.empty() ? "error" : et, msg));
+      return;
+    }
+    if (!started_) {
+      std::string id = opt_str(j, "id", "chunk"), model = opt_str(j, "model", "chunk");
+      if (!id.empty() || !model.empty()) {
+        started_ = true;
+        out.push_back(make(Type::MessageStart, -1, std::move(id), std::move(model)));
+      }
+    }
+    const json* choices = field(j, "choices");
+    if (choices && !choices->is_array()) throw Malformed{"`choices` should be an array"};
+    if (choices && !choices->empty()) {
+      const json* choice = &(*choices)[0];
+      for (const auto& c : *choices) {
+        const json* ci = field(c, "index");
+        if (ci && ci->is_number_integer() && ci->get<int64_t>() == 0) {
+          choice = &c;
+          break;
+        }
+      }
+      if (!choice->is_object()) throw Malformed{"`choices[0]` should be an object"};
+      if (const json* delta = field(*choice, "delta")) {
+        if (!delta->is_object()) throw Malformed{"`choices[0].delta` should be an object"};
+        std::string reasoning = opt_str(*delta, "reasoning_content", "delta");
+        if (reasoning.empty()) reasoning = opt_str(*delta, "reasoning", "delta");
+        if (!reasoning.empty()) {
+          if (thinking_block_ < 0) thinking_block_ = next_block_++;
+          out.push_back(make(Type::Thinking, thinking_block_, std::move(reasoning)));
+        }
+        std::string content = opt_str(*delta, "content", "delta");
+        if (!content.empty()) {
+          if (text_block_ < 0) text_block_ = next_block_++;
+          out.push_back(make(Type::Text, text_block_, std::move(content)));
+        }
+        if (const json* calls = field(*delta, "tool_calls")) {
+          if (!calls->is_array()) throw Malformed{"`delta.tool_calls` should be an array"};
+          int64_t pos = 0;
+          for (const auto& tc : *calls) tool_call(tc, pos++, out);
+        }
+      }
+      std::string reason = opt_str(*choice, "finish_reason", "choices[0]");
+      if (!reason.empty()) {
+        for (const Call& c : calls_) out.push_back(make(Type::ToolUseStop, c.block));
+        calls_.clear();
+        out.push_back(make(Type::Stop, -1, std::move(reason)));
+        finished_ = true;
+      }
+    }
+    if (const json* u = field(j, "usage")) {
+      if (!u->is_object()) throw Malformed{"`usage` should be an object"};
+      Event e = make(Type::Usage);
+      usage_field(e, *u, "prompt_tokens", kInputTokens);
+      usage_field(e, *u, "completion_tokens", kOutputTokens);
+      if (const json* p = field(*u, "prompt_tokens_details")) usage_field(e, *p, "cached_tokens", kCacheReadTokens);
+      if (const json* c = field(*u, "completion_tokens_details"))
+        usage_field(e, *c, "reasoning_tokens", kThinkingTokens);
+      push_usage(std::move(e), out);
+    }
+  }
+
+  void tool_call(const json& tc, int64_t pos, std::vector<Event>& out) {
+    if (!tc.is_object()) throw Malformed{"`delta.tool_calls[]` should be objects"};
+    int64_t idx = pos;
+    if (const json* i = field(tc, "index")) {
+      if (!i->is_number_integer()) throw Malformed{"`tool_calls[].index` should be an integer"};
+      idx = i->get<int64_t>();
+    }
+    std::string id = opt_str(tc, "id", "tool_calls[]");
+    std::string name, args;
+    if (const json* fn = field(tc, "function")) {
+      if (!fn->is_object()) throw Malformed{"`tool_calls[].function` should be an object"};
+      name = opt_str(*fn, "name", "function");
+      args = opt_str(*fn, "arguments", "function");
+    }
+    Call* call = nullptr;
+    for (auto& c : calls_)
+      if (c.provider_index == idx) call = &c;
+    if (call && !id.empty() && !call->id.empty() && id != call->id) {
+      // A new call at an index already used: the earlier one is complete.
+      out.push_back(make(Type::ToolUseStop, call->block));
+      calls_.erase(calls_.begin() + (call - calls_.data()));
+      call = nullptr;
+    }
+    if (!call) {
+      calls_.push_back(Call{idx, next_block_++, id});
+      call = &calls_.back();
+      out.push_back(make(Type::ToolUseStart, call->block, std::move(id), std::move(name)));
+    } else if (call->id.empty() && !id.empty()) {
+      call->id = id;
+    }
+    if (!args.empty()) out.push_back(make(Type::ToolInputDelta, call->block, std::move(args)));
+  }
+
+  std::vector<Call> calls_;  // open calls, in order of their start
+  int32_t next_block_ = 0;
+  int32_t text_block_ = -1;
+  int32_t thinking_block_ = -1;
+  bool started_ = false;
+  bool done_ = false;
+  bool finished_ = false;
+};
+
+std::unique_ptr<Provider> make_provider(Kind kind) {
+  switch (kind) {
+    case Kind::Anthropic: return std::make_unique<Anthropic>();
+    case Kind::OpenAIChat: return std::make_unique<OpenAIChat>();
+  }
+  throw Error(FLEMMA_E_INVALID, "unknown stream kind");
+}
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) s.remove_suffix(1);
+  return s;
+}
+
+std::string lower(std::string_view s) {
+  std::string r(s);
+  for (auto& c : r) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return r;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// Decoder
+// ---------------------------------------------------------------------------
+
+Decoder::Decoder(Kind kind) : provider_(make_provider(kind)) {}
+Decoder::~Decoder() = default;
+
+namespace {
+
+// Line splitting shared by the header and SSE phases: finds the end of the next
+// line in `in` (LF, CRLF or CR). The position of the next LF is cached per
+// input buffer, so a run of CR-only lines stays linear.
+struct LineEnd {
+  const char* nl = nullptr;   // cached first LF at or after the cache's start
+  const char* end = nullptr;  // the end of the buffer the cache belongs to
+};
+
+// Returns the length of the line at the start of in and sets `term` to the
+// length of its terminator (1 or 2), or returns npos when in holds no line end.
+// A CR at the very end of in terminates the line with term = 1 (`cr_at_end`).
+size_t find_line(std::string_view in, LineEnd& cache, size_t& term) {
+  const char* p = in.data();
+  const char* e = p + in.size();
+  if (cache.end != e || cache.nl < p) {
+    const void* f = std::memchr(p, '\n', in.size());
+    cache.nl = f ? static_cast<const char*>(f) : e;
+    cache.end = e;
+  }
+  size_t lim = static_cast<size_t>(cache.nl - p);
+  const void* cr = lim ? std::memchr(p, '\r', lim) : nullptr;
+  if (cr) {
+    const char* c = static_cast<const char*>(cr);
+    term = (c + 1 < e && c[1] == '\n') ? 2 : 1;
+    return static_cast<size_t>(c - p);
+  }
+  if (cache.nl == e) return std::string_view::npos;
+  term = 1;
+  return lim;
+}
+
+thread_local LineEnd g_line_cache;
+
+}  // namespace
+
+void Decoder::feed(std::string_view in, std::vector<Event>& out) {
+  if (phase_ == Phase::Done) throw Error(FLEMMA_E_STATE, "stream: feed after finish");
+  g_line_cache = LineEnd{};
+  if (phase_ == Phase::Start) {
+    static constexpr std::string_view kHttp = "HTTP/";
+    size_t take = std::min(kHttp.size() - line_.size(), in.size());
+    line_.append(in.data(), take);
+    in.remove_prefix(take);
+    if (line_.compare(0, line_.size(), kHttp, 0, line_.size()) != 0) {
+      // No header block: the body alone, taken as SSE.
+      phase_ = Phase::Sse;
+      std::string pending;
+      pending.swap(line_);
+      sse_bytes(pending, out);
+      g_line_cache = LineEnd{};
+    } else if (line_.size() == kHttp.size()) {
+      phase_ = Phase::Headers;
+      in_block_ = true;
+    } else {
+      return;
+    }
+  }
+  if (phase_ == Phase::Headers) header_bytes(in, out);
+  if (phase_ == Phase::Raw && skip_lf_ && !in.empty()) {
+    skip_lf_ = false;
+    if (in.front() == '\n') in.remove_prefix(1);
+  }
+  if (in.empty()) return;
+  if (phase_ == Phase::Sse) sse_bytes(in, out);
+  else if (phase_ == Phase::Raw) raw_bytes(in);
+}
+
+void Decoder::header_bytes(std::string_view& in, std::vector<Event>& out) {
+  while (phase_ == Phase::Headers && !in.empty()) {
+    if (skip_lf_) {
+      skip_lf_ = false;
+      if (in.front() == '\n') {
+        in.remove_prefix(1);
+        continue;
+      }
+    }
+    size_t term = 0;
+    size_t len = find_line(in, g_line_cache, term);
+    if (len == std::string_view::npos) {
+      if (line_.size() + in.size() <= kMaxHeaderBlock) line_.append(in);
+      else line_overflow_ = true;
+      in = {};
+      return;
+    }
+    if (line_.size() + len <= kMaxHeaderBlock) line_.append(in.data(), len);
+    else line_overflow_ = true;
+    if (term == 1 && in[len] == '\r' && len + 1 == in.size()) skip_lf_ = true;
+    in.remove_prefix(len + term);
+    std::string line;
+    line.swap(line_);
+    bool overflow = line_overflow_;
+    line_overflow_ = false;
+    if (!overflow) header_line(line, out);
+    if (phase_ != Phase::Headers && !in.empty() && skip_lf_) {
+      // The body starts right after a CR-terminated blank line.
+      skip_lf_ = false;
+      if (in.front() == '\n') in.remove_prefix(1);
+    }
+  }
+}
+
+void Decoder::header_line(std::string_view line, std::vector<Event>& out) {
+  if (!in_block_) {
+    // Between blocks: the next status line, or (if none comes) the body.
+    if (line.empty()) return;
+    if (line.substr(0, 5) == "HTTP/") {
+      in_block_ = true;
+    } else {
+      phase_ = content_type_.find("text/event-stream") != std::string::npos || content_type_.empty() ? Phase::Sse
+                                                                                                   : Phase::Raw;
+      std::string again(line);
+      again.push_back('\n');
+      bom_checked_ = true;
+      bool skip = skip_lf_;  // belongs to the line just ended, not to `again`
+      skip_lf_ = false;
+      if (phase_ == Phase::Sse) sse_bytes(again, out);
+      else raw_bytes(again);
+      skip_lf_ = skip;
+      g_line_cache = LineEnd{};
+      return;
+    }
+  }
+  if (line.substr(0, 5) == "HTTP/" && headers_.empty() && status_ == 0) {
+    // Status line: HTTP/<version> <code> [reason]
+    size_t sp = line.find(' ');
+    status_ = 0;
+    if (sp != std::string_view::npos) {
+      size_t i = sp + 1;
+      int code = 0, digits = 0;
+      while (i < line.size() && digits < 3 && line[i] >= '0' && line[i] <= '9') {
+        code = code * 10 + (line[i++] - '0');
+        ++digits;
+      }
+      if (digits == 3) status_ = code;
+      std::string reason = lower(line.substr(i));
+      if (status_ == 200 && reason.find("connection established") != std::string::npos) status_ = 100;
+    }
+    if (status_ == 0) status_ = -1;  // unreadable: reported as 0
+    return;
+  }
+  if (line.empty()) {
+    end_header_block(out);
+    return;
+  }
+  size_t colon = line.find(':');
+  if (colon == std::string_view::npos || colon == 0) return;
+  std::string name = lower(trim(line.substr(0, colon)));
+  std::string value(trim(line.substr(colon + 1)));
+  if (!detail::valid_utf8(value)) value = detail::sanitize_utf8(value);
+  if (!detail::valid_utf8(name)) name = detail::sanitize_utf8(name);
+  if (name == "content-type") content_type_ = lower(value);
+  if (headers_.size() + name.size() + value.size() + 3 <= kMaxHeaderBlock) {
+    headers_ += name;
+    headers_ += ": ";
+    headers_ += value;
+    headers_ += '\n';
+  }
+}
+
+void Decoder::end_header_block(std::vector<Event>& out) {
+  int status = status_ < 0 ? 0 : status_;
+  if (status >= 100 && status < 200) {
+    // An interim response (100 Continue) or a proxy's tunnel: the real one follows.
+    status_ = 0;
+    headers_.clear();
+    content_type_.clear();
+    in_block_ = false;
+    return;
+  }
+  Event e = make(Type::Http);
+  e.status = status;
+  e.a = std::move(headers_);
+  headers_.clear();
+  out.push_back(std::move(e));
+  bool sse = content_type_.find("text/event-stream") != std::string::npos ||
+             (content_type_.empty() && status >= 200 && status < 300);
+  phase_ = sse ? Phase::Sse : Phase::Raw;
+  bom_checked_ = true;  // a BOM is only stripped from a stream without headers
+}
+
+void Decoder::sse_bytes(std::string_view in, std::vector<Event>& out) {
+  if (!bom_checked_) {
+    // A UTF-8 byte order mark at the start of the stream is dropped (it may come in pieces).
+    static constexpr std::string_view kBom = "\xEF\xBB\xBF";
+    while (!in.empty() && bom_seen_ < 3 && in.front() == kBom[bom_seen_]) {
+      in.remove_prefix(1);
+      ++bom_seen_;
+    }
+    if (bom_seen_ == 3) {
+      bom_checked_ = true;
+    } else if (!in.empty()) {
+      bom_checked_ = true;
+      if (bom_seen_ > 0) {
+        // Not a BOM after all: its bytes were data.
+        std::string partial(kBom.substr(0, bom_seen_));
+        bom_seen_ = 0;
+        line_.append(partial);
+      }
+    } else {
+      return;
+    }
+  }
+  while (!in.empty()) {
+    if (skip_lf_) {
+      skip_lf_ = false;
+      if (in.front() == '\n') {
+        in.remove_prefix(1);
+        continue;
+      }
+    }
+    size_t term = 0;
+    size_t len = find_line(in, g_line_cache, term);
+    if (len == std::string_view::npos) {
+      if (line_.size() + in.size() <= kMaxEventData + 16) line_.append(in);
+      else line_overflow_ = true;
+      return;
+    }
+    if (term == 1 && in[len] == '\r' && len + 1 == in.size()) skip_lf_ = true;
+    if (line_.empty() && !line_overflow_) {
+      sse_line(in.substr(0, len), out);
+    } else {
+      if (line_.size() + len <= kMaxEventData + 16) line_.append(in.data(), len);
+      else line_overflow_ = true;
+      if (line_overflow_) {
+        data_overflow_ = true;
+        line_overflow_ = false;
+        line_.clear();
+      } else {
+        std::string line;
+        line.swap(line_);
+        sse_line(line, out);
+      }
+    }
+    in.remove_prefix(len + term);
+  }
+}
+
+void Decoder::sse_line(std::string_view line, std::vector<Event>& out) {
+  if (line.empty()) {
+    dispatch(out);
+    return;
+  }
+  if (line.front() == ':') return;  // a comment
+  if (line.size() > kMaxEventData + 16) {
+    data_overflow_ = true;
+    return;
+  }
+  size_t colon = line.find(':');
+  std::string_view name = line.substr(0, colon);
+  std::string_view value;
+  if (colon != std::string_view::npos) {
+    value = line.substr(colon + 1);
+    if (!value.empty() && value.front() == ' ') value.remove_prefix(1);
+  }
+  if (name == "data") {
+    if (data_.size() + value.size() + 1 > kMaxEventData) {
+      data_overflow_ = true;
+      return;
+    }
+    if (has_data_) data_.push_back('\n');
+    data_.append(value);
+    has_data_ = true;
+  } else if (name == "event") {
+    event_name_.assign(value);
+  }
+  // id: and retry: do not matter to a one-shot request; other fields are ignored.
+}
+
+void Decoder::dispatch(std::vector<Event>& out) {
+  if (data_overflow_) {
+    out.push_back(malformed("an event's data is larger than " + std::to_string(kMaxEventData >> 20) +
+                            " MiB: it was dropped"));
+  } else if (has_data_ && !data_.empty()) {
+    provider_->on_event(event_name_, data_, out);
+  }
+  event_name_.clear();
+  data_.clear();
+  has_data_ = false;
+  data_overflow_ = false;
+}
+
+void Decoder::raw_bytes(std::string_view in) {
+  if (body_.size() < kMaxBody + 4) body_.append(in.substr(0, kMaxBody + 4 - body_.size()));
+  if (body_.size() > kMaxBody) body_truncated_ = true;
+}
+
+void Decoder::finish(std::vector<Event>& out) {
+  if (phase_ == Phase::Done) throw Error(FLEMMA_E_STATE, "stream: finish called twice");
+  g_line_cache = LineEnd{};
+  if (phase_ == Phase::Start && !line_.empty()) {
+    // Fewer bytes than "HTTP/": a (tiny) body.
+    phase_ = Phase::Sse;
+    std::string pending;
+    pending.swap(line_);
+    sse_bytes(pending, out);
+  }
+  bool complete = false;
+  Event end = make(Type::End);
+  if (phase_ == Phase::Sse || phase_ == Phase::Start) {
+    // An event without its closing blank line is incomplete: it is dropped.
+    complete = provider_->on_close(out);
+  } else if (phase_ == Phase::Raw) {
+    size_t keep = detail::utf8_boundary(body_, kMaxBody);
+    std::string body = body_.substr(0, keep);
+    if (!detail::valid_utf8(body)) body = detail::sanitize_utf8(body);
+    if (!body_truncated_) {
+      json j = json::parse(body, nullptr, false);
+      if (j.is_object()) {
+        std::string et, msg;
+        if (const json* err = field(j, "error")) error_fields(*err, et, msg);
+        if (!msg.empty() || !et.empty()) out.push_back(make(Type::Error, -1, et.empty() ? "error" : et, msg));
+      }
+    }
+    end.mask = 1;
+    end.a = std::move(body);
+  }
+  end.status = complete ? 1 : 0;
+  out.push_back(std::move(end));
+  phase_ = Phase::Done;
+  line_.clear();
+  data_.clear();
+  body_.clear();
+}
+
+}  // namespace flemma::stream

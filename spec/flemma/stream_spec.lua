@@ -1,0 +1,156 @@
+local native = require("flemma.native")
+local helpers = require("spec.support.helpers")
+
+local FIXTURES = FLEMMA_ROOT .. "/spec/fixtures/stream/"
+
+local function fixture(name)
+  local s = helpers.read_file(FIXTURES .. name)
+  assert(s, "missing fixture " .. name)
+  return s
+end
+
+local function kind_of(name)
+  return name:match("^openai") and "openai_chat" or "anthropic"
+end
+
+-- All events of bytes fed in pieces of `size` bytes (all at once when nil).
+local function decode(kind, bytes, size)
+  local dec = assert(native.stream_new(kind))
+  local events = {}
+  local step = size or math.max(#bytes, 1)
+  for pos = 1, #bytes, step do
+    vim.list_extend(events, dec:feed(bytes:sub(pos, pos + step - 1)))
+  end
+  vim.list_extend(events, dec:finish())
+  return events
+end
+
+local function of_type(events, t)
+  return vim.tbl_filter(function(e)
+    return e.type == t
+  end, events)
+end
+
+describe("flemma.native stream", function()
+  describe("stream_new", function()
+    it("returns nil and a message naming the known kinds for an unknown kind", function()
+      local dec, err = native.stream_new("gemini")
+      assert.is_nil(dec)
+      assert.matches("unknown kind `gemini`", err)
+      assert.matches("openai_chat", err)
+    end)
+
+    it("refuses to feed a finished decoder", function()
+      local dec = assert(native.stream_new("anthropic"))
+      local events = dec:finish()
+      assert.same({ { type = "end", complete = false } }, events)
+      local ok, err = pcall(dec.feed, dec, "x")
+      assert.is_false(ok)
+      assert.matches("already finished", err)
+    end)
+  end)
+
+  describe("feed", function()
+    it("decodes an Anthropic stream with parallel tool use into the event tables", function()
+      local events = decode("anthropic", fixture("anthropic_tool_use.http"))
+      assert.equal("http", events[1].type)
+      assert.equal(200, events[1].status)
+      assert.equal("text/event-stream; charset=utf-8", events[1].headers["content-type"])
+      assert.equal("req_011CSHoEeqs5C35K2UUqR7Fy", events[1].headers["request-id"])
+      table.remove(events, 1)
+      assert.same({
+        { type = "message_start", id = "msg_014p7gG3wDgGV9EUtLvnow3U", model = "claude-sonnet-4-6" },
+        { type = "usage", input_tokens = 472, output_tokens = 1, cache_read_tokens = 2048, cache_write_tokens = 1024 },
+        { type = "text", index = 0, text = "I will check both files." },
+        { type = "tool_use_start", index = 1, id = "toolu_01T1x1fJ34qAmk2tNTrN7Up6", name = "read" },
+        { type = "tool_input_delta", index = 1, json = '{"path":' },
+        { type = "tool_input_delta", index = 1, json = ' "READ' },
+        { type = "tool_input_delta", index = 1, json = 'ME.md"}' },
+        { type = "tool_use_stop", index = 1 },
+        { type = "tool_use_start", index = 2, id = "toolu_01VgQeZ1FQ5vDd6Wr3mE2abc", name = "bash" },
+        { type = "tool_input_delta", index = 2, json = '{"comm' },
+        { type = "tool_input_delta", index = 2, json = 'and": "ls -la \\"src\\""' },
+        { type = "tool_input_delta", index = 2, json = "}" },
+        { type = "tool_use_stop", index = 2 },
+        { type = "usage", output_tokens = 89 },
+        { type = "stop", reason = "tool_use" },
+        { type = "end", complete = true },
+      }, events)
+    end)
+
+    it("decodes thinking with its signature and redacted thinking", function()
+      local events = decode("anthropic", fixture("anthropic_redacted_thinking.http"))
+      assert.same({ type = "redacted_thinking", index = 0, data = "EmwKAhgBEgy3va3pzix/LafPsn4aDFIT2Xlxh0L5L8rLVyIwxtE3rAFBa8cr3qpP" }, events[4])
+      assert.same({ type = "thinking", index = 1, text = "Continuing." }, events[5])
+      assert.same({ type = "thinking_signature", index = 1, signature = "sig-2" }, events[6])
+    end)
+
+    it("decodes OpenAI tool calls interleaved by index, usage and [DONE]", function()
+      local events = decode("openai_chat", fixture("openai_tool_calls.http"))
+      table.remove(events, 1)
+      assert.same({
+        { type = "message_start", id = "chatcmpl-ToolCalls01", model = "gpt-4o-mini-2024-07-18" },
+        { type = "tool_use_start", index = 0, id = "call_abc123", name = "read" },
+        { type = "tool_use_start", index = 1, id = "call_def456", name = "bash" },
+        { type = "tool_input_delta", index = 0, json = '{"path": ' },
+        { type = "tool_input_delta", index = 1, json = '{"command"' },
+        { type = "tool_input_delta", index = 0, json = '"a.txt"}' },
+        { type = "tool_input_delta", index = 1, json = ': "pwd"}' },
+        { type = "tool_use_stop", index = 0 },
+        { type = "tool_use_stop", index = 1 },
+        { type = "stop", reason = "tool_calls" },
+        { type = "usage", input_tokens = 82, output_tokens = 41, cache_read_tokens = 64 },
+        { type = "end", complete = true },
+      }, events)
+    end)
+
+    it("reports an error body with the provider's message and keeps the body", function()
+      local events = decode("anthropic", fixture("anthropic_rate_limit.http"))
+      assert.equal(429, events[1].status)
+      assert.equal("3", events[1].headers["retry-after"])
+      assert.same({
+        type = "error",
+        error_type = "rate_limit_error",
+        message = "Number of request tokens has exceeded your per-minute rate limit",
+      }, events[2])
+      assert.is_false(events[3].complete)
+      assert.matches('^{"type":"error"', events[3].body)
+    end)
+
+    it("keeps an HTML error page as the body of an incomplete end", function()
+      local events = decode("anthropic", fixture("html_bad_gateway.http"))
+      assert.equal(2, #events)
+      assert.equal(502, events[1].status)
+      assert.equal("end", events[2].type)
+      assert.is_false(events[2].complete)
+      assert.matches("<h1>502 Bad Gateway</h1>", events[2].body)
+    end)
+
+    it("marks a truncated stream incomplete and keeps what arrived", function()
+      local events = decode("anthropic", fixture("anthropic_truncated.http"))
+      assert.same({ type = "text", index = 0, text = "The first part" }, events[#events - 1])
+      assert.same({ type = "end", complete = false }, events[#events])
+    end)
+
+    it("gives the same events for every fixture fed one byte at a time", function()
+      for _, name in ipairs(vim.fn.readdir(FIXTURES)) do
+        if name:match("%.http$") or name:match("%.sse$") then
+          local bytes = fixture(name)
+          local whole = decode(kind_of(name), bytes)
+          assert.same(whole, decode(kind_of(name), bytes, 1), name)
+          assert.same(whole, decode(kind_of(name), bytes, 7), name)
+          assert.equal("end", whole[#whole].type, name)
+        end
+      end
+    end)
+
+    it("never splits a UTF-8 sequence in a text when the bytes are split inside it", function()
+      local bytes = fixture("anthropic_text.http")
+      local texts = {}
+      for _, e in ipairs(of_type(decode("anthropic", bytes, 1), "text")) do
+        texts[#texts + 1] = e.text
+      end
+      assert.same({ "Hello", '! Here is "a quote"', " and a newline:\n", "café, naïve, 日本語", " 🌍 done." }, texts)
+    end)
+  end)
+end)

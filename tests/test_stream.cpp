@@ -1,0 +1,383 @@
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "flemma/flemma.h"
+#include "guard.hpp"
+#include "stream.hpp"
+
+namespace s = flemma::stream;
+namespace fs = std::filesystem;
+
+namespace {
+
+const fs::path kFixtures = fs::path(FLEMMA_SOURCE_DIR) / "spec" / "fixtures" / "stream";
+
+std::string slurp(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  REQUIRE_MESSAGE(f.good(), "cannot read " << p);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+s::Kind kind_of(const fs::path& p) {
+  return p.filename().string().rfind("openai", 0) == 0 ? s::Kind::OpenAIChat : s::Kind::Anthropic;
+}
+
+// Decodes bytes fed in the given chunk sizes (cycled; empty: all at once).
+std::vector<s::Event> decode(s::Kind kind, const std::string& bytes, const std::vector<size_t>& sizes = {}) {
+  s::Decoder d(kind);
+  std::vector<s::Event> out;
+  size_t pos = 0, k = 0;
+  while (pos < bytes.size()) {
+    size_t n = sizes.empty() ? bytes.size() : std::max<size_t>(1, sizes[k++ % sizes.size()]);
+    n = std::min(n, bytes.size() - pos);
+    d.feed(std::string_view(bytes).substr(pos, n), out);
+    pos += n;
+  }
+  d.finish(out);
+  return out;
+}
+
+std::string lines(const std::vector<s::Event>& evs) {
+  std::string r;
+  for (const auto& e : evs) r += s::describe(e) + "\n";
+  return r;
+}
+
+std::vector<fs::path> fixtures() {
+  std::vector<fs::path> list;
+  for (const auto& e : fs::directory_iterator(kFixtures)) {
+    auto ext = e.path().extension();
+    if (ext == ".http" || ext == ".sse") list.push_back(e.path());
+  }
+  std::sort(list.begin(), list.end());
+  return list;
+}
+
+std::vector<s::Event> c_api_decode(const char* kind, const std::string& bytes, size_t chunk) {
+  std::vector<s::Event> out;
+  flemma_stream* st = flemma_stream_new(kind);
+  REQUIRE(st != nullptr);
+  auto take = [&](const flemma_stream_event* evs, size_t n) {
+    for (size_t i = 0; i < n; ++i) {
+      s::Event e;
+      e.type = static_cast<s::Type>(evs[i].type);
+      e.index = evs[i].index;
+      e.status = evs[i].status;
+      e.mask = evs[i].flags;
+      for (int k = 0; k < 5; ++k) e.usage[k] = evs[i].usage[k];
+      if (evs[i].a) e.a.assign(evs[i].a, evs[i].a_len);
+      if (evs[i].b) e.b.assign(evs[i].b, evs[i].b_len);
+      out.push_back(std::move(e));
+    }
+  };
+  for (size_t pos = 0; pos < bytes.size(); pos += chunk) {
+    const flemma_stream_event* evs = nullptr;
+    size_t n = 0;
+    REQUIRE(flemma_stream_feed(st, bytes.data() + pos, std::min(chunk, bytes.size() - pos), &evs, &n) == FLEMMA_OK);
+    take(evs, n);
+  }
+  const flemma_stream_event* evs = nullptr;
+  size_t n = 0;
+  REQUIRE(flemma_stream_finish(st, &evs, &n) == FLEMMA_OK);
+  take(evs, n);
+  flemma_stream_free(st);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("stream") {
+  SUBCASE("every fixture decodes to the events written beside it") {
+    // Only the responses with their expected events beside them (the send
+    // specs keep bodies of their own here too).
+    int checked = 0;
+    for (const auto& p : fixtures()) {
+      auto events = fs::path(p.string() + ".events");
+      if (!fs::exists(events)) continue;
+      ++checked;
+      CAPTURE(p.filename().string());
+      auto expected = slurp(events);
+      CHECK(lines(decode(kind_of(p), slurp(p))) == expected);
+    }
+    CHECK(checked >= 16);
+  }
+
+  SUBCASE("every fixture gives the same events however its bytes are chunked") {
+    std::mt19937 rng(12345);
+    for (const auto& p : fixtures()) {
+      CAPTURE(p.filename().string());
+      auto bytes = slurp(p);
+      auto whole = decode(kind_of(p), bytes);
+      CHECK(decode(kind_of(p), bytes, {1}) == whole);
+      CHECK(decode(kind_of(p), bytes, {2}) == whole);
+      CHECK(decode(kind_of(p), bytes, {3, 1, 7}) == whole);
+      for (int round = 0; round < 50; ++round) {
+        std::vector<size_t> sizes(16);
+        for (auto& n : sizes) n = 1 + rng() % (round < 25 ? 8 : 200);
+        auto got = decode(kind_of(p), bytes, sizes);
+        CHECK(got == whole);
+        for (const auto& e : got) {
+          CHECK(s::detail::valid_utf8(e.a));
+          CHECK(s::detail::valid_utf8(e.b));
+        }
+      }
+    }
+  }
+
+  SUBCASE("the C API gives the same events as the decoder") {
+    for (const auto& p : fixtures()) {
+      CAPTURE(p.filename().string());
+      auto bytes = slurp(p);
+      const char* kind = kind_of(p) == s::Kind::OpenAIChat ? "openai_chat" : "anthropic";
+      CHECK(c_api_decode(kind, bytes, 5) == decode(kind_of(p), bytes));
+    }
+  }
+
+  SUBCASE("an unknown kind is refused with a message naming the known ones") {
+    CHECK(flemma_stream_new("gemini") == nullptr);
+    CHECK(std::string(flemma_last_error()).find("openai_chat") != std::string::npos);
+    CHECK(flemma_stream_new(nullptr) == nullptr);
+    flemma_stream_free(nullptr);
+  }
+
+  SUBCASE("feeding or finishing after finish is a state error") {
+    flemma_stream* st = flemma_stream_new("anthropic");
+    const flemma_stream_event* evs = nullptr;
+    size_t n = 99;
+    CHECK(flemma_stream_feed(st, nullptr, 0, &evs, &n) == FLEMMA_OK);
+    CHECK(n == 0);
+    CHECK(flemma_stream_finish(st, &evs, &n) == FLEMMA_OK);
+    REQUIRE(n == 1);
+    CHECK(evs[0].type == FLEMMA_STREAM_END);
+    CHECK(evs[0].status == 0);
+    CHECK(flemma_stream_feed(st, "x", 1, &evs, &n) == FLEMMA_E_STATE);
+    CHECK(n == 0);
+    CHECK(flemma_stream_finish(st, &evs, &n) == FLEMMA_E_STATE);
+    CHECK(flemma_stream_feed(st, nullptr, 3, &evs, &n) == FLEMMA_E_INVALID);
+    flemma_stream_free(st);
+  }
+
+  SUBCASE("a CR at the end of one chunk and an LF at the start of the next end a single line") {
+    std::string body = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"}}]}\r";
+    s::Decoder d(s::Kind::OpenAIChat);
+    std::vector<s::Event> out;
+    d.feed(body, out);
+    d.feed("\n", out);  // not a blank line: the event is not dispatched yet
+    CHECK(out.empty());
+    d.feed("\r", out);
+    d.feed("\n", out);
+    REQUIRE(out.size() == 1);
+    CHECK(s::describe(out[0]) == "text 0 \"a\"");
+  }
+
+  SUBCASE("lone CRs, LFs and CRLFs all end lines, mixed in one stream") {
+    std::string body =
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"}}]}\r\r"
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"b\"}}]}\n\n"
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"c\"}}]}\r\n\r\n"
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"d\"}}]}\r\n\n";
+    auto evs = decode(s::Kind::OpenAIChat, body);
+    CHECK(lines(evs) == "text 0 \"a\"\ntext 0 \"b\"\ntext 0 \"c\"\ntext 0 \"d\"\nend incomplete\n");
+  }
+
+  SUBCASE("data lines of one event are joined with newlines; comments and other fields are skipped") {
+    std::string body =
+        ": comment\n"
+        "id: 7\nretry: 10\nfoo: bar\n"
+        "data: {\"type\":\"content_block_delta\",\n"
+        "data:\"index\":2,\"delta\":{\"type\":\"text_delta\",\"text\":\"x\"}}\n\n";
+    CHECK(lines(decode(s::Kind::Anthropic, body)) == "text 2 \"x\"\nend incomplete\n");
+  }
+
+  SUBCASE("an event without data or with empty data is not dispatched") {
+    CHECK(lines(decode(s::Kind::Anthropic, "event: ping\n\ndata:\n\n")) == "end incomplete\n");
+  }
+
+  SUBCASE("an event cut off before its blank line is dropped at the end") {
+    std::string body = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"}}]}\n";
+    CHECK(lines(decode(s::Kind::OpenAIChat, body)) == "end incomplete\n");
+  }
+
+  SUBCASE("a byte order mark before a stream without headers is dropped, even in pieces") {
+    std::string body = "\xEF\xBB\xBF" "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"}}]}\n\n";
+    CHECK(lines(decode(s::Kind::OpenAIChat, body, {1})) == "text 0 \"a\"\nend incomplete\n");
+    CHECK(lines(decode(s::Kind::OpenAIChat, body)) == "text 0 \"a\"\nend incomplete\n");
+  }
+
+  SUBCASE("interim header blocks are skipped and the last block's status and headers are reported") {
+    std::string resp =
+        "HTTP/1.1 100 Continue\r\n\r\n"
+        "HTTP/1.1 103 Early Hints\r\nLink: </style.css>\r\n\r\n"
+        "HTTP/2 429 \r\nContent-Type: application/json\r\nRetry-After:  7 \r\nX-Dup: 1\r\n\r\n"
+        "{\"error\":\"slow down\"}";
+    auto evs = decode(s::Kind::OpenAIChat, resp);
+    CHECK(lines(evs) ==
+          "http 429 content-type=\"application/json\" retry-after=\"7\" x-dup=\"1\"\n"
+          "error \"error\" \"slow down\"\n"
+          "end incomplete body \"{\\\"error\\\":\\\"slow down\\\"}\"\n");
+  }
+
+  SUBCASE("a body that follows an interim block directly decodes the same in any chunking") {
+    // Found by the fuzzer: the CR ending the body's first line was taken for the next line's.
+    std::string resp =
+        "HTTP/1.1 100 Continue\r\n\r\n"
+        "event: message_stop\r\ndata: {\"type\":\"message_stop\"}\r\n\r\n";
+    auto whole = decode(s::Kind::Anthropic, resp);
+    CHECK(lines(whole) == "end complete\n");
+    CHECK(decode(s::Kind::Anthropic, resp, {1}) == whole);
+  }
+
+  SUBCASE("a proxy's tunnel block is skipped like an interim one") {
+    std::string resp =
+        "HTTP/1.1 200 Connection established\r\n\r\n"
+        "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\r\n"
+        "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
+    CHECK(lines(decode(s::Kind::Anthropic, resp)) == "http 200 content-type=\"text/event-stream\"\nend complete\n");
+  }
+
+  SUBCASE("a response cut inside its headers reports no status and is incomplete") {
+    CHECK(lines(decode(s::Kind::Anthropic, "HTTP/1.1 200 OK\r\nContent-Ty")) == "end incomplete\n");
+    CHECK(lines(decode(s::Kind::Anthropic, "HTT")) == "end incomplete\n");
+    CHECK(lines(decode(s::Kind::Anthropic, "")) == "end incomplete\n");
+  }
+
+  SUBCASE("a large non-SSE body is kept up to 64 KiB, cut on a UTF-8 boundary") {
+    std::string page;
+    while (page.size() < 100000) page += "<p>h\xC3\xA9llo \xE6\x97\xA5</p>\n";
+    auto evs = decode(s::Kind::Anthropic, "HTTP/1.1 500 Oops\r\nContent-Type: text/html\r\n\r\n" + page, {4096});
+    REQUIRE(evs.size() == 2);
+    CHECK(evs[1].type == s::Type::End);
+    CHECK(evs[1].mask == 1u);
+    CHECK(evs[1].a.size() <= s::kMaxBody);
+    CHECK(evs[1].a.size() > s::kMaxBody - 4);
+    CHECK(s::detail::valid_utf8(evs[1].a));
+    CHECK(page.compare(0, evs[1].a.size(), evs[1].a) == 0);
+  }
+
+  SUBCASE("the openai error shapes are all understood") {
+    auto err = [](const std::string& body) {
+      auto evs = decode(s::Kind::OpenAIChat, "HTTP/1.1 400 Bad\r\nContent-Type: application/json\r\n\r\n" + body);
+      return s::describe(evs.at(1));
+    };
+    CHECK(err(R"({"error":{"message":"bad model","type":"invalid_request_error"}})") ==
+          R"(error "invalid_request_error" "bad model")");
+    CHECK(err(R"({"error":{"message":"no key","code":"invalid_api_key"}})") == R"(error "invalid_api_key" "no key")");
+    CHECK(err(R"({"error":{"message":"busy","code":503}})") == R"(error "503" "busy")");
+    CHECK(err(R"({"error":"model 'x' not found"})") == R"(error "error" "model 'x' not found")");
+    CHECK(err(R"({"detail":"nope"})").rfind("end incomplete", 0) == 0);
+  }
+
+  SUBCASE("an SSE error in an openai stream is reported") {
+    std::string body = "data: {\"error\":{\"message\":\"upstream failed\",\"type\":\"server_error\"}}\n\n";
+    CHECK(lines(decode(s::Kind::OpenAIChat, body)) == "error \"server_error\" \"upstream failed\"\nend incomplete\n");
+  }
+
+  SUBCASE("openai: a new id at a used tool call index starts a new call; a close after finish_reason is complete") {
+    std::string body =
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"a\",\"function\":{\"name\":\"x\",\"arguments\":\"{}\"}}]}}]}\n\n"
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"b\",\"function\":{\"name\":\"y\",\"arguments\":\"{}\"}}]},\"finish_reason\":\"tool_calls\"}]}\n\n";
+    CHECK(lines(decode(s::Kind::OpenAIChat, body)) ==
+          "tool_use_start 0 \"a\" \"x\"\ntool_input_delta 0 \"{}\"\ntool_use_stop 0\n"
+          "tool_use_start 1 \"b\" \"y\"\ntool_input_delta 1 \"{}\"\ntool_use_stop 1\nstop \"tool_calls\"\nend complete\n");
+  }
+
+  SUBCASE("event data that is not a JSON object is an error event, and decoding goes on") {
+    std::string body =
+        "data: [1,2]\n\n"
+        "data: {\"choices\":\"nope\"}\n\n"
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"ok\"}}]}\n\n";
+    auto evs = decode(s::Kind::OpenAIChat, body);
+    REQUIRE(evs.size() == 4);
+    CHECK(evs[0].type == s::Type::Error);
+    CHECK(evs[0].a == "malformed_event");
+    CHECK(evs[1].b.find("`choices` should be an array") != std::string::npos);
+    CHECK(s::describe(evs[2]) == "text 0 \"ok\"");
+  }
+
+  SUBCASE("an event larger than the limit is reported, not kept") {
+    std::string big(s::kMaxEventData + 10, 'x');
+    std::string body = "data: " + big + "\n\ndata: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"ok\"}}]}\n\n";
+    auto one = decode(s::Kind::OpenAIChat, body);
+    auto chunked = decode(s::Kind::OpenAIChat, body, {65536});
+    CHECK(one == chunked);
+    REQUIRE(one.size() == 3);
+    CHECK(one[0].a == "malformed_event");
+    CHECK(s::describe(one[1]) == "text 0 \"ok\"");
+  }
+
+  SUBCASE("the fast path for content block deltas agrees with the JSON parser") {
+    const char* cases[] = {
+        R"({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hi"}})",
+        R"({"type":"content_block_delta","index":12,"delta":{"type":"thinking_delta","thinking":"a\nb\"c\\d\/e\u00e9\ud83c\udf0d\u0000"}})",
+        R"({"type":"content_block_delta","index":3,"delta":{"type":"input_json_delta","partial_json":"{\"a\": 1"}}   )",
+        R"({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"caf)" "\xC3\xA9" R"("}})",
+    };
+    for (const char* c : cases) {
+      CAPTURE(c);
+      s::Type t;
+      int32_t idx;
+      std::string text;
+      REQUIRE(s::detail::fast_anthropic_delta(c, t, idx, text));
+      auto j = nlohmann::json::parse(c);
+      CHECK(idx == j["index"].get<int>());
+      const auto& d = j["delta"];
+      std::string key = t == s::Type::Text ? "text" : t == s::Type::Thinking ? "thinking" : "partial_json";
+      CHECK(text == d[key].get<std::string>());
+    }
+    const char* rejected[] = {
+        R"({"type":"content_block_delta","index":01,"delta":{"type":"text_delta","text":"Hi"}})",
+        R"({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hi"}}x)",
+        R"({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hi","x":1}})",
+        R"({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"\ud800"}})",
+        R"({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"\x"}})",
+        R"({"type":"content_block_delta","index":1234567890,"delta":{"type":"text_delta","text":"Hi"}})",
+        "{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"\t\"}}",
+        "{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"\xC0\xAF\"}}",
+    };
+    for (const char* c : rejected) {
+      CAPTURE(c);
+      s::Type t;
+      int32_t idx;
+      std::string text;
+      CHECK_FALSE(s::detail::fast_anthropic_delta(c, t, idx, text));
+    }
+  }
+
+  SUBCASE("consecutive deltas of one block are coalesced, others are not") {
+    std::vector<s::Event> out;
+    auto ev = [](s::Type t, int32_t i, std::string a) {
+      s::Event e;
+      e.type = t;
+      e.index = i;
+      e.a = std::move(a);
+      return e;
+    };
+    s::coalesce(out, ev(s::Type::Text, 0, "a"));
+    s::coalesce(out, ev(s::Type::Text, 0, "b"));
+    s::coalesce(out, ev(s::Type::Thinking, 0, "c"));
+    s::coalesce(out, ev(s::Type::Text, 1, "d"));
+    s::coalesce(out, ev(s::Type::ToolInputDelta, 2, "{"));
+    s::coalesce(out, ev(s::Type::ToolInputDelta, 2, "}"));
+    s::coalesce(out, ev(s::Type::ToolUseStop, 2, ""));
+    s::coalesce(out, ev(s::Type::ToolUseStop, 2, ""));
+    CHECK(lines(out) ==
+          "text 0 \"ab\"\nthinking 0 \"c\"\ntext 1 \"d\"\ntool_input_delta 2 \"{}\"\ntool_use_stop 2\ntool_use_stop 2\n");
+  }
+
+  SUBCASE("invalid UTF-8 is replaced and texts are always valid") {
+    CHECK(s::detail::sanitize_utf8("a\xFF" "b\xE6\x97") == "a\xEF\xBF\xBD" "b\xEF\xBF\xBD\xEF\xBF\xBD");
+    CHECK(s::detail::utf8_boundary("ab\xE6\x97\xA5", 4) == 2);
+    CHECK(s::detail::utf8_boundary("ab\xE6\x97\xA5", 5) == 5);
+    CHECK_FALSE(s::detail::valid_utf8("\xED\xA0\x80"));  // an encoded surrogate
+  }
+}
