@@ -1,4 +1,6 @@
 #include <doctest/doctest.h>
+#include <poll.h>
+#include <signal.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -379,5 +381,105 @@ TEST_CASE("stream") {
     CHECK(s::detail::utf8_boundary("ab\xE6\x97\xA5", 4) == 2);
     CHECK(s::detail::utf8_boundary("ab\xE6\x97\xA5", 5) == 5);
     CHECK_FALSE(s::detail::valid_utf8("\xED\xA0\x80"));  // an encoded surrogate
+  }
+}
+
+namespace {
+
+std::vector<s::Event> coalesced(const std::vector<s::Event>& evs) {
+  std::vector<s::Event> out;
+  for (auto e : evs) s::coalesce(out, std::move(e));
+  return out;
+}
+
+// Runs bash -c script with a decoder; returns the stream events (coalesced
+// across batches) and the exit event, checking that no stream event follows it.
+std::vector<s::Event> run_decoded(const char* decoder, const std::string& script, std::string* err_tail = nullptr,
+                                  int* batches = nullptr) {
+  flemma_procmgr* m = flemma_procmgr_new();
+  REQUIRE(m != nullptr);
+  const char* argv[] = {"bash", "-c", script.c_str(), nullptr};
+  flemma_spawn_opts o{};
+  o.argv = argv;
+  o.merge_output = 0;
+  o.decoder = decoder;
+  int64_t id = 0, pid = 0;
+  REQUIRE(flemma_procmgr_spawn(m, &o, &id, &pid) == FLEMMA_OK);
+  std::vector<s::Event> got;
+  bool exited = false;
+  int n = 0;
+  for (int round = 0; round < 200 && !exited; ++round) {
+    pollfd p{flemma_procmgr_fd(m), POLLIN, 0};
+    ::poll(&p, 1, 50);
+    flemma_procmgr_ack(m);
+    while (flemma_proc_event* e = flemma_procmgr_next_event(m)) {
+      CHECK_FALSE(exited);  // nothing after the exit event
+      if (e->kind == 3) {
+        ++n;
+        for (size_t i = 0; i < e->stream_event_count; ++i) {
+          const auto& c = e->stream_events[i];
+          s::Event ev;
+          ev.type = static_cast<s::Type>(c.type);
+          ev.index = c.index;
+          ev.status = c.status;
+          ev.mask = c.flags;
+          for (int k = 0; k < 5; ++k) ev.usage[k] = c.usage[k];
+          if (c.a) ev.a.assign(c.a, c.a_len);
+          if (c.b) ev.b.assign(c.b, c.b_len);
+          s::coalesce(got, std::move(ev));
+        }
+      } else if (e->kind == 2) {
+        exited = true;
+        CHECK(e->exit_code == 0);
+        CHECK(e->out_tail_len == 0);  // stdout went to the decoder
+        CHECK(e->out_total_bytes > 0);
+        if (err_tail) err_tail->assign(e->err_tail, e->err_tail_len);
+      }
+      flemma_proc_event_free(e);
+    }
+  }
+  CHECK(exited);
+  flemma_procmgr_free(m);
+  if (batches) *batches = n;
+  return got;
+}
+
+}  // namespace
+
+TEST_CASE("stream through the process manager") {
+  signal(SIGPIPE, SIG_IGN);
+
+  SUBCASE("a child's stdout is decoded into batches that all come before the exit event") {
+    for (const char* name : {"anthropic_tool_use.http", "openai_tool_calls.http", "anthropic_truncated.http"}) {
+      CAPTURE(name);
+      auto path = (kFixtures / name).string();
+      // In three pieces with pauses, so that several batches are queued.
+      std::string script = "f='" + path + "'; head -c 300 \"$f\"; sleep 0.1; tail -c +301 \"$f\" | head -c 900; sleep 0.1; "
+                           "tail -c +1201 \"$f\"; echo oops >&2";
+      std::string err;
+      int batches = 0;
+      auto got = run_decoded(std::string(name).rfind("openai", 0) == 0 ? "openai_chat" : "anthropic", script, &err, &batches);
+      auto expected = coalesced(decode(kind_of(name), slurp(kFixtures / name)));
+      CHECK(lines(got) == lines(expected));
+      CHECK(batches >= 2);
+      CHECK(err == "oops\n");
+    }
+  }
+
+  SUBCASE("an unknown decoder or a merged output is refused before anything runs") {
+    flemma_procmgr* m = flemma_procmgr_new();
+    const char* argv[] = {"true", nullptr};
+    flemma_spawn_opts o{};
+    o.argv = argv;
+    o.decoder = "gemini";
+    int64_t id = 0, pid = 0;
+    CHECK(flemma_procmgr_spawn(m, &o, &id, &pid) == FLEMMA_E_INVALID);
+    CHECK(std::string(flemma_last_error()).find("unknown decoder `gemini`") != std::string::npos);
+    o.decoder = "anthropic";
+    o.merge_output = 1;
+    CHECK(flemma_procmgr_spawn(m, &o, &id, &pid) == FLEMMA_E_INVALID);
+    CHECK(std::string(flemma_last_error()).find("merge_output") != std::string::npos);
+    CHECK(flemma_procmgr_running(m) == 0);
+    flemma_procmgr_free(m);
   }
 }

@@ -140,6 +140,7 @@ typedef struct flemma_spawn_opts {
   int64_t kill_grace_ms;
   int64_t max_lines;
   int64_t max_bytes;
+  const char *decoder;
 } flemma_spawn_opts;
 typedef struct flemma_proc_event {
   int64_t id;
@@ -166,6 +167,8 @@ typedef struct flemma_proc_event {
   int64_t err_total_bytes;
   int64_t err_total_lines;
   const char *err_path;
+  const struct flemma_stream_event *stream_events;
+  size_t stream_event_count;
 } flemma_proc_event;
 flemma_procmgr *flemma_procmgr_new(void);
 void flemma_procmgr_free(flemma_procmgr *mgr);
@@ -912,7 +915,7 @@ function H.cstrings(list)
 end
 
 --- Spawns a child; raises on a bad request.
----@param o { argv: string[], cwd?: string, env?: string[], stdin?: string, stdin_mode: integer, merge_output: boolean, progress: boolean, timeout_ms: integer, kill_grace_ms: integer, max_lines: integer, max_bytes: integer }
+---@param o { argv: string[], cwd?: string, env?: string[], stdin?: string, stdin_mode: integer, merge_output: boolean, progress: boolean, timeout_ms: integer, kill_grace_ms: integer, max_lines: integer, max_bytes: integer, decoder?: string }
 ---@return integer id
 ---@return integer pid
 function M.proc_spawn(o)
@@ -935,6 +938,7 @@ function M.proc_spawn(o)
   opts.kill_grace_ms = o.kill_grace_ms or -1
   opts.max_lines = o.max_lines or 0
   opts.max_bytes = o.max_bytes or 0
+  opts.decoder = o.decoder
   local id = ffi.new("int64_t[1]")
   local pid = ffi.new("int64_t[1]")
   if lib.flemma_procmgr_spawn(mgr, opts, id, pid) ~= 0 then
@@ -989,7 +993,14 @@ function M.proc_events()
     if e == nil then
       break
     end
-    local ev = {
+    local ev
+    if e.kind == 3 then
+      ev = { id = tonumber(e.id), kind = "stream", events = M.stream_events(e.stream_events, tonumber(e.stream_event_count)) }
+      lib.flemma_proc_event_free(e)
+      events[#events + 1] = ev
+      goto continue
+    end
+    ev = {
       id = tonumber(e.id),
       kind = e.kind == 1 and "progress" or "exit",
       bytes = tonumber(e.bytes),
@@ -1020,6 +1031,7 @@ function M.proc_events()
     end
     lib.flemma_proc_event_free(e)
     events[#events + 1] = ev
+    ::continue::
   end
   return events
 end

@@ -28,6 +28,8 @@ local H = {}
 ---@field max_lines? integer lines of the tail kept in memory (default 2000)
 ---@field max_bytes? integer bytes of the tail kept in memory (default 51200)
 ---@field on_progress? fun(p: flemma.process.Progress) at most every 100 ms
+---@field decoder? string a stream kind ("anthropic", "openai_chat"): stdout is decoded natively (and not kept)
+---@field on_events? fun(events: table[]) with `decoder`: batches of decoded events, in order, all before on_exit
 
 ---@class flemma.process.Result
 ---@field code integer|nil exit code (nil when a signal ended the process)
@@ -112,6 +114,14 @@ function H.check(opts)
   typed("keep_stdin_open", "boolean")
   typed("merge_output", "boolean")
   typed("on_progress", "function")
+  typed("decoder", "string")
+  typed("on_events", "function")
+  if opts.decoder and not opts.on_events then
+    util.error("process.spawn: `decoder` needs `on_events` to receive the decoded events")
+  end
+  if opts.decoder and opts.merge_output then
+    util.error("process.spawn: a `decoder` reads stdout alone: leave `merge_output` unset (or false)")
+  end
   for _, key in ipairs({ "timeout", "kill_grace", "max_lines", "max_bytes" }) do
     typed(key, "number")
     if opts[key] and opts[key] < 0 then
@@ -233,6 +243,10 @@ function H.dispatch(events)
         if h._on_progress and not h._done then
           h._on_progress({ bytes = ev.bytes, lines = ev.lines, last_line = ev.last_line })
         end
+      elseif ev.kind == "stream" then
+        if h._on_events and not h._done then
+          h._on_events(ev.events)
+        end
       else
         H.handles[ev.id] = nil
         h._done = true
@@ -254,7 +268,7 @@ function M.spawn(opts, on_exit)
   if type(on_exit) ~= "function" then
     util.error("process.spawn: `on_exit` should be a function, not " .. type(on_exit))
   end
-  local merged = opts.merge_output ~= false
+  local merged = opts.merge_output ~= false and not opts.decoder
   H.ensure_poll()
   local stdin_mode = 0
   if opts.keep_stdin_open then
@@ -274,6 +288,7 @@ function M.spawn(opts, on_exit)
     kill_grace_ms = opts.kill_grace and math.floor(opts.kill_grace) or -1,
     max_lines = opts.max_lines and math.floor(opts.max_lines) or 0,
     max_bytes = opts.max_bytes and math.floor(opts.max_bytes) or 0,
+    decoder = opts.decoder,
   })
   local handle = setmetatable({
     id = id,
@@ -283,6 +298,7 @@ function M.spawn(opts, on_exit)
     _stdin_open = stdin_mode == 2,
     _on_exit = util.safe(on_exit, "process on_exit"),
     _on_progress = opts.on_progress and util.safe(opts.on_progress, "process on_progress") or nil,
+    _on_events = opts.on_events and util.safe(opts.on_events, "process on_events") or nil,
   }, H.Handle)
   H.handles[id] = handle
   return handle

@@ -1,6 +1,7 @@
 // C ABI of the process manager.
 #include <cstddef>
 #include <string>
+#include <vector>
 
 #include "flemma/flemma.h"
 #include "guard.hpp"
@@ -16,6 +17,7 @@ namespace {
 struct EventBox {
   flemma_proc_event pub{};
   std::unique_ptr<flemma::process::Event> ev;
+  std::vector<flemma_stream_event> stream;  // points into ev->stream
 };
 
 const char* opt_str(const std::string& s) { return s.empty() ? nullptr : s.c_str(); }
@@ -49,6 +51,11 @@ flemma_proc_event* make_event(std::unique_ptr<flemma::process::Event> ev) {
   p.err_total_bytes = e.err.total_bytes;
   p.err_total_lines = e.err.total_lines;
   p.err_path = opt_str(e.err.path);
+  if (!e.stream.empty()) {
+    flemma::stream::to_c(e.stream, box->stream);
+    p.stream_events = box->stream.data();
+    p.stream_event_count = box->stream.size();
+  }
   static_assert(offsetof(EventBox, pub) == 0);
   return &box->pub;
 }
@@ -102,6 +109,7 @@ FLEMMA_API int flemma_procmgr_spawn(flemma_procmgr* mgr, const flemma_spawn_opts
     o.kill_grace_ms = opts->kill_grace_ms;
     o.max_lines = opts->max_lines;
     o.max_bytes = opts->max_bytes;
+    if (opts->decoder) o.decoder = opts->decoder;
     pid_t pid = -1;
     int64_t id = m.spawn(std::move(o), &pid);
     if (id_out) *id_out = id;

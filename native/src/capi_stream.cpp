@@ -16,20 +16,7 @@ struct flemma_stream {
 namespace {
 
 void publish(flemma_stream* s, const flemma_stream_event** events, size_t* count) {
-  s->pub.resize(s->events.size());
-  for (size_t i = 0; i < s->events.size(); ++i) {
-    const auto& e = s->events[i];
-    auto& p = s->pub[i];
-    p.type = static_cast<int32_t>(e.type);
-    p.index = e.index;
-    p.status = e.status;
-    p.flags = e.mask;
-    for (int k = 0; k < flemma::stream::kUsageFields; ++k) p.usage[k] = e.usage[k];
-    p.a = e.a.empty() ? nullptr : e.a.data();
-    p.a_len = e.a.size();
-    p.b = e.b.empty() ? nullptr : e.b.data();
-    p.b_len = e.b.size();
-  }
+  flemma::stream::to_c(s->events, s->pub);
   if (events) *events = s->pub.empty() ? nullptr : s->pub.data();
   if (count) *count = s->pub.size();
 }
@@ -40,6 +27,23 @@ flemma_stream* need(flemma_stream* s) {
 }
 
 }  // namespace
+
+void flemma::stream::to_c(const std::vector<Event>& in, std::vector<flemma_stream_event>& out) {
+  out.resize(in.size());
+  for (size_t i = 0; i < in.size(); ++i) {
+    const auto& e = in[i];
+    auto& p = out[i];
+    p.type = static_cast<int32_t>(e.type);
+    p.index = e.index;
+    p.status = e.status;
+    p.flags = e.mask;
+    for (int k = 0; k < kUsageFields; ++k) p.usage[k] = e.usage[k];
+    p.a = e.a.empty() ? nullptr : e.a.data();
+    p.a_len = e.a.size();
+    p.b = e.b.empty() ? nullptr : e.b.data();
+    p.b_len = e.b.size();
+  }
+}
 
 extern "C" {
 

@@ -333,6 +333,30 @@ struct Manager::Impl {
     if (was_empty) signal_fd();
   }
 
+  // Queues decoded events of a child, merged into its batch still waiting in
+  // the queue if there is one (the host has not taken it yet).
+  void emit_stream(int64_t id, std::vector<stream::Event> evs) {
+    if (evs.empty()) return;
+    std::vector<stream::Event> batch;
+    batch.reserve(evs.size());
+    for (auto& e : evs) stream::coalesce(batch, std::move(e));
+    bool was_empty;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      was_empty = events.empty();
+      if (!was_empty && events.back()->kind == Event::Kind::Stream && events.back()->id == id) {
+        for (auto& e : batch) stream::coalesce(events.back()->stream, std::move(e));
+      } else {
+        auto ev = std::make_unique<Event>();
+        ev->kind = Event::Kind::Stream;
+        ev->id = id;
+        ev->stream = std::move(batch);
+        events.push_back(std::move(ev));
+      }
+    }
+    if (was_empty) signal_fd();
+  }
+
   void signal_fd() {
 #if defined(__linux__)
     uint64_t one = 1;
@@ -374,6 +398,7 @@ struct Proc {
   bool timed_out = false, cancelled = false, killing = false, finished = false;
   uint64_t last_progress = 0;
   std::string progress_line;
+  std::unique_ptr<stream::Decoder> decoder;  // stdout's decoder (opts.decoder)
 
   // The pid_poll handle (stopped and closed before the Proc is deleted) does
   // not own its descriptor.
@@ -452,8 +477,29 @@ void on_alloc(uv_handle_t* h, size_t, uv_buf_t* b) {
   *b = uv_buf_init(p->buf.data(), static_cast<unsigned>(p->buf.size()));
 }
 
+// Decodes stdout (opts.decoder): the bytes are counted, not kept.
+void decode(Proc* p, const char* data, size_t n, bool end) {
+  std::vector<stream::Event> evs;
+  try {
+    if (end) p->decoder->finish(evs);
+    else p->decoder->feed(std::string_view(data, n), evs);
+  } catch (const std::exception& e) {
+    stream::Event err;
+    err.type = stream::Type::Error;
+    err.a = "decoder_error";
+    err.b = e.what();
+    evs.push_back(std::move(err));
+  }
+  p->mgr->emit_stream(p->id, std::move(evs));
+}
+
 void on_read(uv_stream_t* s, ssize_t n, const uv_buf_t* b) {
   Proc* p = static_cast<Proc*>(s->data);
+  if (n > 0 && p->decoder && s == reinterpret_cast<uv_stream_t*>(&p->out_pipe)) {
+    p->out.total_bytes += n;
+    decode(p, b->base, static_cast<size_t>(n), false);
+    return;
+  }
   if (n > 0) {
     collector_for(p, s).append(b->base, static_cast<size_t>(n));
     uv_update_time(&p->mgr->loop);
@@ -518,6 +564,7 @@ bool try_reap(Proc* p) {
 
 void finish(Proc* p) {
   p->finished = true;
+  if (p->decoder) decode(p, nullptr, 0, true);  // the last events, before the exit event
   uv_timer_stop(&p->linger);
   uv_timer_stop(&p->grace);
   auto ev = std::make_unique<Event>();
@@ -914,6 +961,13 @@ int64_t Manager::spawn(SpawnOptions opts, pid_t* pid_out) {
   // The tail window holds up to 2 * (max_bytes + 1) bytes: keep that in size_t.
   opts.max_bytes = std::min<int64_t>(opts.max_bytes, int64_t{1} << 40);
   if (opts.kill_grace_ms < 0) opts.kill_grace_ms = 2000;
+  std::unique_ptr<stream::Decoder> decoder;
+  if (!opts.decoder.empty()) {
+    auto kind = stream::kind_from_name(opts.decoder);
+    if (!kind) throw Error(FLEMMA_E_INVALID, "spawn: unknown decoder `" + opts.decoder + "`: use anthropic or openai_chat");
+    if (opts.merge_output) throw Error(FLEMMA_E_INVALID, "spawn: a decoder reads stdout alone: set merge_output to false");
+    decoder = std::make_unique<stream::Decoder>(*kind);
+  }
 
   Fds out, err, in;
   out.make();
@@ -985,6 +1039,7 @@ int64_t Manager::spawn(SpawnOptions opts, pid_t* pid_out) {
   p->out.max_bytes = p->err.max_bytes = opts.max_bytes;
   p->err.prefix = "flemma-stderr-";
   if (const char* dir = std::getenv("TMPDIR"); dir && *dir) p->out.spill_dir = p->err.spill_dir = dir;
+  p->decoder = std::move(decoder);
   p->out_fd = out.release(0);
   if (!opts.merge_output) p->err_fd = err.release(0);
   if (opts.stdin_mode != SpawnOptions::Stdin::Closed) p->in_fd = in.release(1);

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "stream.hpp"
+
 namespace flemma::process {
 
 struct SpawnOptions {
@@ -26,6 +28,7 @@ struct SpawnOptions {
   int64_t max_lines = 2000;                    // tail window kept in memory
   int64_t max_bytes = 51200;
   bool progress = false;                       // emit progress events (at most every 100 ms)
+  std::string decoder;                         // a stream kind: stdout goes to a decoder (Stream events)
 };
 
 struct StreamResult {
@@ -38,7 +41,7 @@ struct StreamResult {
 };
 
 struct Event {
-  enum class Kind { Progress = 1, Exit = 2 } kind = Kind::Progress;
+  enum class Kind { Progress = 1, Exit = 2, Stream = 3 } kind = Kind::Progress;
   int64_t id = 0;
   // Progress (also filled for Exit): both streams together.
   int64_t bytes = 0;
@@ -51,6 +54,8 @@ struct Event {
   bool cancelled = false;
   StreamResult out;          // merged output, or stdout
   StreamResult err;          // stderr when not merged
+  // Stream: decoded events of stdout, consecutive deltas of one block coalesced.
+  std::vector<stream::Event> stream;
 };
 
 // Whether a process group is in the registry that kill_all_groups() kills (tests).

@@ -14,6 +14,8 @@
 #include <string_view>
 #include <vector>
 
+#include "flemma/flemma.h"
+
 namespace flemma::stream {
 
 // The values of enum flemma_stream_event_type in flemma.h.
@@ -114,6 +116,9 @@ void coalesce(std::vector<Event>& out, Event&& ev);
 // One line describing an event, the notation of the fixtures' .events files:
 //   text 0 "Hello"     usage input=10 output=5     end complete
 std::string describe(const Event& ev);
+
+// The C view of events (capi_stream.cpp): out[i] points into in[i]'s strings.
+void to_c(const std::vector<Event>& in, std::vector<flemma_stream_event>& out);
 
 namespace detail {
 // The fast path for Anthropic's content block deltas (text, thinking, input

@@ -153,4 +153,100 @@ describe("flemma.native stream", function()
       assert.same({ "Hello", '! Here is "a quote"', " and a newline:\n", "café, naïve, 日本語", " 🌍 done." }, texts)
     end)
   end)
+
+  describe("process.spawn with a decoder", function()
+    local process = require("flemma.process")
+
+    after_each(function()
+      helpers.cleanup()
+    end)
+
+    -- Merges consecutive deltas of one block, as the native batches do.
+    local function coalesce(events)
+      local out = {}
+      local fields = { text = "text", thinking = "text", tool_input_delta = "json" }
+      for _, e in ipairs(events) do
+        local last = out[#out]
+        local f = fields[e.type]
+        if f and last and last.type == e.type and last.index == e.index then
+          last[f] = last[f] .. e[f]
+        else
+          out[#out + 1] = vim.deepcopy(e)
+        end
+      end
+      return out
+    end
+
+    local function run(opts)
+      local log, batches, result = {}, 0, nil
+      opts.on_events = function(events)
+        assert.is_nil(result, "events after on_exit")
+        batches = batches + 1
+        vim.list_extend(log, events)
+      end
+      local h = process.spawn(opts, function(r)
+        result = r
+      end)
+      return h,
+        function()
+          helpers.wait_for(function()
+            return result ~= nil
+          end, 10000, "the process did not finish")
+          return log, result, batches
+        end,
+        log
+    end
+
+    it("delivers a child's decoded stdout in order, in batches, all before on_exit", function()
+      for _, name in ipairs({ "anthropic_tool_use.http", "anthropic_thinking.http", "openai_tool_calls.http" }) do
+        local path = FIXTURES .. name
+        local _, wait = run({
+          cmd = { "bash", "-c", 'head -c 400 "$1"; sleep 0.1; tail -c +401 "$1"; echo done >&2', "-", path },
+          decoder = kind_of(name),
+        })
+        local log, result, batches = wait()
+        assert.same(coalesce(decode(kind_of(name), fixture(name))), coalesce(log), name)
+        assert.is_true(batches >= 2, name)
+        assert.equal("end", log[#log].type)
+        assert.is_true(log[#log].complete)
+        assert.equal(0, result.code)
+        assert.equal("done\n", result.stderr)
+        assert.equal("", result.output)
+        assert.equal(#fixture(name), result.total_bytes)
+      end
+    end)
+
+    it("ends a cancelled stream with an incomplete end event, then on_exit", function()
+      local h, wait, live = run({
+        cmd = { "bash", "-c", 'head -c 1100 "$1"; exec sleep 30', "-", FIXTURES .. "anthropic_text.http" },
+        decoder = "anthropic",
+      })
+      helpers.wait_for(function()
+        return #of_type(live, "text") > 0
+      end, 10000, "no text arrived before the cancel")
+      h:cancel()
+      local log, result = wait()
+      assert.is_true(result.cancelled)
+      assert.equal("http", log[1].type)
+      assert.equal("Hello", of_type(log, "text")[1].text:sub(1, 5))
+      assert.same({ type = "end", complete = false }, log[#log])
+    end)
+
+    it("refuses a decoder without on_events, with merged output, or of an unknown kind", function()
+      local function err(opts)
+        local ok, e = pcall(process.spawn, opts, function() end)
+        assert.is_false(ok)
+        return e
+      end
+      assert.matches("`decoder` needs `on_events`", err({ cmd = { "true" }, decoder = "anthropic" }))
+      assert.matches(
+        "leave `merge_output` unset",
+        err({ cmd = { "true" }, decoder = "anthropic", on_events = function() end, merge_output = true })
+      )
+      assert.matches(
+        "unknown decoder `gemini`",
+        err({ cmd = { "true" }, decoder = "gemini", on_events = function() end })
+      )
+    end)
+  end)
 end)

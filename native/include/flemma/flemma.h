@@ -313,7 +313,9 @@ typedef struct flemma_procmgr flemma_procmgr;
  * stdin_mode: 0 stdin is /dev/null; 1 stdin_data is written, then EOF;
  * 2 stdin_data is written and stdin stays open for flemma_procmgr_write.
  * Limits <= 0 take the defaults (2000 lines, 51200 bytes, grace 2000 ms);
- * timeout_ms <= 0 means no timeout. */
+ * timeout_ms <= 0 means no timeout. With a decoder (merge_output must be 0),
+ * the worker decodes stdout as flemma_stream_feed would and queues the events
+ * as kind 3 events; stdout is then counted (out_total_bytes), not kept. */
 typedef struct flemma_spawn_opts {
   const char *const *argv;
   const char *cwd;
@@ -327,10 +329,14 @@ typedef struct flemma_spawn_opts {
   int64_t kill_grace_ms;
   int64_t max_lines;
   int64_t max_bytes;
+  const char *decoder; /* NULL, or a stream kind (see flemma_stream_new) */
 } flemma_spawn_opts;
 
 /* An event. kind 1: progress (bytes, lines, last_line); kind 2: exit (every
- * field). exit_code is -1 and signal non-zero when a signal ended the child.
+ * field); kind 3: decoded stream events of stdout (stream_events; consecutive
+ * text, thinking and tool input deltas of one block are merged), all of them
+ * queued before the exit event, the last batch ending with an END event.
+ * exit_code is -1 and signal non-zero when a signal ended the child.
  * out_* describe the merged output (or stdout), err_* stderr when not merged;
  * *_tail is the kept tail, *_path the temp file with the whole stream (NULL
  * until the limits were passed). All pointers live until the event is freed. */
@@ -359,6 +365,8 @@ typedef struct flemma_proc_event {
   int64_t err_total_bytes;
   int64_t err_total_lines;
   const char *err_path;
+  const struct flemma_stream_event *stream_events;
+  size_t stream_event_count;
 } flemma_proc_event;
 
 /* Starts a manager and its worker thread. The caller owns it: free it with
