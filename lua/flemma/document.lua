@@ -273,8 +273,16 @@ function H.sync(L)
       by_id[old[k].id] = old[k]
     end
   end
-  local entries = {}
-  table.move(old, 1, lo, 1, entries)
+  -- Spliced in place: the unchanged entries before lo stay where they are,
+  -- the tail moves only when the number of segments changed.
+  local entries = old
+  local old_n = #old
+  if hi ~= old_hi then
+    table.move(old, old_hi + 1, old_n, hi + 1)
+    for k = count + 1, old_n do
+      old[k] = nil
+    end
+  end
   for i = lo, hi - 1 do
     local s = native.idoc_segment_raw(L.idoc, i)
     local e = by_id[tonumber(s.id)]
@@ -285,7 +293,6 @@ function H.sync(L)
     end
     entries[i + 1] = e or false -- built when first needed (H.place)
   end
-  table.move(old, old_hi + 1, #old, hi + 1, entries)
   L.entries, L.version, L.nlines = entries, version, nlines
   return lo, hi
 end
