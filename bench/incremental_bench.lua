@@ -18,6 +18,7 @@ function H.measure(action, window_ms, settle)
     last = now
     if gap > max_gap then
       max_gap = gap
+      H.max_at = H.progress
     end
     if gap > 1 then
       busy = busy + gap - 1
@@ -185,6 +186,7 @@ function H.append_once()
           end
           return
         end
+        H.progress = i
         local t0 = vim.uv.hrtime()
         local last = vim.api.nvim_buf_line_count(buf)
         local col = #vim.api.nvim_buf_get_lines(buf, last - 1, last, false)[1]
@@ -195,6 +197,8 @@ function H.append_once()
     end)
   end, 400)
   append.edit_ms = edit_ms
+  append.max_at = H.max_at
+  H.progress = nil
   return blocking, busy
 end
 
@@ -228,8 +232,8 @@ local cases = {
       local b = vim.deepcopy(append.blockings)
       table.sort(b)
       return (
-        "%d chunks at 1 ms; sum of main-loop blocking over the stream and 400 ms after; in the edit callbacks (set_text, on_lines, TextChanged) %.0f ms (last run); longest blocking %.1f ms (median); idle blocking on this machine %.2f ms"
-      ):format(APPEND_N, append.edit_ms or 0, b[math.ceil(#b / 2)] or 0, append.idle or 0)
+        "%d chunks at 1 ms; sum of main-loop blocking over the stream and 400 ms after; in the edit callbacks (set_text, on_lines, TextChanged) %.0f ms (last run); longest blocking %.1f ms (median; last run after chunk %s); idle blocking on this machine %.2f ms"
+      ):format(APPEND_N, append.edit_ms or 0, b[math.ceil(#b / 2)] or 0, tostring(append.max_at), append.idle or 0)
     end,
   },
   {

@@ -121,7 +121,7 @@ function H.draw_segment(bufnr, L, i, width, eol, cleared)
       local use = H.find_use(L, part.id)
       if use then
         vim.api.nvim_buf_set_extmark(bufnr, M.ns, (part.fence_line or part.first_line) - 1, 0, {
-          virt_lines = { { { M.text(use.name, use.input, width, eol), "FlemmaToolPreview" } } },
+          virt_lines = { { { M.text(use.name, use.input, width, eol, bufnr), "FlemmaToolPreview" } } },
           virt_lines_above = false,
         })
       end
