@@ -321,8 +321,13 @@ describe("flemma.process", function()
         result = r
       end)
       helpers.wait_for(function()
-        return helpers.read_file(dir .. "/c") ~= nil
-      end)
+        for _, n in ipairs({ "a", "b", "c" }) do
+          if not tonumber(helpers.read_file(dir .. "/" .. n) or "") then
+            return false
+          end
+        end
+        return true
+      end, 10000, "the background jobs did not start")
       local list = pids(dir)
       for _, pid in ipairs(list) do
         assert.is_true(alive(pid))
