@@ -11,7 +11,7 @@ mkdir -p "$DEPS"
 log() { printf '[deps] %s\n' "$*"; }
 
 PKGS=(g++ cmake make libuv1-dev nlohmann-json3-dev doctest-dev libluajit-5.1-dev luajit
-      lua-busted bubblewrap curl clang-14 libclang-rt-14-dev tmux dpkg-dev patchelf)
+      lua-busted bubblewrap curl clang-14 libclang-rt-14-dev tmux dpkg-dev patchelf python3)
 
 LIBUV_ONLY=0
 [ "${1:-}" = "--libuv-only" ] && LIBUV_ONLY=1
