@@ -67,6 +67,7 @@ local function setup()
   })
   vim.notify = function() end
   base_lines = big_chat(CHAT_BYTES)
+  loaded = false
   buf = vim.api.nvim_create_buf(true, false)
   vim.api.nvim_buf_set_name(buf, vim.fn.tempname() .. ".chat")
   vim.api.nvim_set_current_buf(buf)
@@ -83,8 +84,16 @@ local function teardown()
   end
 end
 
-local function reset_buffer()
-  vim.api.nvim_buf_set_lines(buf, 0, -1, false, base_lines)
+local loaded = false
+--- Back to the 10 MB chat: loaded once, later runs remove only what a run added
+--- (an edit at the end, as after a real answer), so unchanged messages stay unchanged.
+local function reset_buffer(edit)
+  if not loaded or vim.api.nvim_buf_line_count(buf) < #base_lines then
+    vim.api.nvim_buf_set_lines(buf, 0, -1, false, base_lines)
+    loaded = true
+  else
+    vim.api.nvim_buf_set_lines(buf, #base_lines - 1, -1, false, { edit or base_lines[#base_lines] })
+  end
 end
 
 --- One streamed answer; returns total ms and the longest gap in ms.
@@ -165,9 +174,8 @@ return {
     setup = setup,
     teardown = teardown,
     run = function()
-      reset_buffer()
-      -- The user typed: the document is parsed again, as after a real edit.
-      vim.api.nvim_buf_set_lines(buf, -1, -1, false, { "One more line." })
+      -- The user typed under the last @You: (a real edit at the end of the chat).
+      reset_buffer("Now write the long answer, edit " .. tostring(vim.uv.hrtime()))
       server:script({ { fixture = "anthropic_text.sse", delay_ms = 50 } })
       local t0 = vim.uv.hrtime()
       require("flemma.cycle").advance(buf)

@@ -340,7 +340,7 @@ describe_if("sending to a provider", function()
       })
     end,
   })
-  error_case("a missing API key before anything starts", {}, { "no API key", "set the environment variable FLEMMA_SPEC_MISSING" }, {
+  error_case("a missing API key before anything starts", {}, { "no API key", "set $FLEMMA_SPEC_MISSING" }, {
     setup = function()
       require("flemma").setup({
         provider = "test",
