@@ -499,7 +499,11 @@ function H.on_exit(req, a, result)
     elseif a.stop_reason == "refusal" then
       util.warn(("%s: the model refused to answer"):format(req.spec.name))
     end
-    return H.finish(req, "completed")
+    -- The rest of a fast answer goes in at the writer's pace, then the response ends.
+    req.writer:when_drained(function()
+      H.finish(req, "completed")
+    end)
+    return
   end
   -- A key from the keyring or another cached resolver that the provider refused:
   -- forgotten, resolved again and the request retried, once.

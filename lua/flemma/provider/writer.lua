@@ -222,6 +222,22 @@ function Writer:flush(all)
   self.last_flush = vim.uv.now()
   if #self.pending > 0 then
     self:schedule()
+  elseif self.drained then
+    local cb = self.drained
+    self.drained = nil
+    vim.schedule(cb)
+  end
+end
+
+--- Calls cb once every pending text is in the buffer (written at the usual pace,
+--- never in one large change).
+---@param cb fun()
+function Writer:when_drained(cb)
+  if #self.pending == 0 then
+    cb()
+  else
+    self.drained = cb
+    self:schedule()
   end
 end
 

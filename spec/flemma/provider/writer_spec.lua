@@ -102,6 +102,33 @@ describe("flemma.provider.writer", function()
     assert.equals(string.rep("ü", 5000), lines[5 + n])
   end)
 
+  it("when_drained waits until the pending text is in the buffer, written slice by slice", function()
+    local saved = writer.max_flush
+    writer.max_flush = 1024
+    local buf = chat({ "@You:", "Hello" })
+    local w = writer.new(buf)
+    for i = 1, 200 do
+      w:apply({ type = "text", index = 0, text = ("line %03d of the answer\n"):format(i) })
+    end
+    local ticks, drained = {}, false
+    vim.api.nvim_buf_attach(buf, false, {
+      on_lines = function()
+        ticks[#ticks + 1] = true
+      end,
+    })
+    w:when_drained(function()
+      drained = true
+    end)
+    assert.is_false(drained)
+    helpers.wait_for(function()
+      return drained
+    end, 5000)
+    writer.max_flush = saved
+    assert.is_true(#ticks >= 4, #ticks) -- 4,800 bytes in slices of at most 1,024
+    assert.truthy(text(buf):find("line 200 of the answer", 1, true))
+    w:finish("completed")
+  end)
+
   it("writes thinking with its signature, redacted thinking, then text", function()
     local buf = chat({ "@You:", "2+2?" })
     local w = writer.new(buf, { provider = "anthropic" })
