@@ -355,6 +355,32 @@ TEST_CASE("stream") {
     }
   }
 
+  SUBCASE("the fast path accepts exactly the texts the JSON parser accepts, at any position in a word") {
+    // Pieces that stop the eight-byte scan, placed at every offset.
+    const char* pieces[] = {"a", "bcdefgh", "\"", "\\\"", "\\\\", "\\n", "\\u00e9", "\\ud83c\\udf0d", "\x7f",
+                            "\xC3\xA9", "\xE6\x97\xA5", "\xF0\x9F\x8C\x8D", "\n", "\x01", "\xFF", "\xC3", "\\x", "\\"};
+    std::mt19937 rng(7);
+    int accepted = 0;
+    for (int round = 0; round < 4000; ++round) {
+      std::string body;
+      for (int k = 0, n = 1 + static_cast<int>(rng() % 6); k < n; ++k) body += pieces[rng() % std::size(pieces)];
+      std::string data = R"({"type":"content_block_delta","index":4,"delta":{"type":"text_delta","text":")" + body + "\"}}";
+      CAPTURE(data);
+      s::Type t;
+      int32_t idx;
+      std::string text;
+      bool fast = s::detail::fast_anthropic_delta(data, t, idx, text);
+      auto j = nlohmann::json::parse(data, nullptr, false);
+      CHECK(fast == !j.is_discarded());
+      if (fast && !j.is_discarded()) {
+        ++accepted;
+        CHECK(text == j["delta"]["text"].get<std::string>());
+        CHECK(idx == 4);
+      }
+    }
+    CHECK(accepted > 200);
+  }
+
   SUBCASE("consecutive deltas of one block are coalesced, others are not") {
     std::vector<s::Event> out;
     auto ev = [](s::Type t, int32_t i, std::string a) {

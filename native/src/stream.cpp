@@ -134,6 +134,16 @@ bool json_string(std::string_view d, size_t& i, std::string& out) {
   size_t n = d.size();
   while (i < n) {
     size_t start = i;
+    // Eight bytes at a time while none is a quote, a backslash, a control or a non-ASCII byte.
+    constexpr uint64_t k01 = 0x0101010101010101ull, k80 = 0x8080808080808080ull;
+    while (i + 8 <= n) {
+      uint64_t w;
+      std::memcpy(&w, s + i, 8);
+      uint64_t q = w ^ (k01 * '"'), b = w ^ (k01 * '\\');
+      uint64_t special = (w | ((w - k01 * 0x20) & ~w) | ((q - k01) & ~q) | ((b - k01) & ~b)) & k80;
+      if (special) break;
+      i += 8;
+    }
     while (i < n) {
       auto c = static_cast<unsigned char>(s[i]);
       if (c == '"' || c == '\\' || c < 0x20 || c >= 0x80) break;
@@ -217,6 +227,7 @@ bool fast_anthropic_delta(std::string_view d, Type& type, int32_t& index, std::s
   else if (eat(d, i, R"(input_json_delta","partial_json":")")) type = Type::ToolInputDelta;
   else return false;
   text.clear();
+  text.reserve(d.size() - i);  // the decoded text is never longer than its JSON form
   if (!json_string(d, i, text)) return false;
   if (!eat(d, i, "}}")) return false;
   for (; i < d.size(); ++i) {
@@ -418,12 +429,13 @@ void error_fields(const json& err, std::string& type, std::string& message) {
 class Anthropic final : public Provider {
  public:
   void on_event(std::string_view name, std::string_view data, std::vector<Event>& out) override {
-    Type t;
-    int32_t index;
-    if (detail::fast_anthropic_delta(data, t, index, scratch_)) {
-      if (!scratch_.empty()) out.push_back(make(t, index, scratch_));
+    // Decoded straight into the event's string (the common case by far).
+    Event& e = out.emplace_back();
+    if (detail::fast_anthropic_delta(data, e.type, e.index, e.a)) {
+      if (e.a.empty()) out.pop_back();
       return;
     }
+    out.pop_back();
     json j;
     if (!parse_data(name, data, j, out)) return;
     if (!j.is_object()) {
@@ -523,7 +535,6 @@ class Anthropic final : public Provider {
 
   std::map<int32_t, bool> tools_;  // tool_use blocks, true while open
   std::string stop_reason_;
-  std::string scratch_;
   bool stopped_ = false;
 };
 
@@ -701,44 +712,35 @@ Decoder::~Decoder() = default;
 
 namespace {
 
-// Line splitting shared by the header and SSE phases: finds the end of the next
-// line in `in` (LF, CRLF or CR). The position of the next LF is cached per
-// input buffer, so a run of CR-only lines stays linear.
-struct LineEnd {
-  const char* nl = nullptr;   // cached first LF at or after the cache's start
-  const char* end = nullptr;  // the end of the buffer the cache belongs to
-};
-
-// Returns the length of the line at the start of in and sets `term` to the
-// length of its terminator (1 or 2), or returns npos when in holds no line end.
-// A CR at the very end of in terminates the line with term = 1 (`cr_at_end`).
-size_t find_line(std::string_view in, LineEnd& cache, size_t& term) {
+// Line splitting shared by the header and SSE phases. The position of the
+// next LF is cached per input buffer (nl, with `end` the end of that buffer),
+// so a run of CR-only lines stays linear.
+size_t find_line(std::string_view in, const char*& nl, const char*& end, size_t& term) {
   const char* p = in.data();
   const char* e = p + in.size();
-  if (cache.end != e || cache.nl < p) {
+  if (end != e || nl < p) {
     const void* f = std::memchr(p, '\n', in.size());
-    cache.nl = f ? static_cast<const char*>(f) : e;
-    cache.end = e;
+    nl = f ? static_cast<const char*>(f) : e;
+    end = e;
   }
-  size_t lim = static_cast<size_t>(cache.nl - p);
+  size_t lim = static_cast<size_t>(nl - p);
   const void* cr = lim ? std::memchr(p, '\r', lim) : nullptr;
   if (cr) {
     const char* c = static_cast<const char*>(cr);
     term = (c + 1 < e && c[1] == '\n') ? 2 : 1;
     return static_cast<size_t>(c - p);
   }
-  if (cache.nl == e) return std::string_view::npos;
+  if (nl == e) return std::string_view::npos;
   term = 1;
   return lim;
 }
 
-thread_local LineEnd g_line_cache;
 
 }  // namespace
 
 void Decoder::feed(std::string_view in, std::vector<Event>& out) {
   if (phase_ == Phase::Done) throw Error(FLEMMA_E_STATE, "stream: feed after finish");
-  g_line_cache = LineEnd{};
+  nl_cache_end_ = nullptr;
   if (phase_ == Phase::Start) {
     static constexpr std::string_view kHttp = "HTTP/";
     size_t take = std::min(kHttp.size() - line_.size(), in.size());
@@ -750,7 +752,7 @@ void Decoder::feed(std::string_view in, std::vector<Event>& out) {
       std::string pending;
       pending.swap(line_);
       sse_bytes(pending, out);
-      g_line_cache = LineEnd{};
+      nl_cache_end_ = nullptr;
     } else if (line_.size() == kHttp.size()) {
       phase_ = Phase::Headers;
       in_block_ = true;
@@ -778,7 +780,7 @@ void Decoder::header_bytes(std::string_view& in, std::vector<Event>& out) {
       }
     }
     size_t term = 0;
-    size_t len = find_line(in, g_line_cache, term);
+    size_t len = find_line(in, nl_cache_, nl_cache_end_, term);
     if (len == std::string_view::npos) {
       if (line_.size() + in.size() <= kMaxHeaderBlock) line_.append(in);
       else line_overflow_ = true;
@@ -819,7 +821,7 @@ void Decoder::header_line(std::string_view line, std::vector<Event>& out) {
       if (phase_ == Phase::Sse) sse_bytes(again, out);
       else raw_bytes(again);
       skip_lf_ = skip;
-      g_line_cache = LineEnd{};
+      nl_cache_end_ = nullptr;
       return;
     }
   }
@@ -912,15 +914,15 @@ void Decoder::sse_bytes(std::string_view in, std::vector<Event>& out) {
       }
     }
     size_t term = 0;
-    size_t len = find_line(in, g_line_cache, term);
+    size_t len = find_line(in, nl_cache_, nl_cache_end_, term);
     if (len == std::string_view::npos) {
       if (line_.size() + in.size() <= kMaxEventData + 16) line_.append(in);
       else line_overflow_ = true;
-      return;
+      break;
     }
     if (term == 1 && in[len] == '\r' && len + 1 == in.size()) skip_lf_ = true;
     if (line_.empty() && !line_overflow_) {
-      sse_line(in.substr(0, len), out);
+      sse_line(in.substr(0, len), true, out);
     } else {
       if (line_.size() + len <= kMaxEventData + 16) line_.append(in.data(), len);
       else line_overflow_ = true;
@@ -931,14 +933,15 @@ void Decoder::sse_bytes(std::string_view in, std::vector<Event>& out) {
       } else {
         std::string line;
         line.swap(line_);
-        sse_line(line, out);
+        sse_line(line, false, out);
       }
     }
     in.remove_prefix(len + term);
   }
+  keep_data();  // the view must not outlive the caller's buffer
 }
 
-void Decoder::sse_line(std::string_view line, std::vector<Event>& out) {
+void Decoder::sse_line(std::string_view line, bool stable, std::vector<Event>& out) {
   if (line.empty()) {
     dispatch(out);
     return;
@@ -956,6 +959,14 @@ void Decoder::sse_line(std::string_view line, std::vector<Event>& out) {
     if (!value.empty() && value.front() == ' ') value.remove_prefix(1);
   }
   if (name == "data") {
+    if (!has_data_ && stable) {
+      // Usually the event's only data line, still in the caller's buffer: no copy.
+      data_view_ = value;
+      data_in_view_ = true;
+      has_data_ = true;
+      return;
+    }
+    keep_data();
     if (data_.size() + value.size() + 1 > kMaxEventData) {
       data_overflow_ = true;
       return;
@@ -969,12 +980,21 @@ void Decoder::sse_line(std::string_view line, std::vector<Event>& out) {
   // id: and retry: do not matter to a one-shot request; other fields are ignored.
 }
 
+void Decoder::keep_data() {
+  if (data_in_view_) {
+    data_.assign(data_view_);
+    data_in_view_ = false;
+  }
+}
+
 void Decoder::dispatch(std::vector<Event>& out) {
+  std::string_view data = data_in_view_ ? data_view_ : std::string_view(data_);
+  data_in_view_ = false;
   if (data_overflow_) {
     out.push_back(malformed("an event's data is larger than " + std::to_string(kMaxEventData >> 20) +
                             " MiB: it was dropped"));
-  } else if (has_data_ && !data_.empty()) {
-    provider_->on_event(event_name_, data_, out);
+  } else if (has_data_ && !data.empty()) {
+    provider_->on_event(event_name_, data, out);
   }
   event_name_.clear();
   data_.clear();
@@ -989,7 +1009,7 @@ void Decoder::raw_bytes(std::string_view in) {
 
 void Decoder::finish(std::vector<Event>& out) {
   if (phase_ == Phase::Done) throw Error(FLEMMA_E_STATE, "stream: finish called twice");
-  g_line_cache = LineEnd{};
+  nl_cache_end_ = nullptr;
   if (phase_ == Phase::Start && !line_.empty()) {
     // Fewer bytes than "HTTP/": a (tiny) body.
     phase_ = Phase::Sse;

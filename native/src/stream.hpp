@@ -82,7 +82,8 @@ class Decoder {
   void header_line(std::string_view line, std::vector<Event>& out);
   void end_header_block(std::vector<Event>& out);
   void sse_bytes(std::string_view in, std::vector<Event>& out);
-  void sse_line(std::string_view line, std::vector<Event>& out);
+  void sse_line(std::string_view line, bool stable, std::vector<Event>& out);
+  void keep_data();
   void dispatch(std::vector<Event>& out);
   void raw_bytes(std::string_view in);
 
@@ -91,6 +92,8 @@ class Decoder {
   // Line assembly (header lines and SSE lines).
   std::string line_;
   bool skip_lf_ = false;    // the last line ended with a CR: a following LF belongs to it
+  const char* nl_cache_ = nullptr;      // the next LF in the buffer ending at nl_cache_end_
+  const char* nl_cache_end_ = nullptr;
   bool line_overflow_ = false;
   // Header block.
   int status_ = 0;
@@ -100,6 +103,8 @@ class Decoder {
   // SSE event being assembled.
   std::string event_name_;
   std::string data_;
+  std::string_view data_view_;  // the data while it is one line in the caller's buffer
+  bool data_in_view_ = false;
   bool has_data_ = false;
   bool data_overflow_ = false;
   bool bom_checked_ = false;
