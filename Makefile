@@ -76,7 +76,7 @@ fuzz:
 		-print_final_stats=1 corpus-idoc
 	@mkdir -p $(FUZZ_DIR)/corpus-stream
 	@for f in spec/fixtures/stream/*.http spec/fixtures/stream/*.sse; do \
-		case $$f in */openai*) k='\001';; *) k='\000';; esac; \
+		case $$f in */openai*) k='\001';; */responses*) k='\002';; */vertex*) k='\003';; *) k='\000';; esac; \
 		printf "$$k\000" | cat - $$f > $(FUZZ_DIR)/corpus-stream/$$(basename $$f); done
 	$(FUZZ_CXX) $(FUZZ_FLAGS) fuzz/fuzz_stream.cpp native/src/stream.cpp native/src/capi_core.cpp \
 		-o $(FUZZ_DIR)/fuzz_stream

@@ -46,7 +46,8 @@ void check_fast_path(std::string_view data) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 2) return 0;
-  s::Kind kind = (data[0] & 1) ? s::Kind::OpenAIChat : s::Kind::Anthropic;
+  static const s::Kind kinds[] = {s::Kind::Anthropic, s::Kind::OpenAIChat, s::Kind::OpenAIResponses, s::Kind::Vertex};
+  s::Kind kind = kinds[data[0] & 3];
   size_t nsizes = std::min<size_t>(data[1] % 8, size - 2);
   const uint8_t* sizes = data + 2;
   std::string_view bytes(reinterpret_cast<const char*>(data + 2 + nsizes), size - 2 - nsizes);

@@ -31,7 +31,10 @@ std::string slurp(const fs::path& p) {
 }
 
 s::Kind kind_of(const fs::path& p) {
-  return p.filename().string().rfind("openai", 0) == 0 ? s::Kind::OpenAIChat : s::Kind::Anthropic;
+  const std::string name = p.filename().string();
+  if (name.rfind("responses", 0) == 0) return s::Kind::OpenAIResponses;
+  if (name.rfind("vertex", 0) == 0) return s::Kind::Vertex;
+  return name.rfind("openai", 0) == 0 ? s::Kind::OpenAIChat : s::Kind::Anthropic;
 }
 
 // Decodes bytes fed in the given chunk sizes (cycled; empty: all at once).
@@ -140,7 +143,11 @@ TEST_CASE("stream") {
     for (const auto& p : fixtures()) {
       CAPTURE(p.filename().string());
       auto bytes = slurp(p);
-      const char* kind = kind_of(p) == s::Kind::OpenAIChat ? "openai_chat" : "anthropic";
+      const s::Kind k = kind_of(p);
+      const char* kind = k == s::Kind::OpenAIChat        ? "openai_chat"
+                         : k == s::Kind::OpenAIResponses ? "openai"
+                         : k == s::Kind::Vertex          ? "vertex"
+                                                         : "anthropic";
       CHECK(c_api_decode(kind, bytes, 5) == decode(kind_of(p), bytes));
     }
   }

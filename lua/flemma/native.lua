@@ -1266,7 +1266,7 @@ function H.Stream:finish()
 end
 
 --- A decoder of a streamed response (curl --dump-header - output) for a
---- provider kind ("anthropic", "openai_chat"); nil and a message for another.
+--- provider kind ("anthropic", "openai_chat", "openai", "vertex"); nil and a message for another.
 ---@param kind string
 ---@return table|nil decoder with :feed(bytes) and :finish()
 ---@return string? err

@@ -28,7 +28,7 @@ local H = {}
 ---@field max_lines? integer lines of the tail kept in memory (default 2000)
 ---@field max_bytes? integer bytes of the tail kept in memory (default 51200)
 ---@field on_progress? fun(p: flemma.process.Progress) at most every 100 ms
----@field decoder? string a stream kind ("anthropic", "openai_chat"): stdout is decoded natively (and not kept)
+---@field decoder? string a stream kind ("anthropic", "openai_chat", "openai", "vertex"): stdout is decoded natively (and not kept)
 ---@field on_events? fun(events: table[]) with `decoder`: batches of decoded events, in order, all before on_exit
 
 ---@class flemma.process.Result

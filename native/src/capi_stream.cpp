@@ -53,7 +53,7 @@ FLEMMA_API flemma_stream* flemma_stream_new(const char* kind) {
     auto k = flemma::stream::kind_from_name(kind ? kind : "");
     if (!k) {
       flemma::set_last_error(std::string("stream: unknown kind `") + (kind ? kind : "(null)") +
-                             "`: use anthropic or openai_chat");
+                             "`: use anthropic, openai_chat, openai or vertex");
       return nullptr;
     }
     return new flemma_stream(*k);

@@ -964,7 +964,7 @@ int64_t Manager::spawn(SpawnOptions opts, pid_t* pid_out) {
   std::unique_ptr<stream::Decoder> decoder;
   if (!opts.decoder.empty()) {
     auto kind = stream::kind_from_name(opts.decoder);
-    if (!kind) throw Error(FLEMMA_E_INVALID, "spawn: unknown decoder `" + opts.decoder + "`: use anthropic or openai_chat");
+    if (!kind) throw Error(FLEMMA_E_INVALID, "spawn: unknown decoder `" + opts.decoder + "`: use anthropic, openai_chat, openai or vertex");
     if (opts.merge_output) throw Error(FLEMMA_E_INVALID, "spawn: a decoder reads stdout alone: set merge_output to false");
     decoder = std::make_unique<stream::Decoder>(*kind);
   }

@@ -19,6 +19,8 @@ bool Event::operator==(const Event& o) const {
 std::optional<Kind> kind_from_name(std::string_view name) {
   if (name == "anthropic") return Kind::Anthropic;
   if (name == "openai_chat") return Kind::OpenAIChat;
+  if (name == "openai") return Kind::OpenAIResponses;
+  if (name == "vertex") return Kind::Vertex;
   return std::nullopt;
 }
 
@@ -681,10 +683,317 @@ class OpenAIChat final : public Provider {
   bool finished_ = false;
 };
 
+// ---- openai: Responses API streaming ---------------------------------------
+// Output items are numbered by `output_index`; each becomes one block (reasoning
+// -> thinking, its encrypted_content the signature; message -> text;
+// function_call -> a tool use with its call_id). response.completed /
+// response.incomplete end the stream.
+
+class OpenAIResponses final : public Provider {
+ public:
+  void on_event(std::string_view name, std::string_view data, std::vector<Event>& out) override {
+    json j;
+    if (!parse_data(name, data, j, out)) return;
+    if (!j.is_object()) {
+      out.push_back(malformed("the `" + detail::sanitize_utf8(event_label(name)) + "` event's data is not a JSON object"));
+      return;
+    }
+    std::string type = name.empty() ? std::string() : detail::sanitize_utf8(name);
+    if (const json* ty = field(j, "type"); ty && ty->is_string()) type = ty->get<std::string>();
+    try {
+      handle(type, j, out);
+    } catch (const Malformed& m) {
+      out.push_back(malformed("malformed `" + type + "` event: " + m.what));
+    }
+  }
+
+  bool on_close(std::vector<Event>&) override { return done_; }
+
+ private:
+  struct Item {
+    int32_t block;
+    std::string kind;  // "reasoning", "message", "function_call", other
+    bool open = true;
+  };
+
+  Item& item(int32_t output_index, const std::string& kind) {
+    auto it = items_.find(output_index);
+    if (it == items_.end()) it = items_.emplace(output_index, Item{next_block_++, kind}).first;
+    return it->second;
+  }
+
+  void handle(const std::string& type, const json& j, std::vector<Event>& out) {
+    if (type == "response.output_text.delta") {
+      Item& it = item(need_index(j, "output_index", type), "message");
+      emit(out, Type::Text, it.block, opt_str(j, "delta", type));
+    } else if (type == "response.reasoning_summary_text.delta" || type == "response.reasoning_text.delta") {
+      Item& it = item(need_index(j, "output_index", type), "reasoning");
+      emit(out, Type::Thinking, it.block, opt_str(j, "delta", type));
+    } else if (type == "response.reasoning_summary_part.added") {
+      Item& it = item(need_index(j, "output_index", type), "reasoning");
+      // Summary parts of one reasoning item read as paragraphs.
+      if (const json* si = field(j, "summary_index"); si && si->is_number_integer() && si->get<int64_t>() > 0)
+        out.push_back(make(Type::Thinking, it.block, "\n\n"));
+    } else if (type == "response.function_call_arguments.delta") {
+      Item& it = item(need_index(j, "output_index", type), "function_call");
+      emit(out, Type::ToolInputDelta, it.block, opt_str(j, "delta", type));
+    } else if (type == "response.output_item.added") {
+      int32_t index = need_index(j, "output_index", type);
+      const json& in = need_object(j, "item", type);
+      std::string kind = opt_str(in, "type", "item");
+      Item& it = item(index, kind);
+      it.kind = kind;
+      if (kind == "function_call") {
+        std::string id = opt_str(in, "call_id", "item");
+        if (id.empty()) id = opt_str(in, "id", "item");
+        out.push_back(make(Type::ToolUseStart, it.block, std::move(id), opt_str(in, "name", "item")));
+        emit(out, Type::ToolInputDelta, it.block, opt_str(in, "arguments", "item"));
+        calls_ = true;
+      }
+    } else if (type == "response.output_item.done") {
+      int32_t index = need_index(j, "output_index", type);
+      const json& in = need_object(j, "item", type);
+      std::string kind = opt_str(in, "type", "item");
+      Item& it = item(index, kind);
+      if (kind == "function_call" && it.open) {
+        it.open = false;
+        out.push_back(make(Type::ToolUseStop, it.block));
+      } else if (kind == "reasoning") {
+        emit(out, Type::ThinkingSignature, it.block, opt_str(in, "encrypted_content", "item"));
+      }
+    } else if (type == "response.created" || type == "response.in_progress") {
+      if (started_) return;
+      const json& r = need_object(j, "response", type);
+      started_ = true;
+      out.push_back(make(Type::MessageStart, -1, opt_str(r, "id", "response"), opt_str(r, "model", "response")));
+    } else if (type == "response.completed" || type == "response.incomplete") {
+      const json& r = need_object(j, "response", type);
+      if (const json* u = field(r, "usage")) usage(*u, out);
+      std::string reason = calls_ ? "tool_calls" : "stop";
+      if (type == "response.incomplete") {
+        reason = "incomplete";
+        if (const json* d = field(r, "incomplete_details")) {
+          std::string why = opt_str(*d, "reason", "incomplete_details");
+          if (why == "max_output_tokens") reason = "max_tokens";
+          else if (why == "content_filter") reason = "refusal";
+          else if (!why.empty()) reason = why;
+        }
+      }
+      close_calls(out);
+      out.push_back(make(Type::Stop, -1, std::move(reason)));
+      done_ = true;
+    } else if (type == "response.failed") {
+      const json& r = need_object(j, "response", type);
+      std::string et, msg;
+      if (const json* e = field(r, "error")) error_fields(*e, et, msg);
+      out.push_back(make(Type::Error, -1, et.empty() ? "response_failed" : et, msg));
+    } else if (type == "error") {
+      std::string et, msg;
+      if (const json* e = field(j, "error")) error_fields(*e, et, msg);
+      else error_fields(j, et, msg);
+      if (et == "error") et.clear();
+      if (const json* c = field(j, "code"); c && c->is_string() && et.empty()) et = c->get<std::string>();
+      out.push_back(make(Type::Error, -1, et.empty() ? "error" : et, msg));
+    }
+    // Other events (content_part.*, *.done, refusal deltas...) carry nothing new.
+  }
+
+  void close_calls(std::vector<Event>& out) {
+    for (auto& [index, it] : items_) {
+      if (it.kind == "function_call" && it.open) {
+        it.open = false;
+        out.push_back(make(Type::ToolUseStop, it.block));
+      }
+    }
+  }
+
+  static void emit(std::vector<Event>& out, Type t, int32_t index, std::string text) {
+    if (!text.empty()) out.push_back(make(t, index, std::move(text)));
+  }
+
+  static void usage(const json& u, std::vector<Event>& out) {
+    if (!u.is_object()) throw Malformed{"`response.usage` should be an object"};
+    Event e = make(Type::Usage);
+    usage_field(e, u, "input_tokens", kInputTokens);
+    usage_field(e, u, "output_tokens", kOutputTokens);
+    if (const json* d = field(u, "input_tokens_details")) usage_field(e, *d, "cached_tokens", kCacheReadTokens);
+    if (const json* d = field(u, "output_tokens_details")) usage_field(e, *d, "reasoning_tokens", kThinkingTokens);
+    push_usage(std::move(e), out);
+  }
+
+  std::map<int32_t, Item> items_;
+  int32_t next_block_ = 0;
+  bool started_ = false;
+  bool calls_ = false;
+  bool done_ = false;
+};
+
+// ---- vertex: Gemini streamGenerateContent?alt=sse --------------------------
+// Each event is a whole GenerateContentResponse. Consecutive parts of one sort
+// share a block: thought text -> thinking, text -> text; a functionCall is a
+// complete tool use at once. A thoughtSignature belongs to the part that carries
+// it: it is written as the signature of the thinking block just before that
+// part (an empty one when the part follows no thinking). A finishReason ends it.
+
+class Vertex final : public Provider {
+ public:
+  void on_event(std::string_view name, std::string_view data, std::vector<Event>& out) override {
+    json j;
+    if (!parse_data(name, data, j, out)) return;
+    if (j.is_array() && !j.empty()) j = j[0];
+    if (!j.is_object()) {
+      out.push_back(malformed("the `" + detail::sanitize_utf8(event_label(name)) + "` event's data is not a JSON object"));
+      return;
+    }
+    try {
+      handle(j, out);
+    } catch (const Malformed& m) {
+      out.push_back(malformed("malformed GenerateContentResponse: " + m.what));
+    }
+  }
+
+  bool on_close(std::vector<Event>&) override { return finished_; }
+
+ private:
+  enum class Last { None, Thinking, Text, Call };
+
+  void handle(const json& j, std::vector<Event>& out) {
+    if (const json* err = field(j, "error")) {
+      std::string et, msg;
+      if (err->is_object()) {
+        if (const json* st = field(*err, "status"); st && st->is_string()) et = st->get<std::string>();
+      }
+      std::string t2;
+      error_fields(*err, t2, msg);
+      if (et.empty()) et = t2;
+      out.push_back(make(Type::Error, -1, et.empty() ? "error" : et, msg));
+      return;
+    }
+    if (!started_) {
+      std::string id = opt_str(j, "responseId", "response"), model = opt_str(j, "modelVersion", "response");
+      if (!id.empty() || !model.empty()) {
+        started_ = true;
+        response_id_ = id;
+        out.push_back(make(Type::MessageStart, -1, std::move(id), std::move(model)));
+      }
+    }
+    std::string reason;
+    if (const json* cands = field(j, "candidates")) {
+      if (!cands->is_array()) throw Malformed{"`candidates` should be an array"};
+      if (!cands->empty()) {
+        const json& c = (*cands)[0];
+        if (!c.is_object()) throw Malformed{"`candidates[0]` should be an object"};
+        if (const json* content = field(c, "content")) {
+          if (!content->is_object()) throw Malformed{"`candidates[0].content` should be an object"};
+          if (const json* parts = field(*content, "parts")) {
+            if (!parts->is_array()) throw Malformed{"`content.parts` should be an array"};
+            for (const auto& p : *parts) part(p, out);
+          }
+        }
+        reason = opt_str(c, "finishReason", "candidates[0]");
+      }
+    }
+    if (const json* u = field(j, "usageMetadata")) {
+      if (!u->is_object()) throw Malformed{"`usageMetadata` should be an object"};
+      Event e = make(Type::Usage);
+      usage_field(e, *u, "promptTokenCount", kInputTokens);
+      usage_field(e, *u, "cachedContentTokenCount", kCacheReadTokens);
+      usage_field(e, *u, "thoughtsTokenCount", kThinkingTokens);
+      usage_field(e, *u, "candidatesTokenCount", kOutputTokens);
+      // Thoughts are billed as output: output counts both.
+      if ((e.mask & (1u << kThinkingTokens)) && (e.mask & (1u << kOutputTokens)))
+        e.usage[kOutputTokens] += e.usage[kThinkingTokens];
+      push_usage(std::move(e), out);
+    }
+    if (!reason.empty() && reason != "FINISH_REASON_UNSPECIFIED") {
+      std::string r;
+      if (reason == "STOP") r = calls_ > 0 ? "tool_calls" : "stop";
+      else if (reason == "MAX_TOKENS") r = "max_tokens";
+      else if (reason == "SAFETY" || reason == "RECITATION" || reason == "BLOCKLIST" || reason == "PROHIBITED_CONTENT" ||
+               reason == "SPII" || reason == "IMAGE_SAFETY")
+        r = "refusal";
+      else {
+        r = lower_ascii(reason);
+      }
+      out.push_back(make(Type::Stop, -1, std::move(r)));
+      finished_ = true;
+    }
+  }
+
+  void part(const json& p, std::vector<Event>& out) {
+    if (!p.is_object()) throw Malformed{"`content.parts[]` should be objects"};
+    std::string sig = opt_str(p, "thoughtSignature", "part");
+    bool thought = false;
+    if (const json* t = field(p, "thought")) {
+      if (!t->is_boolean()) throw Malformed{"`part.thought` should be a boolean"};
+      thought = t->get<bool>();
+    }
+    if (const json* fc = field(p, "functionCall")) {
+      if (!fc->is_object()) throw Malformed{"`part.functionCall` should be an object"};
+      signature(sig, out);
+      int32_t block = next_block_++;
+      std::string id = opt_str(*fc, "id", "functionCall");
+      ++calls_;
+      if (id.empty()) id = "gemini_" + (response_id_.empty() ? std::string("call") : response_id_) + "_" + std::to_string(calls_);
+      out.push_back(make(Type::ToolUseStart, block, std::move(id), opt_str(*fc, "name", "functionCall")));
+      const json* args = field(*fc, "args");
+      if (args && !(args->is_object() && args->empty()))
+        out.push_back(make(Type::ToolInputDelta, block, args->dump(-1, ' ', false, json::error_handler_t::replace)));
+      out.push_back(make(Type::ToolUseStop, block));
+      last_ = Last::Call;
+      return;
+    }
+    std::string text = opt_str(p, "text", "part");
+    if (thought) {
+      if (last_ != Last::Thinking) {
+        block_ = next_block_++;
+        last_ = Last::Thinking;
+      }
+      if (!text.empty()) out.push_back(make(Type::Thinking, block_, std::move(text)));
+      if (!sig.empty()) out.push_back(make(Type::ThinkingSignature, block_, std::move(sig)));
+      return;
+    }
+    signature(sig, out);
+    if (text.empty()) return;
+    if (last_ != Last::Text) {
+      block_ = next_block_++;
+      last_ = Last::Text;
+    }
+    out.push_back(make(Type::Text, block_, std::move(text)));
+  }
+
+  // The signature of a text or functionCall part: on the thinking block just
+  // before it, or on a new empty one.
+  void signature(std::string& sig, std::vector<Event>& out) {
+    if (sig.empty()) return;
+    if (last_ != Last::Thinking) {
+      block_ = next_block_++;
+      last_ = Last::Thinking;
+    }
+    out.push_back(make(Type::ThinkingSignature, block_, std::move(sig)));
+    last_ = Last::None;  // what follows opens its own block
+  }
+
+  static std::string lower_ascii(std::string s) {
+    for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return s;
+  }
+
+  std::string response_id_;
+  int32_t next_block_ = 0;
+  int32_t block_ = -1;
+  Last last_ = Last::None;
+  int calls_ = 0;
+  bool started_ = false;
+  bool finished_ = false;
+};
+
 std::unique_ptr<Provider> make_provider(Kind kind) {
   switch (kind) {
     case Kind::Anthropic: return std::make_unique<Anthropic>();
     case Kind::OpenAIChat: return std::make_unique<OpenAIChat>();
+    case Kind::OpenAIResponses: return std::make_unique<OpenAIResponses>();
+    case Kind::Vertex: return std::make_unique<Vertex>();
   }
   throw Error(FLEMMA_E_INVALID, "unknown stream kind");
 }

@@ -51,7 +51,7 @@ struct Event {
 
 // The provider kinds. New kinds (openai Responses, vertex) are one more entry and
 // one more Provider implementation in stream.cpp.
-enum class Kind { Anthropic = 1, OpenAIChat = 2 };
+enum class Kind { Anthropic = 1, OpenAIChat = 2, OpenAIResponses = 3, Vertex = 4 };
 std::optional<Kind> kind_from_name(std::string_view name);
 
 // Limits.

@@ -10,6 +10,11 @@ local function fixture(name)
 end
 
 local function kind_of(name)
+  if name:match("^responses") then
+    return "openai"
+  elseif name:match("^vertex") then
+    return "vertex"
+  end
   return name:match("^openai") and "openai_chat" or "anthropic"
 end
 

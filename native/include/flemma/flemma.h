@@ -514,7 +514,8 @@ typedef struct flemma_stream_event {
   size_t b_len;
 } flemma_stream_event;
 
-/* A decoder for kind "anthropic" or "openai_chat". The caller owns it: free it
+/* A decoder for kind "anthropic", "openai_chat", "openai" (Responses API) or
+ * "vertex" (Gemini streamGenerateContent). The caller owns it: free it
  * with flemma_stream_free. NULL for an unknown kind (see flemma_last_error). */
 FLEMMA_API flemma_stream *flemma_stream_new(const char *kind);
 
