@@ -154,16 +154,25 @@ describe_if("credentials against the loopback server", function()
     setup(server:url("/v1/messages"))
     set_key(KEY1)
     helpers.write_file(state .. "/sleep", "0.2")
-    server:script({ { fixture = "anthropic_text.sse", delay_ms = 40, chunk_seed = 3, max_chunk = 20 } })
+    server:script({ { fixture = "anthropic_text.sse", delay_ms = 60, chunk_seed = 3, max_chunk = 40 } })
     local buf = helpers.buffer({ "@You:", "Hello" })
     local result = send(buf)
+    -- The argv of the process (curl, or the reaper that runs it) and of its children.
+    local argv = ""
     helpers.wait_for(function()
-      return provider.active(buf) and provider.active(buf).pid
-    end, 5000, "curl never started")
-    local pid = provider.active(buf).pid
-    local cmdline = helpers.read_file("/proc/" .. pid .. "/cmdline") or ""
-    assert.truthy(cmdline:find("curl", 1, true))
-    assert.is_nil(cmdline:find(KEY1, 1, true), "the key is in curl's argv")
+      local a = provider.active(buf)
+      if not (a and a.pid) then
+        return false
+      end
+      local pids = { tostring(a.pid) }
+      vim.list_extend(pids, vim.split(vim.trim(helpers.read_file(("/proc/%d/task/%d/children"):format(a.pid, a.pid)) or ""), " ", { trimempty = true }))
+      argv = ""
+      for _, p in ipairs(pids) do
+        argv = argv .. (helpers.read_file("/proc/" .. p .. "/cmdline") or ""):gsub("%z", " ") .. "\n"
+      end
+      return argv:find("curl", 1, true) ~= nil
+    end, 5000, "curl never ran")
+    assert.is_nil(argv:find(KEY1, 1, true), "the key is in curl's argv")
     helpers.wait_for(result, 10000)
     assert.equals("completed", result().status)
     local reqs = server:requests()
