@@ -675,6 +675,16 @@ function H.reauth(req)
   end)
 end
 
+--- Whether the native stream decoder reads a kind's streams (a decoder made and
+--- dropped: one FFI call).
+function H.can_decode(kind)
+  local native = require("flemma.native")
+  local ok, dec = pcall(function()
+    return type(native.stream_new) == "function" and native.stream_new(kind) or nil
+  end)
+  return ok and dec ~= nil
+end
+
 -- Key resolution comes first: the environment and cached keys answer at once, the
 -- keyring, gcloud and custom resolvers (flemma.secrets) asynchronously; then the
 -- request is built and sent with the key M.key finds.
@@ -692,8 +702,7 @@ function M.send(bufnr, request, done, ...)
     return
   end
   local spec = M.resolve()
-  local decoders = require("flemma.process").decoders
-  if spec and type(decoders) == "table" and not decoders[spec.kind] then
+  if spec and not H.can_decode(spec.kind) then
     done({
       status = "error",
       error = ("%s: this build of Flemma cannot read %s streams yet (the native stream decoder has no `%s` kind): nothing was sent; `:Flemma switch` to another provider"):format(

@@ -342,16 +342,21 @@ end)
 
 describe("sending a kind the native decoder cannot read", function()
   it("is refused with a message, starting nothing", function()
-    local process = require("flemma.process")
-    local saved = process.decoders
-    process.decoders = { anthropic = true, openai_chat = true }
+    local native = require("flemma.native")
+    local saved = native.stream_new
+    native.stream_new = function(kind)
+      if kind == "openai" then
+        return nil, "stream: unknown kind `openai`"
+      end
+      return saved(kind)
+    end
     require("flemma").setup({ provider = "openai" })
     local buf = vim.api.nvim_create_buf(true, false)
     local res
     provider.send(buf, { messages = { { role = "user", parts = { { kind = "text", text = "hi" } } } } }, function(r)
       res = r
     end)
-    process.decoders = saved
+    native.stream_new = saved
     require("flemma").setup({})
     assert.equals("error", res.status)
     assert.equals(
