@@ -371,4 +371,39 @@ end
 --- Merges `over` into `base` the way setup() does (lists replace lists).
 M.merge = H.merge
 
+-- Subtrees whose keys are the user's (names of providers, presets, variables): the
+-- option is the subtree itself.
+H.user_keyed = { providers = true, presets = true, ["tools.presets"] = true, ["tools.bash.env"] = true }
+
+--- Every option path: each key of the defaults (tables and their keys) and the
+--- options whose default is nil, sorted. `:help flemma-config-<path>` documents each.
+---@return string[]
+function M.option_paths()
+  local seen, out = {}, {}
+  local function add(path)
+    if not seen[path] then
+      seen[path] = true
+      out[#out + 1] = path
+    end
+  end
+  local function walk(t, prefix)
+    for k, v in pairs(t) do
+      local path = prefix and (prefix .. "." .. k) or k
+      add(path)
+      if type(v) == "table" and not vim.islist(v) and not H.user_keyed[path] then
+        walk(v, path)
+      end
+    end
+  end
+  walk(H.defaults, nil)
+  for path in pairs(H.types) do
+    local top = path:match("^[^.]+")
+    if not H.user_keyed[top] and not H.user_keyed[path:match("^(.*)%.") or ""] then
+      add(path)
+    end
+  end
+  table.sort(out)
+  return out
+end
+
 return M

@@ -36,6 +36,15 @@ describe(":help flemma", function()
     }) do
       assert.is_true(tags["flemma-config-" .. key] or false, "no help tag for " .. key)
     end
+    local paths = require("flemma.config").option_paths()
+    assert.is_true(#paths > 40, "too few option paths: " .. #paths)
+    local missing = {}
+    for _, path in ipairs(paths) do
+      if not tags["flemma-config-" .. path] then
+        missing[#missing + 1] = path
+      end
+    end
+    assert.same({}, missing, "options of the default config without a help tag")
     assert.is_true(tags["FlemmaToolPreview"] or false)
     assert.is_true(tags["flemma-cycle"] or false)
   end)
