@@ -58,7 +58,8 @@ bench: deps build
 # seeded from spec/fixtures/chat (and spec/fixtures/stream). A crash leaves its input in $(FUZZ_DIR)/: add it
 # as a regression case to tests/test_document.cpp (tests/test_idoc.cpp for fuzz_idoc,
 # whose inputs are a text and an edit script: see fuzz/fuzz_idoc.cpp; tests/test_stream.cpp
-# for fuzz_stream).
+# for fuzz_stream). The frontmatter's pattern matcher (fuzz_lpattern) checks its own
+# invariants: no crash, matching ends within its step budget.
 FUZZ_CXX   ?= clang++-14
 FUZZ_FLAGS := -std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
 	-Inative/include -Inative/src
@@ -82,6 +83,13 @@ fuzz:
 		-o $(FUZZ_DIR)/fuzz_stream
 	cd $(FUZZ_DIR) && ./fuzz_stream -max_total_time=$(FUZZ_TIME) -max_len=16384 -timeout=10 \
 		-print_final_stats=1 corpus-stream
+	@mkdir -p $(FUZZ_DIR)/corpus-lpattern
+	@printf '\006%%b()x(a(b)c)y' > $(FUZZ_DIR)/corpus-lpattern/balance
+	@printf '\010(.-)%%1bxaaaaaaaab' > $(FUZZ_DIR)/corpus-lpattern/backref
+	@printf '\020^[%%a_][%%w_]*%%f[%%W]name_1 rest' > $(FUZZ_DIR)/corpus-lpattern/frontier
+	$(FUZZ_CXX) $(FUZZ_FLAGS) fuzz/fuzz_lpattern.cpp native/src/lpattern.cpp -o $(FUZZ_DIR)/fuzz_lpattern
+	cd $(FUZZ_DIR) && ./fuzz_lpattern -max_total_time=$(FUZZ_TIME) -max_len=4096 -timeout=10 \
+		-print_final_stats=1 corpus-lpattern
 
 clean:
 	rm -rf $(BUILD_DIR) $(ASAN_DIR) $(FUZZ_DIR)

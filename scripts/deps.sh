@@ -110,4 +110,28 @@ else
   cmake --build "$UVDIR/build" --target uv_a -j"$(nproc)" >/dev/null
   rm -rf "$work"
 fi
+# Lua 5.1 for the frontmatter's isolated interpreter: the sources of Debian's package
+# (with its patches that fix bugs), compiled by CMake into the library as C++ with
+# hidden symbols, so nothing clashes with Neovim's LuaJIT.
+LUADIR="$DEPS/lua5.1"
+if [ -f "$LUADIR/src/lua.h" ]; then
+  log "Lua 5.1 sources present"
+else
+  log "fetching Lua 5.1 from Debian's source package"
+  opts=$(apt_private src "deb-src [signed-by=$KEYRING] $MIRROR bookworm main")
+  # shellcheck disable=SC2086
+  apt-get $opts update -qq
+  work="$DEPS/dl-lua5.1"; rm -rf "$work"; mkdir -p "$work"
+  # shellcheck disable=SC2086
+  (cd "$work" && apt-get $opts source --download-only -qq lua5.1 >/dev/null)
+  rm -rf "$LUADIR.tmp"; mkdir -p "$LUADIR.tmp"
+  tar -xzf "$(ls "$work"/lua5.1_*.orig.tar.gz | head -n 1)" -C "$LUADIR.tmp" --strip-components=1
+  tar -xJf "$(ls "$work"/lua5.1_*.debian.tar.xz | head -n 1)" -C "$work"
+  # Debian's bug fixes (not its build and packaging changes).
+  for p in "$work"/debian/patches/*[Ff]ix*.patch; do
+    [ -f "$p" ] && patch -d "$LUADIR.tmp" -p1 -s < "$p"
+  done
+  rm -rf "$LUADIR"; mv "$LUADIR.tmp" "$LUADIR"
+  rm -rf "$work"
+fi
 log "done"

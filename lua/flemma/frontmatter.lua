@@ -1,20 +1,17 @@
 --- Per-buffer options from the frontmatter: a ```lua or ```json block opening on line 1.
---- Lua frontmatter runs in a restricted environment (string, table, math, os.time,
---- os.date and `flemma.opt`; nothing that reads or writes files, runs processes, loads
---- code or touches Neovim) under an instruction budget. Results are cached per buffer
---- by b:changedtick; each evaluation starts from the defaults.
+--- Frontmatter is evaluated in an isolated Lua 5.1 interpreter inside the native
+--- library (native/src/isolate.cpp): its own memory (64 MB in all, 4 MB for one string
+--- or table), a 40 ms deadline for the evaluation and for each call of an auto_approve
+--- function, a library of bounded functions (string, table, math, os.time, os.date and
+--- `flemma.opt`; nothing that reads or writes files, runs processes, loads code or
+--- touches Neovim). Only plain data crosses: the options come back as data, and an
+--- auto_approve function stays in the interpreter, called with plain copies of each
+--- tool call. Results are cached per buffer by b:changedtick; each evaluation starts
+--- from the defaults.
 local opt = require("flemma.opt")
 
 local M = {}
 local H = {}
-
---- Instructions a frontmatter (or a frontmatter auto_approve function call) may run.
-M.BUDGET = 1000000
---- How much memory (KB) frontmatter code may hold on to; string.rep is refused
---- beyond it before it allocates.
-M.MEMORY_BUDGET_KB = 64 * 1024
--- The count hook fires every STEP instructions.
-H.STEP = 1000
 
 ---@class flemma.frontmatter.Options
 ---@field tools string[]|nil selected tools (nil: all enabled tools)
@@ -22,59 +19,7 @@ H.STEP = 1000
 ---@field auto_approve_excluded string[] tools removed from presets in the buffer's list
 ---@field parameters table parameter overrides: general keys and provider tables
 
----------------------------------------------------------------------------------------
--- Running code under the instruction budget
----------------------------------------------------------------------------------------
-
-H.exhausted = nil -- the budget message once the running code went over its budget
-
-local function pack(...)
-  return { n = select("#", ...), ... }
-end
-
---- Runs fn(...) with the count hook installed; returns pcall-style results. Method
---- calls on strings (`s:find(p)`) go to the guarded string library meanwhile.
-function H.run_limited(fn, ...)
-  local string_mt = getmetatable("")
-  local prev_index = string_mt.__index
-  string_mt.__index = H.safe_string
-  local prev_hook, prev_mask, prev_count = debug.gethook()
-  local count = 0
-  local mem0 = collectgarbage("count")
-  H.exhausted = nil
-  debug.sethook(function()
-    count = count + H.STEP
-    if count > M.BUDGET then
-      if not H.exhausted then
-        H.exhausted = ("ran more than %d instructions and was stopped (an endless loop?)"):format(M.BUDGET)
-      end
-      opt.fail(H.exhausted)
-    end
-    if collectgarbage("count") - mem0 > M.MEMORY_BUDGET_KB then
-      collectgarbage()
-      if collectgarbage("count") - mem0 > M.MEMORY_BUDGET_KB then
-        if not H.exhausted then
-          H.exhausted = ("used more than %d MB of memory and was stopped"):format(M.MEMORY_BUDGET_KB / 1024)
-        end
-        opt.fail(H.exhausted)
-      end
-    end
-  end, "", H.STEP)
-  local res = pack(pcall(fn, ...))
-  if prev_hook then
-    debug.sethook(prev_hook, prev_mask, prev_count)
-  else
-    debug.sethook()
-  end
-  string_mt.__index = prev_index
-  if not res[1] and H.exhausted and not H.describe(res[2]):find(H.exhausted, 1, true) then
-    res[2] = H.exhausted
-  end
-  H.exhausted = nil
-  return res
-end
-
--- A safe description of an error value (never runs a __tostring of the frontmatter).
+-- A safe description of an error value (never runs a __tostring).
 function H.describe(err)
   if type(err) == "string" then
     return err
@@ -102,305 +47,166 @@ function H.located(err, first_line)
 end
 
 ---------------------------------------------------------------------------------------
--- Pattern matching under the budget
+-- The isolated interpreter
 ---------------------------------------------------------------------------------------
 
---- Pattern matching runs in C, where the count hook never fires: a pattern with many
---- repetitions can backtrack for hours over a long string. A call whose worst case is
---- above this many steps is refused.
-M.PATTERN_BUDGET = 5e8
+-- The modules loaded into each interpreter (Lua files of this plugin), as JSON text.
+H.MODULES = {
+  ["flemma.opt"] = "opt.lua",
+  ["flemma.tools.presets"] = "tools/presets.lua",
+  ["flemma.frontmatter.runtime"] = "frontmatter/runtime.lua",
+}
+H.RUNTIME = "flemma.frontmatter.runtime"
 
--- Counts the repetitions (`*`, `+`, `-`) and optional items (`?`) of a Lua pattern,
--- and whether it is anchored with `^`.
-function H.pattern_shape(p)
-  local reps, optional, n = 0, 0, #p
-  local anchored = p:sub(1, 1) == "^"
-  local i = anchored and 2 or 1
-  while i <= n do
-    local c = p:sub(i, i)
-    local last -- last character of a single-character item that may be repeated
-    if c == "%" then
-      local d = p:sub(i + 1, i + 1)
-      if d == "b" then
-        i = i + 4
-      elseif d == "f" then
-        i = i + 2 -- the set that follows is read as an item below; it cannot repeat
-        if p:sub(i, i) == "[" then
-          local j = i + 1
-          if p:sub(j, j) == "^" then
-            j = j + 1
-          end
-          repeat
-            if p:sub(j, j) == "%" then
-              j = j + 1
-            end
-            j = j + 1
-          until j > n or p:sub(j, j) == "]"
-          i = j + 1
-        end
-      else
-        last = i + 1
-      end
-    elseif c == "[" then
-      local j = i + 1
-      if p:sub(j, j) == "^" then
-        j = j + 1
-      end
-      repeat
-        if p:sub(j, j) == "%" then
-          j = j + 1
-        end
-        j = j + 1
-      until j > n or p:sub(j, j) == "]"
-      last = j
-    elseif c == "(" or c == ")" then
-      i = i + 1
-    else
-      last = i
+function H.modules_json()
+  if H.modules_cache then
+    return H.modules_cache
+  end
+  local dir = debug.getinfo(1, "S").source:sub(2):match("^(.*)/frontmatter%.lua$")
+  local sources = {}
+  for name, file in pairs(H.MODULES) do
+    local f = assert(io.open(dir .. "/" .. file, "rb"))
+    sources[name] = f:read("*a")
+    f:close()
+  end
+  H.modules_cache = vim.json.encode(sources)
+  return H.modules_cache
+end
+
+-- A plain copy of data for the interpreter: strings, finite numbers, booleans and
+-- tables of them; vim.NIL and everything else (functions, userdata, metatables) is
+-- left out.
+function H.plain(v, depth)
+  local t = type(v)
+  if t == "string" or t == "boolean" then
+    return v
+  elseif t == "number" then
+    if v ~= v or v == math.huge or v == -math.huge then
+      return nil
     end
-    if last then
-      local q = p:sub(last + 1, last + 1)
-      if q == "*" or q == "+" or q == "-" then
-        reps = reps + 1
-        i = last + 2
-      elseif q == "?" then
-        optional = optional + 1
-        i = last + 2
-      else
-        i = last + 1
+    return v
+  elseif t == "table" and (depth or 0) < 64 then
+    local out = {}
+    for k, x in pairs(v) do
+      if type(k) == "string" or type(k) == "number" then
+        out[k] = H.plain(x, (depth or 0) + 1)
       end
     end
+    return out
   end
-  return reps, optional, anchored
+  return nil
 end
 
--- The worst-case steps of matching pattern p against a subject of len bytes: the ways
--- to share the subject among the repetitions, times the optional items' choices, times
--- the start positions of an unanchored search.
-function H.pattern_cost(len, p, honours_anchor)
-  local reps, optional, anchored = H.pattern_shape(p)
-  local cost = 2 ^ optional
-  for r = 1, reps do
-    cost = cost * (len + r) / r
-    if cost > M.PATTERN_BUDGET then
-      return cost
-    end
+-- What the interpreter needs to know: tool names and the configuration it reads.
+function H.data(config)
+  local known = opt.known_tools()
+  local registered = {}
+  local ok_tools, tools = pcall(require, "flemma.tools")
+  if ok_tools and type(tools) == "table" and type(tools.registered) == "function" then
+    registered = tools.registered()
   end
-  if not (anchored and honours_anchor) then
-    cost = cost * (len + 1)
+  local tools_cfg = config.tools or {}
+  local secrets = { forbidden = {} }
+  local ok_sec, sec = pcall(require, "flemma.secrets")
+  if ok_sec and type(sec) == "table" and type(sec.forbidden) == "table" then
+    secrets.forbidden = vim.tbl_keys(sec.forbidden)
+    secrets.refusal = type(sec.refusal) == "function" and sec.refusal("{{path}}") or nil
   end
-  return cost
-end
-
-function H.guard_pattern(name, fn, honours_anchor)
-  return function(s, p, ...)
-    local ts = type(s)
-    if type(p) == "string" and (ts == "string" or ts == "number") then
-      local plain = name == "find" and select(2, ...)
-      if not plain then
-        local len = #tostring(s)
-        if H.pattern_cost(len, p, honours_anchor) > M.PATTERN_BUDGET then
-          opt.fail(
-            ("string.%s: the pattern %q could backtrack for more than %d steps over a %d-byte string; use fewer repetitions (*, +, -) or a shorter string"):format(
-              name,
-              p,
-              M.PATTERN_BUDGET,
-              len
-            )
-          )
-        end
-      end
-    end
-    return fn(s, p, ...)
-  end
-end
-
--- The string library of frontmatter: no `dump`, pattern functions guarded. Also what
--- string methods resolve to while frontmatter code runs; frontmatter cannot reach it.
-H.safe_string = {}
-for k, v in pairs(string) do
-  if k ~= "dump" then
-    H.safe_string[k] = v
-  end
-end
-H.safe_string.find = H.guard_pattern("find", string.find, true)
-H.safe_string.match = H.guard_pattern("match", string.match, true)
-H.safe_string.gmatch = H.guard_pattern("gmatch", string.gmatch, false)
-H.safe_string.gsub = H.guard_pattern("gsub", string.gsub, true)
-H.safe_string.rep = function(str, n, sep)
-  local size = (tonumber(n) or 0) * (#tostring(str) + #tostring(sep or ""))
-  if size > M.MEMORY_BUDGET_KB * 1024 then
-    error(("string.rep: the result would be %d bytes, over the frontmatter's %d MB"):format(
-      size,
-      M.MEMORY_BUDGET_KB / 1024
-    ), 2)
-  end
-  return string.rep(str, n, sep)
-end
-
----------------------------------------------------------------------------------------
--- The restricted environment
----------------------------------------------------------------------------------------
-
-local function copy_lib(lib, without)
-  local out = {}
-  for k, v in pairs(lib) do
-    if not (without and without[k]) then
-      out[k] = v
-    end
-  end
-  return out
-end
-
-function H.env(flemma_opt)
-  local env = {
-    string = copy_lib(H.safe_string),
-    table = copy_lib(table),
-    math = copy_lib(math),
-    os = { time = os.time, date = os.date },
-    flemma = { opt = flemma_opt },
-    assert = assert,
-    error = error,
-    ipairs = ipairs,
-    next = next,
-    pairs = pairs,
-    rawequal = rawequal,
-    select = select,
-    setmetatable = setmetatable,
-    tonumber = tonumber,
-    tostring = tostring,
-    type = type,
-    unpack = unpack,
-    _VERSION = _VERSION,
+  return {
+    tools = { enabled = known.enabled, registered = registered, ready = known.ready },
+    secrets = secrets,
+    config = {
+      tools = {
+        auto_approve = type(tools_cfg.auto_approve) == "table" and H.plain(tools_cfg.auto_approve) or nil,
+        presets = H.plain(tools_cfg.presets or {}),
+      },
+      parameters = H.plain(config.parameters or {}),
+    },
   }
-  env.table.unpack = env.table.unpack or unpack
-  -- Strings share one metatable whose __index is the real `string` table: hand out a
-  -- stand-in that points to the environment's copy instead.
-  local string_mt = { __index = env.string }
-  env.getmetatable = function(v)
-    if type(v) == "string" then
-      return string_mt
-    end
-    return getmetatable(v)
-  end
-  -- pcall/xpcall must not swallow the budget error.
-  env.pcall = function(f, ...)
-    local res = pack(pcall(f, ...))
-    if H.exhausted then
-      error(res[2], 0)
-    end
-    return unpack(res, 1, res.n)
-  end
-  env.xpcall = function(f, handler, ...)
-    local res = pack(xpcall(f, handler, ...))
-    if H.exhausted then
-      opt.fail(H.exhausted)
-    end
-    return unpack(res, 1, res.n)
-  end
-  env._G = env
-  return env
 end
 
----------------------------------------------------------------------------------------
--- Evaluation
----------------------------------------------------------------------------------------
+-- JSON text of an argument list (positions kept: nil becomes null).
+function H.args(...)
+  local n = select("#", ...)
+  local args = { ... }
+  local parts = {}
+  for i = 1, n do
+    local v = args[i]
+    parts[i] = v == nil and "null" or vim.json.encode(v)
+  end
+  return "[" .. table.concat(parts, ",") .. "]"
+end
 
--- Wraps a frontmatter auto_approve function: it runs under the budget, with copies of
--- its arguments, and its errors name the frontmatter line.
-function H.wrap_function(fn, first_line)
+-- An interpreter handle that can be freed at once (and then refuses calls).
+function H.new_isolate()
+  local native = require("flemma.native")
+  local ok, iso, err = pcall(native.isolate_new, H.modules_json(), H.RUNTIME)
+  if not ok then
+    return nil, iso
+  elseif not iso then
+    return nil, err
+  end
+  return { handle = iso }
+end
+
+function H.free(box)
+  if box and box.handle then
+    require("flemma.native").isolate_free(box.handle)
+    box.handle = nil
+  end
+end
+
+-- The frontmatter's auto_approve function, called in its interpreter with plain
+-- copies of the call, under the same limits per call.
+function H.wrap_function(box, first_line)
   return function(tool_name, input, ctx)
-    local res = H.run_limited(fn, tool_name, vim.deepcopy(input), vim.deepcopy(ctx))
-    if not res[1] then
-      error(H.located(res[2], first_line), 0)
+    if not box.handle then
+      error(("frontmatter line %d: this auto_approve function belongs to a frontmatter that changed; evaluate it again"):format(first_line), 0)
     end
-    return res[2]
+    local res = require("flemma.native").isolate_call(
+      box.handle,
+      "auto_approve",
+      H.args(H.plain(tool_name), H.plain(input) or {}, H.plain(ctx) or {})
+    )
+    if not res.ok then
+      error(H.located(res.error, first_line), 0)
+    end
+    return (res.values or {})[1]
   end
 end
 
-function H.eval_lua(code, first_line, config)
-  if code:byte(1) == 27 then
-    return nil, ("frontmatter line %d: precompiled chunks are not accepted"):format(first_line + 1)
+function H.evaluate(code, lang, first_line, config)
+  local box, err = H.new_isolate()
+  if not box then
+    return nil, ("frontmatter line %d: cannot evaluate the frontmatter: %s"):format(first_line, H.describe(err))
   end
-  local flemma_opt, collect = opt.new(config)
-  local env = H.env(flemma_opt)
-  local chunk, perr = load(code, opt.CHUNKNAME, "t", env)
-  if not chunk then
-    return nil, H.located(perr, first_line)
+  local res = require("flemma.native").isolate_call(box.handle, "evaluate", H.args(lang, code, first_line, H.data(config)))
+  if not res.ok then
+    H.free(box)
+    return nil, H.located(res.error, first_line)
   end
-  if jit then
-    -- Compiled loops do not check the count hook: keep the frontmatter interpreted.
-    jit.off(chunk, true)
+  local v = (res.values or {})[1]
+  if type(v) ~= "table" or type(v.error) == "string" then
+    H.free(box)
+    return nil, type(v) == "table" and v.error or ("frontmatter line %d: the evaluation returned no options"):format(first_line)
   end
-  local res = H.run_limited(chunk)
-  if not res[1] then
-    return nil, H.located(res[2], first_line)
-  end
-  local opts = collect()
-  if type(opts.auto_approve) == "function" then
-    opts.auto_approve = H.wrap_function(opts.auto_approve, first_line)
+  local opts = {
+    tools = v.tools,
+    auto_approve = v.auto_approve,
+    auto_approve_excluded = v.auto_approve_excluded or {},
+    parameters = v.parameters or {},
+  }
+  if v.auto_approve_function then
+    opts.auto_approve = H.wrap_function(box, first_line)
+    H.boxes[opts.auto_approve] = box
+  else
+    H.free(box)
   end
   return opts
 end
 
--- The buffer line of a JSON key (the first line that holds `"key":`).
-function H.json_line(code, key, first_line)
-  local n = 0
-  for line in (code .. "\n"):gmatch("([^\n]*)\n") do
-    n = n + 1
-    if line:find('"' .. vim.pesc(key) .. '"%s*:') then
-      return first_line + n
-    end
-  end
-  return first_line + 1
-end
-
-H.JSON_KEYS = { "anthropic", "auto_approve", "cache_retention", "max_tokens", "openai", "temperature", "thinking", "tools", "vertex" }
-
-function H.eval_json(code, first_line, config)
-  if not code:match("^%s*{") then
-    return nil, ("frontmatter line %d: JSON frontmatter should be an object"):format(first_line + 1)
-  end
-  local ok, data = pcall(vim.json.decode, code)
-  if not ok then
-    return nil, ("frontmatter line %d: invalid JSON: %s"):format(first_line + 1, H.describe(data))
-  end
-  if type(data) ~= "table" then
-    return nil, ("frontmatter line %d: JSON frontmatter should be an object"):format(first_line + 1)
-  end
-  local flemma_opt, collect = opt.new(config)
-  local keys = vim.tbl_keys(data)
-  table.sort(keys)
-  for _, key in ipairs(keys) do
-    local value = data[key]
-    local line = H.json_line(code, key, first_line)
-    local set_ok, err = pcall(function()
-      if value == vim.NIL then
-        opt.fail(("`%s` is null; remove the key to keep the default"):format(key))
-      end
-      if key == "auto_approve" then
-        flemma_opt.tools.auto_approve = value
-      elseif key == "tools" or vim.tbl_contains(H.JSON_KEYS, key) then
-        flemma_opt[key] = value
-      elseif key == "providers" then
-        flemma_opt.providers = value -- raises the transport error
-      else
-        local msg = ("unknown key `%s`"):format(key)
-        local close = require("flemma.tools.presets").suggest(key, H.JSON_KEYS)
-        if close then
-          msg = msg .. ("; did you mean `%s`?"):format(close)
-        end
-        opt.fail(msg)
-      end
-    end)
-    if not set_ok then
-      -- Name the JSON keys, not the Lua paths they are set through.
-      local msg = H.describe(err):gsub("flemma%.opt%.tools%.auto_approve", "auto_approve"):gsub("flemma%.opt%.", "")
-      return nil, ("frontmatter line %d: %s"):format(line, msg)
-    end
-  end
-  return collect()
-end
+-- The interpreter behind each auto_approve function (weak keys: freed with it).
+H.boxes = setmetatable({}, { __mode = "k" })
 
 --- Evaluates frontmatter code (pure: no buffer involved).
 ---@param code string the text between the fences
@@ -415,12 +221,24 @@ function M.evaluate(code, lang, first_line, config)
   if type(code) ~= "string" then
     return nil, ("frontmatter line %d: expected code, not %s"):format(first_line, type(code))
   end
-  if lang == "lua" then
-    return H.eval_lua(code, first_line, config)
-  elseif lang == "json" then
-    return H.eval_json(code, first_line, config)
+  if lang == "lua" and code:byte(1) == 27 then
+    return nil, ("frontmatter line %d: precompiled chunks are not accepted"):format(first_line + 1)
+  end
+  if lang == "lua" or lang == "json" then
+    return H.evaluate(code, lang, first_line, config)
   end
   return nil, ("frontmatter line %d: unsupported frontmatter language %q; use lua or json"):format(first_line, tostring(lang))
+end
+
+--- Frees the interpreter kept for an auto_approve function of an evaluation (its
+--- calls fail from then on). Nothing happens for any other value.
+---@param opts flemma.frontmatter.Options|nil
+function M.release(opts)
+  local fn = type(opts) == "table" and opts.auto_approve or nil
+  if type(fn) == "function" and H.boxes[fn] then
+    H.free(H.boxes[fn])
+    H.boxes[fn] = nil
+  end
 end
 
 ---------------------------------------------------------------------------------------
@@ -503,6 +321,9 @@ function M.get(bufnr)
     else
       opts, err = M.evaluate(fm.code, fm.lang, fm.first_line or 1, config)
     end
+    if H.cache[bufnr] then
+      M.release(H.cache[bufnr].opts)
+    end
     c = { tick = tick, config = config, tools = tools, opts = opts, err = err }
     H.cache[bufnr] = c
     H.watch()
@@ -516,10 +337,17 @@ end
 --- Forgets cached results (of one buffer, or all).
 ---@param bufnr? integer
 function M.invalidate(bufnr)
+  local dropped = {}
   if bufnr then
-    H.cache[H.resolve_buf(bufnr)] = nil
+    bufnr = H.resolve_buf(bufnr)
+    dropped[1] = H.cache[bufnr]
+    H.cache[bufnr] = nil
   else
+    dropped = vim.tbl_values(H.cache)
     H.cache = {}
+  end
+  for _, c in ipairs(dropped) do
+    M.release(c.opts)
   end
 end
 
@@ -531,7 +359,7 @@ function H.watch()
   vim.api.nvim_create_autocmd({ "BufWipeout", "BufDelete" }, {
     group = vim.api.nvim_create_augroup("flemma.frontmatter", { clear = true }),
     callback = function(ev)
-      H.cache[ev.buf] = nil
+      M.invalidate(ev.buf)
     end,
   })
 end

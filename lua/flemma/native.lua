@@ -9,7 +9,7 @@ local M = {}
 local H = {}
 
 --- The ABI version this binding was written for (FLEMMA_ABI_VERSION).
-M.ABI_VERSION = 5
+M.ABI_VERSION = 6
 
 -- The declarations of flemma.h, section by section, in the header's order.
 -- spec/flemma/native_spec.lua checks that they match the header.
@@ -238,8 +238,15 @@ void flemma_stream_free(flemma_stream *stream);
 int flemma_stream_feed(flemma_stream *stream, const char *data, size_t len, const flemma_stream_event **events, size_t *count);
 int flemma_stream_finish(flemma_stream *stream, const flemma_stream_event **events, size_t *count);
 ]],
+  isolate = [[
+typedef struct flemma_isolate flemma_isolate;
+int flemma_isolate_new(const char *modules_json, size_t len, const char *main, flemma_isolate **out);
+int flemma_isolate_call(flemma_isolate *iso, const char *fn, const char *args_json, size_t len, const char **out, size_t *out_len);
+int64_t flemma_isolate_peak(const flemma_isolate *iso);
+void flemma_isolate_free(flemma_isolate *iso);
+]],
 }
-H.order = { "core", "truncate", "document", "idoc", "process", "sandbox", "stream" }
+H.order = { "core", "truncate", "document", "idoc", "process", "sandbox", "stream", "isolate" }
 
 --- All declarations, as passed to ffi.cdef.
 ---@return string
@@ -1280,6 +1287,57 @@ function M.stream_new(kind)
     return nil, M.last_error()
   end
   return setmetatable({ _s = ffi.gc(s, lib.flemma_stream_free) }, H.Stream)
+end
+
+---------------------------------------------------------------------------------------
+-- Isolated Lua interpreter
+---------------------------------------------------------------------------------------
+
+--- A new isolated interpreter from trusted modules ({ name = source }, as JSON text);
+--- `main` returns its entry points. Freed by the garbage collector, or at once with
+--- isolate_free.
+---@param modules_json string
+---@param main string
+---@return ffi.cdata*|nil handle
+---@return string|nil err
+function M.isolate_new(modules_json, main)
+  local lib = M.lib()
+  local out = ffi.new("flemma_isolate*[1]")
+  if lib.flemma_isolate_new(modules_json, #modules_json, main, out) ~= 0 then
+    return nil, M.last_error()
+  end
+  return ffi.gc(out[0], lib.flemma_isolate_free)
+end
+
+--- Calls an entry point with JSON arguments (an array, as text); the decoded result:
+--- { ok = true, values = {...} } or { ok = false, error = string, limit = "time"|"memory"|nil }.
+---@param iso ffi.cdata*
+---@param fn string
+---@param args_json string
+---@return table
+function M.isolate_call(iso, fn, args_json)
+  local lib = M.lib()
+  local out = ffi.new("const char*[1]")
+  local len = ffi.new("size_t[1]")
+  if lib.flemma_isolate_call(iso, fn, args_json, #args_json, out, len) ~= 0 then
+    return { ok = false, error = M.last_error() }
+  end
+  return vim.json.decode(ffi.string(out[0], len[0]), { luanil = { object = true, array = true } })
+end
+
+--- The most memory (bytes) the interpreter has held.
+---@param iso ffi.cdata*
+---@return integer
+function M.isolate_peak(iso)
+  return tonumber(M.lib().flemma_isolate_peak(iso))
+end
+
+--- Frees an interpreter now (its handle must not be used again).
+---@param iso ffi.cdata*
+function M.isolate_free(iso)
+  local lib = M.lib()
+  ffi.gc(iso, nil)
+  lib.flemma_isolate_free(iso)
 end
 
 return M

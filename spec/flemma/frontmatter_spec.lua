@@ -103,7 +103,7 @@ describe("flemma.frontmatter", function()
       end)
     end)
 
-    describe("instruction budget", function()
+    describe("limits", function()
       local loops = {
         { "an endless loop", "local i = 0\nwhile true do i = i + 1 end", 3 },
         { "an endless loop in pcall", "while true do pcall(function() while true do end end) end", 2 },
@@ -114,21 +114,27 @@ describe("flemma.frontmatter", function()
       for _, case in ipairs(loops) do
         it("stops " .. case[1] .. " with a clear error", function()
           local err = err_of(case[2])
-          assert.matches(("^frontmatter line %d: ran more than 1000000 instructions and was stopped"):format(case[3]), err)
+          assert.equals(("frontmatter line %d: ran longer than 35 ms and was stopped (an endless loop?)"):format(case[3]), err)
         end)
       end
 
       it("stops code that holds on to too much memory", function()
         local err = err_of("local s = ('x'):rep(2^30)")
-        assert.matches("^frontmatter line 2: string.rep: the result would be 1073741824 bytes", err)
-        err = err_of("local t = {}\nfor i = 1, 1e4 do t[i] = ('y'):rep(100000) .. i end")
-        assert.matches("^frontmatter line %d: used more than 64 MB of memory and was stopped", err)
+        assert.equals("frontmatter line 2: string.rep: the result would be 1073741824 bytes, more than the 512 KB one string may hold", err)
+        err = err_of("local t = {}\nfor i = 1, 1e6 do t[i] = i end")
+        assert.equals(
+          "frontmatter line 3: needed 1048576 bytes for one string or table, more than the 512 KB one may hold, and was stopped",
+          err
+        )
+        -- (the 64 MB limit in all is covered by the native suite: filling 64 MB of fresh
+        -- pages takes longer than the time limit on slow virtual machines)
         assert.is_table((frontmatter.evaluate("local s = ('x'):rep(10)", "lua", 1)))
       end)
 
-      -- Pattern matching runs in C, out of reach of the count hook: these would freeze
-      -- Neovim for hours. Run in a child Neovim so that a regression fails, not hangs.
-      it("refuses patterns that would backtrack for hours, as methods and through string", function()
+      -- Pattern matching is ours and counts its steps against the deadline: these would
+      -- freeze Neovim for hours in Lua's own matcher. Run in a child Neovim so that a
+      -- regression fails, not hangs.
+      it("stops patterns that would backtrack for hours at the time limit, as methods and through string", function()
         local res = helpers.run_nvim({
           rtp = helpers.root,
           timeout = 20000,
@@ -150,8 +156,8 @@ describe("flemma.frontmatter", function()
         assert.equals(0, res.code, res.stderr)
         local errs = vim.split(res.stdout, "\n")
         assert.equals(4, #errs, res.stdout)
-        for i, fn in ipairs({ "find", "match", "gmatch", "gsub" }) do
-          assert.matches("^frontmatter line 3: string%." .. fn .. ": the pattern .* could backtrack for more than", errs[i])
+        for i = 1, 4 do
+          assert.equals("frontmatter line 3: ran longer than 35 ms and was stopped (an endless loop?)", errs[i])
         end
       end)
 
@@ -308,8 +314,8 @@ describe("flemma.frontmatter", function()
         { '{\n  "tools": ["bsh"]\n}', "frontmatter line 3: unknown tool `bsh` in tools; did you mean `bash`?" },
         { '{\n  "auto_approve": ["$defualt"]\n}', "frontmatter line 3: unknown preset `$defualt`; did you mean `$default`? in auto_approve" },
         { '{\n  "max_tokens": null\n}', "frontmatter line 3: `max_tokens` is null; remove the key to keep the default" },
-        { '{\n  "max_tokens": 1e999\n}', "frontmatter line 3: `max_tokens` should be a finite number, not inf" },
-        { '{\n  "temperature": -1e999\n}', "frontmatter line 3: `temperature` should be a finite number, not -inf" },
+        -- Infinity cannot even be read: JSON numbers that overflow are refused.
+        { '{\n  "max_tokens": 1e999\n}', "frontmatter line 2: invalid JSON: number overflow parsing '1e999'" },
         { '{\n  "providers": { "anthropic": { "endpoint": "http://evil" } }\n}', "frontmatter line 3: `providers`: transport settings" },
         { '{ "tools": [', "frontmatter line 2: invalid JSON" },
         { '["bash"]', "frontmatter line 2: JSON frontmatter should be an object" },
@@ -389,6 +395,7 @@ describe("flemma.frontmatter", function()
       local res = helpers.run_nvim({
         rtp = dir,
         lua = ([=[
+          vim.g.flemma_library_path = %q
           package.path = %q .. "/lua/?.lua;" .. %q .. "/lua/?/init.lua;" .. package.path
           local fm = require("flemma.frontmatter")
           local results = { tostring(pcall(require, "flemma.document")) }
@@ -403,7 +410,7 @@ describe("flemma.frontmatter", function()
           try({ "```json", '{ "tools": ["edit"] }', "```" })
           try({ "@You:", "```lua", "flemma.opt.tools = {}", "```" })
           vim.fn.writefile(results, %q)
-        ]=]):format(dir, dir, out),
+        ]=]):format(require("flemma.native").library_path(), dir, dir, out),
       })
       assert.equals(0, res.code, res.stderr)
       assert.same({

@@ -286,6 +286,14 @@ function M.sources()
   return vim.deepcopy(H.source_log)
 end
 
+--- The names of all registered tools, enabled or not, sorted.
+---@return string[]
+function M.registered()
+  local names = vim.tbl_keys(H.defs)
+  table.sort(names)
+  return names
+end
+
 --- Whether every async source has finished (or timed out).
 ---@return boolean
 function M.is_ready()

@@ -175,13 +175,17 @@ end
 function M.suggest(name, candidates)
   local best, best_d
   local lname = name:lower()
+  local limit = math.max(2, math.floor(#name / 3))
   for _, c in ipairs(candidates) do
-    local d = H.distance(lname, c:lower())
-    if best_d == nil or d < best_d or (d == best_d and c < best) then
-      best, best_d = c, d
+    -- The distance is at least the difference in length: skip what cannot be close.
+    if math.abs(#c - #name) <= limit then
+      local d = H.distance(lname, c:lower())
+      if best_d == nil or d < best_d or (d == best_d and c < best) then
+        best, best_d = c, d
+      end
     end
   end
-  if best and best_d <= math.max(2, math.floor(#name / 3)) then
+  if best and best_d <= limit then
     return best
   end
   return nil

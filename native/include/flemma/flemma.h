@@ -31,7 +31,7 @@ extern "C" {
 #endif
 
 /* Bumped whenever a declaration below changes in an incompatible way. */
-#define FLEMMA_ABI_VERSION 5
+#define FLEMMA_ABI_VERSION 6
 
 /* Status codes. */
 #define FLEMMA_OK 0
@@ -530,6 +530,34 @@ FLEMMA_API int flemma_stream_feed(flemma_stream *stream, const char *data, size_
 /* Ends the stream; the events (as for feed) always end with an END event.
  * Feeding or finishing again afterwards is FLEMMA_E_STATE. */
 FLEMMA_API int flemma_stream_finish(flemma_stream *stream, const flemma_stream_event **events, size_t *count);
+
+/* ==========================================================================
+ * Isolated Lua interpreter (frontmatter)
+ * ========================================================================== */
+
+/* A Lua 5.1 interpreter of its own, for code from untrusted files: its own memory
+ * (at most 64 MB, 512 KB for one string or table, 131072 live objects), a
+ * deadline for each call (35 ms), a library of bounded functions, and nothing shared with the
+ * caller's Lua: only JSON crosses. */
+typedef struct flemma_isolate flemma_isolate;
+
+/* Creates an interpreter from trusted modules: modules_json is a JSON object
+ * { "name": "Lua source", ... }; the module `main` is required first and returns
+ * the table of entry points. Creation runs under the same limits as a call.
+ * The caller owns *out: free it with flemma_isolate_free. */
+FLEMMA_API int flemma_isolate_new(const char *modules_json, size_t len, const char *main, flemma_isolate **out);
+
+/* Calls entry point fn with the arguments in args_json (a JSON array; null reads as
+ * nil). *out receives {"ok":true,"values":[...]} or {"ok":false,"error":"...",
+ * "limit":"time"|"memory"|null}: len bytes owned by the handle, valid until the
+ * next call or flemma_isolate_free. */
+FLEMMA_API int flemma_isolate_call(flemma_isolate *iso, const char *fn, const char *args_json, size_t len, const char **out, size_t *out_len);
+
+/* The most memory (bytes) the interpreter has held so far. */
+FLEMMA_API int64_t flemma_isolate_peak(const flemma_isolate *iso);
+
+/* Frees the interpreter and all its memory at once. NULL is a no-op. */
+FLEMMA_API void flemma_isolate_free(flemma_isolate *iso);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,120 @@
+-- Frontmatter in its isolated interpreter (issue 11 §8-10): how long the worst of the
+-- attack list holds the main loop, how much the process grows running them, and what
+-- a normal frontmatter evaluation costs.
+local frontmatter = require("flemma.frontmatter")
+
+local ATTACKS = {
+  "table.move({}, 1, 2^52, 1, {})",
+  'local s = ("a"):rep(30)\nfor i = 1, 1e9 do s:find("^a*a*b") end',
+  'local s = ("("):rep(3e5)\nlocal r = s:find("%b()")',
+  'local s = ("a"):rep(2e4)\nlocal r = s:find("(.-)%1b")',
+  'flemma.opt.tools = { ("x"):rep(1e5) }',
+  'flemma.opt.tools = { ("x"):rep(2^20) }',
+  'local s = ("x"):rep(4e5)\nlocal t = s .. s .. s .. s',
+  'local s = ("x"):rep(6e7)\nlocal t = s .. s',
+  'local t = {}\nfor i = 1, 20 do t[i] = ("x"):rep(4e5) end\nlocal s = table.concat(t)',
+  'local s = ("a"):rep(1e5)\nlocal r = s:gsub(".", ("%0"):rep(1e5))',
+  "while true do pcall(function() while true do end end) end",
+  'local t = {}\nfor i = 1, 1e7 do t["k" .. i] = {} end',
+  'local s = ("x"):rep(4e5)\nlocal n = 0\nwhile true do n = n + #(s .. n) end',
+}
+
+local NORMAL = table.concat({
+  'flemma.opt.tools = { "bash", "read", "write", "edit" }',
+  'flemma.opt.tools.auto_approve:remove("write")',
+  'flemma.opt.thinking = "medium"',
+  "flemma.opt.max_tokens = 8000",
+}, "\n")
+
+local function status_kb(field)
+  for line in io.lines("/proc/self/status") do
+    local v = line:match("^" .. field .. ":%s+(%d+) kB")
+    if v then
+      return tonumber(v)
+    end
+  end
+end
+
+local function ms(t0)
+  return (vim.uv.hrtime() - t0) / 1e6
+end
+
+return {
+  {
+    name = "frontmatter_attack_worst",
+    unit = "ms",
+    target = 50,
+    op = "<=",
+    runs = 5,
+    setup = function()
+      require("flemma").setup({})
+    end,
+    run = function()
+      local worst = 0
+      for _, code in ipairs(ATTACKS) do
+        local t0 = vim.uv.hrtime()
+        local opts, err = frontmatter.evaluate(code, "lua", 1)
+        local t = ms(t0)
+        assert(not opts and err, code)
+        worst = math.max(worst, t)
+      end
+      return worst
+    end,
+  },
+  {
+    name = "frontmatter_attack_rss_growth",
+    unit = "MB",
+    target = 64,
+    op = "<=",
+    runs = 3,
+    run = function()
+      collectgarbage()
+      -- Reset the peak (VmHWM) to the current size, then run every attack.
+      local f = io.open("/proc/self/clear_refs", "w")
+      if f then
+        f:write("5")
+        f:close()
+      end
+      local base = status_kb("VmRSS")
+      for _, code in ipairs(ATTACKS) do
+        frontmatter.evaluate(code, "lua", 1)
+      end
+      return (status_kb("VmHWM") - base) / 1024
+    end,
+  },
+  {
+    name = "frontmatter_eval",
+    unit = "ms",
+    target = 1,
+    op = "<=",
+    runs = 9,
+    run = function()
+      local n = 50
+      local t0 = vim.uv.hrtime()
+      for _ = 1, n do
+        assert(frontmatter.evaluate(NORMAL, "lua", 1))
+      end
+      return ms(t0) / n
+    end,
+  },
+  {
+    name = "frontmatter_auto_approve_call",
+    unit = "ms",
+    target = 0.2,
+    op = "<=",
+    runs = 9,
+    run = function()
+      local opts = assert(frontmatter.evaluate(
+        'flemma.opt.tools.auto_approve = function(name, input) return name == "bash" and input.command:match("^git ") ~= nil end',
+        "lua",
+        1
+      ))
+      local n = 200
+      local t0 = vim.uv.hrtime()
+      for _ = 1, n do
+        assert(opts.auto_approve("bash", { command = "git status" }, { bufnr = 1 }) == true)
+      end
+      return ms(t0) / n
+    end,
+  },
+}

@@ -1,0 +1,138 @@
+// An isolated Lua 5.1 interpreter for code from untrusted files (the frontmatter of a
+// .chat buffer): its own lua_State, its own memory, and limits that hold by
+// construction, whatever the code does:
+//  - memory: every byte comes from the isolate's arena, which refuses to go past
+//    Limits::memory in total, Limits::block for one string or table part, and
+//    Limits::objects live allocations (allocation fails: a Lua error);
+//  - time: a count hook every few instructions, the arena (on every new slab or large
+//    block) and every library function that loops (checking every 64 KB of work or
+//    few thousand pattern steps) compare a monotonic clock with the call's deadline;
+//  - the work that one VM instruction does without any of these checks is linear in
+//    the objects it touches, which the block and object limits keep small (reading a
+//    number from a string is refused past 200 bytes);
+//  - the library is ours: only base functions that cannot loop, Lua's math with a
+//    private generator, and bounded string, table and os.time/os.date functions.
+// Only plain data crosses: JSON in (arguments), JSON out (results). Nothing in the
+// isolate ever refers to Neovim's Lua. The isolate is dropped with its arena (no
+// lua_close walk over every object).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+struct lua_State;
+
+namespace flemma::isolate {
+
+struct Limits {
+  double time_ms = 35;                 // one call (or the creation) may run this long
+  size_t memory = 64u << 20;           // bytes of arena (slabs and large blocks)
+  size_t block = 512u << 10;           // one allocation: a string, a table's array or hash part
+  size_t objects = 1u << 17;           // live allocations (bounds GC and teardown work)
+  size_t result = 1u << 20;            // bytes of JSON a call may return
+};
+
+class Isolate;
+
+// The arena of one isolate: size classes of 16 bytes up to 512 from 64 KB slabs,
+// larger blocks from malloc on an intrusive list. Freed all at once.
+class Arena {
+ public:
+  explicit Arena(Isolate& owner) : owner_(owner) {}
+  ~Arena();
+  Arena(const Arena&) = delete;
+  Arena& operator=(const Arena&) = delete;
+
+  // Lua's allocation function contract (osize is the block's size when ptr != NULL).
+  void* realloc(void* ptr, size_t osize, size_t nsize);
+  size_t charged() const { return charged_; }
+  size_t peak() const { return peak_; }
+  size_t live() const { return live_; }
+
+ private:
+  static constexpr size_t kStep = 16;
+  static constexpr size_t kMaxSmall = 512;
+  static constexpr size_t kSlab = 64 * 1024;
+  // A large block: a power of two from 1 KB, kept on the arena's free list of its
+  // size once Lua frees it (no memory goes back to the system while the isolate lives).
+  struct Large {
+    Large* next_all;
+    Large* next_free;
+    size_t cap;
+    size_t pad;
+  };
+  static constexpr int kLargeClasses = 40;
+  void* alloc(size_t n);
+  void release(void* p, size_t n);
+  bool admit(size_t bytes, size_t n);
+
+  Isolate& owner_;
+  void* free_[kMaxSmall / kStep + 1] = {};
+  std::vector<void*> slabs_;
+  char* cur_ = nullptr;
+  size_t left_ = 0;
+  Large* large_ = nullptr;
+  Large* free_large_[kLargeClasses] = {};
+  size_t charged_ = 0;
+  size_t peak_ = 0;
+  size_t live_ = 0;
+};
+
+class Isolate {
+ public:
+  // Loads the trusted modules (name -> Lua source) and runs `main`, whose returned
+  // table holds the entry points. Throws flemma::Error on failure.
+  Isolate(const std::vector<std::pair<std::string, std::string>>& modules, const std::string& main,
+          Limits limits = {});
+  ~Isolate();
+  Isolate(const Isolate&) = delete;
+  Isolate& operator=(const Isolate&) = delete;
+
+  // Calls entry point `fn` with the JSON array `args` under the limits. Returns
+  // {"ok":true,"values":[...]} or {"ok":false,"error":"...","limit":"time"|"memory"|null}.
+  std::string call(std::string_view fn, std::string_view args_json);
+
+  const Limits& limits() const { return limits_; }
+  const Arena& arena() const { return arena_; }
+  Arena& arena_mutable() { return arena_; }
+
+  // --- used by the allocator, the hook and the library (isolate_lib.cpp) ---
+  // Raises the time error when the deadline has passed.
+  void check_time(lua_State* L);
+  bool past_deadline() const;
+  // Records that a limit stopped the code (the first reason wins) and returns the
+  // message, "CHUNK:LINE: ..." at the innermost frame of user code when there is one.
+  const std::string& exhaust(const char* what, const char* limit_kind);
+  const std::string& exhausted() const { return exhausted_; }
+  void add_user_chunk(std::string name) { user_chunks_.push_back(std::move(name)); }
+  uint64_t random_next();
+  void random_seed(double seed);
+  lua_State* state() const { return L_; }
+
+ private:
+  static int protected_call(lua_State* L);
+  std::string location();
+
+  Limits limits_;
+  Arena arena_;
+  lua_State* L_ = nullptr;
+  int64_t deadline_ns_ = 0;
+  std::string exhausted_;
+  std::string limit_kind_;
+  std::vector<std::string> user_chunks_;
+  uint64_t rng_[2] = {0x9E3779B97F4A7C15ull, 0xBF58476D1CE4E5B9ull};
+};
+
+// Opens the isolate's library into L (isolate_lib.cpp).
+void open_library(lua_State* L);
+
+// The isolate that owns L.
+Isolate& owner(lua_State* L);
+
+int64_t monotonic_ns();
+
+}  // namespace flemma::isolate
