@@ -127,27 +127,3 @@ TEST_CASE("lpattern") {
     CHECK_THROWS_AS(lp::Matcher(s, "a*a*a*a*a*a*a*b", b).match_at(0), lp::BudgetExceeded);
   }
 }
-TEST_CASE("isolate timing probe" * doctest::skip()) {
-  for (const char* code : {"for i = 1, 100 do local s = ('y'):rep(100000) end", "local y = ('y'):rep(100000) for i = 1, 100 do local s = y .. i end",
-                           "local t = {} for i = 1, 100 do t[i] = ('y'):rep(100000) end", "for i = 1, 10000 do local s = ('y'):rep(100) end"}) {
-    auto i = make();
-    auto t0 = std::chrono::steady_clock::now();
-    auto out = run(i, code);
-    MESSAGE(code << ": " << ms_since(t0) << " ms " << out);
-  }
-}
-TEST_CASE("isolate teardown probe" * doctest::skip()) {
-  for (int k = 0; k < 3; k++) {
-    auto t0 = std::chrono::steady_clock::now();
-    double ran, made;
-    {
-      auto i = make();
-      made = ms_since(t0);
-      t0 = std::chrono::steady_clock::now();
-      run(i, "local t = {}\nfor i = 1, 1e6 do t[i] = ('y'):rep(100000) .. i end");
-      ran = ms_since(t0);
-      t0 = std::chrono::steady_clock::now();
-    }
-    MESSAGE("new " << made << " run " << ran << " free " << ms_since(t0));
-  }
-}
