@@ -304,6 +304,10 @@ function M.spawn(opts, on_exit)
   return handle
 end
 
+--- The stream decoders `spawn` accepts as `decoder` (STREAM_API.md); `flemma.send`
+--- streams answers once this lists the provider kinds.
+M.decoders = { anthropic = true, openai_chat = true }
+
 --- Handles of the processes still running.
 ---@return flemma.process.Handle[]
 function M.running()

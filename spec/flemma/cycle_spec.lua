@@ -480,7 +480,7 @@ describe("the <C-]> cycle", function()
     vim.notify = orig
     assert.equals(before, text(buf))
     assert.is_true(vim.bo[buf].modifiable)
-    local expected = require("flemma.send").can_stream() and "set the environment variable ANTHROPIC_API_KEY"
+    local expected = require("flemma.send").can_stream() and "set $ANTHROPIC_API_KEY"
       or "no provider is available"
     assert.truthy(msg and msg:find(expected, 1, true), msg)
     assert.equals("FlemmaRequestSending", events[1].name)
