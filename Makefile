@@ -12,7 +12,7 @@ SHELL      := /bin/bash
 # from the environment at startup, so child processes do not inherit them).
 ASAN_PRELOAD = $(shell gcc -print-file-name=libasan.so) $(shell gcc -print-file-name=libubsan.so)
 ASAN_SPECS = spec/flemma/process_spec.lua spec/flemma/sandbox_spec.lua spec/flemma/document_spec.lua \
-	spec/flemma/truncate_spec.lua spec/flemma/native_spec.lua
+	spec/flemma/truncate_spec.lua spec/flemma/native_spec.lua spec/flemma/stream_spec.lua
 
 .PHONY: all build deps test asan bench fuzz demo clean distclean
 
