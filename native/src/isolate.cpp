@@ -313,7 +313,12 @@ namespace {
 // normal evaluation allocates no new pages at all.
 constexpr size_t kPooledSlabs = 64;
 std::mutex g_pool_mutex;
-std::vector<void*> g_pool;
+struct SlabPool : std::vector<void*> {
+  ~SlabPool() {
+    for (void* s : *this) std::free(s);
+  }
+};
+SlabPool g_pool;
 
 void* take_slab(size_t size) {
   {
