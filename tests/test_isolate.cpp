@@ -66,6 +66,7 @@ TEST_CASE("isolate") {
   SUBCASE("stops code that holds too much memory") {
     iso::Limits small;
     small.memory = 1u << 20;  // reached in time even where fresh pages are slow
+    small.time_ms = 5000;     // and under sanitizers
     auto i = make(small);
     auto t0 = std::chrono::steady_clock::now();
     auto out = run(i, "local t = {}\nfor i = 1, 1e6 do t[i] = ('y'):rep(1000) .. i end");
@@ -74,7 +75,9 @@ TEST_CASE("isolate") {
     CHECK(i.arena().peak() <= (1u << 20));
   }
   SUBCASE("refuses a table part over the block limit") {
-    auto i = make();
+    iso::Limits slow;
+    slow.time_ms = 5000;
+    auto i = make(slow);
     CHECK(run(i, "local t = {}\nfor i = 1, 1e6 do t[i] = i end") ==
           R"J({"error":"user:2: needed 1048576 bytes for one string or table, more than the 512 KB one may hold, and was stopped","limit":"memory","ok":false})J");
   }
