@@ -315,7 +315,11 @@ function H.finish(req, status, err)
     if next(req.usage) ~= nil then
       u.add(req.bufnr, usage)
       if status == "completed" then
-        util.notify(("%s %s: %s"):format(req.spec.name, req.spec.model, u.format(usage)))
+        -- One line that fits the message area: a longer one makes Neovim wait for
+        -- <Enter> (and hold the screen) after every answer in a narrow terminal.
+        local width = math.max(20, (tonumber(vim.v.echospace) or 80) - #"(flemma) " - 1)
+        local model = req.model or req.spec.model
+        util.notify(u.format_fit(usage, { req.spec.name .. " " .. model, model }, width))
       end
     end
   end

@@ -218,6 +218,33 @@ function M.format(u)
   return table.concat(parts, " · ")
 end
 
+--- The usage line shown after a response, fitted into `width` display cells (so that
+--- the message never needs a hit-enter prompt): the longest of "label: full",
+--- "label: no cache details", "model-less" forms that fits, else cut with "…".
+---@param u table a recorded usage
+---@param labels string[] labels from the most to the least detailed ("anthropic claude-…", "claude-…")
+---@param width integer
+---@return string
+function M.format_fit(u, labels, width)
+  local full = M.format(u)
+  local brief = { ("%s in"):format(H.n(u.input_tokens)), ("%s out"):format(H.n(u.output_tokens)), H.money(u.cost) }
+  local candidates = {}
+  for _, label in ipairs(labels) do
+    candidates[#candidates + 1] = label .. ": " .. full
+  end
+  for _, label in ipairs(labels) do
+    candidates[#candidates + 1] = label .. ": " .. table.concat(brief, " · ")
+  end
+  candidates[#candidates + 1] = table.concat(brief, " · ")
+  for _, c in ipairs(candidates) do
+    if vim.fn.strdisplaywidth(c) <= width then
+      return c
+    end
+  end
+  local last = candidates[#candidates]
+  return vim.fn.strcharpart(last, 0, math.max(1, width - 1)) .. "…"
+end
+
 --- Forgets a buffer's numbers (the session totals stay).
 function M.forget(bufnr)
   H.buffers[bufnr] = nil
