@@ -95,7 +95,7 @@ function M.log(level, msg, ...)
     local args = { ... }
     for i = 1, select("#", ...) do
       if type(args[i]) == "table" then
-        args[i] = vim.inspect(args[i])
+        args[i] = vim.inspect(args[i], { newline = " ", indent = "" })
       elseif args[i] == nil then
         args[i] = "nil"
       end

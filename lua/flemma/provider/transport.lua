@@ -125,17 +125,40 @@ function M.start(o)
     connect_timeout = o.connect_timeout,
     timeout = o.timeout,
   })
+  local log = require("flemma.log")
+  if log.enabled("info") then
+    local names = vim.tbl_keys(o.headers or {})
+    table.sort(names)
+    -- Header names only: their values may hold the key.
+    log.info("request POST %s (%d bytes, decoder %s, headers: %s)", o.endpoint, #o.body, o.decoder, table.concat(names, ", "))
+    log.debug("request body: %s", o.body)
+  end
+  local on_events = o.on_events
+  if log.enabled("debug") then
+    on_events = function(events)
+      for _, ev in ipairs(events) do
+        if ev.type == "http" or ev.type == "error" or ev.type == "end" or ev.type == "stop" or ev.type == "usage" then
+          log.debug("response %s", ev)
+        else
+          log.trace("response %s", ev)
+        end
+      end
+      return o.on_events(events)
+    end
+  end
   local ok, handle = pcall(require("flemma.process").spawn, {
     cmd = argv,
     stdin = config,
     decoder = o.decoder,
-    on_events = o.on_events,
+    on_events = on_events,
     merge_output = false,
     -- A safety net behind curl's own --max-time.
     timeout = o.timeout and o.timeout > 0 and math.floor((o.timeout + 30) * 1000) or nil,
     kill_grace = 500,
   }, function(result)
     os.remove(path)
+    log.info("curl for %s exited with %s%s%s", o.endpoint, tostring(result.code), result.signal and (" signal " .. result.signal) or "",
+      (result.stderr or "") ~= "" and (": " .. vim.trim(result.stderr)) or "")
     o.on_exit(result)
   end)
   if not ok then

@@ -111,10 +111,8 @@ describe("credentials on the send path", function()
   end)
 end)
 
-local has_decoder = require("flemma.send").can_stream()
-local describe_if = has_decoder and describe or pending
 
-describe_if("credentials against the loopback server", function()
+describe("credentials against the loopback server", function()
   local server
   before_each(function()
     secrets._reset()

@@ -67,10 +67,8 @@ local function errors()
   end, notes)
 end
 
-local has_decoder = require("flemma.send").can_stream()
-local describe_if = has_decoder and describe or pending
 
-describe_if("sending to a provider", function()
+describe("sending to a provider", function()
   local orig_notify
   before_each(function()
     server = server_mod.start()
@@ -100,6 +98,29 @@ describe_if("sending to a provider", function()
     helpers.cleanup()
     vim.env.FLEMMA_SPEC_KEY = nil
     require("flemma").setup({})
+  end)
+
+  it("writes the request, the response and curl's exit to the log when logging is on, never the key", function()
+    local log = require("flemma.log")
+    local saved_state = vim.env.XDG_STATE_HOME
+    vim.env.XDG_STATE_HOME = helpers.tmpdir()
+    log.enable("trace")
+    server:script({ { fixture = "anthropic_text.sse", chunk_seed = 2, max_chunk = 9 } })
+    local buf = chat({ "@You:", "Hello log" })
+    press("<C-]>")
+    assert.equals("completed", wait_finished().status)
+    log.disable()
+    local logged = assert(helpers.read_file(log.path()))
+    vim.env.XDG_STATE_HOME = saved_state
+    assert.truthy(text(buf):find("Second line ends here.", 1, true))
+    assert.matches("%[INFO%] request POST " .. vim.pesc(server:url("/v1/messages")) .. " %(%d+ bytes, decoder anthropic, headers: [^)]*x%-api%-key", logged)
+    assert.matches('%[DEBUG%] request body: {.*"Hello log"', logged)
+    assert.matches("%[DEBUG%] response {[^\n]*status = 200", logged)
+    assert.matches('%[TRACE%] response {[^\n]*text = "Hello', logged)
+    assert.matches('%[DEBUG%] response {[^\n]*reason = "end_turn"', logged)
+    assert.matches("%[INFO%] curl for [^\n]* exited with 0", logged)
+    assert.matches("%[INFO%] FlemmaRequestFinished", logged)
+    assert.is_nil(logged:find(KEY, 1, true), "the key is in the log")
   end)
 
   it("streams a plain answer into the buffer and reports usage", function()

@@ -37,11 +37,8 @@ local function append(buf, lines)
   vim.api.nvim_buf_set_lines(buf, n, n, false, lines)
 end
 
-local native = require("flemma.native")
-local can = require("flemma.send").can_stream() and native.stream_new("openai") ~= nil and native.stream_new("vertex") ~= nil
-local describe_if = can and describe or pending
 
-describe_if("a conversation switched between providers mid-file", function()
+describe("a conversation switched between providers mid-file", function()
   local server, orig_notify, notes
   before_each(function()
     require("flemma.provider.usage")._reset()
