@@ -184,6 +184,7 @@ describe("flemma.secrets", function()
       assert.is_nil(res.key)
       local msg = res.info
       assert.truthy(msg:find("anthropic: no API key found", 1, true), msg)
+      assert.truthy(msg:find('a local server needs no key: require(\'flemma\').setup({ provider = "ollama"', 1, true), msg)
       assert.truthy(msg:find("env: $FLEMMA_SPEC_ANTHROPIC_KEY is not set", 1, true), msg)
       assert.truthy(msg:find("spec_pass: pass show flemma/anthropic: not in the store", 1, true), msg)
       assert.truthy(msg:find("keyring: secret-tool lookup service anthropic key api: exit 1 (No matching secret)", 1, true), msg)
