@@ -3,16 +3,6 @@
 -- would land there if it ran.
 local helpers = require("spec.support.helpers")
 
-local function wait_screen(child, needle, timeout)
-  local last = ""
-  local ok = vim.wait(timeout or 15000, function()
-    last = child.screen()
-    return last:find(needle, 1, true) ~= nil
-  end, 50)
-  assert(ok, "screen never showed: " .. needle .. "\n--- screen:\n" .. last)
-  return last
-end
-
 describe("make demo", function()
   local child
   after_each(function()
@@ -39,10 +29,10 @@ describe("make demo", function()
         )
       end,
     })
-    wait_screen(child, "Show me how tools work in Flemma.", 60000)
+    child.wait_screen("Show me how tools work in Flemma.", 60000)
 
     child.tmux({ "send-keys", "-t", "flemma", "C-]" })
-    local s = wait_screen(child, "bash: $ ls && echo tour-bash-done # list the tour folder")
+    local s = child.wait_screen("bash: $ ls && echo tour-bash-done # list the tour folder", 15000)
     local text = helpers.read_file(dir .. "/tour.chat") -- unsaved: the buffer is the truth
     assert.is_not_nil(text)
     child.tmux({ "send-keys", "-t", "flemma", ":w", "Enter" })
@@ -57,7 +47,7 @@ describe("make demo", function()
     -- The cursor sits on the pending bash block: approve it and press Ctrl-] again.
     child.tmux({ "send-keys", "-t", "flemma", ":Flemma tool:approve", "Enter" })
     child.tmux({ "send-keys", "-t", "flemma", "C-]" })
-    s = wait_screen(child, "tour-bash-done\n", 15000)
+    s = child.wait_screen("tour-bash-done\n", 15000)
     -- The line shows in the running placeholder's progress first: wait for the result.
     helpers.wait_for(function()
       s = child.screen()

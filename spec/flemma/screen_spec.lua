@@ -2,16 +2,6 @@
 -- them, the screen read back with capture-pane.
 local helpers = require("spec.support.helpers")
 
-local function wait_screen(child, needle, timeout)
-  local last = ""
-  local ok = vim.wait(timeout or 8000, function()
-    last = child.screen()
-    return last:find(needle, 1, true) ~= nil
-  end, 50)
-  assert(ok, "screen never showed: " .. needle .. "\n--- screen:\n" .. last)
-  return last
-end
-
 describe("the screen", function()
   local child
   after_each(function()
@@ -60,19 +50,19 @@ describe("the screen", function()
       width = 90,
       height = 30,
     })
-    wait_screen(child, "Check the repo.")
+    child.wait_screen("Check the repo.")
 
     child.tmux({ "send-keys", "-t", "flemma", "C-]" })
-    local s = wait_screen(child, "bash: $ sleep 2; echo screen-done # checking repo")
+    local s = child.wait_screen("bash: $ sleep 2; echo screen-done # checking repo")
     assert.truthy(s:find("```flemma:tool status=pending", 1, true), s)
 
     child.tmux({ "send-keys", "-t", "flemma", ":%s/status=pending/status=approved/", "Enter" })
-    wait_screen(child, "status=approved")
+    child.wait_screen("status=approved")
     child.tmux({ "send-keys", "-t", "flemma", "C-]" })
-    s = wait_screen(child, "running bash")
+    s = child.wait_screen("running bash")
     -- The spinner is virtual text: the placeholder line itself is unchanged.
     assert.truthy(s:find("```flemma:tool status=approved", 1, true), s)
-    wait_screen(child, "screen-done\n", 10000)
+    child.wait_screen("screen-done\n", 10000)
     -- Quitting is part of what the user does: Neovim must exit 0, not crash on the way.
     local c = child
     child = nil

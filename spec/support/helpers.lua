@@ -224,6 +224,16 @@ function M.tmux_nvim(opts)
   function t.screen()
     return tmux({ "capture-pane", "-p", "-t", "flemma" }).stdout or ""
   end
+  --- Waits until the screen shows `needle` (plain text); fails with the screen.
+  function t.wait_screen(needle, timeout)
+    local last = ""
+    local ok = vim.wait(timeout or 8000, function()
+      last = t.screen()
+      return last:find(needle, 1, true) ~= nil
+    end, 50)
+    assert(ok, "screen never showed: " .. needle .. "\n--- screen:\n" .. last)
+    return last
+  end
   local function ended()
     local code = tonumber(vim.trim(M.read_file(status_file) or ""))
     return code and { code = code, signal = 0 }
