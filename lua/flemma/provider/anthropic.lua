@@ -5,6 +5,7 @@
 --- (native decoder), so this module needs nothing to turn them into a response.
 local M = {}
 local H = {}
+local common = require("flemma.provider.common")
 
 M.kind = "anthropic"
 M.version = "2023-06-01"
@@ -17,13 +18,7 @@ M.default_max_tokens = 8192
 
 H.empty = vim.empty_dict
 
-function H.schema(schema)
-  local s = vim.deepcopy(schema)
-  if type(s.properties) == "table" and next(s.properties) == nil then
-    s.properties = H.empty()
-  end
-  return s
-end
+H.schema = common.schema
 
 function H.input(input)
   if type(input) ~= "table" or next(input) == nil then

@@ -8,6 +8,7 @@ local thinking = require("flemma.provider.thinking")
 
 local M = {}
 local H = {}
+local common = require("flemma.provider.common")
 
 M.kind = "openai"
 
@@ -17,20 +18,9 @@ M.efforts = { minimal = "minimal", low = "low", medium = "medium", high = "high"
 --- Text put before the output of an error result (the API has no error flag).
 M.error_prefix = "Error: "
 
-function H.schema(schema)
-  local s = vim.deepcopy(schema or { type = "object" })
-  if type(s.properties) == "table" and next(s.properties) == nil then
-    s.properties = vim.empty_dict()
-  end
-  return s
-end
+H.schema = common.schema
 
-function H.arguments(input)
-  if type(input) ~= "table" or next(input) == nil then
-    return "{}"
-  end
-  return vim.json.encode(input)
-end
+H.arguments = common.arguments
 
 --- The reasoning effort of a `parameters.thinking` value (nil: none asked).
 function M.effort(value)

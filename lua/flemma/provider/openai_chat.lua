@@ -4,6 +4,7 @@
 --- messages; thinking without a signature goes back as `reasoning_content`.
 local M = {}
 local H = {}
+local common = require("flemma.provider.common")
 
 M.kind = "openai_chat"
 
@@ -13,20 +14,9 @@ M.efforts = { minimal = "minimal", low = "low", medium = "medium", high = "high"
 --- Text put before the content of an error result (the API has no error flag).
 M.error_prefix = "Error: "
 
-function H.schema(schema)
-  local s = vim.deepcopy(schema)
-  if type(s.properties) == "table" and next(s.properties) == nil then
-    s.properties = vim.empty_dict()
-  end
-  return s
-end
+H.schema = common.schema
 
-function H.arguments(input)
-  if type(input) ~= "table" or next(input) == nil then
-    return "{}"
-  end
-  return vim.json.encode(input)
-end
+H.arguments = common.arguments
 
 function H.effort(thinking)
   if thinking == nil or thinking == false then

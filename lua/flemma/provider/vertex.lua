@@ -8,6 +8,7 @@ local thinking = require("flemma.provider.thinking")
 
 local M = {}
 local H = {}
+local common = require("flemma.provider.common")
 
 M.kind = "vertex"
 
@@ -55,13 +56,7 @@ function H.args(input)
   return input
 end
 
-function H.schema(schema)
-  local s = vim.deepcopy(schema or { type = "object" })
-  if type(s.properties) == "table" and next(s.properties) == nil then
-    s.properties = vim.empty_dict()
-  end
-  return s
-end
+H.schema = common.schema
 
 --- The `contents` of the conversation.
 function H.contents(request, params)
