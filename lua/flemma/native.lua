@@ -478,7 +478,9 @@ end
 
 --- A new document from a list of lines (joined natively, no Lua string of the
 --- whole text is built).
-function H.doc_from_lines(lib, lines)
+--- The lines as pointer and length arrays for the C side (reused between calls;
+--- valid while `lines` is alive and until the next call).
+function H.pack_lines(lines)
   local n = #lines
   if n > H.line_cap then
     local cap = math.max(n, 2 * H.line_cap, 64)
@@ -495,6 +497,11 @@ function H.doc_from_lines(lib, lines)
     ptrs[i - 1] = l
     lens[i - 1] = #l
   end
+  return ptrs, lens, n
+end
+
+function H.doc_from_lines(lib, lines)
+  local ptrs, lens, n = H.pack_lines(lines)
   return lib.flemma_doc_new_lines(ptrs, lens, n)
 end
 
@@ -698,22 +705,7 @@ end
 --- Raises on failure (then the document must be rebuilt).
 function M.idoc_edit(d, first, last, lines)
   local lib = M.lib()
-  local n = #lines
-  if n > H.line_cap then
-    local cap = math.max(n, 2 * H.line_cap, 64)
-    H.line_ptrs = ffi.new("const char *[?]", cap)
-    H.line_lens = ffi.new("size_t[?]", cap)
-    H.line_cap = cap
-  end
-  local ptrs, lens = H.line_ptrs, H.line_lens
-  for i = 1, n do
-    local l = lines[i]
-    if type(l) ~= "string" then
-      H.check_line(lines, i)
-    end
-    ptrs[i - 1] = l
-    lens[i - 1] = #l
-  end
+  local ptrs, lens, n = H.pack_lines(lines)
   if lib.flemma_idoc_edit(d, first, last, ptrs, lens, n) ~= 0 then
     util.error("cannot update the document: " .. M.last_error())
   end
