@@ -97,7 +97,19 @@ H.defaults = {
     },
   },
   highlights = { tool_preview = "Comment" },
-  keymaps = { enabled = true, send = "<C-]>", execute = "<M-CR>", cancel = "<C-c>" },
+  keymaps = {
+    enabled = true,
+    send = "<C-]>",
+    execute = "<M-CR>",
+    cancel = "<C-c>",
+    -- Moving (:help flemma-moving); false leaves a key unmapped.
+    next_message = "]m",
+    prev_message = "[m",
+    inner_message = "im",
+    around_message = "am",
+    goto_file = "gf",
+    goto_pair = "gd",
+  },
 }
 
 -- Types of options whose default is nil, or that accept more than their default's type.
@@ -118,6 +130,12 @@ H.types = {
   ["keymaps.send"] = { "string", "boolean" },
   ["keymaps.execute"] = { "string", "boolean" },
   ["keymaps.cancel"] = { "string", "boolean" },
+  ["keymaps.next_message"] = { "string", "boolean" },
+  ["keymaps.prev_message"] = { "string", "boolean" },
+  ["keymaps.inner_message"] = { "string", "boolean" },
+  ["keymaps.around_message"] = { "string", "boolean" },
+  ["keymaps.goto_file"] = { "string", "boolean" },
+  ["keymaps.goto_pair"] = { "string", "boolean" },
 }
 
 -- Allowed values of enumerated options.

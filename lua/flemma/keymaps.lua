@@ -4,11 +4,11 @@ local H = {}
 
 M.group = vim.api.nvim_create_augroup("flemma.chat", { clear = true })
 
-function H.map(bufnr, modes, lhs, rhs, desc)
+function H.map(bufnr, modes, lhs, rhs, desc, expr)
   if type(lhs) ~= "string" or lhs == "" then
     return
   end
-  vim.keymap.set(modes, lhs, rhs, { buffer = bufnr, desc = desc, silent = true })
+  vim.keymap.set(modes, lhs, rhs, { buffer = bufnr, desc = desc, silent = true, expr = expr })
 end
 
 function H.safe(fn, what)
@@ -21,6 +21,36 @@ function H.safe(fn, what)
       require("flemma.util").notify(what .. " failed: " .. tostring(err), vim.log.levels.ERROR)
     end
   end
+end
+
+-- Wraps a key's function: an error is reported, never raised into the editor.
+function H.guard(fn, what)
+  return function()
+    local ok, err = xpcall(fn, debug.traceback)
+    if not ok then
+      require("flemma.util").notify(what .. " failed: " .. tostring(err), vim.log.levels.ERROR)
+    end
+  end
+end
+
+--- The keys of `:help flemma-moving` (each one may be set to false).
+function H.map_moving(bufnr, km)
+  local function nav(name, ...)
+    local args = { ... }
+    return function()
+      require("flemma.ui.nav")[name](unpack(args))
+    end
+  end
+  H.map(bufnr, { "n", "x", "o" }, km.next_message, H.guard(nav("message_motion", 1), "]m"), "Flemma: next message")
+  H.map(bufnr, { "n", "x", "o" }, km.prev_message, H.guard(nav("message_motion", -1), "[m"), "Flemma: previous message")
+  H.map(bufnr, { "x", "o" }, km.inner_message, function()
+    return require("flemma.ui.nav").message_object(false)
+  end, "Flemma: inner message", true)
+  H.map(bufnr, { "x", "o" }, km.around_message, function()
+    return require("flemma.ui.nav").message_object(true)
+  end, "Flemma: a message", true)
+  H.map(bufnr, "n", km.goto_file, H.guard(nav("goto_file"), "gf"), "Flemma: edit the file reference under the cursor")
+  H.map(bufnr, "n", km.goto_pair, H.guard(nav("goto_pair"), "gd"), "Flemma: tool use <-> tool result")
 end
 
 --- Attaches Flemma to a chat buffer: keys (when keymaps.enabled) and preview refresh.
@@ -79,6 +109,7 @@ function M.attach(bufnr)
       end, "<C-c>"),
       "Flemma: cancel the request or the running tools"
     )
+    H.map_moving(bufnr, km)
   end
 
   -- Changes that fire no TextChanged (another window, a plugin writing into

@@ -767,6 +767,29 @@ function M.idoc_has_empty_pending(d, i)
   return false
 end
 
+--- The lines of segment i's message, absolute, read without building tables
+--- (for motions): { role, first (the marker), last (trailing blank lines
+--- excluded), content (first line of its first part, nil when empty),
+--- seg_first, seg_last (the whole segment) }; `role` is nil for a segment
+--- without a message (a frontmatter alone).
+function M.idoc_message(d, i)
+  local s = M.idoc_segment_raw(d, i)
+  local off = s.first_line - 1
+  local out = { seg_first = s.first_line, seg_last = off + s.line_count }
+  local items, n = s.items, s.item_count
+  for k = 0, math.min(n, 2) - 1 do
+    local it = items[k]
+    if it.kind == 2 then
+      out.role, out.first, out.last = H.ROLES[it.role], it.first_line + off, it.last_line + off
+      if k + 1 < n then
+        out.content = items[k + 1].first_line + off
+      end
+      break
+    end
+  end
+  return out
+end
+
 --- Segment i as Lua tables, lines absolute: { id, version, first_line,
 --- line_count, message?, frontmatter?, inputs } where `inputs` maps each
 --- tool_use part with a valid input to its raw JSON (decoded by the caller).
