@@ -133,6 +133,12 @@ function M.estimate(bufnr, cb)
   local document = require("flemma.document")
   local doc = document.get(bufnr)
   local ok_doc, problems = document.validate_for_send(doc)
+  if ok_doc then
+    -- counted as it would be sent: templates expanded
+    local expanded
+    expanded, problems = require("flemma.templates").expand(bufnr, doc)
+    ok_doc, doc = expanded ~= nil, expanded or doc
+  end
   if not ok_doc then
     local msgs = {}
     for _, p in ipairs(problems) do

@@ -18,6 +18,7 @@ local H = {}
 ---@field auto_approve string[]|function|nil the buffer's approval policy (nil: not set)
 ---@field auto_approve_excluded string[] tools removed from presets in the buffer's list
 ---@field parameters table parameter overrides: general keys and provider tables
+---@field variables table|nil the table a Lua frontmatter returns (plain data): the variables of the chat's templates
 
 -- A safe description of an error value (never runs a __tostring).
 function H.describe(err)
@@ -195,6 +196,7 @@ function H.evaluate(code, lang, first_line, config)
     auto_approve = v.auto_approve,
     auto_approve_excluded = v.auto_approve_excluded or {},
     parameters = v.parameters or {},
+    variables = v.variables,
   }
   if v.auto_approve_function then
     opts.auto_approve = H.wrap_function(box, first_line)

@@ -111,6 +111,14 @@ function M.send(bufnr, opts)
     end
   end
 
+  -- Templates ({{ }}, {% %}, include()) are expanded in what is sent, never in the buffer.
+  local expanded, template_problems = require("flemma.templates").expand(bufnr, doc)
+  if not expanded then
+    M.show_problems(bufnr, template_problems)
+    return false
+  end
+  doc = expanded
+
   H.event("FlemmaRequestSending", { bufnr = bufnr })
   local handler = H.handler or H.default_handler()
   if not handler then

@@ -201,6 +201,9 @@ function H.env(flemma_opt)
   return env
 end
 
+--- A fresh environment like frontmatter code's (templates run in one).
+M.env = H.env
+
 ---------------------------------------------------------------------------------------
 -- Entry points
 ---------------------------------------------------------------------------------------
@@ -230,6 +233,35 @@ function H.set_data(data)
   }
 end
 
+-- A copy of v holding only what crosses as data (lists, or tables of string keys;
+-- strings, finite numbers, booleans and tables of them); nil for anything else.
+function H.plain(v, depth, seen)
+  local t = type(v)
+  if t == "string" or t == "boolean" then
+    return v
+  elseif t == "number" then
+    return (v == v and v ~= math.huge and v ~= -math.huge) and v or nil
+  elseif t == "table" and depth < 32 and not seen[v] then
+    seen[v] = true
+    local out, n, list = {}, #v, true
+    for k in pairs(v) do
+      if type(k) ~= "number" or k < 1 or k > n or k % 1 ~= 0 then
+        list = false
+        break
+      end
+    end
+    for k, x in pairs(v) do
+      -- a list keeps its items; any other table its string keys
+      if (list and type(k) == "number") or (not list and type(k) == "string") then
+        out[k] = H.plain(x, depth + 1, seen)
+      end
+    end
+    seen[v] = nil
+    return out
+  end
+  return nil
+end
+
 -- What leaves the interpreter: plain data; a function policy as a flag.
 function H.result(opts)
   if type(opts.auto_approve) == "function" then
@@ -247,8 +279,13 @@ function H.eval_lua(code)
   if not chunk then
     error(err, 0)
   end
-  chunk()
-  return H.result(collect())
+  local returned = chunk()
+  local opts = H.result(collect())
+  if type(returned) == "table" then
+    -- The variables of the chat's templates: plain data only.
+    opts.variables = H.plain(returned, 0, {})
+  end
+  return opts
 end
 
 -- The buffer line of a JSON key (the first line that holds `"key"` then `:`).

@@ -1,0 +1,487 @@
+--- Templates in @System: and @You: text, expanded in what is sent (never in the
+--- buffer): `{{ expression }}` writes a value, `{% statements %}` runs Lua (loops,
+--- conditions), and a `-` inside a tag (`{{-`, `-}}`, `{%-`, `-%}`) removes the
+--- whitespace before or after it. The code runs in the isolated interpreter of the
+--- frontmatter (flemma.frontmatter: same environment, same time and memory limits),
+--- with the table the Lua frontmatter returns as variables, `__filename`, `__dirname`
+--- and `include(path)`, which inlines another file (a template too; relative to the
+--- file that includes it; `{ raw = true }` inlines it as written).
+--- `include("flemma:project")` inlines the project's instruction files.
+---
+--- A template is compiled here into Lua code that calls `_lit(i)` for its literal
+--- text and `_out(v)` for each value; the literal text of a message stays on this side
+--- and the interpreter answers with a list of pieces (flemma/templates/runtime.lua).
+--- An include of a file the interpreter does not have yet stops the rendering: the
+--- file is read here, handed over, and the message rendered again.
+local M = {}
+local H = {}
+
+--- Largest file include() reads (bytes).
+M.MAX_FILE = 256 * 1024
+--- Most files one send may include.
+M.MAX_FILES = 64
+--- The instruction files of `include("flemma:project")`, in the order they are joined.
+M.PROJECT_FILES = { "AGENTS.md", "CLAUDE.md", ".cursorrules", ".github/copilot-instructions.md" }
+
+---@class flemma.templates.Unit
+---@field code string Lua code: `_lit(i)` for literal i, `_out(v)` for a value
+---@field map integer[] the template line of each code line
+---@field literals string[]
+---@field chunk string the name errors use
+
+---------------------------------------------------------------------------------------
+-- Compiling
+---------------------------------------------------------------------------------------
+
+--- Whether text holds a template tag (a cheap scan).
+---@param text string
+---@return boolean
+function M.has_tags(text)
+  return text:find("{[{%%]") ~= nil
+end
+
+local function count_nl(s)
+  local _, n = s:gsub("\n", "")
+  return n
+end
+
+--- Compiles template text.
+---@param text string
+---@param chunk string the name of the text in error messages
+---@return flemma.templates.Unit|nil unit
+---@return { line: integer, message: string }|nil err line is 1-based in text
+function M.compile(text, chunk)
+  local code, map, literals = {}, {}, {}
+  local function emit(s, at)
+    local k = 0
+    for seg in (s .. "\n"):gmatch("([^\n]*)\n") do
+      code[#code + 1] = seg
+      map[#map + 1] = at + k
+      k = k + 1
+    end
+  end
+  local function literal(s, at)
+    if s ~= "" then
+      literals[#literals + 1] = s
+      emit(("_lit(%d)"):format(#literals), at)
+    end
+  end
+  local pos, line, trim_next = 1, 1, false
+  while true do
+    local s, e, kind = text:find("{([{%%])", pos)
+    local before = text:sub(pos, s and s - 1 or #text)
+    local open_line = line + count_nl(before)
+    local trim_before = s ~= nil and text:sub(e + 1, e + 1) == "-"
+    local lit_line = line
+    if trim_next then
+      local ws = before:match("^%s*")
+      lit_line = lit_line + count_nl(ws)
+      before = before:sub(#ws + 1)
+    end
+    if trim_before then
+      before = before:gsub("%s+$", "")
+    end
+    literal(before, lit_line)
+    if not s then
+      break
+    end
+    local close = kind == "{" and "}}" or "%}"
+    local body_start = e + 1 + (trim_before and 1 or 0)
+    local cs = text:find(close, body_start, true)
+    if not cs then
+      return nil, { line = open_line, message = ("`{%s` is not closed by `%s`"):format(kind, close) }
+    end
+    local body_end = cs - 1
+    trim_next = body_end >= body_start and text:sub(body_end, body_end) == "-"
+    if trim_next then
+      body_end = body_end - 1
+    end
+    local body = text:sub(body_start, body_end)
+    if kind == "{" then
+      if not body:find("%S") then
+        return nil, { line = open_line, message = "`{{ }}` holds no expression" }
+      end
+      -- The closing parentheses on a line of their own: a `--` comment in the
+      -- expression cannot hide them.
+      emit("_out((" .. body, open_line)
+      -- Lua names the line of the last token read for an error in an expression.
+      code[#code + 1] = "))"
+      map[#map + 1] = map[#map]
+    else
+      emit(body, open_line)
+    end
+    line = open_line + count_nl(text:sub(e + 1, cs + 1))
+    pos = cs + 2
+  end
+  return { code = table.concat(code, "\n"), map = map, literals = literals, chunk = chunk }
+end
+
+---------------------------------------------------------------------------------------
+-- Files
+---------------------------------------------------------------------------------------
+
+-- A file's identity for the cache: "mtime size inode", or "-" when it is not there.
+function H.stamp(path)
+  local st = vim.uv.fs_stat(path)
+  if not st then
+    return "-"
+  end
+  return ("%d.%d %d %d"):format(st.mtime.sec, st.mtime.nsec or 0, st.size, st.ino or 0)
+end
+
+-- A path as messages show it: relative to the chat's directory when inside it.
+function H.display(path, dir)
+  if dir and dir ~= "/" and path:sub(1, #dir + 1) == dir .. "/" then
+    return path:sub(#dir + 2)
+  end
+  return path
+end
+
+-- The text of a file, or nil and why not.
+function H.read(path, dir)
+  local shown = H.display(path, dir)
+  local st, serr = vim.uv.fs_stat(path)
+  if not st then
+    return nil, ("cannot read %s: %s"):format(shown, (serr or "no such file"):gsub("^ENOENT:.*", "no such file"))
+  elseif st.type ~= "file" then
+    return nil, ("cannot read %s: it is a %s, not a file"):format(shown, st.type)
+  elseif st.size > M.MAX_FILE then
+    return nil, ("%s is %d bytes; include() reads files of at most %d KB"):format(shown, st.size, M.MAX_FILE / 1024)
+  end
+  local f, ferr = io.open(path, "rb")
+  if not f then
+    return nil, ("cannot read %s: %s"):format(shown, ferr)
+  end
+  local text = f:read("*a") or ""
+  f:close()
+  if #text > M.MAX_FILE then
+    return nil, ("%s is %d bytes; include() reads files of at most %d KB"):format(shown, #text, M.MAX_FILE / 1024)
+  end
+  return (text:gsub("\r\n", "\n"))
+end
+
+--- The project's instruction files for `include("flemma:project")`: for each project
+--- root (the cwd, then the chat's directory; the sandbox's writable roots while the
+--- sandbox is on), each of M.PROJECT_FILES that exists, in that order. A file seen
+--- before (the same file through a symlink, or the same text) is left out. The texts
+--- are joined with a blank line between them; "" when there are none.
+---@param bufnr integer
+---@return string text
+---@return string[] paths the files joined
+---@return string[] candidates every path looked at (for the cache)
+function M.project(bufnr)
+  local roots = require("flemma.tools.scope").roots(bufnr)
+  local texts, paths, candidates = {}, {}, {}
+  local seen_real, seen_text = {}, {}
+  for _, root in ipairs(roots) do
+    for _, name in ipairs(M.PROJECT_FILES) do
+      local path = root .. "/" .. name
+      candidates[#candidates + 1] = path
+      local st = vim.uv.fs_stat(path)
+      if st and st.type == "file" then
+        local real = vim.uv.fs_realpath(path) or path
+        if not seen_real[real] then
+          seen_real[real] = true
+          local text, err = H.read(path)
+          if not text then
+            error(err, 0)
+          end
+          text = text:gsub("%s+$", "")
+          if text ~= "" and not seen_text[text] then
+            seen_text[text] = true
+            texts[#texts + 1] = text
+            paths[#paths + 1] = path
+          end
+        end
+      end
+    end
+  end
+  return table.concat(texts, "\n\n"), paths, candidates
+end
+
+---------------------------------------------------------------------------------------
+-- The interpreter of one expansion
+---------------------------------------------------------------------------------------
+
+H.MODULES = {
+  ["flemma.frontmatter.runtime"] = "frontmatter/runtime.lua",
+  ["flemma.templates.runtime"] = "templates/runtime.lua",
+}
+H.RUNTIME = "flemma.templates.runtime"
+
+function H.modules_json()
+  if not H.modules_cache then
+    local dir = debug.getinfo(1, "S").source:sub(2):match("^(.*)/templates%.lua$")
+    local sources = {}
+    for name, file in pairs(H.MODULES) do
+      local f = assert(io.open(dir .. "/" .. file, "rb"))
+      sources[name] = f:read("*a")
+      f:close()
+    end
+    H.modules_cache = vim.json.encode(sources)
+  end
+  return H.modules_cache
+end
+
+function H.args(...)
+  local parts = {}
+  for i = 1, select("#", ...) do
+    local v = select(i, ...)
+    parts[i] = v == nil and "null" or vim.json.encode(v)
+  end
+  return "[" .. table.concat(parts, ",") .. "]"
+end
+
+-- One expansion: an interpreter made when first needed, the files handed to it.
+local Session = {}
+Session.__index = Session
+
+function H.session(bufnr, vars, meta)
+  return setmetatable({ bufnr = bufnr, vars = vars, meta = meta, files = {}, stamps = {}, count = 0 }, Session)
+end
+
+function Session:call(fn, ...)
+  local native = require("flemma.native")
+  if not self.iso then
+    local iso, err = native.isolate_new(H.modules_json(), H.RUNTIME)
+    if not iso then
+      return { ok = false, error = "cannot start the template interpreter: " .. tostring(err) }
+    end
+    self.iso = iso
+    local res = native.isolate_call(iso, "setup", H.args(self.vars, self.meta))
+    if not res.ok then
+      self:close()
+      return res
+    end
+    for key, unit in pairs(self.files) do
+      native.isolate_call(iso, "add_file", H.args(key, unit))
+    end
+  end
+  local res = native.isolate_call(self.iso, fn, H.args(...))
+  if not res.ok and res.limit then
+    -- A limit was hit: the next message starts in a fresh interpreter.
+    self:close()
+  end
+  return res
+end
+
+function Session:close()
+  if self.iso then
+    require("flemma.native").isolate_free(self.iso)
+    self.iso = nil
+  end
+end
+
+-- The unit for an include the interpreter asked for.
+function Session:load(need)
+  local dir = self.meta.dirname
+  self.count = self.count + 1
+  if self.count > M.MAX_FILES then
+    return { error = ("more than %d files included"):format(M.MAX_FILES) }
+  end
+  if need.path == "flemma:project" then
+    local ok, text, _, candidates = pcall(M.project, self.bufnr)
+    if not ok then
+      return { error = tostring(text) }
+    end
+    for _, p in ipairs(candidates) do
+      self.stamps[p] = H.stamp(p)
+    end
+    if #text > M.MAX_FILE then
+      return { error = ("the project's instruction files hold %d bytes, more than %d KB"):format(#text, M.MAX_FILE / 1024) }
+    end
+    return { code = "_lit(1)", map = { 1 }, literals = { text }, chunk = "flemma:project" }
+  end
+  self.stamps[need.path] = H.stamp(need.path)
+  local text, err = H.read(need.path, dir)
+  if not text then
+    return { error = err }
+  end
+  local shown = H.display(need.path, dir)
+  if need.raw or not M.has_tags(text) then
+    return { code = text == "" and "" or "_lit(1)", map = { 1 }, literals = { text }, chunk = shown }
+  end
+  local unit, cerr = M.compile(text, shown)
+  if not unit then
+    return { error = ("%s:%d: %s"):format(shown, cerr.line, cerr.message) }
+  end
+  return unit
+end
+
+--- Renders one unit: its pieces, or nil, message, template line (nil: unknown).
+function Session:render(unit)
+  for _ = 1, M.MAX_FILES + 1 do
+    local res = self:call("render", unit)
+    if not res.ok then
+      return nil, res.error
+    end
+    local v = (res.values or {})[1] or {}
+    if v.need then
+      local key = (v.need.raw and "raw:" or "template:") .. v.need.path
+      local file = self:load(v.need)
+      self.files[key] = file
+      local added = self:call("add_file", key, file)
+      if not added.ok then
+        return nil, added.error
+      end
+    elseif v.error then
+      return nil, v.error, v.line
+    else
+      return v.pieces or {}
+    end
+  end
+  return nil, ("more than %d files included"):format(M.MAX_FILES)
+end
+
+---------------------------------------------------------------------------------------
+-- Expanding a document
+---------------------------------------------------------------------------------------
+
+-- Per text part (weak keys; the document keeps a part's table while it is unchanged):
+-- whether it holds tags, and its last expansion { key, text, stamps }.
+H.tags = setmetatable({}, { __mode = "k" })
+H.cache = setmetatable({}, { __mode = "k" })
+
+function H.part_has_tags(p)
+  local t = H.tags[p]
+  if t == nil then
+    t = type(p.text) == "string" and M.has_tags(p.text)
+    H.tags[p] = t
+  end
+  return t
+end
+
+function H.fresh(entry, key)
+  if not entry or entry.key ~= key then
+    return false
+  end
+  for path, stamp in pairs(entry.stamps) do
+    if H.stamp(path) ~= stamp then
+      return false
+    end
+  end
+  return true
+end
+
+function H.meta(bufnr)
+  local name = vim.api.nvim_buf_get_name(bufnr)
+  local meta = { home = vim.uv.os_homedir(), cwd = vim.fs.normalize(vim.fn.getcwd()) }
+  if name ~= "" then
+    local file = vim.fs.normalize(vim.fn.fnamemodify(name, ":p"))
+    meta.filename = file
+    meta.dirname = vim.fs.dirname(file)
+  else
+    meta.dirname = meta.cwd
+  end
+  return meta
+end
+
+-- Expands one text part: the new text, or nil and a problem { line, message }.
+function H.expand_part(session, p)
+  local unit, cerr = M.compile(p.text, "template")
+  if not unit then
+    return nil, { line = p.first_line + cerr.line - 1, message = "template: " .. cerr.message }
+  end
+  local pieces, err, line = session:render(unit)
+  if not pieces and not line and type(err) == "string" then
+    -- a limit error raised by the interpreter itself: "template:N: ..."
+    local n, rest = err:match("^template:(%d+): (.*)$")
+    if n then
+      line, err = unit.map[tonumber(n)], rest
+    end
+  end
+  if not pieces then
+    return nil, { line = p.first_line + (line or 1) - 1, message = "template: " .. tostring(err) }
+  end
+  local out = {}
+  for i, piece in ipairs(pieces) do
+    out[i] = type(piece) == "number" and unit.literals[piece] or piece
+  end
+  return table.concat(out)
+end
+
+--- The document as it is sent: @System: and @You: text parts with template tags
+--- replaced by their expansion (in copies; the document itself and the buffer are
+--- not touched). A document without tags is returned as it is. Problems name the
+--- buffer line of each error; the send must not happen then.
+---@param bufnr integer
+---@param doc flemma.document.Doc
+---@return flemma.document.Doc|nil doc
+---@return { line: integer, message: string }[]|nil problems
+function M.expand(bufnr, doc)
+  local todo = nil
+  for i, msg in ipairs(doc.messages) do
+    if msg.role == "system" or msg.role == "user" then
+      for _, p in ipairs(msg.parts) do
+        if p.kind == "text" and H.part_has_tags(p) then
+          todo = todo or {}
+          todo[#todo + 1] = i
+          break
+        end
+      end
+    end
+  end
+  if not todo then
+    return doc
+  end
+  local opts, ferr = require("flemma.frontmatter").get(bufnr)
+  if ferr then
+    return nil, { { line = doc.frontmatter and doc.frontmatter.first_line or 1, message = ferr } }
+  end
+  local vars = opts and opts.variables or vim.empty_dict()
+  local meta = H.meta(bufnr)
+  local key = vim.json.encode({ vars, meta })
+  local session = H.session(bufnr, vars, meta)
+  local messages = {}
+  for i, msg in ipairs(doc.messages) do
+    messages[i] = msg
+  end
+  local problems = {}
+  for _, i in ipairs(todo) do
+    local msg = doc.messages[i]
+    local copy = {}
+    for k, v in pairs(msg) do
+      copy[k] = v
+    end
+    copy.parts = {}
+    for j, p in ipairs(msg.parts) do
+      copy.parts[j] = p
+      if p.kind == "text" and H.part_has_tags(p) then
+        local entry = H.cache[p]
+        local text
+        if H.fresh(entry, key) then
+          text = entry.text
+        else
+          local perr
+          text, perr = H.expand_part(session, p)
+          if text then
+            H.cache[p] = { key = key, text = text, stamps = vim.deepcopy(session.stamps) }
+          else
+            problems[#problems + 1] = perr
+          end
+        end
+        if text then
+          local part = {}
+          for k, v in pairs(p) do
+            part[k] = v
+          end
+          part.text = text
+          copy.parts[j] = part
+        end
+      end
+    end
+    messages[i] = copy
+  end
+  session:close()
+  if #problems > 0 then
+    return nil, problems
+  end
+  local out = {}
+  for k, v in pairs(doc) do
+    out[k] = v
+  end
+  out.messages = messages
+  return out
+end
+
+return M

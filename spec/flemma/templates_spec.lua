@@ -1,0 +1,296 @@
+-- Templates in @System: and @You: text: sent through the real send path to the
+-- loopback server, asserting the exact request it received, the buffer (never
+-- rewritten) and the diagnostics of errors.
+local helpers = require("spec.support.helpers")
+local server_mod = require("spec.support.llm_server")
+
+local templates = require("flemma.templates")
+local send = require("flemma.send")
+
+local server, notes, finished, dir, saved_cwd
+
+local function chat(lines, name)
+  vim.cmd("edit " .. vim.fn.fnameescape(dir .. "/" .. (name or "test.chat")))
+  local buf = vim.api.nvim_get_current_buf()
+  vim.api.nvim_buf_set_lines(buf, 0, -1, false, lines)
+  return buf
+end
+
+local function write(path, content)
+  helpers.write_file(dir .. "/" .. path, content)
+end
+
+-- Sends the buffer and waits for the answer; the request body the server received.
+local function sent(buf)
+  server:script({ { fixture = "anthropic_text.sse" } })
+  local before = #finished
+  assert.is_true(send.send(buf), "the send did not start: " .. vim.inspect(notes))
+  helpers.wait_for(function()
+    return #finished > before
+  end, 10000, "the request never finished")
+  assert.equals("completed", finished[#finished].status)
+  local reqs = server:requests()
+  assert.equals(1, #reqs)
+  return reqs[1].json
+end
+
+-- Sends a buffer that must be refused: the diagnostics and the notification.
+local function refused(buf)
+  server:script({ { fixture = "anthropic_text.sse" } })
+  assert.is_false(send.send(buf))
+  assert.equals(0, #server:requests(), "a request was sent")
+  local diags = vim.diagnostic.get(buf, { namespace = send.ns })
+  local msgs = {}
+  for _, n in ipairs(notes) do
+    if n.level == vim.log.levels.ERROR then
+      msgs[#msgs + 1] = n.msg
+    end
+  end
+  return diags, table.concat(msgs, "\n")
+end
+
+local function user_texts(body)
+  local out = {}
+  for _, m in ipairs(body.messages) do
+    for _, b in ipairs(m.content) do
+      if b.type == "text" then
+        out[#out + 1] = b.text
+      end
+    end
+  end
+  return out
+end
+
+describe("templates", function()
+  local orig_notify
+  before_each(function()
+    server = server_mod.start()
+    dir = helpers.tmpdir()
+    saved_cwd = vim.fn.getcwd()
+    vim.cmd("cd " .. vim.fn.fnameescape(dir))
+    vim.env.FLEMMA_SPEC_KEY = "sk-templates-spec"
+    notes, finished = {}, {}
+    orig_notify = vim.notify
+    vim.notify = function(msg, level)
+      notes[#notes + 1] = { msg = msg, level = level or vim.log.levels.INFO }
+    end
+    vim.api.nvim_create_autocmd("User", {
+      pattern = "FlemmaRequestFinished",
+      group = vim.api.nvim_create_augroup("templates_spec", { clear = true }),
+      callback = function(ev)
+        finished[#finished + 1] = ev.data
+      end,
+    })
+    require("flemma").setup({
+      provider = "test",
+      providers = { test = { kind = "anthropic", endpoint = server:url("/v1/messages"), api_key_env = "FLEMMA_SPEC_KEY" } },
+      parameters = { max_retries = 0, cache_retention = "none", connect_timeout = 5, timeout = 30 },
+      tools = { autopilot = { enabled = false } },
+    })
+  end)
+  after_each(function()
+    vim.notify = orig_notify
+    vim.cmd("silent! %bwipeout!")
+    vim.cmd("cd " .. vim.fn.fnameescape(saved_cwd))
+    server:stop()
+    helpers.cleanup()
+    vim.env.FLEMMA_SPEC_KEY = nil
+    require("flemma").setup({})
+  end)
+
+  it("sends expressions, statements and frontmatter variables expanded, the buffer unchanged", function()
+    local lines = {
+      "```lua",
+      'return { name = "Ada", langs = { "Lua", "C++" }, n = 3 }',
+      "```",
+      "@System:",
+      "You help {{ name }} ({{ #langs }} languages, file {{ __filename:match('[^/]*$') }}).",
+      "",
+      "@You:",
+      "{% for i, l in ipairs(langs) do %}{{ i }}. {{ l:upper() }}; {% end %}",
+      "{{ n * 2 }} {{ n > 2 }} {{ __dirname == vim_dir }}",
+    }
+    lines[9] = "{{ n * 2 }} {{ n > 2 }} {{ __dirname:sub(-#'" .. vim.fs.basename(dir) .. "') }}"
+    local buf = chat(lines)
+    local body = sent(buf)
+    assert.same({ { type = "text", text = "You help Ada (2 languages, file test.chat)." } }, body.system)
+    assert.same({
+      {
+        role = "user",
+        content = { { type = "text", text = "1. LUA; 2. C++; \n6 true " .. vim.fs.basename(dir) } },
+      },
+    }, body.messages)
+    local now = vim.api.nvim_buf_get_lines(buf, 0, #lines, false)
+    assert.same(lines, now)
+  end)
+
+  it("removes whitespace at the trim markers and keeps it elsewhere", function()
+    local buf = chat({
+      "@You:",
+      "items:",
+      "{%- for i = 1, 3 do -%}",
+      "  [{{- i -}}]  ",
+      "{%- end %}",
+      "end {{ 'x' }}  {{- 'y' }}  {{ 'z' -}}  .",
+    })
+    local body = sent(buf)
+    assert.same({ "items:[1][2][3]\nend xy  z." }, user_texts(body))
+  end)
+
+  it("includes files relative to the including file, recursively, raw on request", function()
+    write("prompts/role.md", 'Role: {{ who }}.\n{{ include("parts/tone.md") }}')
+    write("prompts/parts/tone.md", "Tone: dry {{ 1 + 1 }}.")
+    write("raw.txt", "kept {{ as is }}")
+    local buf = chat({
+      "```lua",
+      'return { who = "reviewer" }',
+      "```",
+      "@System:",
+      '{{ include("prompts/role.md") }}',
+      "@You:",
+      '<{{ include("./raw.txt", { raw = true }) }}>',
+    })
+    local body = sent(buf)
+    assert.same({ { type = "text", text = "Role: reviewer.\nTone: dry 2." } }, body.system)
+    assert.same({ "<kept {{ as is }}>" }, user_texts(body))
+  end)
+
+  it("sends the included file as it is now (the cache follows the file)", function()
+    write("p.md", "first")
+    local buf = chat({ "@You:", 'say {{ include("p.md") }}' })
+    assert.same("say first", user_texts(sent(buf))[1])
+    write("p.md", "second version")
+    assert.same("say second version", user_texts(sent(buf))[1])
+  end)
+
+  it("reports an include cycle with its chain on the line of the include, and sends nothing", function()
+    write("a.md", 'A\n{{ include("b.md") }}')
+    write("b.md", '{{ include("a.md") }}')
+    local buf = chat({ "@You:", "hello", 'x {{ include("a.md") }}' })
+    local diags, msg = refused(buf)
+    assert.equals(1, #diags)
+    assert.equals(2, diags[1].lnum)
+    assert.matches("include cycle: test%.chat → a%.md → b%.md → a%.md", diags[1].message)
+    assert.matches("line 3: template: ", msg)
+    assert.same({ "@You:", "hello", 'x {{ include("a.md") }}' }, helpers.lines(buf))
+  end)
+
+  it("names the buffer line of each error: runtime, syntax, unclosed tag, missing include", function()
+    local buf = chat({
+      "@System:",
+      "ok {{ 1 }}",
+      "",
+      "{{ missing_var }}",
+      "@You:",
+      "line",
+      "{% for i = 1, 2 %}",
+      "@Assistant:",
+      "hi",
+      "@You:",
+      "a",
+      "{{ 1 + }",
+      "@You:",
+      "",
+      '{{ include("nope.md") }}',
+    })
+    local diags, msg = refused(buf)
+    table.sort(diags, function(a, b)
+      return a.lnum < b.lnum
+    end)
+    local got = {}
+    for _, d in ipairs(diags) do
+      got[#got + 1] = { d.lnum + 1, d.message }
+    end
+    assert.equals(4, #got, vim.inspect(got))
+    assert.same(4, got[1][1])
+    assert.matches("value of this {{ }} is nil", got[1][2])
+    assert.same(7, got[2][1])
+    assert.matches("'do' expected", got[2][2])
+    assert.same(12, got[3][1])
+    assert.matches("`{{` is not closed by `}}`", got[3][2])
+    assert.same(15, got[4][1])
+    assert.matches('include%("nope.md"%): cannot read nope%.md: no such file', got[4][2])
+    assert.matches("line 4: template:", msg)
+  end)
+
+  it("names the line inside an included file", function()
+    write("inc.md", "one\ntwo {{ nil_value.x }}")
+    local buf = chat({ "@You:", "a", "b", '{{ include("inc.md") }}' })
+    local diags = refused(buf)
+    assert.equals(1, #diags)
+    assert.equals(3, diags[1].lnum)
+    assert.matches("inc%.md:2: .*nil_value", diags[1].message)
+  end)
+
+  it("stops a template that loops forever or allocates without end", function()
+    local buf = chat({ "@You:", "x", "{% while true do end %}" })
+    local diags = refused(buf)
+    assert.equals(1, #diags)
+    assert.matches("ran longer than %d+ ms", diags[1].message)
+
+    for i, code in ipairs({
+      "{{ ('x'):rep(6e7) }}",
+      "{% local t = {} for i = 1, 1e7 do t['k' .. i] = true end %}",
+    }) do
+      notes = {}
+      local b = chat({ "@You:", "a", code }, ("mem%d.chat"):format(i))
+      local d = refused(b)
+      assert.equals(1, #d)
+      assert.equals(2, d[1].lnum)
+      assert.matches("512 KB", d[1].message)
+    end
+  end)
+
+  it("expands flemma:project to the project's instruction files", function()
+    write("AGENTS.md", "Use tabs.\n\n")
+    vim.uv.fs_symlink(dir .. "/AGENTS.md", dir .. "/CLAUDE.md")
+    write(".cursorrules", "No emojis.")
+    write("sub/.github/copilot-instructions.md", "Write tests.")
+    write("sub/AGENTS.md", "Use tabs.")
+    local buf = chat({ "@System:", "Rules:", '{{ include("flemma:project") }}', "@You:", "go" }, "sub/c.chat")
+    local body = sent(buf)
+    assert.same({ { type = "text", text = "Rules:\nUse tabs.\n\nNo emojis.\n\nWrite tests." } }, body.system)
+  end)
+
+  it("returns a document without tags as it is", function()
+    local buf = chat({ "@System:", "plain { text } %", "@You:", "hi {x}" })
+    local doc = require("flemma.document").get(buf)
+    assert.equals(doc, templates.expand(buf, doc))
+  end)
+end)
+
+describe("templates.compile", function()
+  it("maps every code line to its template line", function()
+    local unit = assert(templates.compile("a\n{{ x\n + y }}\nb {% if c then %}\n{% end %}", "t"))
+    assert.same({ "a\n", "\nb ", "\n" }, unit.literals)
+    local lines = vim.split(unit.code, "\n")
+    assert.equals(#lines, #unit.map)
+    for i, l in ipairs(lines) do
+      if l:find("if c then", 1, true) then
+        assert.equals(4, unit.map[i])
+      elseif l:find("end", 1, true) then
+        assert.equals(5, unit.map[i])
+      elseif l == "))" then
+        assert.equals(3, unit.map[i])
+      elseif l:find("+ y", 1, true) then
+        assert.equals(3, unit.map[i])
+      elseif l:find("_out((", 1, true) then
+        assert.equals(2, unit.map[i])
+      end
+    end
+  end)
+end)
+
+describe("frontmatter variables", function()
+  it("are the plain data of the table a Lua frontmatter returns", function()
+    local opts = assert(require("flemma.frontmatter").evaluate(
+      'flemma.opt.tools.auto_approve = { "read" }\nreturn { a = 1, s = "x", l = { 1, 2 }, f = function() end, t = { k = true, [3] = 1 } }',
+      "lua",
+      1
+    ))
+    assert.same({ a = 1, s = "x", l = { 1, 2 }, t = { k = true } }, opts.variables)
+    assert.same({ "read" }, opts.auto_approve)
+    local none = assert(require("flemma.frontmatter").evaluate("local x = 1", "lua", 1))
+    assert.is_nil(none.variables)
+  end)
+end)
