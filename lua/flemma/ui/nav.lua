@@ -182,7 +182,8 @@ end
 
 --- `am` (around = true): the whole message, its role marker and the blank
 --- lines after it; `im`: its text without the marker and the blank lines
---- around it. A count takes that many messages. For an expression mapping
+--- around it. A count takes that many messages; in Visual mode over several
+--- lines, the selection grows by the next message(s). For an expression mapping
 --- in Visual and Operator-pending mode: returns the keys that select the
 --- lines, or <Esc> (the operator is cancelled) when there is no message.
 ---@param around boolean
@@ -191,10 +192,16 @@ function M.message_object(around)
   local ok, keys = xpcall(function()
     local bufnr = api.nvim_get_current_buf()
     local L = H.live(bufnr)
-    local first, last
-    if L then
-      first, last = H.object(bufnr, L, api.nvim_win_get_cursor(0)[1], around, vim.v.count1)
+    local line = api.nvim_win_get_cursor(0)[1]
+    local first, last, keep
+    if L and H.mode():sub(1, 1) ~= "n" and vim.fn.line("v") < line then
+      -- Visual mode over several lines already: grown by the next message(s).
+      keep, line = vim.fn.line("v"), H.find_marker(L, line, 1, 1)
     end
+    if L and line then
+      first, last = H.object(bufnr, L, line, around, vim.v.count1)
+    end
+    first = first and (keep or first)
     if not first then
       return H.mode():sub(1, 2) == "no" and "<Esc>" or ""
     end
