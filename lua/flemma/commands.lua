@@ -20,6 +20,7 @@ local modules = {
   "flemma.trust",
   "flemma.switch",
   "flemma.estimate",
+  "flemma.templates",
 }
 local loaded = false
 

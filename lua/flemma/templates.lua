@@ -37,7 +37,7 @@ M.PROJECT_FILES = { "AGENTS.md", "CLAUDE.md", ".cursorrules", ".github/copilot-i
 ---@param text string
 ---@return boolean
 function M.has_tags(text)
-  return text:find("{[{%%]") ~= nil
+  return text:find("{{", 1, true) ~= nil or text:find("{%", 1, true) ~= nil
 end
 
 local function count_nl(s)
@@ -466,6 +466,7 @@ function M.expand(bufnr, doc)
             part[k] = v
           end
           part.text = text
+          part.expanded = true -- its text is no longer the buffer's lines
           copy.parts[j] = part
         end
       end
@@ -483,5 +484,92 @@ function M.expand(bufnr, doc)
   out.messages = messages
   return out
 end
+
+---------------------------------------------------------------------------------------
+-- :Flemma preview
+---------------------------------------------------------------------------------------
+
+H.MARKERS = { system = "@System:", user = "@You:", assistant = "@Assistant:" }
+
+--- The lines of the conversation as it would be sent: the chat without its
+--- frontmatter, templates expanded; nil and problems when a template fails.
+---@param bufnr integer
+---@return string[]|nil lines
+---@return { line: integer, message: string }[]|nil problems
+function M.preview_lines(bufnr)
+  local doc = require("flemma.document").get(bufnr)
+  local expanded, problems = M.expand(bufnr, doc)
+  if not expanded then
+    return nil, problems
+  end
+  local out = {}
+  for _, msg in ipairs(expanded.messages) do
+    if #out > 0 then
+      out[#out + 1] = ""
+    end
+    out[#out + 1] = H.MARKERS[msg.role] or ("@" .. tostring(msg.role) .. ":")
+    for _, p in ipairs(msg.parts) do
+      if p.expanded then
+        vim.list_extend(out, vim.split(p.text, "\n", { plain = true }))
+      else
+        vim.list_extend(out, vim.api.nvim_buf_get_lines(bufnr, p.first_line - 1, p.last_line, false))
+      end
+    end
+  end
+  return out
+end
+
+--- Shows the conversation as it would be sent (templates expanded) in a scratch
+--- buffer in a split; template errors are diagnostics on their lines, as for a send.
+---@param bufnr? integer
+function M.preview(bufnr)
+  bufnr = (bufnr == nil or bufnr == 0) and vim.api.nvim_get_current_buf() or bufnr
+  local util = require("flemma.util")
+  local send = require("flemma.send")
+  local lines, problems = M.preview_lines(bufnr)
+  if not lines then
+    local diags, msgs = {}, {}
+    for _, p in ipairs(problems) do
+      diags[#diags + 1] = {
+        lnum = math.max(0, p.line - 1),
+        col = 0,
+        severity = vim.diagnostic.severity.ERROR,
+        message = p.message,
+        source = "flemma",
+      }
+      msgs[#msgs + 1] = ("line %d: %s"):format(p.line, p.message)
+    end
+    vim.diagnostic.set(send.ns, bufnr, diags)
+    util.notify("no preview: a template failed:\n" .. table.concat(msgs, "\n"), vim.log.levels.ERROR)
+    return
+  end
+  send.clear_problems(bufnr)
+  local name = ("flemma://preview/%d"):format(bufnr)
+  local pbuf = vim.fn.bufnr(name)
+  if pbuf == -1 then
+    pbuf = vim.api.nvim_create_buf(false, true)
+    vim.api.nvim_buf_set_name(pbuf, name)
+    vim.bo[pbuf].bufhidden = "wipe"
+    vim.bo[pbuf].filetype = "markdown"
+  end
+  vim.bo[pbuf].modifiable = true
+  vim.api.nvim_buf_set_lines(pbuf, 0, -1, false, lines)
+  vim.bo[pbuf].modifiable = false
+  vim.bo[pbuf].modified = false
+  local win = vim.fn.bufwinid(pbuf)
+  if win == -1 then
+    vim.cmd("belowright split")
+    vim.api.nvim_win_set_buf(0, pbuf)
+  else
+    vim.api.nvim_set_current_win(win)
+  end
+end
+
+require("flemma.commands").register("preview", {
+  desc = "show the conversation as it would be sent, templates expanded, in a scratch split",
+  run = function()
+    M.preview(vim.api.nvim_get_current_buf())
+  end,
+})
 
 return M

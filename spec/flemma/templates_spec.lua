@@ -294,3 +294,90 @@ describe("frontmatter variables", function()
     assert.is_nil(none.variables)
   end)
 end)
+
+describe(":Flemma preview", function()
+  local dir, orig_notify, notes
+  before_each(function()
+    dir = helpers.tmpdir()
+    notes = {}
+    orig_notify = vim.notify
+    vim.notify = function(msg, level)
+      notes[#notes + 1] = { msg = msg, level = level }
+    end
+    require("flemma").setup({})
+  end)
+  after_each(function()
+    vim.notify = orig_notify
+    vim.cmd("silent! %bwipeout!")
+    helpers.cleanup()
+  end)
+
+  it("shows the conversation as sent in a split, the chat unchanged", function()
+    helpers.write_file(dir .. "/inc.md", "included {{ 2 * 3 }}")
+    vim.cmd("edit " .. vim.fn.fnameescape(dir .. "/p.chat"))
+    local buf = vim.api.nvim_get_current_buf()
+    local lines = {
+      "```lua",
+      'return { who = "you" }',
+      "```",
+      "@System:",
+      '{{ include("inc.md") }}',
+      "@You:",
+      "hi {{ who }}",
+      "",
+      "@Assistant:",
+      "**Tool Use:** `echo` (`t1`)",
+      "",
+      "```json",
+      '{ "text": "{{ x }}" }',
+      "```",
+      "",
+      "@You:",
+      "**Tool Result:** `t1`",
+      "",
+      "```",
+      "{{ not expanded }}",
+      "```",
+    }
+    vim.api.nvim_buf_set_lines(buf, 0, -1, false, lines)
+    vim.cmd("Flemma preview")
+    local pbuf = vim.api.nvim_get_current_buf()
+    assert.are_not.equal(buf, pbuf)
+    assert.equals(2, #vim.api.nvim_tabpage_list_wins(0))
+    assert.same({
+      "@System:",
+      "included 6",
+      "",
+      "@You:",
+      "hi you",
+      "",
+      "@Assistant:",
+      "**Tool Use:** `echo` (`t1`)",
+      "",
+      "```json",
+      '{ "text": "{{ x }}" }',
+      "```",
+      "",
+      "@You:",
+      "**Tool Result:** `t1`",
+      "",
+      "```",
+      "{{ not expanded }}",
+      "```",
+    }, helpers.lines(pbuf))
+    assert.is_false(vim.bo[pbuf].modifiable)
+    assert.same(lines, helpers.lines(buf))
+  end)
+
+  it("puts a template error on its line instead", function()
+    vim.cmd("edit " .. vim.fn.fnameescape(dir .. "/e.chat"))
+    local buf = vim.api.nvim_get_current_buf()
+    vim.api.nvim_buf_set_lines(buf, 0, -1, false, { "@You:", "ok", "{{ nope }}" })
+    vim.cmd("Flemma preview")
+    assert.equals(buf, vim.api.nvim_get_current_buf())
+    local diags = vim.diagnostic.get(buf, { namespace = require("flemma.send").ns })
+    assert.equals(1, #diags)
+    assert.equals(2, diags[1].lnum)
+    assert.matches("line 3: template: the value of this {{ }} is nil", notes[#notes].msg)
+  end)
+end)
