@@ -168,50 +168,68 @@ function H.object(bufnr, L, line, around, count)
   return nil
 end
 
+--- The lines the `am` (around) or `im` object selects now, or nil.
+function H.region(around)
+  local bufnr = api.nvim_get_current_buf()
+  local L = H.live(bufnr)
+  if not L then
+    return nil
+  end
+  local line = api.nvim_win_get_cursor(0)[1]
+  local keep
+  if H.mode():sub(1, 1) ~= "n" and vim.fn.line("v") < line then
+    -- Visual mode over several lines already: grown by the next message(s).
+    keep, line = vim.fn.line("v"), H.find_marker(L, line, 1, 1)
+    if not line then
+      return nil
+    end
+  end
+  local first, last = H.object(bufnr, L, line, around, vim.v.count1)
+  if not first then
+    return nil
+  end
+  return keep or first, last
+end
+
+--- `am` (around = true): the whole message, its role marker and the blank
+--- lines after it; `im`: its text without the marker and the blank lines
+--- around it. A count takes that many messages; in Visual mode over several
+--- lines, the selection grows by the next message(s). For an expression
+--- mapping in Visual and Operator-pending mode: returns the keys that select
+--- the lines (computed again when they run, so that `.` repeats on the
+--- message under the cursor then), or <Esc> (the operator is cancelled) when
+--- there is no message.
+---@param around boolean
+---@return string
+function M.message_object(around)
+  local ok, first = xpcall(H.region, debug.traceback, around)
+  if not ok then
+    require("flemma.util").notify((around and "am" or "im") .. " failed: " .. tostring(first), vim.log.levels.ERROR)
+    return "<Esc>"
+  end
+  if not first then
+    return H.mode():sub(1, 2) == "no" and "<Esc>" or ""
+  end
+  return ('<Cmd>lua require("flemma.ui.nav").select_object(%s)<CR>'):format(tostring(around))
+end
+
+--- Selects the `am` or `im` object under the cursor (see M.message_object).
+---@param around boolean
+function M.select_object(around)
+  local first, last = H.region(around)
+  if first then
+    H.select_lines(first, last)
+  end
+end
+
 --- Selects lines first..last linewise (Visual mode, or for the pending operator).
----@param first integer
----@param last integer
-function M.select_lines(first, last)
+function H.select_lines(first, last)
   if H.mode() ~= "V" then
     vim.cmd("normal! V")
   end
   api.nvim_win_set_cursor(0, { first, 0 })
   vim.cmd("normal! o")
   api.nvim_win_set_cursor(0, { last, 0 })
-end
-
---- `am` (around = true): the whole message, its role marker and the blank
---- lines after it; `im`: its text without the marker and the blank lines
---- around it. A count takes that many messages; in Visual mode over several
---- lines, the selection grows by the next message(s). For an expression mapping
---- in Visual and Operator-pending mode: returns the keys that select the
---- lines, or <Esc> (the operator is cancelled) when there is no message.
----@param around boolean
----@return string
-function M.message_object(around)
-  local ok, keys = xpcall(function()
-    local bufnr = api.nvim_get_current_buf()
-    local L = H.live(bufnr)
-    local line = api.nvim_win_get_cursor(0)[1]
-    local first, last, keep
-    if L and H.mode():sub(1, 1) ~= "n" and vim.fn.line("v") < line then
-      -- Visual mode over several lines already: grown by the next message(s).
-      keep, line = vim.fn.line("v"), H.find_marker(L, line, 1, 1)
-    end
-    if L and line then
-      first, last = H.object(bufnr, L, line, around, vim.v.count1)
-    end
-    first = first and (keep or first)
-    if not first then
-      return H.mode():sub(1, 2) == "no" and "<Esc>" or ""
-    end
-    return ('<Cmd>lua require("flemma.ui.nav").select_lines(%d, %d)<CR>'):format(first, last)
-  end, debug.traceback)
-  if not ok then
-    require("flemma.util").notify((around and "am" or "im") .. " failed: " .. tostring(keys), vim.log.levels.ERROR)
-    return "<Esc>"
-  end
-  return keys
 end
 
 -- ---------------------------------------------------------------------------
