@@ -137,6 +137,8 @@ function H.display(path, dir)
   return path
 end
 
+H.REFUSED = { "/proc", "/sys", "/dev" }
+
 -- The text of a file, or nil and why not.
 function H.read(path, dir)
   local shown = H.display(path, dir)
@@ -148,11 +150,18 @@ function H.read(path, dir)
   elseif st.size > M.MAX_FILE then
     return nil, ("%s is %d bytes; include() reads files of at most %d KB"):format(shown, st.size, M.MAX_FILE / 1024)
   end
+  -- The kernel's files (/proc/self/environ holds the API keys) are not documents.
+  local real = vim.uv.fs_realpath(path) or path
+  for _, root in ipairs(H.REFUSED) do
+    if real == root or real:sub(1, #root + 1) == root .. "/" then
+      return nil, ("cannot read %s: files under %s are not included"):format(shown, root)
+    end
+  end
   local f, ferr = io.open(path, "rb")
   if not f then
     return nil, ("cannot read %s: %s"):format(shown, ferr)
   end
-  local text = f:read("*a") or ""
+  local text = f:read(M.MAX_FILE + 1) or ""
   f:close()
   if #text > M.MAX_FILE then
     return nil, ("%s is %d bytes; include() reads files of at most %d KB"):format(shown, #text, M.MAX_FILE / 1024)

@@ -213,6 +213,17 @@ describe("templates", function()
     assert.matches("line 4: template:", msg)
   end)
 
+  it("refuses the kernel's files (the environment holds API keys)", function()
+    vim.uv.fs_symlink("/proc/self/environ", dir .. "/env.txt")
+    local buf = chat({ "@You:", '{{ include("env.txt", { raw = true }) }}', "@You:", '{{ include("/proc/self/environ") }}' })
+    local diags = refused(buf)
+    assert.equals(2, #diags)
+    for _, d in ipairs(diags) do
+      assert.matches("files under /proc are not included", d.message)
+      assert.is_nil(d.message:find("sk-templates-spec", 1, true))
+    end
+  end)
+
   it("names the line inside an included file", function()
     write("inc.md", "one\ntwo {{ nil_value.x }}")
     local buf = chat({ "@You:", "a", "b", '{{ include("inc.md") }}' })
