@@ -199,6 +199,17 @@ H.SENTINEL = "\1flemma-messages\1"
 ---@return string body
 ---@return table<string, string> headers
 function M.encode(ctx)
+  local pieces, headers = M.encode_pieces(ctx)
+  return table.concat(pieces), headers
+end
+
+--- The body of M.encode as a list of pieces (their concatenation is the JSON text):
+--- the cached encodings of unchanged messages are listed, not copied into one
+--- large string (the transport writes the list as it is).
+---@param ctx flemma.provider.Context
+---@return string[] pieces
+---@return table<string, string> headers
+function M.encode_pieces(ctx)
   local msgs = ctx.doc_messages
   H.params = ctx.parameters
   local foreign = ctx.parameters.thinking_foreign or "text"
@@ -223,7 +234,7 @@ function M.encode(ctx)
   end
   if not msgs then
     local body, headers = M.build(ctx)
-    return vim.json.encode(body), headers
+    return { vim.json.encode(body) }, headers
   end
   local conv = {} -- { role, frags[] }
   local last_msg -- the last document message with content
@@ -262,15 +273,26 @@ function M.encode(ctx)
     local tail = conv[#conv].frags
     tail[#tail] = vim.json.encode(blocks):sub(2, -2)
   end
-  local parts = {}
-  for i, m in ipairs(conv) do
-    parts[i] = '{"role":"' .. m.role .. '","content":[' .. table.concat(m.frags, ",") .. "]}"
-  end
   body.messages = H.SENTINEL
   local json = vim.json.encode(body)
   local quoted = vim.json.encode(H.SENTINEL)
   local s, e = json:find(quoted, 1, true)
-  return json:sub(1, s - 1) .. "[" .. table.concat(parts, ",") .. "]" .. json:sub(e + 1), headers
+  local out, n = { json:sub(1, s - 1) .. "[" }, 1
+  for i, m in ipairs(conv) do
+    n = n + 1
+    out[n] = (i > 1 and ',{"role":"' or '{"role":"') .. m.role .. '","content":['
+    local frags = m.frags
+    for k = 1, #frags do
+      n = n + 1
+      out[n] = k > 1 and "," or ""
+      n = n + 1
+      out[n] = frags[k]
+    end
+    n = n + 1
+    out[n] = "]}"
+  end
+  out[n + 1] = "]" .. json:sub(e + 1)
+  return out, headers
 end
 
 --- The message of an error body ({ type = "error", error = { type, message } }).

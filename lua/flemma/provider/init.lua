@@ -229,6 +229,24 @@ function M.encode(ctx)
   return json, headers
 end
 
+--- The body of M.encode as a list of string pieces (concatenated: the JSON text),
+--- so a large conversation is not copied into one string before it is written.
+---@param ctx flemma.provider.Context
+---@return string[] pieces
+---@return table<string, string> headers
+function H.encode_pieces(ctx)
+  local kind = assert(M.kind(ctx.spec.kind))
+  if not kind.encode_pieces then
+    local json, headers = M.encode(ctx)
+    return { json }, headers
+  end
+  local pieces, headers = kind.encode_pieces(ctx)
+  for k, v in pairs(ctx.spec.headers or {}) do
+    headers[k:lower()] = v
+  end
+  return pieces, headers
+end
+
 --- The system text of a document (as document.to_messages joins it).
 function H.system_text(doc)
   local out = {}
@@ -615,7 +633,7 @@ function M.send(bufnr, request, done, extra)
     end
     local ctx = M.context(spec, request, { bufnr = bufnr, key = key })
     ctx.doc_messages = doc_messages
-    local body, headers = M.encode(ctx)
+    local body, headers = H.encode_pieces(ctx)
     return { ctx = ctx, body = body, headers = headers }
   end)
   if not ok then

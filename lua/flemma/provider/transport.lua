@@ -81,8 +81,23 @@ function M.args(o)
   return argv
 end
 
---- Writes the body into a new private file (mode 0600) and returns its path.
----@param body string
+--- The size in bytes of a body given as a string or a list of pieces.
+---@param body string|string[]
+---@return integer
+function M.body_size(body)
+  if type(body) == "string" then
+    return #body
+  end
+  local n = 0
+  for i = 1, #body do
+    n = n + #body[i]
+  end
+  return n
+end
+
+--- Writes the body (a string, or a list of pieces written one after the other)
+--- into a new private file (mode 0600) and returns its path.
+---@param body string|string[]
 ---@return string path
 function M.write_body(body)
   local path = vim.fn.tempname() .. "-request.json"
@@ -91,6 +106,9 @@ function M.write_body(body)
     util.error("cannot create the request file: " .. tostring(err))
   end
   local ok, werr = vim.uv.fs_write(fd, body, 0)
+  if ok and ok ~= M.body_size(body) then
+    ok, werr = nil, ("%d of %d bytes written"):format(ok, M.body_size(body))
+  end
   vim.uv.fs_close(fd)
   if not ok then
     os.remove(path)
@@ -102,7 +120,7 @@ end
 ---@class flemma.transport.Opts
 ---@field endpoint string
 ---@field headers table<string, string>
----@field body string the JSON text
+---@field body string|string[] the JSON text, or a list of pieces that make it up
 ---@field decoder string the stream decoder kind ("anthropic", "openai_chat")
 ---@field connect_timeout? number seconds
 ---@field timeout? number seconds
@@ -130,8 +148,10 @@ function M.start(o)
     local names = vim.tbl_keys(o.headers or {})
     table.sort(names)
     -- Header names only: their values may hold the key.
-    log.info("request POST %s (%d bytes, decoder %s, headers: %s)", o.endpoint, #o.body, o.decoder, table.concat(names, ", "))
-    log.debug("request body: %s", o.body)
+    log.info("request POST %s (%d bytes, decoder %s, headers: %s)", o.endpoint, M.body_size(o.body), o.decoder, table.concat(names, ", "))
+    if log.enabled("debug") then
+      log.debug("request body: %s", type(o.body) == "table" and table.concat(o.body) or o.body)
+    end
   end
   local on_events = o.on_events
   if log.enabled("debug") then

@@ -71,6 +71,36 @@ describe("flemma.provider.transport", function()
     assert.is_nil(vim.uv.fs_stat(path))
   end)
 
+  it("sends a body given as a list of pieces (more than one writev's worth) exactly", function()
+    server:script({ { status = 200, body = '{"ok":true}' } })
+    local pieces, items = { '{"items":[' }, {}
+    for i = 1, 3000 do
+      pieces[#pieces + 1] = (i > 1 and "," or "") .. ('"piece %d ü"'):format(i)
+      items[i] = ("piece %d ü"):format(i)
+    end
+    pieces[#pieces + 1] = "]}"
+    local exited
+    transport.start({
+      endpoint = server:url("/v1/messages"),
+      headers = { ["content-type"] = "application/json" },
+      body = pieces,
+      decoder = "anthropic",
+      connect_timeout = 5,
+      timeout = 20,
+      on_events = function() end,
+      on_exit = function()
+        exited = true
+      end,
+    })
+    helpers.wait_for(function()
+      return #server:requests() == 1 and exited
+    end, 10000, "no request arrived")
+    local req = server:requests()[1]
+    assert.equals(table.concat(pieces), req.body)
+    assert.same({ items = items }, req.json)
+    assert.equals(#req.body, transport.body_size(pieces))
+  end)
+
   it("is a clear error when curl is missing", function()
     local saved = transport.program
     transport.program = "curl-that-does-not-exist"
