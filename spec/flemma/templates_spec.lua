@@ -124,6 +124,28 @@ describe("templates", function()
     assert.same(lines, now)
   end)
 
+  it("sends the expansion to an OpenAI-compatible server too, through <C-]>", function()
+    require("flemma").setup({
+      provider = "local",
+      providers = { ["local"] = { kind = "openai_chat", endpoint = server:url("/v1/chat/completions") } },
+      model = "m",
+      parameters = { max_retries = 0, connect_timeout = 5, timeout = 30 },
+      tools = { autopilot = { enabled = false } },
+    })
+    server:script({ { fixture = "openai_chat_text.sse" } })
+    local buf = chat({ "```lua", "return { n = 2 }", "```", "@System:", "n={{ n }}", "@You:", "{{ n + 1 }}!" })
+    vim.api.nvim_feedkeys(vim.api.nvim_replace_termcodes("<C-]>", true, false, true), "mx", false)
+    helpers.wait_for(function()
+      return #finished > 0
+    end, 10000, "the request never finished")
+    local body = server:requests()[1].json
+    local got = {}
+    for _, m in ipairs(body.messages) do
+      got[#got + 1] = { m.role, m.content }
+    end
+    assert.same({ { "system", "n=2" }, { "user", "3!" } }, got)
+  end)
+
   it("removes whitespace at the trim markers and keeps it elsewhere", function()
     local buf = chat({
       "@You:",
@@ -241,7 +263,8 @@ describe("templates", function()
 
     for i, code in ipairs({
       "{{ ('x'):rep(6e7) }}",
-      "{% local t = {} for i = 1, 1e7 do t['k' .. i] = true end %}",
+      "{% local s = ('x'):rep(4e5) %}{{ s .. s }}",
+      "{% local t = {} for i = 1, 1e7 do t[i] = i end %}",
     }) do
       notes = {}
       local b = chat({ "@You:", "a", code }, ("mem%d.chat"):format(i))
