@@ -351,6 +351,22 @@ end
 H.tags = setmetatable({}, { __mode = "k" })
 H.cache = setmetatable({}, { __mode = "k" })
 
+-- Per message table: whether it is an @System:/@You: message with tags in its text
+-- (one lookup per message on each send; the document keeps a message's table while
+-- it is unchanged).
+H.msg_tags = setmetatable({}, { __mode = "k" })
+
+function H.message_has_tags(msg)
+  if msg.role == "system" or msg.role == "user" then
+    for _, p in ipairs(msg.parts) do
+      if p.kind == "text" and H.part_has_tags(p) then
+        return true
+      end
+    end
+  end
+  return false
+end
+
 function H.part_has_tags(p)
   local t = H.tags[p]
   if t == nil then
@@ -419,15 +435,16 @@ end
 ---@return { line: integer, message: string }[]|nil problems
 function M.expand(bufnr, doc)
   local todo = nil
+  local msg_tags = H.msg_tags
   for i, msg in ipairs(doc.messages) do
-    if msg.role == "system" or msg.role == "user" then
-      for _, p in ipairs(msg.parts) do
-        if p.kind == "text" and H.part_has_tags(p) then
-          todo = todo or {}
-          todo[#todo + 1] = i
-          break
-        end
-      end
+    local t = msg_tags[msg]
+    if t == nil then
+      t = H.message_has_tags(msg)
+      msg_tags[msg] = t
+    end
+    if t then
+      todo = todo or {}
+      todo[#todo + 1] = i
     end
   end
   if not todo then
