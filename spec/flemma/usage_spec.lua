@@ -183,6 +183,22 @@ describe(":Flemma usage:estimate", function()
     assert.equals(0, usage.get().session.requests)
   end)
 
+  it("counts the conversation as it would be sent: templates expanded, or nothing on a template error", function()
+    server:script({ { status = 200, body = '{"input_tokens":7}', content_type = "application/json" } })
+    chat({ "```lua", 'return { who = "Ada" }', "```", "@You:", "Hello {{ who }}{% for i = 1, 2 do %}!{% end %}" })
+    vim.cmd("Flemma usage:estimate")
+    wait_note("input tokens")
+    local body = server:requests()[1].json
+    assert.same({ { role = "user", content = { { type = "text", text = "Hello Ada!!" } } } }, body.messages)
+
+    server:script({ { status = 200, body = '{"input_tokens":7}', content_type = "application/json" } })
+    chat({ "@You:", "Hello {{ nobody }}" })
+    vim.cmd("Flemma usage:estimate")
+    wait_note("nothing counted")
+    assert.matches("line 2: template: the value of this {{ }} is nil", notes[#notes].msg)
+    assert.equals(0, #server:requests())
+  end)
+
   it("reports the provider's error", function()
     server:script({
       { status = 400, body = '{"type":"error","error":{"type":"invalid_request_error","message":"messages: empty"}}', content_type = "application/json" },
