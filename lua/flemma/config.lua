@@ -96,6 +96,10 @@ H.defaults = {
       network = true, -- false cuts the network inside the sandbox
     },
   },
+  attachments = {
+    -- Largest file a reference (@./path) may attach, in bytes; a larger one blocks the send.
+    max_bytes = 10 * 1024 * 1024,
+  },
   highlights = { tool_preview = "Comment" },
   keymaps = {
     enabled = true,
@@ -227,6 +231,9 @@ function H.check(value, default, path)
   end
   if vt == "number" and (value ~= value or value == math.huge or value == -math.huge) then
     util.error(("`%s` should be a finite number, not %s"):format(path, H.nonfinite(value)))
+  end
+  if path == "attachments.max_bytes" and (value < 1 or value ~= math.floor(value)) then
+    util.error(("`%s` should be a whole number of bytes >= 1, not %s"):format(path, tostring(value)))
   end
   if path == "ui.high_cost_threshold" and value < 0 then
     util.error(("`%s` should be a number >= 0 (dollars per million tokens), not %s"):format(path, tostring(value)))

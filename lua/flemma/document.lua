@@ -13,7 +13,7 @@ local H = {}
 ---@field message string
 
 ---@class flemma.document.Part
----@field kind "text"|"tool_use"|"tool_result"|"thinking"
+---@field kind "text"|"tool_use"|"tool_result"|"thinking"|"file" ("file": attached at send time, flemma.attachments)
 ---@field first_line integer
 ---@field last_line integer
 ---@field text? string text, thinking
@@ -511,6 +511,9 @@ function M.to_messages(doc)
           parts[#parts + 1] = { kind = "tool_use", id = p.id, name = p.name, input = p.input or {} }
         elseif p.kind == "tool_result" then
           parts[#parts + 1] = { kind = "tool_result", id = p.id, content = p.content, is_error = p.is_error }
+        elseif p.kind == "file" then
+          -- an image or PDF a file reference attached (flemma.attachments)
+          parts[#parts + 1] = { kind = "file", path = p.path, mime = p.mime, data = p.data, size = p.size }
         elseif p.kind == "thinking" then
           parts[#parts + 1] = {
             kind = "thinking",

@@ -119,6 +119,14 @@ function M.send(bufnr, opts)
   end
   doc = expanded
 
+  -- File references (@./path) attached to what is sent, never written into the buffer.
+  local attached, attach_problems = require("flemma.attachments").expand(bufnr, doc)
+  if not attached then
+    M.show_problems(bufnr, attach_problems)
+    return false
+  end
+  doc = attached
+
   H.event("FlemmaRequestSending", { bufnr = bufnr })
   local handler = H.handler or H.default_handler()
   if not handler then

@@ -13,6 +13,7 @@ describe("flemma.config", function()
     assert.same({ max_lines = 2000, max_bytes = 51200 }, c.tools.truncate)
     assert.is_false(c.sandbox.enabled)
     assert.equals("<C-]>", c.keymaps.send)
+    assert.equals(10 * 1024 * 1024, c.attachments.max_bytes)
   end)
 
   it("merges user options, lists replacing lists", function()
@@ -49,6 +50,9 @@ describe("flemma.config", function()
     { { parameters = { timeout = -math.huge } }, "`parameters.timeout` should be a finite number, not -inf" },
     { { parameters = { vertex = { thinking_budget = 1 / 0 } } }, "`parameters.vertex.thinking_budget` should be a finite number, not inf" },
     { { tools = { default_timeout = 0 / 0 } }, "`tools.default_timeout` should be a finite number, not nan" },
+    { { attachments = { max_bytes = 0 } }, "`attachments.max_bytes` should be a whole number of bytes >= 1, not 0" },
+    { { attachments = { max_bytes = 1.5 } }, "`attachments.max_bytes` should be a whole number of bytes >= 1, not 1.5" },
+    { { attachments = { max_bytes = "1MB" } }, "`attachments.max_bytes` should be a number, not string" },
   }
   for _, case in ipairs(bad) do
     it("refuses " .. case[2], function()

@@ -60,6 +60,17 @@ function H.cache_control(retention)
   return nil
 end
 
+--- An attached image (image block) or PDF (document block, titled with its path).
+function H.file_block(p)
+  local source = { type = "base64", media_type = p.mime, data = p.data }
+  if common.is_image(p) then
+    return { type = "image", source = source }
+  elseif common.is_pdf(p) then
+    return { type = "document", source = source, title = p.path }
+  end
+  return { type = "text", text = common.file_note(p, "this provider takes images and PDFs only") }
+end
+
 --- Content blocks of one message.
 function H.blocks(msg)
   local out = {}
@@ -81,6 +92,8 @@ function H.blocks(msg)
           out[#out + 1] = { type = "text", text = require("flemma.provider.thinking").as_text(p.text) }
         end
       end
+    elseif p.kind == "file" then
+      out[#out + 1] = H.file_block(p)
     elseif p.kind == "tool_use" then
       out[#out + 1] = { type = "tool_use", id = p.id, name = p.name, input = H.input(p.input) }
     elseif p.kind == "tool_result" then

@@ -23,4 +23,40 @@ function M.arguments(input)
   return vim.json.encode(input)
 end
 
+--- Whether an attached file part (flemma.attachments) is an image the providers take.
+---@param part { mime: string }
+---@return boolean
+function M.is_image(part)
+  return require("flemma.attachments").IMAGE_TYPES[part.mime] == true
+end
+
+--- Whether an attached file part is a PDF.
+---@param part { mime: string }
+---@return boolean
+function M.is_pdf(part)
+  return part.mime == "application/pdf"
+end
+
+--- An attached file part as a data URL (data:MIME;base64,...).
+---@param part { mime: string, data: string }
+---@return string
+function M.data_url(part)
+  return "data:" .. part.mime .. ";base64," .. part.data
+end
+
+--- The file name of an attached file part (its path's last component).
+---@param part { path: string }
+---@return string
+function M.filename(part)
+  return vim.fs.basename(part.path)
+end
+
+--- The text that stands for an attached file a provider cannot take.
+---@param part { path: string, mime: string, size: integer }
+---@param why string
+---@return string
+function M.file_note(part, why)
+  return require("flemma.attachments").note(part, why)
+end
+
 return M

@@ -48,20 +48,43 @@ function M.effort(value)
   return e
 end
 
+--- An attached image (input_image) or PDF (input_file) as a user content item.
+function H.file_item(p)
+  if common.is_image(p) then
+    return { type = "input_image", image_url = common.data_url(p) }
+  elseif common.is_pdf(p) then
+    return { type = "input_file", filename = common.filename(p), file_data = common.data_url(p) }
+  end
+  return { type = "input_text", text = common.file_note(p, "this provider takes images and PDFs only") }
+end
+
 --- The `input` items of the conversation.
 function H.items(request, params)
   local out = {}
   for _, msg in ipairs(request.messages) do
     if msg.role == "user" then
-      local texts = {}
-      local function flush()
-        if #texts > 0 then
-          out[#out + 1] = { role = "user", content = table.concat(texts, "\n\n") }
+      local texts, content = {}, nil -- content: the input_* list once a file is attached
+      local function flush_texts()
+        if #texts > 0 and content then
+          content[#content + 1] = { type = "input_text", text = table.concat(texts, "\n\n") }
           texts = {}
         end
       end
+      local function flush()
+        flush_texts()
+        if content then
+          out[#out + 1] = { role = "user", content = content }
+        elseif #texts > 0 then
+          out[#out + 1] = { role = "user", content = table.concat(texts, "\n\n") }
+        end
+        texts, content = {}, nil
+      end
       for _, p in ipairs(msg.parts) do
-        if p.kind == "tool_result" then
+        if p.kind == "file" then
+          content = content or {}
+          flush_texts()
+          content[#content + 1] = H.file_item(p)
+        elseif p.kind == "tool_result" then
           flush()
           local output = p.content or ""
           if p.is_error then

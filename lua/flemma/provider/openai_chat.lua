@@ -31,16 +31,45 @@ function H.effort(thinking)
   return M.efforts[thinking] or (type(thinking) == "string" and thinking) or nil
 end
 
-function H.messages(request, params)
+--- Hosts whose Chat Completions endpoint takes PDFs as `file` parts.
+M.file_hosts = { ["api.openai.com"] = true, ["openrouter.ai"] = true }
+
+--- Whether an endpoint takes PDF `file` parts (others get a text note).
+---@param endpoint string|nil
+---@return boolean
+function M.takes_files(endpoint)
+  local host = type(endpoint) == "string" and endpoint:match("^https?://([^/:]+)") or nil
+  return host ~= nil and M.file_hosts[host:lower()] == true
+end
+
+--- An attached image (image_url with a data URL) or PDF (`file` part where the
+--- endpoint takes it, else a text note) as a user content part.
+function H.file_part(p, files)
+  if common.is_image(p) then
+    return { type = "image_url", image_url = { url = common.data_url(p) } }
+  elseif common.is_pdf(p) and files then
+    return { type = "file", file = { filename = common.filename(p), file_data = common.data_url(p) } }
+  end
+  return { type = "text", text = common.file_note(p, "this server does not take " .. (common.is_pdf(p) and "PDF" or p.mime) .. " files") }
+end
+
+function H.messages(request, params, files)
   local out = {}
   if request.system then
     out[1] = { role = "system", content = request.system }
   end
   for _, msg in ipairs(request.messages) do
     if msg.role == "user" then
-      local texts = {}
+      local texts, content = {}, nil -- content: the parts list once a file is attached
       for _, p in ipairs(msg.parts) do
-        if p.kind == "tool_result" then
+        if p.kind == "file" then
+          content = content or {}
+          if #texts > 0 then
+            content[#content + 1] = { type = "text", text = table.concat(texts, "\n\n") }
+            texts = {}
+          end
+          content[#content + 1] = H.file_part(p, files)
+        elseif p.kind == "tool_result" then
           local content = p.content or ""
           if p.is_error then
             content = M.error_prefix .. content
@@ -50,7 +79,12 @@ function H.messages(request, params)
           texts[#texts + 1] = p.text
         end
       end
-      if #texts > 0 then
+      if content then
+        if #texts > 0 then
+          content[#content + 1] = { type = "text", text = table.concat(texts, "\n\n") }
+        end
+        out[#out + 1] = { role = "user", content = content }
+      elseif #texts > 0 then
         out[#out + 1] = { role = "user", content = table.concat(texts, "\n\n") }
       end
     else
@@ -100,7 +134,7 @@ function M.build(ctx)
   local params = ctx.parameters
   local body = {
     model = ctx.model,
-    messages = H.messages(ctx.request, params),
+    messages = H.messages(ctx.request, params, M.takes_files(ctx.spec and ctx.spec.endpoint)),
     stream = true,
     stream_options = { include_usage = true },
   }

@@ -82,6 +82,9 @@ function H.contents(request, params)
           parts[#parts + 1] = { functionResponse = { id = p.id, name = names[p.id] or p.id, response = response } }
         elseif p.kind == "text" and p.text:find("%S") then
           parts[#parts + 1] = { text = p.text }
+        elseif p.kind == "file" then
+          -- an attached image or PDF, inline
+          parts[#parts + 1] = { inlineData = { mimeType = p.mime, data = p.data } }
         end
       end
       push("user", parts)
