@@ -194,6 +194,7 @@ function H.place(L, i)
   local first = native.idoc_segment_raw(L.idoc, i).first_line
   if e.first_line ~= first then
     H.shift_entry(e, first - e.first_line)
+    L.moved = true -- the next assembly checks the lines of every entry after its change
   end
   return e
 end
@@ -202,6 +203,7 @@ function H.load(bufnr, L)
   L.idoc = native.idoc_new()
   native.idoc_edit(L.idoc, 0, 0, vim.api.nvim_buf_get_lines(bufnr, 0, -1, false))
   L.version, L.nlines, L.entries, L.doc, L.broken = 0, 0, {}, nil, nil
+  L.problems = nil
 end
 
 function H.forget(bufnr)
@@ -285,13 +287,21 @@ function H.sync(L)
   end
   for i = lo, hi - 1 do
     local s = native.idoc_segment_raw(L.idoc, i)
-    local e = by_id[tonumber(s.id)]
+    local id = tonumber(s.id)
+    local e = by_id[id]
     if e then
+      by_id[id] = nil
       if e.first_line ~= s.first_line then
         H.shift_entry(e, s.first_line - e.first_line)
       end
     end
     entries[i + 1] = e or false -- built when first needed (H.place)
+  end
+  local problems = L.problems
+  if problems then
+    for _, e in pairs(by_id) do
+      problems.with[e] = nil -- dropped: its problems are no longer the document's
+    end
   end
   L.entries, L.version, L.nlines = entries, version, nlines
   return lo, hi
@@ -346,20 +356,84 @@ function M.get(bufnr)
   if L.doc and L.doc_version == L.version then
     return L.doc
   end
-  local messages, frontmatter = {}, nil
-  local n = 0
-  for i = 0, #L.entries - 1 do
+  return H.assemble(L)
+end
+
+H.owner = setmetatable({}, { __mode = "k" }) -- model -> the live state it was assembled from
+
+--- Assembles the model of the live state's version from the previous one: the
+--- entries of the segments changed since are placed (built when new), those
+--- before them kept as they are, those after them moved only when lines were
+--- inserted or deleted above them.
+function H.assemble(L)
+  local entries, old = L.entries, L.doc
+  local count = #entries
+  local lo, hi = 0, count
+  if old then
+    local exact
+    exact, lo, hi = native.idoc_changes(L.idoc, L.doc_version)
+    if not exact then
+      lo, hi, old = 0, count, nil
+    end
+  end
+  local frontmatter = old and old.frontmatter
+  local tail = count - hi -- unchanged segments at the end
+  local mid, m = {}, 0 -- the messages of the changed segments
+  for i = lo, (old and hi or count) - 1 do
     local e = H.place(L, i)
-    if e.frontmatter then
+    if i == 0 then
       frontmatter = e.frontmatter
     end
     if e.message then
-      n = n + 1
-      messages[n] = e.message
+      m = m + 1
+      mid[m] = e.message
+    end
+  end
+  local messages
+  if not old then
+    messages = mid
+  else
+    -- The messages array is spliced in place: the unchanged messages before the
+    -- change stay where they are, those after it move only when the number of
+    -- messages changed.
+    messages = old.messages
+    local old_n = #messages
+    local first = lo > 0 and lo - L.doc_off or 0 -- messages before the change
+    local tail_n = tail
+    if tail > 0 and L.doc_count - tail == 0 and L.doc_off == 1 then
+      tail_n = tail - 1 -- the first segment, without a message, is in the tail
+    end
+    local from, to = old_n - tail_n + 1, first + m + 1
+    if from ~= to and tail_n > 0 then
+      table.move(messages, from, old_n, to)
+    end
+    for i = to + tail_n, old_n do
+      messages[i] = nil
+    end
+    for i = 1, m do
+      messages[first + i] = mid[i]
+    end
+  end
+  if old and tail > 0 then
+    -- Their lines: moved by the lines inserted or deleted above them (or by a reader
+    -- that placed some of them meanwhile).
+    if old and (L.nlines ~= L.doc_nlines or L.moved) then
+      local line = native.idoc_segment_raw(L.idoc, hi).first_line
+      for k = hi + 1, count do
+        local e = entries[k] or H.place(L, k - 1)
+        if e.first_line ~= line then
+          H.shift_entry(e, line - e.first_line)
+        end
+        line = line + e.line_count
+      end
     end
   end
   local doc = { frontmatter = frontmatter, messages = messages, diagnostics = native.idoc_diagnostics(L.idoc) }
-  L.doc, L.doc_version = doc, L.version
+  local first = entries[1]
+  L.doc, L.doc_version, L.doc_count, L.doc_nlines = doc, L.version, count, L.nlines
+  L.doc_off = (first and not first.message) and 1 or 0
+  L.moved = false
+  H.owner[doc] = L
   return doc
 end
 
@@ -537,98 +611,162 @@ function M.to_messages(doc)
   return { system = #system > 0 and table.concat(system, "\n\n") or nil, messages = out }
 end
 
+--- The pairing problems of one message given its neighbours, in the order they are
+--- reported: { part, text } where the problem's line is the part's first line.
+function H.message_problems(prev, msg, next_msg)
+  local out
+  local function add(part, text)
+    out = out or {}
+    out[#out + 1] = { part = part, text = text }
+  end
+  if msg.role == "assistant" then
+    local uses
+    for _, p in ipairs(msg.parts) do
+      if p.kind == "tool_use" then
+        uses = uses or {}
+        uses[#uses + 1] = p
+      end
+    end
+    if uses then
+      local results = {}
+      if next_msg and next_msg.role == "user" then
+        for _, p in ipairs(next_msg.parts) do
+          if p.kind == "tool_result" then
+            results[p.id] = (results[p.id] or 0) + 1
+          end
+        end
+      end
+      for _, u in ipairs(uses) do
+        local count = results[u.id] or 0
+        if count == 0 then
+          add(
+            u,
+            ("tool use `%s` (%s) has no result in the next @You: message: run it with <M-CR> or :Flemma tool:execute, or write a **Tool Result:** `%s` block"):format(
+              u.id,
+              u.name,
+              u.id
+            )
+          )
+        elseif count > 1 then
+          add(u, ("tool use `%s` (%s) has %d results in the next @You: message: keep exactly one"):format(u.id, u.name, count))
+        end
+      end
+    end
+  elseif msg.role == "user" then
+    local ids
+    for _, p in ipairs(msg.parts) do
+      if p.kind == "tool_result" then
+        if not ids then
+          ids = {}
+          if prev and prev.role == "assistant" then
+            for _, q in ipairs(prev.parts) do
+              if q.kind == "tool_use" then
+                ids[q.id] = true
+              end
+            end
+          end
+        end
+        if p.status ~= nil then
+          add(
+            p,
+            ("tool result `%s` is still a %s placeholder: resolve it with <C-]> or <M-CR> (or replace it with a real result)"):format(
+              p.id,
+              p.status
+            )
+          )
+        end
+        if not ids[p.id] then
+          add(
+            p,
+            ("tool result `%s` does not answer a tool use of the @Assistant: message just above it: move it below that message or delete it"):format(
+              p.id
+            )
+          )
+        end
+      end
+    end
+  end
+  return out
+end
+
+--- The problems of a model assembled from a live state, kept per entry: only the
+--- entries changed since the last validation (and their neighbours, whose pairing
+--- they take part in) are checked again. nil when the model is not the live one.
+---@return { part: table, text: string }[][]|nil
+function H.live_problems(doc)
+  local L = H.owner[doc]
+  if not L or L.doc ~= doc or L.doc_version ~= L.version or native.idoc_info(L.idoc) ~= L.version then
+    return nil
+  end
+  local P = L.problems
+  local entries = L.entries
+  local count = #entries
+  local lo, hi = 0, count
+  if P then
+    local exact
+    exact, lo, hi = native.idoc_changes(L.idoc, P.version)
+    if not exact then
+      P = nil
+      lo, hi = 0, count
+    end
+  end
+  if not P then
+    P = { with = {} }
+    L.problems = P
+  end
+  local function message(k) -- entry k's message (1-based), nil outside
+    local e = entries[k]
+    return e and e.message or nil
+  end
+  -- Entries lo - 1 .. hi (0-based): the changed ones and their two neighbours.
+  for k = math.max(lo, 1), math.min(hi + 1, count) do
+    local e = entries[k]
+    local msg = e.message
+    local list = msg and H.message_problems(message(k - 1), msg, message(k + 1)) or nil
+    P.with[e] = list
+  end
+  P.version = L.version
+  local out = {}
+  for _, list in pairs(P.with) do
+    out[#out + 1] = list
+  end
+  return out
+end
+
 --- Checks that a document can be sent: no error diagnostics, every tool use has
---- exactly one result in the next @You: message, and no placeholder remains.
+--- exactly one result in the next @You: message, and no placeholder remains. On
+--- the model document.get returns, only what changed since the last check is
+--- checked again.
 ---@param doc flemma.document.Doc
 ---@return boolean ok
 ---@return { line: integer, message: string }[] problems ordered by line
 function M.validate_for_send(doc)
   local problems = {}
-  local function add(line, message)
-    problems[#problems + 1] = { line = line, message = message }
-  end
-  for _, d in ipairs(doc.diagnostics) do
+  for i, d in ipairs(doc.diagnostics) do
     if d.severity == "error" then
-      add(d.line, d.message)
+      problems[#problems + 1] = { line = d.line, message = d.message, group = 0, order = i }
     end
   end
-  local msgs = doc.messages
-  for i, msg in ipairs(msgs) do
-    if msg.role == "assistant" then
-      local uses = {}
-      for _, p in ipairs(msg.parts) do
-        if p.kind == "tool_use" then
-          uses[#uses + 1] = p
-        end
-      end
-      if #uses > 0 then
-        local next_msg = msgs[i + 1]
-        local results = {}
-        if next_msg and next_msg.role == "user" then
-          for _, p in ipairs(next_msg.parts) do
-            if p.kind == "tool_result" then
-              results[p.id] = (results[p.id] or 0) + 1
-            end
-          end
-        end
-        for _, u in ipairs(uses) do
-          local count = results[u.id] or 0
-          if count == 0 then
-            add(
-              u.first_line,
-              ("tool use `%s` (%s) has no result in the next @You: message: run it with <M-CR> or :Flemma tool:execute, or write a **Tool Result:** `%s` block"):format(
-                u.id,
-                u.name,
-                u.id
-              )
-            )
-          elseif count > 1 then
-            add(
-              u.first_line,
-              ("tool use `%s` (%s) has %d results in the next @You: message: keep exactly one"):format(u.id, u.name, count)
-            )
-          end
-        end
-      end
-    elseif msg.role == "user" then
-      local prev = msgs[i - 1]
-      local ids = {}
-      if prev and prev.role == "assistant" then
-        for _, p in ipairs(prev.parts) do
-          if p.kind == "tool_use" then
-            ids[p.id] = true
-          end
-        end
-      end
-      for _, p in ipairs(msg.parts) do
-        if p.kind == "tool_result" then
-          if p.status ~= nil then
-            add(
-              p.first_line,
-              ("tool result `%s` is still a %s placeholder: resolve it with <C-]> or <M-CR> (or replace it with a real result)"):format(
-                p.id,
-                p.status
-              )
-            )
-          end
-          if not ids[p.id] then
-            add(
-              p.first_line,
-              ("tool result `%s` does not answer a tool use of the @Assistant: message just above it: move it below that message or delete it"):format(
-                p.id
-              )
-            )
-          end
-        end
-      end
+  local lists = H.live_problems(doc)
+  if not lists then
+    lists = {}
+    local msgs = doc.messages
+    for i, msg in ipairs(msgs) do
+      lists[#lists + 1] = H.message_problems(msgs[i - 1], msg, msgs[i + 1])
     end
   end
-  for i, p in ipairs(problems) do
-    p.order = i
+  for _, list in pairs(lists) do
+    for k, p in ipairs(list) do
+      -- A line belongs to one message: problems on one line keep their order in it.
+      problems[#problems + 1] = { line = p.part.first_line, message = p.text, group = 1, order = k }
+    end
   end
   table.sort(problems, function(a, b)
     if a.line ~= b.line then
       return a.line < b.line
+    end
+    if a.group ~= b.group then
+      return a.group < b.group
     end
     return a.order < b.order
   end)

@@ -72,6 +72,45 @@ describe("flemma.document.get (live model)", function()
     assert.is_true(steps >= 3000)
   end)
 
+  it("moves the messages after an edit that inserts or deletes lines, also those a reader placed meanwhile", function()
+    local lines = {}
+    for i = 1, 40 do
+      vim.list_extend(lines, { i % 2 == 1 and "@You:" or "@Assistant:", "line " .. i, "" })
+    end
+    local buf = chat_buffer(lines)
+    local before = document.get(buf)
+    local live = document.live(buf)
+    for step = 1, 60 do
+      local n = vim.api.nvim_buf_line_count(buf)
+      local at = math.random(0, n - 1)
+      if step % 3 == 0 then
+        vim.api.nvim_buf_set_lines(buf, at, at, false, { "inserted", "" })
+      elseif step % 3 == 1 then
+        vim.api.nvim_buf_set_lines(buf, at, at + 1, false, {})
+      else
+        vim.api.nvim_buf_set_lines(buf, at, at + 1, false, { "replaced" })
+      end
+      if step % 4 == 0 then
+        -- as the previews do: place a segment after the change before the model is read
+        local count = #document.live(buf).entries
+        document.entry(live, math.random(0, count - 1))
+      end
+      if step % 2 == 0 then
+        local want = plain(document.parse(vim.api.nvim_buf_get_lines(buf, 0, -1, false)))
+        assert.same(want, plain(document.get(buf)), "step " .. step)
+      end
+    end
+    assert.is_true(#before.messages > 0)
+    -- A line inserted, the last message placed by a reader, the line deleted again:
+    -- no net change of the line count, but that message had moved.
+    document.get(buf)
+    vim.api.nvim_buf_set_lines(buf, 1, 1, false, { "x" })
+    document.entry(document.live(buf), #live.entries - 1)
+    vim.api.nvim_buf_set_lines(buf, 1, 2, false, {})
+    assert.same(plain(document.parse(vim.api.nvim_buf_get_lines(buf, 0, -1, false))), plain(document.get(buf)))
+    vim.api.nvim_buf_delete(buf, { force = true })
+  end)
+
   it("keeps the tables of the messages an edit did not touch, with their new lines", function()
     local buf = chat_buffer({ "@You:", "a", "@Assistant:", "b", "@You:", "c" })
     local before = document.get(buf)
@@ -94,6 +133,84 @@ describe("flemma.document.get (live model)", function()
     vim.api.nvim_buf_set_lines(buf, 1, 2, false, { "b" })
     document.live(buf) -- as the tool previews do
     assert.equals("b", document.get(buf).messages[1].parts[1].text)
+    vim.api.nvim_buf_delete(buf, { force = true })
+  end)
+
+  it("validates the live model as a fresh full parse after random edits (rechecking only what changed)", function()
+    local files = vim.fn.glob(FIXTURES .. "*.chat", false, true)
+    table.sort(files)
+    math.randomseed(12)
+    local checks = 0
+    -- Lines that make and break the pairing of tool uses and results.
+    local pool = vim.list_extend({
+      "**Tool Result:** `t1`", "**Tool Result:** `t2`", "**Tool Result:** `toolu_01`", "```flemma:tool status=denied",
+      "**Tool Use:** `bash` (`t1`)", "```json", '{"command": "ls"}', "```", "@You:", "@Assistant:",
+    }, vim.deepcopy(POOL))
+    for _, file in ipairs(files) do
+      local buf = chat_buffer(vim.fn.readfile(file, "b"))
+      for _ = 1, 150 do
+        local n = vim.api.nvim_buf_line_count(buf)
+        local first = math.random(0, n)
+        local last = math.min(n, first + math.random(0, 2))
+        local new = {}
+        for k = 1, math.random(0, 3) do
+          new[k] = pool[math.random(#pool)]
+        end
+        vim.api.nvim_buf_set_lines(buf, first, last, false, new)
+        if math.random() < 0.6 then
+          local ok_full, want = document.validate_for_send(document.parse(vim.api.nvim_buf_get_lines(buf, 0, -1, false)))
+          local ok_live, got = document.validate_for_send(document.get(buf))
+          assert.same(want, got, file)
+          assert.equals(ok_full, ok_live)
+          checks = checks + 1
+        end
+      end
+      vim.api.nvim_buf_delete(buf, { force = true })
+    end
+    assert.is_true(checks >= 500)
+  end)
+
+  it("after editing one tool result of a long chat, reports the problems a full validation reports", function()
+    local lines = {}
+    for t = 1, 60 do
+      local id = ("toolu_%03d"):format(t)
+      vim.list_extend(lines, {
+        "@You:", "question " .. t, "", "@Assistant:", "**Tool Use:** `bash` (`" .. id .. "`)", "", "```json",
+        '{"command": "ls"}', "```", "", "@You:", "**Tool Result:** `" .. id .. "`", "", "```", "out " .. t, "```", "",
+        "@Assistant:", "done " .. t, "",
+      })
+    end
+    local buf = chat_buffer(lines)
+    local ok = document.validate_for_send(document.get(buf))
+    assert.is_true(ok)
+    math.randomseed(7)
+    local seen_problem = false
+    for _ = 1, 80 do
+      local n = vim.api.nvim_buf_line_count(buf)
+      local headers = {}
+      for i, l in ipairs(vim.api.nvim_buf_get_lines(buf, 0, -1, false)) do
+        if l:find("^%*%*Tool Result:%*%*") then
+          headers[#headers + 1] = i
+        end
+      end
+      local at = headers[math.random(#headers)]
+      local choice = math.random(4)
+      if choice == 1 then -- another id
+        vim.api.nvim_buf_set_lines(buf, at - 1, at, false, { ("**Tool Result:** `toolu_%03d`"):format(math.random(60)) })
+      elseif choice == 2 then -- a placeholder again
+        vim.api.nvim_buf_set_lines(buf, at + 1, at + 2, false, { "```flemma:tool status=pending" })
+      elseif choice == 3 then -- the result deleted
+        vim.api.nvim_buf_set_lines(buf, at - 1, math.min(n, at + 4), false, {})
+      else -- a result duplicated
+        vim.api.nvim_buf_set_lines(buf, at - 1, at - 1, false, vim.api.nvim_buf_get_lines(buf, at - 1, at + 4, false))
+      end
+      local ok_full, want = document.validate_for_send(document.parse(vim.api.nvim_buf_get_lines(buf, 0, -1, false)))
+      local ok_live, got = document.validate_for_send(document.get(buf))
+      assert.same(want, got)
+      assert.equals(ok_full, ok_live)
+      seen_problem = seen_problem or not ok_live
+    end
+    assert.is_true(seen_problem)
     vim.api.nvim_buf_delete(buf, { force = true })
   end)
 
