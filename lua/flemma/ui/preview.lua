@@ -83,9 +83,10 @@ end
 -- changed since (and the one after them, whose placeholders may answer a
 -- changed tool use); a large change draws the visible ones at once and the
 -- rest a moment later, off the keystroke.
-H.state = {} ---@type table<integer, { version: integer, width: integer, eol: string, timer?: boolean }>
+H.state = {} ---@type table<integer, { version: integer, width: integer, eol: string, timer?: boolean, partial?: table }>
 H.SPAN_NOW = 32 -- changed messages drawn at once; beyond, only the visible ones
 H.DEFER_MS = 20
+H.SLICE_MS = 0.4 -- the longest slice of drawing done later, off the keystroke
 
 function H.find_use(L, id)
   local native = require("flemma.native")
@@ -132,9 +133,11 @@ end
 --- Brings the previews of bufnr up to date with its text, redrawing only what
 --- changed since the last update (everything when the window width changed).
 --- With `opts.visible_only`, a large change is drawn only inside the window
---- now and entirely a moment later.
+--- now and entirely a moment later. With `opts.budget_ms`, drawing stops after
+--- that long and goes on a moment later where it stopped (unless the text changed
+--- meanwhile).
 ---@param bufnr integer
----@param opts? { visible_only?: boolean }
+---@param opts? { visible_only?: boolean, budget_ms?: number }
 function M.update(bufnr, opts)
   if not vim.api.nvim_buf_is_valid(bufnr) or not vim.api.nvim_buf_is_loaded(bufnr) then
     return
@@ -173,17 +176,34 @@ function M.update(bufnr, opts)
     end
     return
   end
-  if full then
+  local start = lo
+  local p = st and st.partial
+  if p and p.version == L.version and p.width == width and p.eol == eol and p.lo == lo and p.hi == hi then
+    start = p.next -- the segments before it were drawn at this version by an earlier slice
+  elseif full then
     vim.api.nvim_buf_clear_namespace(bufnr, M.ns, 0, -1)
   end
-  for i = lo, hi - 1 do
+  local deadline = opts and opts.budget_ms and vim.uv.hrtime() + opts.budget_ms * 1e6
+  for i = start, hi - 1 do
     H.draw_segment(bufnr, L, i, width, eol, full)
+    if deadline and i + 1 < hi and vim.uv.hrtime() >= deadline then
+      if not st then
+        st = { version = -1, width = -1, eol = eol }
+        H.state[bufnr] = st
+      end
+      st.partial = { version = L.version, width = width, eol = eol, lo = lo, hi = hi, next = i + 1 }
+      M.schedule(bufnr, 1)
+      return
+    end
   end
   H.state[bufnr] = { version = L.version, width = width, eol = eol, timer = st and st.timer }
 end
 
---- Runs M.update for bufnr a moment later (once for any number of calls meanwhile).
-function M.schedule(bufnr)
+--- Runs M.update for bufnr a moment later (once for any number of calls meanwhile),
+--- in slices of at most H.SLICE_MS.
+---@param bufnr integer
+---@param delay? integer ms (default 20)
+function M.schedule(bufnr, delay)
   local st = H.state[bufnr]
   if not st then
     st = { version = -1, width = -1, eol = "" }
@@ -199,14 +219,14 @@ function M.schedule(bufnr)
       cur.timer = false
     end
     if vim.api.nvim_buf_is_valid(bufnr) then
-      local ok, err = pcall(M.update, bufnr)
+      local ok, err = pcall(M.update, bufnr, { budget_ms = H.SLICE_MS })
       if not ok then
         require("flemma.util").warn("tool previews failed: " .. require("flemma.util").message(err))
       end
     else
       H.state[bufnr] = nil
     end
-  end, H.DEFER_MS)
+  end, delay or H.DEFER_MS)
 end
 
 --- Forgets the preview state of a buffer (its next update draws everything).

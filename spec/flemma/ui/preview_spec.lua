@@ -59,6 +59,39 @@ describe("flemma.ui.preview", function()
     end, 5))
   end)
 
+  it("draws a large change in slices that go on where the last one stopped, also after an edit meanwhile", function()
+    local lines = {}
+    for t = 1, 60 do
+      local id = ("toolu_%03d"):format(t)
+      vim.list_extend(lines, {
+        "@Assistant:", "**Tool Use:** `bash` (`" .. id .. "`)", "", "```json", ('{"command": "echo %d"}'):format(t), "```",
+        "", "@You:", "**Tool Result:** `" .. id .. "`", "", "```flemma:tool status=pending", "```", "",
+      })
+    end
+    local buf = vim.api.nvim_create_buf(true, false)
+    vim.api.nvim_buf_set_lines(buf, 0, -1, false, lines)
+    -- Each slice draws at least one message; with no time budget, one each.
+    preview.update(buf, { budget_ms = 0 })
+    local first = #preview.shown(buf)
+    assert.is_true(first < 60, "drawn in one slice: " .. first)
+    -- An edit before the slices are done: message 40's command changes.
+    local at = 39 * 13 + 5
+    vim.api.nvim_buf_set_lines(buf, at - 1, at, false, { '{"command": "changed"}' })
+    assert.is_true(vim.wait(2000, function()
+      return #preview.shown(buf) == 60
+    end, 5))
+    local texts = {}
+    for _, s in ipairs(preview.shown(buf)) do
+      texts[#texts + 1] = s.text
+    end
+    assert.equals("bash: $ changed", texts[40])
+    assert.equals("bash: $ echo 60", texts[60])
+    -- The same as a full redraw from a fresh parse.
+    local sliced = preview.shown(buf)
+    preview.refresh(buf, require("flemma.document").parse(vim.api.nvim_buf_get_lines(buf, 0, -1, false)))
+    assert.same(preview.shown(buf), sliced)
+  end)
+
   it("fits the preview to the window's text width with …", function()
     local buf = chat_with_pending(('{"command": "%s", "label": null, "timeout": null}'):format(string.rep("x", 200)))
     vim.cmd("vsplit")
