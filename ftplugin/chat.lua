@@ -1,5 +1,5 @@
--- Flemma's chat buffers: keys, previews, the @You: a new chat starts with. Loads no
--- native code until first use.
+-- Flemma's chat buffers: keys, previews, highlights, folds, the @You: a new chat starts
+-- with. Loads no native code until first use.
 if vim.b.did_flemma_ftplugin then
   return
 end
@@ -7,3 +7,4 @@ vim.b.did_flemma_ftplugin = true
 vim.bo.commentstring = "<!-- %s -->"
 require("flemma.keymaps").attach(vim.api.nvim_get_current_buf())
 require("flemma.ui.nav").start_empty(vim.api.nvim_get_current_buf())
+require("flemma.ui").attach(vim.api.nvim_get_current_buf())

@@ -62,6 +62,17 @@ H.defaults = {
     -- :Flemma switch warns when the model's output price is above this many dollars
     -- per million tokens.
     high_cost_threshold = 30,
+    -- Close the folds of completed tool results and thinking blocks when a chat is
+    -- shown and when a response or a tool writes them.
+    fold_completed = true,
+    -- A virtual line above each role marker (`char` repeated across the window).
+    ruler = { enabled = true, char = "─" },
+    -- Sign-column markers on role markers: a message still streaming, an
+    -- @Assistant: message whose tool uses have no result yet.
+    signs = { enabled = true, streaming = "▶", pending = "?" },
+    -- Markdown under the chat highlighted by tree-sitter when Neovim has the
+    -- `markdown` parser (false: Vim's markdown syntax, syntax/chat.vim).
+    treesitter = true,
   },
   tools = {
     -- false registers a catch-all resolver that approves every tool call.
@@ -234,6 +245,11 @@ function H.check(value, default, path)
   end
   if path == "attachments.max_bytes" and (value < 1 or value ~= math.floor(value)) then
     util.error(("`%s` should be a whole number of bytes >= 1, not %s"):format(path, tostring(value)))
+  end
+  if (path == "ui.ruler.char" or path == "ui.signs.streaming" or path == "ui.signs.pending")
+    and (vim.fn.strdisplaywidth(value) < 1 or vim.fn.strdisplaywidth(value) > 2 or value:find("[%c]"))
+  then
+    util.error(("`%s` should be one or two display cells (e.g. %q), not %s"):format(path, default, vim.inspect(value)))
   end
   if path == "ui.high_cost_threshold" and value < 0 then
     util.error(("`%s` should be a number >= 0 (dollars per million tokens), not %s"):format(path, tostring(value)))

@@ -38,6 +38,33 @@ function H.set(name, spec)
   end
 end
 
+--- The groups of chat buffers (flemma.ui.highlight, flemma.ui.marks) and the
+--- standard groups they link to.
+M.CHAT_GROUPS = {
+  FlemmaRoleSystem = "Special",
+  FlemmaRoleUser = "Statement",
+  FlemmaRoleAssistant = "Type",
+  FlemmaToolUse = "Function",
+  FlemmaToolName = "Identifier",
+  FlemmaToolId = "Constant",
+  FlemmaToolResult = "Function",
+  FlemmaToolResultError = "DiagnosticError",
+  FlemmaToolResultErrorBody = "DiagnosticVirtualTextError",
+  FlemmaPlaceholderApproved = "DiagnosticOk",
+  FlemmaPlaceholderPending = "DiagnosticWarn",
+  FlemmaPlaceholderDenied = "DiagnosticError",
+  FlemmaPlaceholderRejected = "DiagnosticHint",
+  FlemmaThinking = "Comment",
+  FlemmaThinkingTag = "SpecialComment",
+  FlemmaFrontmatter = "PreProc",
+  FlemmaFileReference = "Underlined",
+  FlemmaTemplateExpression = "PreProc",
+  FlemmaTemplateCode = "Macro",
+  FlemmaRuler = "NonText",
+  FlemmaSignStreaming = "DiagnosticInfo",
+  FlemmaSignPending = "DiagnosticWarn",
+}
+
 ---@param config? flemma.Config
 function M.setup(config)
   config = config or require("flemma.config").get()
@@ -49,6 +76,9 @@ function M.setup(config)
   end
   H.set("FlemmaToolSpinner", { link = "DiagnosticInfo" })
   H.set("FlemmaToolOutput", { link = "Comment" })
+  for name, link in pairs(M.CHAT_GROUPS) do
+    H.set(name, { link = link })
+  end
   if not H.autocmd then
     -- `:colorscheme` clears the groups; define them again afterwards.
     H.autocmd = vim.api.nvim_create_autocmd("ColorScheme", {

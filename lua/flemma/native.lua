@@ -790,6 +790,57 @@ function M.idoc_message(d, i)
   return out
 end
 
+H.KINDS = { "frontmatter", "message", "text", "tool_use", "tool_result", "thinking" }
+
+--- Segment i without its texts, for views that work line by line (folds,
+--- highlights): { id, first_line, line_count, items }, each item { kind,
+--- first, last, fence?, role?, status?, error?, unclosed?, name?, tool_id?,
+--- lang? } with lines relative to the segment (1 is its first line), so the
+--- outline of an unchanged segment stays right when the segment moves.
+function M.idoc_outline(d, i)
+  local s = M.idoc_segment_raw(d, i)
+  local ffi_string, band = ffi.string, bit.band
+  local base, arena = s.text, s.arena
+  local function str(r)
+    local off, len = r.off, r.len
+    if len == 0 then
+      return ""
+    end
+    return off >= 0 and ffi_string(base + off, len) or ffi_string(arena + (-off - 1), len)
+  end
+  local items, src = {}, s.items
+  for k = 0, s.item_count - 1 do
+    local it = src[k]
+    local kind = H.KINDS[it.kind]
+    if kind then
+      local o = { kind = kind, first = it.first_line, last = it.last_line }
+      if it.fence_line > 0 then
+        o.fence = it.fence_line
+      end
+      if band(it.flags, 16) ~= 0 then
+        o.unclosed = true
+      end
+      if kind == "message" then
+        o.role = H.ROLES[it.role]
+      elseif kind == "frontmatter" then
+        o.lang = str(it.key)
+      elseif kind == "tool_use" then
+        o.tool_id, o.name = str(it.key), str(it.label)
+      elseif kind == "tool_result" then
+        o.tool_id = str(it.key)
+        o.error = band(it.flags, 1) ~= 0
+        if it.status == 5 then
+          o.status = str(it.note)
+        elseif it.status ~= 0 then
+          o.status = H.STATUSES[it.status]
+        end
+      end
+      items[#items + 1] = o
+    end
+  end
+  return { id = tonumber(s.id), first_line = s.first_line, line_count = s.line_count, items = items }
+end
+
 --- Segment i as Lua tables, lines absolute: { id, version, first_line,
 --- line_count, message?, frontmatter?, inputs } where `inputs` maps each
 --- tool_use part with a valid input to its raw JSON (decoded by the caller).

@@ -1,0 +1,331 @@
+--- Folding of chat buffers (`foldmethod=expr`): a fold of level 1 per message
+--- (and one around the frontmatter and what precedes the first role marker),
+--- level 2 for the frontmatter, thinking, tool use and tool result blocks. The
+--- fold expression reads the live document through flemma.ui.lines (O(1) per
+--- line when Neovim asks in order); after a change the folds of the segments it
+--- touched are computed again once the document has caught up. Completed tool
+--- results and thinking blocks start closed (`ui.fold_completed`).
+local lines = require("flemma.ui.lines")
+
+local M = {}
+local H = {}
+
+M.EXPR = "v:lua.require'flemma.ui.fold'.expr(v:lnum)"
+M.TEXT = "v:lua.require'flemma.ui.fold'.text()"
+
+H.ROLE_MARKERS = { system = "@System:", user = "@You:", assistant = "@Assistant:" }
+
+--- The fold level of line lnum of the current buffer (as 'foldexpr' wants it).
+---@param lnum integer
+---@return string
+function M.expr(lnum)
+  local ok, what, item, seg, base = pcall(lines.at, vim.api.nvim_get_current_buf(), lnum)
+  if not ok or not what then
+    return "="
+  end
+  if what == "marker" then
+    return ">1"
+  elseif what == "frontmatter" or (what == "part" and lines.BLOCKS[item.kind]) then
+    local first, last = item.first + base, item.last + base
+    if first == last then
+      return what == "frontmatter" and ">2" or "1"
+    elseif lnum == first then
+      return ">2"
+    elseif lnum == last then
+      return "<2"
+    end
+    return "2"
+  elseif what == "preamble" then
+    return seg.outline.fm and "1" or "0"
+  end
+  return "1"
+end
+
+-- ---------------------------------------------------------------------------
+-- Fold text
+-- ---------------------------------------------------------------------------
+
+H.PREVIEW_WIDTH = 60
+
+function H.preview(bufnr, from, to)
+  to = math.min(to, from + 50) -- a preview never reads more than a few lines
+  for _, l in ipairs(vim.api.nvim_buf_get_lines(bufnr, from - 1, to, false)) do
+    local t = vim.trim(l)
+    if t ~= "" and not t:match("^```") and not t:match("^~~~") then
+      if vim.fn.strchars(t) > H.PREVIEW_WIDTH then
+        t = vim.fn.strcharpart(t, 0, H.PREVIEW_WIDTH - 1) .. "…"
+      end
+      return t
+    end
+  end
+  return nil
+end
+
+function H.count(n)
+  return n == 1 and "1 line" or (n .. " lines")
+end
+
+-- The name of the tool that a result answers (nil when the use is not found).
+function H.tool_name(bufnr, id)
+  local idoc = lines.idoc(bufnr)
+  if not idoc then
+    return nil
+  end
+  local si, ii = require("flemma.native").idoc_find_tool_use(idoc, id)
+  if not si then
+    return nil
+  end
+  local seg = lines.segment_index(bufnr, si)
+  local it = seg and seg.outline.items[ii + 1]
+  return it and it.name or nil
+end
+
+--- The text of a closed fold: what it holds and how many lines.
+---@param bufnr integer
+---@param foldstart integer
+---@param foldend integer
+---@return string
+function M.describe(bufnr, foldstart, foldend)
+  local n = foldend - foldstart + 1
+  local what, item, _, base = lines.at(bufnr, foldstart)
+  local head, preview
+  if what == "marker" then
+    head = H.ROLE_MARKERS[item.role] or "@?:"
+    preview = H.preview(bufnr, foldstart + 1, foldend)
+  elseif what == "frontmatter" then
+    head = "frontmatter (" .. (item.lang ~= "" and item.lang or "?") .. ")"
+    preview = H.preview(bufnr, foldstart + 1, foldend)
+  elseif what == "part" and item.kind == "tool_use" then
+    head = ("Tool Use: %s (%s)"):format(item.name, item.tool_id)
+    preview = H.preview(bufnr, (item.fence or item.first) + base + 1, item.last + base)
+  elseif what == "part" and item.kind == "tool_result" then
+    local name = H.tool_name(bufnr, item.tool_id)
+    head = ("Tool Result: %s%s"):format(name and (name .. " ") or "", "(" .. item.tool_id .. ")")
+    if item.status then
+      head = head .. " [" .. item.status .. "]"
+    elseif item.error then
+      head = head .. " [error]"
+    end
+    preview = H.preview(bufnr, (item.fence or item.first) + base + 1, item.last + base)
+  elseif what == "part" and item.kind == "thinking" then
+    head = "thinking"
+    preview = H.preview(bufnr, foldstart + 1, foldend)
+  else
+    head = vim.trim(vim.api.nvim_buf_get_lines(bufnr, foldstart - 1, foldstart, false)[1] or "")
+  end
+  local sep = what == "marker" and " " or ": "
+  local text = head .. (preview and (sep .. preview) or "") .. " · " .. H.count(n)
+  return text
+end
+
+--- 'foldtext': see M.describe.
+function M.text()
+  local foldstart, foldend = vim.v.foldstart, vim.v.foldend
+  local ok, text = pcall(M.describe, vim.api.nvim_get_current_buf(), foldstart, foldend)
+  if not ok then
+    return vim.fn.foldtext()
+  end
+  return string.rep("  ", math.max(0, vim.v.foldlevel - 1)) .. text
+end
+
+-- ---------------------------------------------------------------------------
+-- Windows, updates after changes, closing completed blocks
+-- ---------------------------------------------------------------------------
+
+--- Makes window `win` fold the chat buffer it shows (window-local options).
+function M.setup_window(win)
+  local wo = vim.wo[win][0]
+  if wo.foldmethod == "expr" and wo.foldexpr == M.EXPR then
+    return
+  end
+  -- The method last: each of these set on an expr-folded window computes the
+  -- folds of the whole buffer again.
+  wo.foldmethod = "manual"
+  wo.foldexpr = M.EXPR
+  wo.foldtext = M.TEXT
+  wo.foldlevel = 99
+  wo.foldmethod = "expr"
+end
+
+-- Per buffer: the pending range of lines to fold again (0-based [top, bot)) and
+-- the document version the last update saw.
+H.pending = {}
+
+--- Windows of bufnr that fold with our expression.
+function H.windows(bufnr)
+  local out = {}
+  for _, win in ipairs(vim.fn.win_findbuf(bufnr)) do
+    local wo = vim.wo[win]
+    if wo.foldmethod == "expr" and wo.foldexpr == M.EXPR then
+      out[#out + 1] = win
+    end
+  end
+  return out
+end
+
+--- Recomputes the folds of lines top .. bot - 1 (0-based) and of the segments
+--- that changed since the last update, in every window folding the buffer.
+function M.update(bufnr, top, bot)
+  if not vim.api.nvim_buf_is_valid(bufnr) then
+    return
+  end
+  local wins = H.windows(bufnr)
+  if #wins == 0 then
+    return
+  end
+  local idoc, version = lines.idoc(bufnr)
+  if not idoc then
+    return
+  end
+  local native = require("flemma.native")
+  local p = H.pending[bufnr] or {}
+  H.pending[bufnr] = p
+  if p.version and p.version ~= version then
+    local exact, lo, hi = native.idoc_changes(idoc, p.version)
+    if exact and hi > lo then
+      local a = native.idoc_segment_raw(idoc, lo).first_line - 1
+      local last = native.idoc_segment_raw(idoc, hi - 1)
+      local b = last.first_line - 1 + last.line_count
+      top, bot = math.min(top, a), math.max(bot, b)
+    elseif not exact then
+      top, bot = 0, vim.api.nvim_buf_line_count(bufnr)
+    end
+  end
+  p.version = version
+  bot = math.min(bot, vim.api.nvim_buf_line_count(bufnr))
+  if bot <= top then
+    return
+  end
+  for _, win in ipairs(wins) do
+    vim._foldupdate(win, top, bot)
+  end
+end
+
+function H.flush(bufnr)
+  local p = H.pending[bufnr]
+  if not p or not p.top then
+    return
+  end
+  if vim.api.nvim_get_mode().mode:match("^i") then
+    -- Neovim does not update expr folds in Insert mode: once it is left.
+    if not p.insert_wait then
+      p.insert_wait = true
+      vim.api.nvim_create_autocmd("InsertLeave", {
+        buffer = bufnr,
+        once = true,
+        callback = function()
+          p.insert_wait = nil
+          H.flush(bufnr)
+        end,
+      })
+    end
+    return
+  end
+  local top, bot = p.top, p.bot
+  p.top, p.bot = nil, nil
+  M.update(bufnr, top, bot)
+end
+
+--- Computes the folds of pending changes now (they are otherwise computed on
+--- the next tick).
+function M.flush(bufnr)
+  H.flush(bufnr)
+end
+
+--- Records a change of lines first .. last_new - 1 (0-based) and schedules the
+--- update of their folds.
+function M.changed(bufnr, first, last_new)
+  local p = H.pending[bufnr]
+  if not p then
+    p = {}
+    H.pending[bufnr] = p
+  end
+  if p.top then
+    p.top, p.bot = math.min(p.top, first), math.max(p.bot, last_new)
+    return
+  end
+  p.top, p.bot = first, math.max(last_new, first + 1)
+  vim.schedule(function()
+    H.flush(bufnr)
+  end)
+end
+
+--- Remembers the document version folds reflect now (after a full computation).
+function M.mark_current(bufnr)
+  local _, version = lines.idoc(bufnr)
+  local p = H.pending[bufnr] or {}
+  p.version = version
+  H.pending[bufnr] = p
+end
+
+function M.forget(bufnr)
+  H.pending[bufnr] = nil
+end
+
+-- Whether a block is "completed": a thinking block closed by its tag, a tool
+-- result that is a real result (not a placeholder).
+function H.completed(it)
+  if it.unclosed then
+    return false
+  end
+  if it.kind == "thinking" then
+    return true
+  end
+  return it.kind == "tool_result" and it.status == nil
+end
+
+--- Closes, in window win, the folds of the completed blocks of segments lo .. hi - 1
+--- (0-based; all segments by default). Blocks closed once in a window are not
+--- closed again (the user may have opened them).
+function M.close_completed(win, lo, hi)
+  if not vim.api.nvim_win_is_valid(win) then
+    return
+  end
+  local bufnr = vim.api.nvim_win_get_buf(win)
+  if not vim.wo[win].foldenable or vim.wo[win].foldexpr ~= M.EXPR then
+    return
+  end
+  local idoc = lines.idoc(bufnr)
+  if not idoc then
+    return
+  end
+  local _, _, count = require("flemma.native").idoc_info(idoc)
+  lo, hi = lo or 0, math.min(hi or count, count)
+  H.folded[win] = H.folded[win] or {}
+  local seen = H.folded[win][bufnr] or {}
+  H.folded[win][bufnr] = seen
+  local targets = {}
+  for i = lo, hi - 1 do
+    local seg = lines.segment_index(bufnr, i)
+    if not seg then
+      return
+    end
+    local base = seg.first - 1
+    for _, it in ipairs(seg.outline.items) do
+      if H.BLOCK_KINDS[it.kind] and it.last > it.first and H.completed(it) then
+        local key = it.kind == "tool_result" and ("r" .. it.tool_id) or ("t" .. seg.outline.id .. ":" .. it.first)
+        if not seen[key] then
+          seen[key] = true
+          targets[#targets + 1] = it.first + base
+        end
+      end
+    end
+  end
+  if #targets == 0 then
+    return
+  end
+  vim.api.nvim_win_call(win, function()
+    for _, lnum in ipairs(targets) do
+      -- The block's own fold (level 2) starts on its first line.
+      if vim.fn.foldlevel(lnum) >= 2 and vim.fn.foldclosed(lnum) == -1 then
+        pcall(vim.cmd, lnum .. "foldclose")
+      end
+    end
+  end)
+end
+
+H.BLOCK_KINDS = { thinking = true, tool_result = true }
+-- Per window and buffer: the blocks closed once (keys: "r" .. tool id, "t" .. segment id:line).
+H.folded = setmetatable({}, { __mode = "k" })
+
+return M

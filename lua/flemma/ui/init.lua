@@ -1,0 +1,31 @@
+--- The look of chat buffers: markdown underneath (tree-sitter when Neovim has the
+--- `markdown` parser, else syntax/chat.vim), Flemma's own highlights, folds,
+--- rulers and signs (flemma.ui.view).
+local M = {}
+
+--- Whether tree-sitter highlights buffer buf as markdown (started here when it can).
+function M.start_markdown(buf)
+  if not require("flemma.config").get().ui.treesitter then
+    return false
+  end
+  local ok = pcall(vim.treesitter.language.add, "markdown")
+  if not ok then
+    return false
+  end
+  pcall(vim.treesitter.language.register, "markdown", "chat")
+  return (pcall(vim.treesitter.start, buf, "markdown"))
+end
+
+--- Called by ftplugin/chat.lua for the current window and buffer.
+function M.attach(buf)
+  if not M.start_markdown(buf) then
+    vim.bo[buf].syntax = "chat"
+  end
+  require("flemma.ui.view").attach(buf)
+end
+
+function M.detach(buf)
+  require("flemma.ui.view").detach(buf)
+end
+
+return M

@@ -1,0 +1,184 @@
+--- What each line of a chat buffer is, read from the live document (folds and
+--- highlights ask line by line). A segment's outline (its items without their
+--- texts) is built once per segment id and kept while the segment is unchanged,
+--- and the segment of the last question is remembered: asking for the lines of
+--- a window in order costs O(1) per line, whatever the size of the chat.
+local document = require("flemma.document")
+local native = require("flemma.native")
+
+local M = {}
+local H = {}
+
+H.state = {} ---@type table<integer, table>
+-- Outlines kept per buffer before the cache starts over (a long session of edits
+-- leaves the outlines of replaced segments behind).
+H.MAX_OUTLINES = 4096
+
+H.BLOCKS = { thinking = true, tool_use = true, tool_result = true }
+M.BLOCKS = H.BLOCKS
+
+function H.state_of(bufnr)
+  local st = H.state[bufnr]
+  if not st then
+    st = { outlines = {}, count = 0 }
+    H.state[bufnr] = st
+  end
+  return st
+end
+
+--- Drops what is known about a buffer (it was wiped).
+function M.forget(bufnr)
+  H.state[bufnr] = nil
+end
+
+--- The live document of a buffer, or nil while it lags behind the buffer (a
+--- change whose on_lines has not arrived yet: Neovim updates folds before it
+--- calls on_lines). Checked once per changedtick: M.invalidate (called from
+--- on_lines) makes the next call check again.
+---@return table|nil idoc, integer version
+function M.idoc(bufnr)
+  local tick = vim.api.nvim_buf_get_changedtick(bufnr)
+  local st = H.state[bufnr]
+  if st and st.tick == tick then
+    return st.live, st.live_version
+  end
+  st = H.state_of(bufnr)
+  local ok, L = pcall(document.live, bufnr)
+  if not ok or not L or not L.idoc then
+    return nil, 0
+  end
+  local version, nlines = native.idoc_info(L.idoc)
+  local count = vim.api.nvim_buf_line_count(bufnr)
+  local idoc = L.idoc
+  if nlines ~= count and not (nlines == 0 and count == 1) then
+    idoc = nil
+  end
+  st.tick, st.live, st.live_version = tick, idoc, version
+  return idoc, version
+end
+
+--- The buffer changed: the next M.idoc checks the document again.
+function M.invalidate(bufnr)
+  local st = H.state[bufnr]
+  if st then
+    st.tick = nil
+  end
+end
+
+-- The outline of segment i (with where the message item and the parts start).
+function H.outline(st, idoc, i)
+  local raw = native.idoc_segment_raw(idoc, i)
+  local id, first, count = tonumber(raw.id), raw.first_line, raw.line_count
+  local o = st.outlines[id]
+  if not o then
+    if st.count >= H.MAX_OUTLINES then
+      st.outlines, st.count = {}, 0
+    end
+    o = native.idoc_outline(idoc, i)
+    for k, it in ipairs(o.items) do
+      if it.kind == "frontmatter" then
+        o.fm = it
+      elseif it.kind == "message" then
+        o.msg = it
+        o.parts_from = k + 1
+      end
+    end
+    o.parts_from = o.parts_from or (#o.items + 1)
+    st.outlines[id] = o
+    st.count = st.count + 1
+  end
+  return { index = i, first = first, last = first + count - 1, outline = o }
+end
+
+--- The segment holding line `lnum` (1-based): { index, first, last, outline }
+--- with absolute first/last lines, or nil (no such line, or the document lags).
+function M.segment(bufnr, lnum)
+  local idoc, version = M.idoc(bufnr)
+  if not idoc then
+    return nil
+  end
+  local st = H.state_of(bufnr)
+  if st.version ~= version or st.idoc ~= idoc then
+    st.version, st.idoc, st.last = version, idoc, nil
+  end
+  local seg = st.last
+  if seg and lnum >= seg.first and lnum <= seg.last then
+    return seg
+  end
+  local i = native.idoc_segment_at(idoc, lnum)
+  if not i then
+    return nil
+  end
+  seg = H.outline(st, idoc, i)
+  st.last = seg
+  return seg
+end
+
+--- Segment i (0-based) of a buffer's live document, like M.segment.
+function M.segment_index(bufnr, i)
+  local idoc, version = M.idoc(bufnr)
+  if not idoc then
+    return nil
+  end
+  local st = H.state_of(bufnr)
+  if st.version ~= version or st.idoc ~= idoc then
+    st.version, st.idoc, st.last = version, idoc, nil
+  end
+  return H.outline(st, idoc, i)
+end
+
+--- What line `lnum` is: one of
+---   "frontmatter" (item: the frontmatter), "marker" (item: the message),
+---   "part" (item: the text, tool_use, tool_result or thinking part holding it),
+---   "message" (a line of the message between parts: item is the message),
+---   "preamble" (before the first role marker, outside the frontmatter),
+--- then the item, the segment and the base to add to the item's relative lines.
+--- nil when the document cannot tell yet.
+---@return string|nil what, table|nil item, table|nil seg, integer base
+function M.at(bufnr, lnum)
+  local seg = M.segment(bufnr, lnum)
+  if not seg then
+    return nil, nil, nil, 0
+  end
+  local o, base = seg.outline, seg.first - 1
+  local rel = lnum - base
+  local fm = o.fm
+  if fm and rel >= fm.first and rel <= fm.last then
+    return "frontmatter", fm, seg, base
+  end
+  local msg = o.msg
+  if not msg or rel < msg.first then
+    return "preamble", nil, seg, base
+  end
+  if rel == msg.first then
+    return "marker", msg, seg, base
+  end
+  -- The last part starting at or before rel (parts are in order, disjoint).
+  local items = o.items
+  local lo, hi = o.parts_from, #items
+  local found
+  while lo <= hi do
+    local mid = math.floor((lo + hi) / 2)
+    if items[mid].first <= rel then
+      found, lo = mid, mid + 1
+    else
+      hi = mid - 1
+    end
+  end
+  local p = found and items[found]
+  if p and rel <= p.last then
+    return "part", p, seg, base
+  end
+  return "message", msg, seg, base
+end
+
+--- The message item and base of the segment holding lnum (nil in a preamble).
+function M.message_at(bufnr, lnum)
+  local seg = M.segment(bufnr, lnum)
+  if not seg or not seg.outline.msg then
+    return nil
+  end
+  return seg.outline.msg, seg.first - 1, seg
+end
+
+return M

@@ -1,0 +1,196 @@
+--- How a chat buffer looks: highlights (flemma.ui.highlight), folds
+--- (flemma.ui.fold), rulers and signs (flemma.ui.marks). attach() is called by
+--- ftplugin/chat.lua; work after a change is proportional to what changed.
+local fold = require("flemma.ui.fold")
+local highlight = require("flemma.ui.highlight")
+local lines = require("flemma.ui.lines")
+local marks = require("flemma.ui.marks")
+
+local M = {}
+local H = {}
+
+H.attached = {} ---@type table<integer, boolean>
+H.close_version = {} ---@type table<integer, integer> document version of the last fold closing
+H.request_version = {} ---@type table<integer, integer> document version when a request started
+
+function H.cfg()
+  return require("flemma.config").get().ui
+end
+
+function H.safe(fn, ...)
+  local ok, err = pcall(fn, ...)
+  if not ok then
+    require("flemma.log").debug("view: " .. tostring(err))
+  end
+end
+
+--- Closes the folds of completed blocks written since the last time (every window
+--- showing buf), or of the whole buffer in window `win` when given.
+function M.close_completed(buf, win)
+  if not H.cfg().fold_completed then
+    return
+  end
+  local idoc, version = lines.idoc(buf)
+  if not idoc then
+    return
+  end
+  fold.flush(buf)
+  if win then
+    fold.close_completed(win)
+  else
+    local since = H.close_version[buf] or H.request_version[buf]
+    local native = require("flemma.native")
+    local lo, hi
+    if since then
+      local exact
+      exact, lo, hi = native.idoc_changes(idoc, since)
+      if exact then
+        lo, hi = math.max(lo - 1, 0), hi
+      else
+        lo, hi = nil, nil
+      end
+    end
+    for _, w in ipairs(vim.fn.win_findbuf(buf)) do
+      fold.close_completed(w, lo, hi)
+    end
+  end
+  H.close_version[buf] = version
+end
+
+function H.window(buf, win)
+  if vim.api.nvim_win_get_buf(win) ~= buf or vim.wo[win].foldexpr ~= fold.EXPR then
+    return
+  end
+  fold.mark_current(buf)
+  M.close_completed(buf, win)
+  marks.redraw(buf)
+end
+
+--- Makes buffer buf (filetype chat) highlighted, folded in the current window,
+--- with rulers and signs.
+---@param buf integer
+function M.attach(buf)
+  fold.setup_window(vim.api.nvim_get_current_win())
+  highlight.attach(buf)
+  H.global()
+  if H.attached[buf] then
+    return
+  end
+  H.attached[buf] = true
+  local scheduled = false
+  vim.api.nvim_buf_attach(buf, false, {
+    on_lines = function(_, b, _, first, _, last_new)
+      if not H.attached[b] then
+        return true
+      end
+      lines.invalidate(b)
+      fold.changed(b, first, last_new)
+      if not scheduled then
+        scheduled = true
+        vim.schedule(function()
+          scheduled = false
+          if H.attached[b] and vim.api.nvim_buf_is_valid(b) then
+            H.safe(marks.update, b)
+            H.safe(marks.redraw, b)
+          end
+        end)
+      end
+    end,
+    on_reload = function(_, b)
+      lines.forget(b)
+      marks.forget(b)
+      fold.changed(b, 0, vim.api.nvim_buf_line_count(b))
+    end,
+    on_detach = function(_, b)
+      M.detach(b)
+    end,
+  })
+  local group = vim.api.nvim_create_augroup("flemma.view." .. buf, { clear = true })
+  vim.api.nvim_create_autocmd("BufWinEnter", {
+    group = group,
+    buffer = buf,
+    callback = function()
+      local win = vim.api.nvim_get_current_win()
+      vim.schedule(function()
+        if vim.api.nvim_win_is_valid(win) then
+          H.safe(H.window, buf, win)
+        end
+      end)
+    end,
+  })
+  vim.api.nvim_create_autocmd({ "BufWipeout", "BufUnload" }, {
+    group = group,
+    buffer = buf,
+    callback = function()
+      M.detach(buf)
+    end,
+  })
+  local win = vim.api.nvim_get_current_win()
+  vim.schedule(function()
+    if vim.api.nvim_win_is_valid(win) and vim.api.nvim_buf_is_valid(buf) then
+      H.safe(H.window, buf, win)
+    end
+  end)
+end
+
+function M.detach(buf)
+  if not H.attached[buf] then
+    return
+  end
+  H.attached[buf] = nil
+  highlight.detach(buf)
+  lines.forget(buf)
+  marks.forget(buf)
+  fold.forget(buf)
+  H.close_version[buf], H.request_version[buf] = nil, nil
+  pcall(vim.api.nvim_del_augroup_by_name, "flemma.view." .. buf)
+  if vim.api.nvim_buf_is_valid(buf) then
+    pcall(vim.api.nvim_buf_clear_namespace, buf, marks.ns, 0, -1)
+  end
+end
+
+function M.is_attached(buf)
+  return H.attached[buf] == true
+end
+
+-- Requests and tools: the streaming sign, and folds of what they wrote.
+function H.global()
+  if H.global_done then
+    return
+  end
+  H.global_done = true
+  local group = vim.api.nvim_create_augroup("flemma.view", { clear = true })
+  vim.api.nvim_create_autocmd("User", {
+    group = group,
+    pattern = "FlemmaRequestSending",
+    callback = function(ev)
+      local buf = ev.data and ev.data.bufnr
+      if buf and H.attached[buf] then
+        local _, version = lines.idoc(buf)
+        H.request_version[buf] = version
+        H.close_version[buf] = H.close_version[buf] and math.min(H.close_version[buf], version) or version
+        vim.schedule(function()
+          H.safe(marks.refresh_tail, buf)
+        end)
+      end
+    end,
+  })
+  vim.api.nvim_create_autocmd("User", {
+    group = group,
+    pattern = { "FlemmaRequestFinished", "FlemmaToolFinished" },
+    callback = function(ev)
+      local buf = ev.data and ev.data.bufnr
+      if buf and H.attached[buf] then
+        -- After the writes of this tick have reached the document.
+        vim.schedule(function()
+          if H.attached[buf] and vim.api.nvim_buf_is_valid(buf) then
+            H.safe(marks.refresh_tail, buf)
+            H.safe(M.close_completed, buf)
+          end
+        end)
+      end
+    end,
+  })
+end
+
+return M
