@@ -91,7 +91,15 @@ function M.describe(bufnr, foldstart, foldend)
   local head, preview
   if what == "marker" then
     head = H.ROLE_MARKERS[item.role] or "@?:"
-    preview = H.preview(bufnr, foldstart + 1, foldend)
+    -- The message's first text, else its first line.
+    local seg = lines.segment(bufnr, foldstart)
+    for _, it in ipairs(seg and seg.outline.items or {}) do
+      if it.kind == "text" then
+        preview = H.preview(bufnr, it.first + base, math.min(it.last + base, foldend))
+        break
+      end
+    end
+    preview = preview or H.preview(bufnr, foldstart + 1, foldend)
   elseif what == "frontmatter" then
     head = "frontmatter (" .. (item.lang ~= "" and item.lang or "?") .. ")"
     preview = H.preview(bufnr, foldstart + 1, foldend)
@@ -275,9 +283,11 @@ function H.completed(it)
 end
 
 --- Closes, in window win, the folds of the completed blocks of segments lo .. hi - 1
---- (0-based; all segments by default). Blocks closed once in a window are not
---- closed again (the user may have opened them).
-function M.close_completed(win, lo, hi)
+--- (0-based; all segments by default): thinking blocks and real tool results, or
+--- only the kinds in `kinds` ({ thinking = true }). Blocks closed once in a
+--- window are not closed again (the user may have opened them).
+function M.close_completed(win, lo, hi, kinds)
+  kinds = kinds or H.BLOCK_KINDS
   if not vim.api.nvim_win_is_valid(win) then
     return
   end
@@ -302,7 +312,7 @@ function M.close_completed(win, lo, hi)
     end
     local base = seg.first - 1
     for _, it in ipairs(seg.outline.items) do
-      if H.BLOCK_KINDS[it.kind] and it.last > it.first and H.completed(it) then
+      if kinds[it.kind] and it.last > it.first and H.completed(it) then
         local key = it.kind == "tool_result" and ("r" .. it.tool_id) or ("t" .. seg.outline.id .. ":" .. it.first)
         if not seen[key] then
           seen[key] = true

@@ -10,7 +10,6 @@ local M = {}
 local H = {}
 
 H.attached = {} ---@type table<integer, boolean>
-H.close_version = {} ---@type table<integer, integer> document version of the last fold closing
 H.request_version = {} ---@type table<integer, integer> document version when a request started
 
 function H.cfg()
@@ -24,37 +23,34 @@ function H.safe(fn, ...)
   end
 end
 
---- Closes the folds of completed blocks written since the last time (every window
---- showing buf), or of the whole buffer in window `win` when given.
+--- With `win`: closes, in that window, the folds of every completed tool result
+--- and thinking block (the chat was just shown). Without: closes, in every window
+--- showing buf, the folds of the thinking blocks a response wrote since it started
+--- (tool results written meanwhile stay open: they were just asked for).
 function M.close_completed(buf, win)
   if not H.cfg().fold_completed then
     return
   end
-  local idoc, version = lines.idoc(buf)
+  local idoc = lines.idoc(buf)
   if not idoc then
     return
   end
   fold.flush(buf)
   if win then
     fold.close_completed(win)
-  else
-    local since = H.close_version[buf] or H.request_version[buf]
-    local native = require("flemma.native")
-    local lo, hi
-    if since then
-      local exact
-      exact, lo, hi = native.idoc_changes(idoc, since)
-      if exact then
-        lo, hi = math.max(lo - 1, 0), hi
-      else
-        lo, hi = nil, nil
-      end
-    end
-    for _, w in ipairs(vim.fn.win_findbuf(buf)) do
-      fold.close_completed(w, lo, hi)
-    end
+    return
   end
-  H.close_version[buf] = version
+  local since = H.request_version[buf]
+  if not since then
+    return
+  end
+  local exact, lo, hi = require("flemma.native").idoc_changes(idoc, since)
+  if not exact then
+    lo, hi = nil, nil
+  end
+  for _, w in ipairs(vim.fn.win_findbuf(buf)) do
+    fold.close_completed(w, lo, hi, { thinking = true })
+  end
 end
 
 function H.window(buf, win)
@@ -142,7 +138,7 @@ function M.detach(buf)
   lines.forget(buf)
   marks.forget(buf)
   fold.forget(buf)
-  H.close_version[buf], H.request_version[buf] = nil, nil
+  H.request_version[buf] = nil
   pcall(vim.api.nvim_del_augroup_by_name, "flemma.view." .. buf)
   if vim.api.nvim_buf_is_valid(buf) then
     pcall(vim.api.nvim_buf_clear_namespace, buf, marks.ns, 0, -1)
@@ -168,7 +164,6 @@ function H.global()
       if buf and H.attached[buf] then
         local _, version = lines.idoc(buf)
         H.request_version[buf] = version
-        H.close_version[buf] = H.close_version[buf] and math.min(H.close_version[buf], version) or version
         vim.schedule(function()
           H.safe(marks.refresh_tail, buf)
         end)
@@ -181,11 +176,15 @@ function H.global()
     callback = function(ev)
       local buf = ev.data and ev.data.bufnr
       if buf and H.attached[buf] then
+        local request = ev.match == "FlemmaRequestFinished"
         -- After the writes of this tick have reached the document.
         vim.schedule(function()
           if H.attached[buf] and vim.api.nvim_buf_is_valid(buf) then
             H.safe(marks.refresh_tail, buf)
-            H.safe(M.close_completed, buf)
+            if request then
+              H.safe(M.close_completed, buf)
+              H.request_version[buf] = nil
+            end
           end
         end)
       end
