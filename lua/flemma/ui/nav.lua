@@ -236,66 +236,6 @@ end
 -- gf: file references
 -- ---------------------------------------------------------------------------
 
--- Characters that end a sentence or close a bracket or quote around a
--- reference: not part of its path when they end it.
-H.TRAILING = "[%.,;:!%?%)%]}>'\"`*]"
-
---- The file reference of `text` under byte column col (0-based): path (as
---- written), type (or nil), start and end columns (0-based, inclusive); nil
---- when the column is not on one. A reference is `@` followed by ./ ../ ~/
---- or /, at the start of the line or after a character that is not a word
---- character, up to the next white space; `;type=...` may follow the path.
---- (flemma.attachments reads the same references for the model.)
----@param text string
----@param col integer
----@return { path: string, type?: string, first: integer, last: integer }|nil
-function M.reference_at(text, col)
-  local init = 1
-  while true do
-    local s, e = text:find("@[^%s]+", init)
-    if not s then
-      return nil
-    end
-    local prev = s > 1 and text:sub(s - 1, s - 1) or ""
-    local token = text:sub(s + 1, e)
-    while #token > 0 and token:sub(-1):match(H.TRAILING) do
-      token = token:sub(1, -2)
-    end
-    local last = s + #token -- 1-based inclusive end of the reference
-    local path, mime = token, nil
-    local cut = token:find(";type=", 1, true)
-    if cut then
-      path, mime = token:sub(1, cut - 1), token:sub(cut + 6)
-    end
-    local ok = not prev:match("[%w_@]")
-      and (path:match("^%.%.?/.") or path:match("^~/.") or path:match("^/[^/]"))
-    if ok and col + 1 >= s and col + 1 <= last then
-      return { path = path, type = mime ~= "" and mime or nil, first = s - 1, last = last - 1 }
-    end
-    if s > col + 1 then
-      return nil
-    end
-    init = e + 1
-  end
-end
-
---- The absolute path a reference names: relative ones from the chat file's
---- directory (the working directory for a buffer without a file).
----@param bufnr integer
----@param path string as written after `@`
----@return string
-function M.resolve(bufnr, path)
-  if path:sub(1, 2) == "~/" then
-    return vim.fn.simplify((vim.uv.os_homedir() or vim.fn.expand("~")) .. path:sub(2))
-  end
-  if path:sub(1, 1) == "/" then
-    return vim.fn.simplify(path)
-  end
-  local name = api.nvim_buf_get_name(bufnr)
-  local dir = name ~= "" and vim.fn.fnamemodify(name, ":p:h") or vim.fn.getcwd()
-  return vim.fn.simplify(dir .. "/" .. path)
-end
-
 --- Runs a built-in Normal mode command, reporting its error as Vim would.
 function H.builtin(keys)
   local ok, err = pcall(vim.cmd, "normal! " .. keys)
@@ -305,15 +245,17 @@ function H.builtin(keys)
 end
 
 --- `gf`: on a file reference, edits the file it names; elsewhere Vim's own gf.
+--- References are read as flemma.attachments reads them for the model.
 function M.goto_file()
   local bufnr = api.nvim_get_current_buf()
   local cur = api.nvim_win_get_cursor(0)
-  local ref = M.reference_at(api.nvim_get_current_line(), cur[2])
+  local attachments = require("flemma.attachments")
+  local ref = attachments.reference_at(api.nvim_get_current_line(), cur[2])
   if not ref then
     local count = vim.v.count > 0 and tostring(vim.v.count) or ""
     return H.builtin(count .. "gf")
   end
-  local path = M.resolve(bufnr, ref.path)
+  local path = attachments.resolve(bufnr, ref.path)
   if not vim.uv.fs_stat(path) then
     require("flemma.util").warn(("no file %s (the reference @%s): check the path"):format(path, ref.path))
     return

@@ -249,8 +249,8 @@ describe("flemma.ui.nav", function()
       assert(ok, err)
     end)
 
-    it("reads references on the line with the pattern of the chat format", function()
-      local nav = require("flemma.ui.nav")
+    it("reads references as the attachments do", function()
+      local nav = require("flemma.attachments")
       local ref = nav.reference_at("see @./img.png;type=image/png).", 6)
       assert.same({ path = "./img.png", type = "image/png", first = 4, last = 28 }, ref)
       assert.is_nil(nav.reference_at("see @./a.txt.", 12)) -- on the trailing period
