@@ -249,21 +249,61 @@ function M.encode_pieces(ctx)
     local body, headers = M.build(ctx)
     return { vim.json.encode(body) }, headers
   end
-  local conv = {} -- { role, frags[] }
-  local last_msg -- the last document message with content
-  for _, msg in ipairs(msgs) do
+  -- The pieces of the messages, in order: a message that starts a conversation
+  -- message opens it, the next one of the same role joins it. One list per buffer
+  -- is kept and rewritten in place from the first message that changed since the
+  -- last encoding (another table at that place): the pieces before it stay, so a
+  -- send after an edit at the end allocates only for the end.
+  local last = H.last
+  if not last or last.bufnr ~= ctx.bufnr or last.fragments ~= H.fragments then
+    last = { bufnr = ctx.bufnr, fragments = H.fragments, msgs = {}, marks = {}, out = {} }
+    H.last = last
+  end
+  local prev, marks, out = last.msgs, last.marks, last.out
+  local same, limit = 0, math.min(#msgs, #prev)
+  while same < limit and msgs[same + 1] == prev[same + 1] do
+    same = same + 1
+  end
+  local n, role, conv_n, last_msg = 1, nil, 0, nil -- role: of the open conversation message
+  if same > 0 then
+    local m = marks[same]
+    n, role, conv_n, last_msg = m[1], m[2], m[3], m[4]
+  end
+  if last.tail_at and last.tail_at <= n then
+    out[last.tail_at] = last.tail_plain -- the cache breakpoint of the last send
+  end
+  last.tail_at = nil
+  for i = same + 1, #msgs do
+    local msg = msgs[i]
+    prev[i] = msg
     if msg.role ~= "system" then
       local f = H.fragment(msg)
       if f ~= "" then
-        local cur = conv[#conv]
-        if cur and cur.role == msg.role then
-          cur.frags[#cur.frags + 1] = f
+        if role == msg.role then
+          out[n + 1] = ","
         else
-          conv[#conv + 1] = { role = msg.role, frags = { f } }
+          if role then
+            n = n + 1
+            out[n] = "]}"
+          end
+          conv_n = conv_n + 1
+          role = msg.role
+          out[n + 1] = (conv_n > 1 and ',{"role":"' or '{"role":"') .. role .. '","content":['
         end
+        out[n + 2] = f
+        n = n + 2
         last_msg = msg
       end
     end
+    local m = marks[i]
+    if m then
+      m[1], m[2], m[3], m[4] = n, role, conv_n, last_msg
+    else
+      marks[i] = { n, role, conv_n, last_msg }
+    end
+  end
+  for i = #msgs + 1, #prev do
+    prev[i], marks[i] = nil, nil
   end
   local skeleton = {}
   for k, v in pairs(ctx) do
@@ -273,8 +313,10 @@ function M.encode_pieces(ctx)
   skeleton.request = { system = ctx.request.system, messages = {} }
   local body, headers = M.build(skeleton)
   local cache = H.cache_control(ctx.parameters.cache_retention)
+  local pieces = out
   if cache and last_msg then
-    -- The conversation tail carries the breakpoint: its last message encoded afresh.
+    -- The conversation tail carries the breakpoint: its last message encoded afresh
+    -- (out[n] is its fragment; the plain one is put back by the next encoding).
     local blocks = H.blocks(last_msg)
     for i = #blocks, 1, -1 do
       local t = blocks[i].type
@@ -283,29 +325,23 @@ function M.encode_pieces(ctx)
         break
       end
     end
-    local tail = conv[#conv].frags
-    tail[#tail] = vim.json.encode(blocks):sub(2, -2)
+    last.tail_at, last.tail_plain = n, out[n]
+    out[n] = vim.json.encode(blocks):sub(2, -2)
   end
   body.messages = H.SENTINEL
   local json = vim.json.encode(body)
   local quoted = vim.json.encode(H.SENTINEL)
   local s, e = json:find(quoted, 1, true)
-  local out, n = { json:sub(1, s - 1) .. "[" }, 1
-  for i, m in ipairs(conv) do
+  pieces[1] = json:sub(1, s - 1) .. "["
+  if role then
+    pieces[n + 1] = "]}"
     n = n + 1
-    out[n] = (i > 1 and ',{"role":"' or '{"role":"') .. m.role .. '","content":['
-    local frags = m.frags
-    for k = 1, #frags do
-      n = n + 1
-      out[n] = k > 1 and "," or ""
-      n = n + 1
-      out[n] = frags[k]
-    end
-    n = n + 1
-    out[n] = "]}"
   end
-  out[n + 1] = "]" .. json:sub(e + 1)
-  return out, headers
+  pieces[n + 1] = "]" .. json:sub(e + 1)
+  for i = n + 2, #pieces do
+    pieces[i] = nil
+  end
+  return pieces, headers
 end
 
 --- The message of an error body ({ type = "error", error = { type, message } }).

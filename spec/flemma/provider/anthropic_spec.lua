@@ -166,6 +166,37 @@ describe("flemma.provider.anthropic", function()
     end
   end)
 
+  it("encodes a changed conversation exactly, reusing the pieces of the messages before the first change", function()
+    local spec = { name = "anthropic", kind = "anthropic", endpoint = "http://127.0.0.1:1/v1/messages", model = "claude-sonnet-4-6" }
+    local base = document.parse(CHAT).messages
+    -- A pool of message tables: the chat's own and some more of each role.
+    local extra = document.parse({
+      "@You:", "one", "@You:", "two", "@Assistant:", "three", "@Assistant:", "", "@You:", "four", "@System:", "sys",
+    }).messages
+    local pool = vim.list_extend(vim.list_extend({}, base), extra)
+    math.randomseed(3)
+    local msgs = vim.list_extend({}, base)
+    for step = 1, 120 do
+      local r = math.random(4)
+      local at = math.random(1, #msgs + 1)
+      if r == 1 and #msgs > 1 then
+        table.remove(msgs, math.min(at, #msgs))
+      elseif r == 2 then
+        table.insert(msgs, at, pool[math.random(#pool)])
+      elseif r == 3 and #msgs > 0 then
+        msgs[math.min(at, #msgs)] = pool[math.random(#pool)]
+      end -- else: the same messages again
+      local retention = ({ "none", "short" })[step % 2 + 1]
+      local params = { cache_retention = retention }
+      local doc = { messages = msgs }
+      local full = provider.context(spec, document.to_messages(doc), { parameters = params, tools = TOOLS, key = "k" })
+      local expected = vim.json.decode(vim.json.encode((provider.build(full))))
+      local ctx = provider.context(spec, { system = full.request.system, messages = {} }, { parameters = params, tools = TOOLS, key = "k" })
+      ctx.doc_messages = vim.list_extend({}, msgs)
+      assert.same(expected, vim.json.decode((provider.encode(ctx))), "step " .. step)
+    end
+  end)
+
   it("maps parameters.thinking to a budget; a number is the budget; temperature only when set", function()
     local cases = {
       { "minimal", 1024 },
