@@ -73,6 +73,9 @@ H.defaults = {
     -- Markdown under the chat highlighted by tree-sitter when Neovim has the
     -- `markdown` parser (false: Vim's markdown syntax, syntax/chat.vim).
     treesitter = true,
+    -- Larger chats (when opened) get Vim's markdown syntax instead: tree-sitter
+    -- parses a whole buffer before it draws it.
+    treesitter_max_bytes = 1024 * 1024,
   },
   tools = {
     -- false registers a catch-all resolver that approves every tool call.
@@ -250,6 +253,9 @@ function H.check(value, default, path)
     and (vim.fn.strdisplaywidth(value) < 1 or vim.fn.strdisplaywidth(value) > 2 or value:find("[%c]"))
   then
     util.error(("`%s` should be one or two display cells (e.g. %q), not %s"):format(path, default, vim.inspect(value)))
+  end
+  if path == "ui.treesitter_max_bytes" and value < 0 then
+    util.error(("`%s` should be a number of bytes >= 0, not %s"):format(path, tostring(value)))
   end
   if path == "ui.high_cost_threshold" and value < 0 then
     util.error(("`%s` should be a number >= 0 (dollars per million tokens), not %s"):format(path, tostring(value)))

@@ -5,7 +5,14 @@ local M = {}
 
 --- Whether tree-sitter highlights buffer buf as markdown (started here when it can).
 function M.start_markdown(buf)
-  if not require("flemma.config").get().ui.treesitter then
+  local ui = require("flemma.config").get().ui
+  if not ui.treesitter then
+    return false
+  end
+  -- tree-sitter parses the whole buffer before it draws (0.10: seconds for a few MB of
+  -- markdown); Vim's syntax only looks at what is drawn.
+  local size = vim.api.nvim_buf_get_offset(buf, vim.api.nvim_buf_line_count(buf))
+  if size > ui.treesitter_max_bytes then
     return false
   end
   local ok = pcall(vim.treesitter.language.add, "markdown")

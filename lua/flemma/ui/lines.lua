@@ -53,7 +53,7 @@ function M.idoc(bufnr)
   if nlines ~= count and not (nlines == 0 and count == 1) then
     idoc = nil
   end
-  st.tick, st.live, st.live_version = tick, idoc, version
+  st.tick, st.live, st.live_version, st.nlines = tick, idoc, version, nlines
   return idoc, version
 end
 
@@ -105,7 +105,15 @@ function M.segment(bufnr, lnum)
   if seg and lnum >= seg.first and lnum <= seg.last then
     return seg
   end
-  local i = native.idoc_segment_at(idoc, lnum)
+  if lnum < 1 or lnum > st.nlines then
+    return nil
+  end
+  local i
+  if seg and lnum == seg.last + 1 then
+    i = seg.index + 1 -- the next segment: lines asked in order
+  else
+    i = native.idoc_segment_at(idoc, lnum)
+  end
   if not i then
     return nil
   end
@@ -153,8 +161,22 @@ function M.at(bufnr, lnum)
   if rel == msg.first then
     return "marker", msg, seg, base
   end
-  -- The last part starting at or before rel (parts are in order, disjoint).
+  -- The last part starting at or before rel (parts are in order, disjoint);
+  -- lines asked in order mostly fall in the part of the previous question.
   local items = o.items
+  local h = seg.hint
+  if h then
+    local p = items[h]
+    if rel >= p.first then
+      if rel <= p.last then
+        return "part", p, seg, base
+      end
+      local q = items[h + 1]
+      if not q or rel < q.first then
+        return "message", msg, seg, base
+      end
+    end
+  end
   local lo, hi = o.parts_from, #items
   local found
   while lo <= hi do
@@ -165,6 +187,7 @@ function M.at(bufnr, lnum)
       hi = mid - 1
     end
   end
+  seg.hint = found
   local p = found and items[found]
   if p and rel <= p.last then
     return "part", p, seg, base

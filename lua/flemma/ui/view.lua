@@ -54,9 +54,10 @@ function M.close_completed(buf, win)
 end
 
 function H.window(buf, win)
-  if vim.api.nvim_win_get_buf(win) ~= buf or vim.wo[win].foldexpr ~= fold.EXPR then
+  if vim.api.nvim_win_get_buf(win) ~= buf then
     return
   end
+  fold.setup_window(win) -- a window that never showed it (nvim_open_win from a plugin)
   fold.mark_current(buf)
   M.close_completed(buf, win)
   marks.redraw(buf)

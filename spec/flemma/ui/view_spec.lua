@@ -174,6 +174,14 @@ describe("flemma.ui (chat buffers)", function()
         return vim.fn.synIDattr(id, "name")
       end, vim.fn.synstack(20, 3))
       assert.is_false(vim.tbl_contains(stack3, "flemmaFrontmatterLua"), vim.inspect(stack3))
+      -- A chat larger than ui.treesitter_max_bytes gets the syntax too, and the
+      -- same highlights of Flemma's own.
+      require("flemma").setup({ ui = { treesitter_max_bytes = 100 } })
+      local buf3 = open_chat(CHAT, "large.chat")
+      assert.is_nil(vim.treesitter.highlighter.active[buf3])
+      assert.equals("chat", vim.bo[buf3].syntax)
+      assert.equals("FlemmaToolUse[0,13) FlemmaToolName[14,20) FlemmaToolId[22,32)", drawn(buf3, 17))
+      assert.is_false(pcall(require("flemma").setup, { ui = { treesitter_max_bytes = -1 } }))
     end)
   end)
 
@@ -371,6 +379,48 @@ describe("flemma.ui (chat buffers)", function()
       vim.cmd(a .. "foldopen!")
       vim.cmd(a .. "foldclose")
       assert.equals(you - 1, vim.fn.foldclosedend(a))
+    end)
+
+    it("shows the streaming sign on the message while it streams, and not after", function()
+      server:script({ { fixture = "anthropic_text.sse", chunk_seed = 4, max_chunk = 6, delay_ms = 25 } })
+      local buf = open_chat({ "@You:", "Say hello." })
+      local ns = require("flemma.ui.marks").ns
+      local function signs()
+        local out = {}
+        for _, m in ipairs(vim.api.nvim_buf_get_extmarks(buf, ns, 0, -1, { details = true })) do
+          if m[4].sign_text then
+            out[#out + 1] = { m[2] + 1, vim.trim(m[4].sign_text), m[4].sign_hl_group }
+          end
+        end
+        return out
+      end
+      local finished
+      local id = vim.api.nvim_create_autocmd("User", {
+        pattern = "FlemmaRequestFinished",
+        callback = function(ev)
+          finished = ev.data.status
+        end,
+      })
+      require("flemma.send").send(buf)
+      local seen
+      helpers.wait_for(function()
+        local s = signs()
+        if #s == 1 and s[1][2] == "▶" then
+          seen = s[1]
+        end
+        return seen ~= nil or finished ~= nil
+      end, 15000, "the request never started")
+      assert.is_nil(finished, "the response ended before the sign showed")
+      assert.equals("@Assistant:", vim.api.nvim_buf_get_lines(buf, seen[1] - 1, seen[1], false)[1])
+      assert.equals("FlemmaSignStreaming", seen[3])
+      helpers.wait_for(function()
+        return finished ~= nil
+      end, 15000, "the request never finished")
+      vim.api.nvim_del_autocmd(id)
+      assert.equals("completed", finished)
+      helpers.wait_for(function()
+        return #signs() == 0
+      end, 2000, "the streaming sign stayed: " .. vim.inspect(signs()))
     end)
 
     it("marks the tool uses streamed without results as pending", function()

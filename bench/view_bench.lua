@@ -1,0 +1,110 @@
+-- Reading a 10 MB chat (bench/chat_gen.lua) in a window: what folds and
+-- highlights cost. The fold expression over every line in order (what Neovim
+-- asks when it computes the folds; its own cost of calling into Lua comes on
+-- top), the highlights of one screen, and the work one edit in the middle
+-- leaves for the next tick (folds of the changed segments, rulers and signs).
+local gen = dofile(_G.FLEMMA_ROOT .. "/bench/chat_gen.lua")
+
+local st = {}
+
+local function setup()
+  if st.buf then
+    return
+  end
+  require("flemma").setup({})
+  local lines, info = gen.generate(10 * 1024 * 1024)
+  st.n, st.info = #lines, info
+  local buf = vim.api.nvim_create_buf(true, false)
+  vim.bo[buf].undolevels = -1
+  vim.api.nvim_buf_set_lines(buf, 0, -1, false, lines)
+  vim.bo[buf].undolevels = 1000
+  vim.api.nvim_set_current_buf(buf)
+  local t0 = vim.uv.hrtime()
+  vim.bo[buf].filetype = "chat" -- ftplugin: folds computed for every line once
+  vim.fn.foldlevel(1)
+  st.open_ms = (vim.uv.hrtime() - t0) / 1e6
+  vim.wait(200)
+  st.buf = buf
+  st.mid = math.floor(#lines / 2)
+  while not lines[st.mid]:match("^Turn ") do
+    st.mid = st.mid + 1
+  end
+  st.k = 0
+end
+
+local function teardown()
+  if st.buf and vim.api.nvim_buf_is_valid(st.buf) then
+    vim.api.nvim_buf_delete(st.buf, { force = true })
+  end
+  st = {}
+  collectgarbage()
+end
+
+return {
+  {
+    name = "fold_expr_10mb",
+    unit = "us/line",
+    target = 1.5,
+    op = "<=",
+    runs = 5,
+    setup = setup,
+    run = function()
+      local fold = require("flemma.ui.fold")
+      local n = st.n
+      local t0 = vim.uv.hrtime()
+      for l = 1, n do
+        fold.expr(l)
+      end
+      return (vim.uv.hrtime() - t0) / 1e3 / n
+    end,
+    note = function()
+      return ("%.1f MB, %d lines; opening it (filetype chat, folds of every line computed by Neovim) took %.0f ms"):format(
+        st.info.bytes / 1e6,
+        st.n,
+        st.open_ms or 0
+      )
+    end,
+  },
+  {
+    name = "view_screen_10mb",
+    unit = "ms",
+    target = 1,
+    op = "<=",
+    runs = 7,
+    setup = setup,
+    run = function()
+      -- 60 lines around the middle, as the decoration provider draws them.
+      local hl = require("flemma.ui.highlight")
+      st.k = st.k + 1
+      local top = st.mid + (st.k % 5) * 300
+      local t0 = vim.uv.hrtime()
+      for l = top, top + 59 do
+        hl.spans(st.buf, l)
+      end
+      return (vim.uv.hrtime() - t0) / 1e6
+    end,
+  },
+  {
+    name = "view_edit_10mb",
+    unit = "ms",
+    target = 5,
+    op = "<=",
+    runs = 11,
+    setup = setup,
+    teardown = teardown,
+    run = function()
+      -- One changed line in the middle and what the view does on the next tick.
+      st.k = st.k + 1
+      local row = st.mid - 1
+      local text = vim.api.nvim_buf_get_lines(st.buf, row, row + 1, false)[1]
+      text = st.k % 2 == 0 and text:gsub(" x$", "") or (text .. " x")
+      local t0 = vim.uv.hrtime()
+      -- The edit itself (Neovim folds the changed line, on_lines feeds the document).
+      vim.api.nvim_buf_set_lines(st.buf, row, row + 1, false, { text })
+      require("flemma.ui.fold").flush(st.buf)
+      require("flemma.ui.marks").update(st.buf)
+      require("flemma.ui.marks").redraw(st.buf)
+      return (vim.uv.hrtime() - t0) / 1e6
+    end,
+  },
+}
