@@ -517,6 +517,25 @@ function H.refs_of(p)
   return refs
 end
 
+-- Whether a message names files, by message table (kept while the message is unchanged,
+-- so a send without references costs one lookup per message).
+H.named = setmetatable({}, { __mode = "k" })
+
+function H.message_refs(msg)
+  local v = H.named[msg]
+  if v == nil then
+    v = false
+    for _, p in ipairs(msg.parts) do
+      if p.kind == "text" and type(p.text) == "string" and #H.refs_of(p) > 0 then
+        v = true
+        break
+      end
+    end
+    H.named[msg] = v
+  end
+  return v
+end
+
 -- Expanded messages, by message table: { key, copy } (key: the files' stamps and
 -- the limit), so an unchanged message with attachments keeps its table and the
 -- providers' per-message encodings stay valid.
@@ -544,6 +563,13 @@ function H.line_of(bufnr, p, ref)
   return p.first_line
 end
 
+--- An attached part: the lines of the text part that names it, marked as not the
+--- buffer's text (`attached`).
+function H.placed(part, from)
+  part.first_line, part.last_line, part.attached = from.first_line, from.last_line, true
+  return part
+end
+
 --- The parts a text part stands for: itself, then one part per file it names.
 function H.expand_part(bufnr, msg, p, refs, max_bytes, problems, stamps, warnings)
   local out = { p }
@@ -559,11 +585,11 @@ function H.expand_part(bufnr, msg, p, refs, max_bytes, problems, stamps, warning
       else
         stamps[#stamps + 1] = abs .. "\0" .. file.stamp .. "\0" .. (ref.type or "")
         if file.text then
-          out[#out + 1] = { kind = "text", text = M.inline_text(ref.path, file.text), file = ref.path }
+          out[#out + 1] = H.placed({ kind = "text", text = M.inline_text(ref.path, file.text), file = ref.path }, p)
         else
-          local part = { kind = "file", path = ref.path, mime = file.mime, data = file.data, size = file.size }
+          local part = H.placed({ kind = "file", path = ref.path, mime = file.mime, data = file.data, size = file.size }, p)
           if msg.role == "system" then
-            out[#out + 1] = { kind = "text", text = M.note(part, "a system prompt takes text only"), file = ref.path }
+            out[#out + 1] = H.placed({ kind = "text", text = M.note(part, "a system prompt takes text only"), file = ref.path }, p)
             warnings[#warnings + 1] = ("@%s in @System: is sent as a text note (a system prompt takes text only): reference it from an @You: message"):format(
               ref.path
             )
@@ -600,7 +626,7 @@ function M.expand(bufnr, doc)
   local problems, warnings = {}, {}
   local max_bytes
   for i, msg in ipairs(doc.messages) do
-    if msg.role == "system" or msg.role == "user" then
+    if (msg.role == "system" or msg.role == "user") and H.message_refs(msg) then
       local found = nil
       for j, p in ipairs(msg.parts) do
         if p.kind == "text" and p.text and #H.refs_of(p) > 0 then

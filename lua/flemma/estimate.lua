@@ -139,6 +139,12 @@ function M.estimate(bufnr, cb)
     expanded, problems = require("flemma.templates").expand(bufnr, doc)
     ok_doc, doc = expanded ~= nil, expanded or doc
   end
+  if ok_doc then
+    -- and the files it references attached
+    local attached
+    attached, problems = require("flemma.attachments").expand(bufnr, doc)
+    ok_doc, doc = attached ~= nil, attached or doc
+  end
   if not ok_doc then
     local msgs = {}
     for _, p in ipairs(problems) do

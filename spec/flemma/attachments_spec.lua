@@ -353,6 +353,21 @@ describe("sending file references", function()
     end), vim.inspect(notes))
   end)
 
+  it("after templates: a reference a template writes is attached; a problem names the buffer line", function()
+    local diags = blocked({ "@You:", "{% for i = 1, 3 do %}", "row {{ i }}", "{% end %}", "then @./gone.txt" })
+    assert.equals(1, #diags)
+    assert.equals(4, diags[1].lnum, vim.inspect(diags))
+    assert.truthy(diags[1].message:find("file @./gone.txt not found", 1, true), diags[1].message)
+
+    vim.cmd("silent! %bwipeout!")
+    chat({ "@You:", 'Read {{ "@./" .. "notes.txt" }}' })
+    local body = send_and_wait({ fixture = "anthropic_text.sse" })
+    assert.same({
+      { type = "text", text = "Read @./notes.txt" },
+      { type = "text", text = INLINED },
+    }, body.messages[1].content)
+  end)
+
   it("a file over attachments.max_bytes is refused with its size", function()
     helpers.write_file(dir .. "/big.txt", string.rep("x", 2000) .. "\n")
     local diags = blocked({ "@You:", "", "Read @./big.txt" }, { attachments = { max_bytes = 1000 } })

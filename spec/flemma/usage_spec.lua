@@ -199,6 +199,27 @@ describe(":Flemma usage:estimate", function()
     assert.equals(0, #server:requests())
   end)
 
+  it("counts the files a message references, or nothing when one is missing", function()
+    server:script({ { status = 200, body = '{"input_tokens":9}', content_type = "application/json" } })
+    local buf = chat({ "@You:", "Read @./notes.txt" })
+    local dir = vim.fs.dirname(vim.api.nvim_buf_get_name(buf))
+    helpers.write_file(dir .. "/notes.txt", "some notes\n")
+    vim.cmd("Flemma usage:estimate")
+    wait_note("input tokens")
+    local body = server:requests()[1].json
+    assert.same({
+      { type = "text", text = "Read @./notes.txt" },
+      { type = "text", text = "File: ./notes.txt\n```\nsome notes\n```" },
+    }, body.messages[1].content)
+
+    server:script({ { status = 200, body = '{"input_tokens":9}', content_type = "application/json" } })
+    chat({ "@You:", "Read @./gone.txt" })
+    vim.cmd("Flemma usage:estimate")
+    wait_note("nothing counted")
+    assert.matches("line 2: file @./gone.txt not found", notes[#notes].msg)
+    assert.equals(0, #server:requests())
+  end)
+
   it("reports the provider's error", function()
     server:script({
       { status = 400, body = '{"type":"error","error":{"type":"invalid_request_error","message":"messages: empty"}}', content_type = "application/json" },
