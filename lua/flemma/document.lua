@@ -222,17 +222,61 @@ function H.live_of(bufnr)
   if not H.live[bufnr] then
     H.live[bufnr] = L
     local attached = vim.api.nvim_buf_attach(bufnr, false, {
+      -- A change reaches on_bytes before Neovim updates the folds of the windows
+      -- (whose expression reads this document), on_lines only after: the document
+      -- follows on_bytes, so it never lags behind the folds; on_lines applies what
+      -- no on_bytes did.
+      on_bytes = function(_, buf, _, row, col, _, old_rows, old_col, _, new_rows, new_col)
+        if H.live[buf] ~= L then
+          return true
+        end
+        if L.broken then
+          return
+        end
+        local _, nlines = native.idoc_info(L.idoc)
+        local count = vim.api.nvim_buf_line_count(buf)
+        if new_rows ~= old_rows and count == nlines then
+          return -- applied already: an undo calls on_lines first, then on_bytes
+        end
+        -- The rows touched: the end rows too, unless both ends are at a line start
+        -- (end columns are relative to the start column on the start row).
+        local touched = ((old_rows == 0 and col + old_col or old_col) > 0 or (new_rows == 0 and col + new_col or new_col) > 0)
+          and 1
+          or 0
+        local last_old = math.min(row + old_rows + touched, nlines)
+        local last_new = math.min(row + new_rows + touched, count)
+        if row > nlines or last_new - last_old ~= count - nlines then
+          L.broken = true -- cannot tell which lines: built again when next read
+          return
+        end
+        local ok = pcall(native.idoc_edit, L.idoc, row, last_old, vim.api.nvim_buf_get_lines(buf, row, last_new, false))
+        if not ok then
+          L.broken = true
+        end
+      end,
       on_lines = function(_, buf, _, first, last_old, last_new)
         local cur = H.live[buf]
         if cur ~= L then
           return true -- detach: a new state took over
         end
-        if L.broken then
-          return
-        end
-        local ok = pcall(native.idoc_edit, L.idoc, first, last_old, vim.api.nvim_buf_get_lines(buf, first, last_new, false))
-        if not ok then
-          L.broken = true
+        if not L.broken then
+          local _, nlines = native.idoc_info(L.idoc)
+          local count = vim.api.nvim_buf_line_count(buf)
+          local edit_last
+          if nlines == count - (last_new - last_old) then
+            edit_last = last_old -- no on_bytes applied this change
+          elseif nlines == count then
+            -- on_bytes applied it (maybe from a state in between): the same rows again
+            edit_last = last_new
+          else
+            L.broken = true
+          end
+          if edit_last and (edit_last > first or last_new > first) then
+            local ok = pcall(native.idoc_edit, L.idoc, first, edit_last, vim.api.nvim_buf_get_lines(buf, first, last_new, false))
+            if not ok then
+              L.broken = true
+            end
+          end
         end
         if M.on_change then
           M.on_change(buf)
