@@ -36,10 +36,8 @@ end
 
 H.pending_ready = {}
 
---- Shows validation problems as diagnostics on their lines and in a message.
-function M.show_problems(bufnr, problems)
+function H.diagnostics(problems)
   local diags = {}
-  local msgs = {}
   for _, p in ipairs(problems) do
     diags[#diags + 1] = {
       lnum = math.max(0, (p.line or 1) - 1),
@@ -48,10 +46,84 @@ function M.show_problems(bufnr, problems)
       message = p.message,
       source = "flemma",
     }
+  end
+  return diags
+end
+
+--- Shows validation problems as diagnostics on their lines and in a message.
+function M.show_problems(bufnr, problems)
+  local msgs = {}
+  for _, p in ipairs(problems) do
     msgs[#msgs + 1] = ("line %d: %s"):format(p.line or 0, p.message)
   end
-  vim.diagnostic.set(M.ns, bufnr, diags)
+  vim.diagnostic.set(M.ns, bufnr, H.diagnostics(problems))
   util.notify("not sent:\n" .. table.concat(msgs, "\n"), vim.log.levels.ERROR)
+end
+
+-- While the problems of a failed validation are shown, every change of the buffer
+-- checks the conversation again a moment later (only what changed is checked: see
+-- document.validate_for_send), so the diagnostics follow the text: fixed problems
+-- go, new ones appear, none stays stale.
+H.watching = {} ---@type table<integer, { pending: boolean }>
+H.RECHECK_MS = 30
+
+function H.watch(bufnr)
+  if H.watching[bufnr] then
+    return
+  end
+  local w = { pending = false }
+  H.watching[bufnr] = w
+  vim.api.nvim_buf_attach(bufnr, false, {
+    on_lines = function(_, buf)
+      if H.watching[buf] ~= w then
+        return true -- detach
+      end
+      if not w.pending then
+        w.pending = true
+        vim.defer_fn(function()
+          w.pending = false
+          if H.watching[buf] == w then
+            H.recheck(buf)
+          end
+        end, H.RECHECK_MS)
+      end
+    end,
+    on_detach = function(_, buf)
+      if H.watching[buf] == w then
+        H.watching[buf] = nil
+      end
+    end,
+  })
+end
+
+function H.recheck(bufnr)
+  if not vim.api.nvim_buf_is_valid(bufnr) then
+    H.watching[bufnr] = nil
+    return
+  end
+  local document = require("flemma.document")
+  local ok_run, ok, problems = pcall(function()
+    return document.validate_for_send(document.get(bufnr))
+  end)
+  if not ok_run then
+    return
+  end
+  if ok then
+    M.clear_problems(bufnr)
+    return
+  end
+  -- Set only when they differ: every DiagnosticChanged updates the screen (issue 10).
+  local shown = vim.diagnostic.get(bufnr, { namespace = M.ns })
+  local same = #shown == #problems
+  for i = 1, same and #problems or 0 do
+    if shown[i].lnum ~= problems[i].line - 1 or shown[i].message ~= problems[i].message then
+      same = false
+      break
+    end
+  end
+  if not same then
+    vim.diagnostic.set(M.ns, bufnr, H.diagnostics(problems))
+  end
 end
 
 --- Removes the validation diagnostics of bufnr, if it has any. Resetting a namespace
@@ -61,6 +133,7 @@ end
 --- (issue 10). So only a buffer that shows problems is touched.
 ---@param bufnr integer
 function M.clear_problems(bufnr)
+  H.watching[bufnr] = nil
   if #vim.diagnostic.get(bufnr, { namespace = M.ns }) > 0 then
     vim.diagnostic.reset(M.ns, bufnr)
   end
@@ -98,6 +171,7 @@ function M.send(bufnr, opts)
   local ok, problems = document.validate_for_send(doc)
   if not ok then
     M.show_problems(bufnr, problems)
+    H.watch(bufnr)
     return false
   end
   M.clear_problems(bufnr)

@@ -30,6 +30,39 @@ describe("send.clear_problems", function()
     )
   end)
 
+  it("keeps the diagnostics of a failed send up to date with the text until it is fixed", function()
+    require("flemma").setup({ tools = { autopilot = { enabled = false } } })
+    vim.notify = function() end
+    local buf = helpers.buffer({
+      "@You:", "list", "", "@Assistant:", "**Tool Use:** `bash` (`t1`)", "", "```json", '{"command": "ls"}', "```",
+      "", "@You:", "**Tool Result:** `t1`", "", "```flemma:tool status=pending", "```",
+    })
+    assert.is_false(send.send(buf))
+    local function shown()
+      local out = {}
+      for _, d in ipairs(vim.diagnostic.get(buf, { namespace = send.ns })) do
+        out[#out + 1] = d.lnum + 1 .. " " .. d.message:match("^[^:]*")
+      end
+      table.sort(out)
+      return table.concat(out, "|")
+    end
+    assert.truthy(shown():find("^12 tool result `t1` is still a pending placeholder"), shown())
+    -- Two lines inserted above: the diagnostic follows its block.
+    vim.api.nvim_buf_set_lines(buf, 1, 1, false, { "more", "text" })
+    helpers.wait_for(function()
+      return shown():find("^14 ") ~= nil
+    end, 2000, "the diagnostic did not follow: " .. shown())
+    -- The placeholder replaced by a real result: nothing left to show.
+    vim.api.nvim_buf_set_lines(buf, 15, 17, false, { "```", "a.txt", "```" })
+    helpers.wait_for(function()
+      return shown() == ""
+    end, 2000, "the diagnostic stayed: " .. shown())
+    -- Later edits are not checked any more (no problems shown).
+    vim.api.nvim_buf_set_lines(buf, 15, 16, false, { "```flemma:tool status=pending" })
+    vim.wait(100)
+    assert.equals("", shown())
+  end)
+
   it("removes the validation diagnostics a failed send left", function()
     local buf = helpers.buffer({ "@You:", "hi" })
     send.show_problems(buf, { { line = 2, message = "broken" } })
