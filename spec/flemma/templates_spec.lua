@@ -264,11 +264,19 @@ describe("templates", function()
     for i, code in ipairs({
       "{{ ('x'):rep(6e7) }}",
       "{% local s = ('x'):rep(4e5) %}{{ s .. s }}",
-      "{% local t = {} for i = 1, 1e7 do t[i] = i end %}",
+      "{{ table.concat({ ('x'):rep(4e5), ('y'):rep(4e5) }) }}",
     }) do
       notes = {}
       local b = chat({ "@You:", "a", code }, ("mem%d.chat"):format(i))
       local d = refused(b)
+      -- On a loaded machine the 35 ms deadline (wall clock) may come first: the
+      -- memory limit is what this checks, so try again then.
+      for _ = 1, 4 do
+        if not (d[1] and d[1].message:find("ran longer than", 1, true)) then
+          break
+        end
+        d = refused(b)
+      end
       assert.equals(1, #d)
       assert.equals(2, d[1].lnum)
       assert.matches("512 KB", d[1].message)
@@ -324,6 +332,12 @@ describe("frontmatter variables", function()
     ))
     assert.same({ a = 1, s = "x", l = { 1, 2 }, t = { k = true } }, opts.variables)
     assert.same({ "read" }, opts.auto_approve)
+    local holes = assert(require("flemma.frontmatter").evaluate(
+      "return { l = { 1, function() end, 3, 0/0, 'x' }, [1] = 'dropped', n = { a = { b = {} } } }",
+      "lua",
+      1
+    ))
+    assert.same({ l = { 1, 3, "x" }, n = { a = { b = {} } } }, holes.variables)
     local none = assert(require("flemma.frontmatter").evaluate("local x = 1", "lua", 1))
     assert.is_nil(none.variables)
   end)

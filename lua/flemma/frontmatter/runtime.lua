@@ -250,10 +250,16 @@ function H.plain(v, depth, seen)
         break
       end
     end
-    for k, x in pairs(v) do
-      -- a list keeps its items; any other table its string keys
-      if (list and type(k) == "number") or (not list and type(k) == "string") then
-        out[k] = H.plain(x, depth + 1, seen)
+    if list then
+      -- the items that are data, in order (a list stays a list without holes)
+      for i = 1, n do
+        out[#out + 1] = H.plain(v[i], depth + 1, seen)
+      end
+    else
+      for k, x in pairs(v) do
+        if type(k) == "string" then
+          out[k] = H.plain(x, depth + 1, seen)
+        end
       end
     end
     seen[v] = nil
