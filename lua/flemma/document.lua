@@ -226,7 +226,7 @@ function H.live_of(bufnr)
       -- (whose expression reads this document), on_lines only after: the document
       -- follows on_bytes, so it never lags behind the folds; on_lines applies what
       -- no on_bytes did.
-      on_bytes = function(_, buf, _, row, col, _, old_rows, old_col, _, new_rows, new_col)
+      on_bytes = function(_, buf, tick, row, col, _, old_rows, old_col, _, new_rows, new_col)
         if H.live[buf] ~= L then
           return true
         end
@@ -235,6 +235,7 @@ function H.live_of(bufnr)
         end
         local _, nlines = native.idoc_info(L.idoc)
         local count = vim.api.nvim_buf_line_count(buf)
+        L.bytes_tick = nil
         if new_rows ~= old_rows and count == nlines then
           return -- applied already: an undo calls on_lines first, then on_bytes
         end
@@ -253,8 +254,9 @@ function H.live_of(bufnr)
         if not ok then
           L.broken = true
         end
+        L.bytes_tick = tick -- the change's on_lines comes with the next tick
       end,
-      on_lines = function(_, buf, _, first, last_old, last_new)
+      on_lines = function(_, buf, tick, first, last_old, last_new)
         local cur = H.live[buf]
         if cur ~= L then
           return true -- detach: a new state took over
@@ -263,7 +265,9 @@ function H.live_of(bufnr)
           local _, nlines = native.idoc_info(L.idoc)
           local count = vim.api.nvim_buf_line_count(buf)
           local edit_last
-          if nlines == count - (last_new - last_old) then
+          if L.bytes_tick == tick - 1 and nlines == count then
+            edit_last = nil -- on_bytes applied this very change (a streamed chunk, x, dd)
+          elseif nlines == count - (last_new - last_old) then
             edit_last = last_old -- no on_bytes applied this change
           elseif nlines == count then
             -- on_bytes applied it (maybe from a state in between): the same rows again
@@ -271,6 +275,7 @@ function H.live_of(bufnr)
           else
             L.broken = true
           end
+          L.bytes_tick = nil
           if edit_last and (edit_last > first or last_new > first) then
             local ok = pcall(native.idoc_edit, L.idoc, first, edit_last, vim.api.nvim_buf_get_lines(buf, first, last_new, false))
             if not ok then
