@@ -190,6 +190,10 @@ function M.update(bufnr, top, bot)
   H.pending[bufnr] = p
   if p.version and p.version ~= version then
     local exact, lo, hi = native.idoc_changes(idoc, p.version)
+    -- With the segments around: Neovim folded the change with the lagging
+    -- document, which may have moved the boundary of a neighbour.
+    local _, _, count = native.idoc_info(idoc)
+    lo, hi = math.max(lo - 1, 0), math.min(hi + 1, count)
     if exact and hi > lo then
       local a = native.idoc_segment_raw(idoc, lo).first_line - 1
       local last = native.idoc_segment_raw(idoc, hi - 1)

@@ -33,28 +33,28 @@ end
 
 --- The live document of a buffer, or nil while it lags behind the buffer (a
 --- change whose on_lines has not arrived yet: Neovim updates folds before it
---- calls on_lines). Checked once per changedtick: M.invalidate (called from
+--- calls on_lines); with `loose`, the lagging document as well (then the third
+--- value is true). Checked once per changedtick: M.invalidate (called from
 --- on_lines) makes the next call check again.
----@return table|nil idoc, integer version
-function M.idoc(bufnr)
+---@return table|nil idoc, integer version, boolean|nil stale
+function M.idoc(bufnr, loose)
   local tick = vim.api.nvim_buf_get_changedtick(bufnr)
   local st = H.state[bufnr]
-  if st and st.tick == tick then
-    return st.live, st.live_version
+  if not (st and st.tick == tick) then
+    st = H.state_of(bufnr)
+    local ok, L = pcall(document.live, bufnr)
+    if not ok or not L or not L.idoc then
+      return nil, 0
+    end
+    local version, nlines = native.idoc_info(L.idoc)
+    local count = vim.api.nvim_buf_line_count(bufnr)
+    st.tick, st.live, st.live_version, st.nlines = tick, L.idoc, version, nlines
+    st.stale = nlines ~= count and not (nlines == 0 and count == 1)
   end
-  st = H.state_of(bufnr)
-  local ok, L = pcall(document.live, bufnr)
-  if not ok or not L or not L.idoc then
-    return nil, 0
+  if st.stale and not loose then
+    return nil, st.live_version
   end
-  local version, nlines = native.idoc_info(L.idoc)
-  local count = vim.api.nvim_buf_line_count(bufnr)
-  local idoc = L.idoc
-  if nlines ~= count and not (nlines == 0 and count == 1) then
-    idoc = nil
-  end
-  st.tick, st.live, st.live_version, st.nlines = tick, idoc, version, nlines
-  return idoc, version
+  return st.live, st.live_version, st.stale
 end
 
 --- The buffer changed: the next M.idoc checks the document again.
@@ -93,7 +93,11 @@ end
 --- The segment holding line `lnum` (1-based): { index, first, last, outline }
 --- with absolute first/last lines, or nil (no such line, or the document lags).
 function M.segment(bufnr, lnum)
-  local idoc, version = M.idoc(bufnr)
+  -- A lagging document still answers (by line number) while Neovim folds a
+  -- change before on_lines: its structure, shifted by the change, keeps the
+  -- folds below it in place instead of merging them; the folds of what changed
+  -- are computed again once the document caught up (flemma.ui.fold).
+  local idoc, version = M.idoc(bufnr, true)
   if not idoc then
     return nil
   end

@@ -235,6 +235,54 @@ describe("flemma.ui (chat buffers)", function()
       assert.equals("  thinking: I should look. · 3 lines", text)
     end)
 
+    it("are computed again only around an edit, not down to the end of the chat", function()
+      local lines = {}
+      for i = 1, 150 do
+        vim.list_extend(lines, { i % 2 == 1 and "@You:" or "@Assistant:", "line one of " .. i, "line two", "" })
+        if i % 2 == 0 then
+          vim.list_extend(lines, { "<thinking>", "hm " .. i, "</thinking>", "" })
+        end
+      end
+      local buf = open_chat(lines, "long.chat")
+      local fold = require("flemma.ui.fold")
+      local orig, calls = fold.expr, 0
+      fold.expr = function(l)
+        calls = calls + 1
+        return orig(l)
+      end
+      local ok, err = pcall(function()
+        for _, keys in ipairs({ "dd", "p", "u", "x" }) do
+          calls = 0
+          vim.api.nvim_win_set_cursor(0, { 42, 0 })
+          vim.cmd("normal! " .. keys) -- Neovim folds the change before on_lines
+          vim.wait(50)
+          assert.is_true(calls < 60, ("%s: the fold expression ran for %d lines of %d"):format(keys, calls, #lines))
+        end
+      end)
+      fold.expr = orig
+      assert(ok, err)
+      assert.equals(buf, vim.api.nvim_get_current_buf())
+    end)
+
+    it("stay in place below a deleted or inserted line (folded before on_lines)", function()
+      local buf = open_chat(CHAT)
+      vim.cmd("normal! zR")
+      local want = levels(11, 39)
+      vim.api.nvim_win_set_cursor(0, { 9, 0 })
+      vim.cmd("normal! dd") -- Neovim folds the change before the document hears of it
+      vim.wait(50)
+      assert.same(want, levels(10, 38))
+      vim.cmd("28foldclose") -- the @You: message with the results, alone
+      assert.equals(28, vim.fn.foldclosed(30))
+      assert.equals(38, vim.fn.foldclosedend(30))
+      vim.cmd("normal! zR")
+      vim.api.nvim_win_set_cursor(0, { 8, 0 })
+      vim.cmd("normal! p")
+      vim.wait(50)
+      assert.same(want, levels(11, 39))
+      assert.equals(buf, vim.api.nvim_get_current_buf())
+    end)
+
     it("follow an edit that changes the structure far above it", function()
       local buf = open_chat(CHAT)
       assert.same({ 1, 2 }, levels(29, 30))
