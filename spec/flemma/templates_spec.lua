@@ -64,13 +64,13 @@ end
 describe("templates", function()
   local orig_notify
   before_each(function()
+    orig_notify = vim.notify
     server = server_mod.start()
     dir = helpers.tmpdir()
     saved_cwd = vim.fn.getcwd()
     vim.cmd("cd " .. vim.fn.fnameescape(dir))
     vim.env.FLEMMA_SPEC_KEY = "sk-templates-spec"
     notes, finished = {}, {}
-    orig_notify = vim.notify
     vim.notify = function(msg, level)
       notes[#notes + 1] = { msg = msg, level = level or vim.log.levels.INFO }
     end

@@ -120,10 +120,10 @@ end)
 describe(":Flemma usage:estimate", function()
   local server
   before_each(function()
+    orig_notify = vim.notify
     server = server_mod.start()
     vim.env.FLEMMA_SPEC_KEY = KEY
     notes = {}
-    orig_notify = vim.notify
     vim.notify = function(msg, level)
       notes[#notes + 1] = { msg = msg, level = level or vim.log.levels.INFO }
     end

@@ -11,22 +11,32 @@ function M.start()
   local dir = vim.fn.tempname()
   vim.fn.mkdir(dir, "p")
   local self = setmetatable({ dir = dir }, M)
-  local out = {}
+  local out, err = {}, {}
   self.proc = vim.system({ "python3", script_path, dir }, {
     stdout = function(_, data)
       if data then
         out[#out + 1] = data
       end
     end,
+    stderr = function(_, data)
+      if data then
+        err[#err + 1] = data
+      end
+    end,
   })
-  local ok = vim.wait(5000, function()
+  -- Generous: python3 starts in well under a second, but not on a machine shared by a
+  -- whole team running suites at once.
+  local ok = vim.wait(30000, function()
     local port = table.concat(out):match("PORT (%d+)")
     if port then
       self.port = tonumber(port)
     end
     return self.port ~= nil
   end, 10)
-  assert(ok, "the loopback server did not start")
+  if not ok then
+    self.proc:kill("sigkill")
+    error("the loopback server did not start within 30 s; its stderr: " .. table.concat(err), 2)
+  end
   return self
 end
 

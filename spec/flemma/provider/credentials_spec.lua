@@ -121,9 +121,9 @@ describe("credentials against the loopback server", function()
     bin, state = helpers.tmpdir(), helpers.tmpdir()
     vim.env.PATH = bin .. ":" .. saved_path
     fake_secret_tool()
+    orig_notify = vim.notify
     server = server_mod.start()
     notes = {}
-    orig_notify = vim.notify
     vim.notify = function(msg, level)
       notes[#notes + 1] = { msg = msg, level = level }
     end

@@ -71,10 +71,10 @@ end
 describe("sending to a provider", function()
   local orig_notify
   before_each(function()
+    orig_notify = vim.notify
     server = server_mod.start()
     vim.env.FLEMMA_SPEC_KEY = KEY
     notes, finished = {}, {}
-    orig_notify = vim.notify
     vim.notify = function(msg, level)
       notes[#notes + 1] = { msg = msg, level = level or vim.log.levels.INFO }
     end

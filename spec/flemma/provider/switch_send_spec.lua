@@ -42,10 +42,10 @@ describe("a conversation switched between providers mid-file", function()
   local server, orig_notify, notes
   before_each(function()
     require("flemma.provider.usage")._reset()
+    orig_notify = vim.notify
     server = server_mod.start()
     vim.env.FLEMMA_SPEC_KEY = KEY
     notes = {}
-    orig_notify = vim.notify
     vim.notify = function(msg, level)
       notes[#notes + 1] = { msg = msg, level = level }
     end
