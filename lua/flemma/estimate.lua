@@ -1,4 +1,4 @@
---- :Flemma usage:estimate: counts a buffer's input tokens with the provider's
+--- :Flemma usage:estimate: counts a buffer's input tokens with its provider's
 --- token-counting endpoint (through the same curl transport as a request, the key on
 --- stdin) and prices them before anything is sent.
 local util = require("flemma.util")
@@ -116,9 +116,10 @@ end
 ---@param cb fun(result: { tokens?: integer, cost?: number, message?: string, error?: string })
 function M.estimate(bufnr, cb)
   local provider = require("flemma.provider")
-  local spec, err = provider.resolve()
+  -- The buffer's own provider and model when its frontmatter selects them.
+  local spec, err = provider.resolve_buffer(bufnr)
   if not spec then
-    return cb({ error = err })
+    return cb({ error = err and err:find("^frontmatter line") and ("nothing counted: " .. err) or err })
   end
   local counter = M.counters[spec.kind]
   if not counter then
@@ -165,7 +166,7 @@ function M.estimate(bufnr, cb)
     if not ok then
       return cb({ error = util.message(res) })
     end
-    local params = require("flemma.config").get().parameters
+    local params = require("flemma.frontmatter").parameters(bufnr, spec.kind)
     local started, handle = pcall(require("flemma.provider.transport").start, {
       endpoint = endpoint,
       headers = res.headers,

@@ -19,6 +19,10 @@ local H = {}
 ---@field auto_approve_excluded string[] tools removed from presets in the buffer's list
 ---@field parameters table parameter overrides: general keys and provider tables
 ---@field variables table|nil the table a Lua frontmatter returns (plain data): the variables of the chat's templates
+---@field provider? string the provider the buffer selects (`flemma.opt.provider`)
+---@field model? string the model it selects (`flemma.opt.model`, a preset's, or the selected provider's default)
+---@field preset? string the `$preset` selected through `flemma.opt.provider`
+---@field parameters_cleared? string[] parameters the preset cleared (dotted names)
 
 -- A safe description of an error value (never runs a __tostring).
 function H.describe(err)
@@ -122,8 +126,21 @@ function H.data(config)
         presets = H.plain(tools_cfg.presets or {}),
       },
       parameters = H.plain(config.parameters or {}),
+      selection = H.selection(config),
     },
   }
+end
+
+-- The providers, models and presets frontmatter may select (flemma.opt.selection),
+-- once per configuration.
+H.selections = setmetatable({}, { __mode = "k" })
+function H.selection(config)
+  local sel = H.selections[config]
+  if not sel then
+    sel = H.plain(opt.selection(config))
+    H.selections[config] = sel
+  end
+  return sel
 end
 
 -- JSON text of an argument list (positions kept: nil becomes null).
@@ -197,6 +214,10 @@ function H.evaluate(code, lang, first_line, config)
     auto_approve_excluded = v.auto_approve_excluded or {},
     parameters = v.parameters or {},
     variables = v.variables,
+    provider = v.provider,
+    model = v.model,
+    preset = v.preset,
+    parameters_cleared = v.parameters_cleared,
   }
   if v.auto_approve_function then
     opts.auto_approve = H.wrap_function(box, first_line)
@@ -383,6 +404,16 @@ function M.parameters(bufnr, provider)
       params[k] = v
     end
   end
+  for _, path in ipairs(opts and opts.parameters_cleared or {}) do
+    local head, tail = path:match("^([^.]+)%.(.+)$")
+    if head then
+      if type(params[head]) == "table" then
+        params[head][tail] = nil
+      end
+    else
+      params[path] = nil
+    end
+  end
   local specific = params[provider or ""]
   if type(specific) == "table" then
     if (provider == "anthropic" or provider == "vertex") and specific.thinking_budget ~= nil then
@@ -392,6 +423,56 @@ function M.parameters(bufnr, provider)
     end
   end
   return params
+end
+
+--- The configuration the buffer's requests use: the active one (setup() and
+--- :Flemma switch) with the frontmatter's provider, model and parameters on top. The
+--- frontmatter wins: a buffer that selects a provider keeps it whatever is switched.
+--- A model set in setup() or switched to belongs to the active provider: a buffer
+--- that selects another provider gets that provider's model (its own or default).
+--- Cached per change of the buffer; do not modify the result.
+---@param bufnr? integer 0 or nil: the current buffer
+---@return flemma.Config|nil config
+---@return string|nil err the frontmatter's error ("frontmatter line N: ..."): nothing may be sent
+function M.config(bufnr)
+  bufnr = H.resolve_buf(bufnr)
+  local opts, err = M.get(bufnr)
+  if not opts then
+    return nil, err
+  end
+  local c = H.cache[bufnr]
+  local config = require("flemma.config").get()
+  if c and c.effective and c.effective_config == config then
+    return c.effective
+  end
+  local eff = {}
+  for k, v in pairs(config) do
+    eff[k] = v
+  end
+  if opts.provider then
+    eff.provider = opts.provider
+    eff.model = opts.model
+  elseif opts.model then
+    eff.model = opts.model
+  end
+  eff.parameters = M.parameters(bufnr)
+  if c then
+    c.effective, c.effective_config = eff, config
+  end
+  return eff
+end
+
+--- What the buffer's frontmatter selects: { provider?, model?, preset? } (all nil
+--- when it selects nothing), or nil and the frontmatter's error.
+---@param bufnr? integer
+---@return { provider?: string, model?: string, preset?: string }|nil
+---@return string|nil err
+function M.selection(bufnr)
+  local opts, err = M.get(bufnr)
+  if not opts then
+    return nil, err
+  end
+  return { provider = opts.provider, model = opts.model, preset = opts.preset }
 end
 
 return M

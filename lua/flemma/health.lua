@@ -43,17 +43,32 @@ function H.curl_tls()
   end
 end
 
+--- Providers that loaded chat buffers select in their frontmatter (a set).
+function H.used_providers()
+  local used = {}
+  for _, bufnr in ipairs(vim.api.nvim_list_bufs()) do
+    if vim.api.nvim_buf_is_loaded(bufnr) and vim.bo[bufnr].filetype == "chat" then
+      local ok, sel = pcall(require("flemma.frontmatter").selection, bufnr)
+      if ok and sel and sel.provider then
+        used[sel.provider] = true
+      end
+    end
+  end
+  return used
+end
+
 --- Each configured provider: its kind, endpoint and whether its key is present
 --- (never the key itself).
 function H.providers()
   vim.health.start("flemma: providers")
   local config = require("flemma.config").get()
+  local used = H.used_providers()
   local names = vim.tbl_keys(config.providers)
   table.sort(names)
   for _, name in ipairs(names) do
     local entry = config.providers[name]
     if type(entry) == "table" then
-      local active = name == config.provider and " (active)" or ""
+      local active = name == config.provider and " (active)" or used[name] and " (selected by a buffer's frontmatter)" or ""
       local where = ("`%s` (%s, %s)%s"):format(name, tostring(entry.kind), tostring(entry.endpoint or "no endpoint"), active)
       local env = entry.api_key_env
       local loopback = type(entry.endpoint) == "string"
@@ -71,6 +86,39 @@ function H.providers()
           ("or keep it in the system keyring (secret-tool store --label=flemma service %s key api), asked at send: :help flemma-secrets"):format(name),
         })
       end
+    end
+  end
+end
+
+--- Chat buffers whose frontmatter selects a provider (or fails, so that nothing is
+--- sent): which provider and model each sends to.
+function H.buffers()
+  local fm = require("flemma.frontmatter")
+  local rows = {}
+  for _, bufnr in ipairs(vim.api.nvim_list_bufs()) do
+    if vim.api.nvim_buf_is_loaded(bufnr) and vim.bo[bufnr].filetype == "chat" then
+      local name = vim.api.nvim_buf_get_name(bufnr)
+      local label = ("buffer %d%s"):format(bufnr, name ~= "" and (" (" .. vim.fn.fnamemodify(name, ":~:.") .. ")") or "")
+      local ok, sel, err = pcall(fm.selection, bufnr)
+      if not ok or not sel then
+        rows[#rows + 1] = { vim.health.error, ("%s: nothing is sent while its frontmatter fails: %s"):format(label, ok and err or tostring(sel)) }
+      elseif sel.provider or sel.model then
+        local spec, serr = require("flemma.provider").resolve_buffer(bufnr)
+        if spec then
+          rows[#rows + 1] = {
+            vim.health.ok,
+            ("%s: its frontmatter selects `%s` %s%s"):format(label, spec.name, spec.model, sel.preset and (" (" .. sel.preset .. ")") or ""),
+          }
+        else
+          rows[#rows + 1] = { vim.health.error, ("%s: its frontmatter selects a provider that cannot send: %s"):format(label, serr) }
+        end
+      end
+    end
+  end
+  if #rows > 0 then
+    vim.health.start("flemma: chat buffers with their own provider")
+    for _, r in ipairs(rows) do
+      r[1](r[2])
     end
   end
 end
@@ -142,6 +190,7 @@ function M.check()
     end
 
     H.providers()
+    H.buffers()
   end
 
   vim.health.start("flemma: external programs")

@@ -1,7 +1,9 @@
 --- `flemma.opt`: the object that Lua frontmatter uses to set per-buffer options.
 --- A fresh one is made for each evaluation (see flemma.frontmatter), starting from the
---- defaults: all enabled tools, the global `tools.auto_approve` list and the global
---- parameters. ListOption values (`flemma.opt.tools`, `flemma.opt.tools.auto_approve`)
+--- defaults: all enabled tools, the global `tools.auto_approve` list, the global
+--- parameters and the active provider and model. `flemma.opt.provider` (a name of
+--- `providers` or a `$preset`) and `flemma.opt.model` select them for the buffer.
+--- ListOption values (`flemma.opt.tools`, `flemma.opt.tools.auto_approve`)
 --- support assignment, `:append`, `:remove`, `:prepend`, `+` and `-`.
 local presets = require("flemma.tools.presets")
 
@@ -18,7 +20,10 @@ H.BUILTIN_TOOLS = { "bash", "calculator", "calculator_async", "edit", "read", "w
 -- Per-buffer parameters: name -> checker returning an error string for a bad value.
 H.params = {}
 H.provider_params = { anthropic = {}, openai = {}, vertex = {} }
-H.TRANSPORT_KEYS = { endpoint = true, api_key_env = true, providers = true }
+H.TRANSPORT_KEYS = { endpoint = true, api_key_env = true, providers = true, headers = true, kind = true }
+-- Parameters that make up the Vertex AI URL (its host is `<location>-aiplatform...`):
+-- transport as well.
+H.PROVIDER_TRANSPORT = { vertex = { project_id = true, location = true } }
 -- API keys are refused too, with their own message (flemma.secrets).
 for name in pairs(require("flemma.secrets").forbidden) do
   H.TRANSPORT_KEYS[name] = true
@@ -47,10 +52,10 @@ H.params.thinking = function(v)
   if type(v) == "number" and v >= 0 and v == math.floor(v) then
     return nil
   end
-  if type(v) == "string" and vim.tbl_contains({ "low", "medium", "high" }, v) then
+  if type(v) == "string" and vim.tbl_contains({ "minimal", "low", "medium", "high", "max" }, v) then
     return nil
   end
-  return 'should be "low", "medium", "high", false, or a token budget'
+  return 'should be "minimal", "low", "medium", "high", "max", false, or a token budget'
 end
 H.params.cache_retention = one_of({ "none", "short", "long" })
 H.params.max_tokens = integer(1)
@@ -64,7 +69,18 @@ H.provider_params.openai.reasoning = one_of({ "none", "minimal", "low", "medium"
 H.provider_params.vertex.thinking_budget = integer(-1)
 
 -- Names readable and settable on flemma.opt itself.
-H.ROOT_NAMES = { "anthropic", "cache_retention", "max_tokens", "openai", "temperature", "thinking", "tools", "vertex" }
+H.ROOT_NAMES = {
+  "anthropic",
+  "cache_retention",
+  "max_tokens",
+  "model",
+  "openai",
+  "provider",
+  "temperature",
+  "thinking",
+  "tools",
+  "vertex",
+}
 
 --- Raises an error from code that frontmatter called: the message names the line of
 --- the frontmatter that made the call ("frontmatter:LINE: msg"), when there is one.
@@ -82,6 +98,23 @@ function M.fail(msg)
     level = level + 1
   end
   error(msg, 0)
+end
+
+--- The line of frontmatter code running now (the innermost frontmatter frame), or nil
+--- outside frontmatter.
+---@return integer|nil
+function M.line()
+  local level = 2
+  while true do
+    local info = debug.getinfo(level, "Sl")
+    if not info then
+      return nil
+    end
+    if info.source == M.CHUNKNAME and (info.currentline or 0) > 0 then
+      return info.currentline
+    end
+    level = level + 1
+  end
 end
 
 local function show(v)
@@ -370,9 +403,98 @@ function H.transport(path)
   if secrets.forbidden[path:match("[^.]+$")] then
     return secrets.refusal(path)
   end
-  return ("`%s`: transport settings (`providers.*`: endpoints, keys) cannot be set from frontmatter; set them in setup()"):format(
-    path
-  )
+  local what = "transport settings (`providers.*`: endpoints, headers, keys)"
+  local provider, key = path:match("^flemma%.opt%.(%w+)%.([%w_]+)$")
+  if provider and (H.PROVIDER_TRANSPORT[provider] or {})[key] then
+    what = ("transport settings (`parameters.%s.%s` makes up the %s endpoint)"):format(provider, key, provider)
+  end
+  return (
+    "`%s`: %s cannot be set from frontmatter: a chat file must not choose where the conversation and your keys are sent; "
+    .. "configure them in setup() (or a preset) and select a provider with `flemma.opt.provider`"
+  ):format(path, what)
+end
+
+---------------------------------------------------------------------------------------
+-- Provider, model and presets
+---------------------------------------------------------------------------------------
+
+---@class flemma.opt.Selection what frontmatter may select, as plain data
+---@field provider string the active provider (setup() or :Flemma switch)
+---@field model? string the active model (nil: the provider's default)
+---@field providers table<string, { kind: string, default_model?: string, any_model: boolean, models?: table<string, boolean> }>
+---@field presets table<string, { provider: string, model?: string, parameters: table, cleared: string[] }>
+
+--- What frontmatter may select under a configuration: the providers (with the models
+--- each accepts) and the presets, resolved. Computed in Neovim (flemma.switch and
+--- flemma.models are not in the frontmatter's interpreter) and handed to it as data.
+---@param config flemma.Config
+---@return flemma.opt.Selection
+function M.selection(config)
+  local models = require("flemma.models")
+  local presets_out = {}
+  local ok_switch, switch = pcall(require, "flemma.switch")
+  for name in pairs(config.presets or {}) do
+    local ok, p = false, nil
+    if ok_switch then
+      ok, p = pcall(switch.preset, name, config)
+    end
+    if ok and type(p) == "table" then
+      local params, cleared = {}, {}
+      for k, v in pairs(p.parameters or {}) do
+        if v == vim.NIL then
+          cleared[#cleared + 1] = k
+        elseif type(v) == "table" then
+          params[k] = {}
+          for sk, sv in pairs(v) do
+            if sv == vim.NIL then
+              cleared[#cleared + 1] = k .. "." .. sk
+            else
+              params[k][sk] = sv
+            end
+          end
+        else
+          params[k] = v
+        end
+      end
+      table.sort(cleared)
+      presets_out[name] = { provider = p.provider, model = p.model, parameters = params, cleared = cleared }
+    end
+  end
+  local providers = {}
+  for name, entry in pairs(config.providers or {}) do
+    if type(entry) == "table" and type(entry.kind) == "string" then
+      local table_of_kind = models.by_kind[entry.kind]
+      local accepted = {}
+      for m in pairs(table_of_kind or {}) do
+        accepted[m] = true
+      end
+      local default = entry.model or models.defaults[name] or models.defaults[entry.kind]
+      for _, m in ipairs({ entry.model or false, default or false, name == config.provider and config.model or false }) do
+        if m then
+          accepted[m] = true
+        end
+      end
+      for _, p in pairs(presets_out) do
+        if p.provider == name and p.model then
+          accepted[p.model] = true
+        end
+      end
+      -- OpenAI-compatible servers (ollama, llama.cpp, ...) serve models of the
+      -- user's choosing: any name is theirs to judge.
+      local any = entry.kind == "openai_chat" or table_of_kind == nil
+      providers[name] = { kind = entry.kind, default_model = default, any_model = any, models = not any and accepted or nil }
+    end
+  end
+  return { provider = config.provider, model = config.model, providers = providers, presets = presets_out }
+end
+
+function H.sorted_keys(t)
+  local keys = {}
+  for k in pairs(t or {}) do
+    keys[#keys + 1] = k
+  end
+  table.sort(keys)
+  return keys
 end
 
 ---@class flemma.opt.Result
@@ -380,6 +502,10 @@ end
 ---@field auto_approve string[]|function|nil the buffer's policy; nil = not set
 ---@field auto_approve_excluded string[] tools removed from presets in the buffer's list
 ---@field parameters table parameter overrides (general keys and provider tables)
+---@field provider? string the provider the buffer selects (a name of `providers`)
+---@field model? string the model it selects (nil: the active one)
+---@field preset? string the `$preset` it selected through `flemma.opt.provider`
+---@field parameters_cleared? string[] parameters a preset cleared (`key=`), dotted
 
 --- A fresh `flemma.opt` object and a function that collects what the frontmatter set.
 ---@param config? flemma.Config the active configuration (default: config.get())
@@ -397,7 +523,16 @@ function M.new(config)
     aa_fn = nil,
     params = {},
     provider = { anthropic = {}, openai = {}, vertex = {} },
+    cleared = {}, -- dotted parameter names a preset cleared
+    selected = nil, -- the provider frontmatter selected
+    selected_line = nil,
+    preset = nil,
+    model_set = false, -- the model was chosen (by flemma.opt.model or a preset)
+    model = nil,
+    model_line = nil,
   }
+  local sel = config.selection or M.selection(config)
+  local select_provider -- defined below, with the other provider helpers
 
   local function check_tool(what)
     return function(name)
@@ -499,7 +634,7 @@ function M.new(config)
     table.sort(names)
     local prefix = "flemma.opt." .. provider .. "."
     local function lookup(k)
-      if H.TRANSPORT_KEYS[k] then
+      if H.TRANSPORT_KEYS[k] or (H.PROVIDER_TRANSPORT[provider] or {})[k] then
         M.fail(H.transport(prefix .. k))
       end
       if not specs[k] then
@@ -511,7 +646,7 @@ function M.new(config)
       __index = function(_, k)
         lookup(k)
         local v = S.provider[provider][k]
-        if v == nil then
+        if v == nil and not S.cleared[provider .. "." .. k] then
           v = (params_cfg[provider] or {})[k]
         end
         return v
@@ -520,8 +655,129 @@ function M.new(config)
         lookup(k)
         check_param(prefix .. k, specs[k], v)
         S.provider[provider][k] = v
+        S.cleared[provider .. "." .. k] = nil
       end,
     })
+  end
+
+  -- The model a request of the buffer would use (nil: the configured one when the
+  -- provider is the configured one, else none is known).
+  local function effective_model()
+    local name = S.selected or sel.provider
+    local p = sel.providers[name]
+    if S.model_set then
+      return S.model or (p and p.default_model)
+    end
+    if name == sel.provider then
+      return sel.model or (p and p.default_model)
+    end
+    return p and p.default_model
+  end
+
+  local function provider_names()
+    local names = H.sorted_keys(sel.providers)
+    return names
+  end
+
+  -- flemma.opt.provider = "name" | "$preset": a preset sets provider, model and
+  -- parameters as `:Flemma switch $preset` does; what the code sets after it wins.
+  function select_provider(v)
+    if type(v) ~= "string" or v == "" then
+      M.fail(("`flemma.opt.provider` should be a provider name or a $preset, not %s"):format(v == "" and '""' or show(v)))
+    end
+    if presets.is_preset(v) then
+      local p = sel.presets[v]
+      if not p then
+        local names = H.sorted_keys(sel.presets)
+        local close = presets.suggest(v, names)
+        M.fail(
+          ("`flemma.opt.provider`: unknown preset `%s`%s%s"):format(
+            v,
+            close and ("; did you mean `%s`?"):format(close) or "",
+            #names > 0 and (" (presets: " .. table.concat(names, ", ") .. ")")
+              or " (none is defined: add `presets` in setup())"
+          )
+        )
+      end
+      S.selected, S.selected_line, S.preset = p.provider, M.line(), v
+      S.model_set, S.model, S.model_line = true, p.model, M.line()
+      for k, value in pairs(p.parameters or {}) do
+        if type(value) == "table" then
+          S.provider[k] = S.provider[k] or {}
+          for sk, sv in pairs(value) do
+            S.provider[k][sk] = sv
+            S.cleared[k .. "." .. sk] = nil
+          end
+        else
+          S.params[k] = value
+          S.cleared[k] = nil
+        end
+      end
+      for _, path in ipairs(p.cleared or {}) do
+        local head, tail = path:match("^([^.]+)%.(.+)$")
+        if head then
+          if S.provider[head] then
+            S.provider[head][tail] = nil
+          end
+        else
+          S.params[path] = nil
+        end
+        S.cleared[path] = true
+      end
+      return
+    end
+    if not sel.providers[v] then
+      local names = provider_names()
+      local close = presets.suggest(v, names)
+      M.fail(
+        ("`flemma.opt.provider`: unknown provider `%s`%s (providers: %s)"):format(
+          v,
+          close and ("; did you mean `%s`?"):format(close) or "",
+          table.concat(names, ", ")
+        )
+      )
+    end
+    S.selected, S.selected_line = v, M.line()
+  end
+
+  -- Raises "frontmatter:LINE: msg" for a line recorded earlier (or msg alone).
+  local function fail_at(line, msg)
+    if line then
+      error(("%s:%d: %s"):format(M.SOURCE_PREFIX, line, msg), 0)
+    end
+    error(msg, 0)
+  end
+
+  -- The provider and model the frontmatter selects, checked once it has run (the
+  -- model may be set before the provider it belongs to).
+  local function selection_result()
+    if not S.selected and not S.model_set then
+      return nil, nil
+    end
+    local name = S.selected or sel.provider
+    local p = sel.providers[name]
+    local model = effective_model()
+    if not model then
+      fail_at(
+        S.selected_line,
+        ("`flemma.opt.provider`: %s has no default model: set `flemma.opt.model` too (a name from the server's model list)"):format(name)
+      )
+    end
+    if S.model_set and S.model ~= nil and p and not p.any_model and not p.models[S.model] then
+      local names = H.sorted_keys(p.models)
+      local close = presets.suggest(S.model, names)
+      fail_at(
+        S.model_line,
+        ("`flemma.opt.model`: unknown model `%s` for %s%s (models: %s); a model newer than Flemma's table: set `providers.%s.model` in setup()"):format(
+          S.model,
+          name,
+          close and ("; did you mean `%s`?"):format(close) or "",
+          table.concat(names, ", "),
+          name
+        )
+      )
+    end
+    return S.selected, model
   end
 
   local opt = setmetatable({}, {
@@ -531,9 +787,13 @@ function M.new(config)
         return tools_list
       elseif provider_proxies[k] then
         return provider_proxies[k]
+      elseif k == "provider" then
+        return S.selected or sel.provider
+      elseif k == "model" then
+        return effective_model()
       elseif H.params[k] then
         local v = S.params[k]
-        if v == nil then
+        if v == nil and not S.cleared[k] then
           v = params_cfg[k]
         end
         return v
@@ -555,12 +815,25 @@ function M.new(config)
           copy[key] = value
         end
         S.provider[k] = {}
+        for path in pairs(S.cleared) do
+          if path:sub(1, #k + 1) == k .. "." then
+            S.cleared[path] = nil
+          end
+        end
         for key, value in pairs(copy) do
           proxy[key] = value
         end
+      elseif k == "provider" then
+        select_provider(v)
+      elseif k == "model" then
+        if v ~= nil and (type(v) ~= "string" or v == "") then
+          M.fail(("`flemma.opt.model` should be a model name, not %s"):format(v == "" and '""' or show(v)))
+        end
+        S.model_set, S.model, S.model_line = true, v, M.line()
       elseif H.params[k] then
         check_param("flemma.opt." .. k, H.params[k], v)
         S.params[k] = v
+        S.cleared[k] = nil
       elseif H.TRANSPORT_KEYS[k] then
         M.fail(H.transport("flemma.opt." .. k))
       else
@@ -583,11 +856,17 @@ function M.new(config)
     elseif S.aa_touched then
       auto_approve = vim.deepcopy(aa_state.items)
     end
+    local provider, model = selection_result()
+    local cleared = H.sorted_keys(S.cleared)
     return {
       tools = S.tools_touched and tools_list:get() or nil,
       auto_approve = auto_approve,
       auto_approve_excluded = (S.aa_touched and not S.aa_fn) and vim.deepcopy(aa_state.excluded) or {},
       parameters = parameters,
+      provider = provider,
+      model = model,
+      preset = S.preset,
+      parameters_cleared = #cleared > 0 and cleared or nil,
     }
   end
 

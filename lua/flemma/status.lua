@@ -70,13 +70,30 @@ function M.tree(bufnr)
   end
   fm_opts = fm_opts or {}
 
-  -- Provider, model and transport.
-  row(0, "provider: " .. tostring(config.provider), H.config_layer("provider"))
+  -- Provider, model and transport: the frontmatter's selection wins.
+  local sel_config = config
+  if fm_opts.provider or fm_opts.model then
+    local ok_c, cfg = pcall(require("flemma.frontmatter").config, bufnr)
+    if ok_c and cfg then
+      sel_config = cfg
+    end
+  end
+  if fm_opts.provider then
+    local preset = fm_opts.preset and (" (preset " .. fm_opts.preset .. ")") or ""
+    local over = config.provider ~= fm_opts.provider and ("; " .. config.provider .. " elsewhere") or ""
+    row(0, "provider: " .. tostring(fm_opts.provider) .. preset .. over, "frontmatter")
+  else
+    row(0, "provider: " .. tostring(config.provider), H.config_layer("provider"))
+  end
   local ok_p, spec, perr = pcall(function()
-    return require("flemma.provider").resolve(config)
+    return require("flemma.provider").resolve(sel_config)
   end)
   if ok_p and spec then
     local model_layer = require("flemma.config").session() and "switch" or config.model and "setup" or (H.get(config, "providers." .. spec.name .. ".model") and H.config_layer("providers." .. spec.name .. ".model") or "default")
+    if fm_opts.model then
+      -- Set there, by its preset, or the default of the provider it selects.
+      model_layer = "frontmatter"
+    end
     row(1, "model: " .. tostring(spec.model), model_layer)
     row(1, "kind: " .. tostring(spec.kind), H.config_layer("providers." .. spec.name .. ".kind"))
     row(1, "endpoint: " .. tostring(spec.endpoint), H.config_layer("providers." .. spec.name .. ".endpoint"))
@@ -102,6 +119,10 @@ function M.tree(bufnr)
   -- Parameters: every key of the merged table, frontmatter overrides marked.
   row(0, "parameters:")
   local fm_params = fm_opts.parameters or {}
+  local cleared = {}
+  for _, path in ipairs(fm_opts.parameters_cleared or {}) do
+    cleared[path] = true
+  end
   local keys = vim.tbl_keys(config.parameters)
   for _, k in ipairs(vim.tbl_keys(fm_params)) do
     if config.parameters[k] == nil then
@@ -126,12 +147,16 @@ function M.tree(bufnr)
       for _, sk in ipairs(sub) do
         if type(fv) == "table" and fv[sk] ~= nil then
           row(2, ("%s: %s"):format(sk, H.show(fv[sk])), "frontmatter")
+        elseif cleared[k .. "." .. sk] then
+          row(2, ("%s: not set (cleared by %s)"):format(sk, fm_opts.preset or "the preset"), "frontmatter")
         else
           row(2, ("%s: %s"):format(sk, H.show(v[sk])), H.config_layer("parameters." .. k .. "." .. sk))
         end
       end
     elseif fv ~= nil then
       row(1, ("%s: %s"):format(k, H.show(fv)), "frontmatter")
+    elseif cleared[k] then
+      row(1, ("%s: not set (cleared by %s)"):format(k, fm_opts.preset or "the preset"), "frontmatter")
     elseif v == nil then
       row(1, ("%s: not set (the provider's default)"):format(k), H.config_layer("parameters." .. k))
     else

@@ -1,5 +1,6 @@
---- The statusline text of a buffer: provider, model, thinking level, running tools,
---- a running request and the session's cost. Cheap enough for every redraw: the
+--- The statusline text of a buffer: provider, model (the buffer's own when its
+--- frontmatter selects them), thinking level, running tools, a running request and
+--- the session's cost. Cheap enough for every redraw: the
 --- frontmatter's result is cached per change, the rest are table lookups.
 local M = {}
 local H = {}
@@ -19,6 +20,8 @@ end
 ---@field sending boolean a request of the buffer is running
 ---@field cost number the session's cost in dollars so far
 ---@field cost_incomplete? boolean some models' prices were unknown
+---@field error? string the buffer's frontmatter fails: nothing is sent (provider and model are the active ones)
+---@field error_line? integer the buffer line of that error
 
 --- The parts of the statusline of a buffer (default: the current one).
 ---@param bufnr? integer
@@ -29,6 +32,17 @@ function M.data(bufnr)
   end
   local config = require("flemma.config").get()
   local out = { tools = {}, sending = false, cost = 0 }
+  local chat = vim.api.nvim_buf_is_valid(bufnr) and vim.bo[bufnr].filetype == "chat"
+  if chat then
+    -- The buffer's own selection (frontmatter) over the active one.
+    local okc, cfg, err = pcall(require("flemma.frontmatter").config, bufnr)
+    if okc and cfg then
+      config = cfg
+    else
+      out.error = okc and err or tostring(cfg)
+      out.error_line = tonumber(tostring(out.error):match("frontmatter line (%d+)"))
+    end
+  end
   local ok, spec = pcall(require("flemma.provider").resolve, config)
   if ok and spec then
     out.provider, out.model = spec.name, spec.model
@@ -36,7 +50,7 @@ function M.data(bufnr)
     out.provider = config.provider
   end
   local params = config.parameters
-  if vim.api.nvim_buf_is_valid(bufnr) and vim.bo[bufnr].filetype == "chat" then
+  if chat and not out.error then
     local okp, p = pcall(require("flemma.frontmatter").parameters, bufnr, spec and spec.kind or nil)
     if okp and type(p) == "table" then
       params = p
@@ -64,7 +78,10 @@ end
 function M.text(bufnr)
   local d = M.data(bufnr)
   local parts = { d.model and (d.provider .. " " .. d.model) or d.provider }
-  if d.thinking then
+  if d.error then
+    -- Nothing is sent while the frontmatter fails: no provider or thinking to show.
+    parts = { d.error_line and ("frontmatter error (line %d)"):format(d.error_line) or "frontmatter error" }
+  elseif d.thinking then
     parts[#parts + 1] = "thinking " .. tostring(d.thinking)
   end
   if d.sending then

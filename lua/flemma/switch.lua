@@ -1,6 +1,7 @@
 --- :Flemma switch: changes the provider, model and parameters for this Neovim session
 --- (a layer above setup(), see config.set_session), by name, by `$preset` or by
---- picking from lists; presets are validated here.
+--- picking from lists; presets are validated here. A buffer whose frontmatter selects
+--- a provider or model keeps it (flemma.frontmatter.config): the switch says so.
 local util = require("flemma.util")
 
 local M = {}
@@ -277,6 +278,37 @@ function M.describe(spec, params)
   return msg, warning
 end
 
+--- A chat buffer whose frontmatter selects its provider or model keeps them: the
+--- frontmatter wins over :Flemma switch (which still applies to the other buffers).
+--- Says so when the buffer where the switch happened is one of them.
+function H.frontmatter_note(bufnr, spec)
+  if not vim.api.nvim_buf_is_valid(bufnr) or vim.bo[bufnr].filetype ~= "chat" then
+    return
+  end
+  local fm = require("flemma.frontmatter")
+  local sel, err = fm.selection(bufnr)
+  if not sel then
+    util.warn(("this buffer sends nothing while its frontmatter fails: %s"):format(util.message(err)))
+    return
+  end
+  if not sel.provider and not sel.model then
+    return
+  end
+  local provider = sel.provider or spec.name
+  local model = sel.model or spec.model
+  if provider == spec.name and model == spec.model then
+    return
+  end
+  util.warn(
+    ("this buffer's frontmatter selects %s %s%s, and the frontmatter wins: this buffer keeps it, other buffers switch; edit `flemma.opt.%s` in the frontmatter to change this one"):format(
+      provider,
+      model,
+      sel.preset and (" (" .. sel.preset .. ")") or "",
+      sel.provider and "provider" or "model"
+    )
+  )
+end
+
 --- Makes a selection the session layer and confirms it.
 ---@param sel flemma.switch.Selection
 function M.apply(sel)
@@ -296,6 +328,7 @@ function M.apply(sel)
   if warning then
     util.warn(warning)
   end
+  H.frontmatter_note(vim.api.nvim_get_current_buf(), spec)
   vim.api.nvim_exec_autocmds("User", { pattern = "FlemmaSwitched", modeline = false, data = { provider = spec.name, model = spec.model } })
   return spec
 end

@@ -309,7 +309,7 @@ describe("flemma.frontmatter", function()
       end)
 
       local bad = {
-        { '{\n  "tools": ["bash"],\n  "thinking": "huge"\n}', 'frontmatter line 4: `thinking` should be "low", "medium", "high", false, or a token budget, not "huge"' },
+        { '{\n  "tools": ["bash"],\n  "thinking": "huge"\n}', 'frontmatter line 4: `thinking` should be "minimal", "low", "medium", "high", "max", false, or a token budget, not "huge"' },
         { '{\n  "tols": ["bash"]\n}', "frontmatter line 3: unknown key `tols`; did you mean `tools`?" },
         { '{\n  "tools": ["bsh"]\n}', "frontmatter line 3: unknown tool `bsh` in tools; did you mean `bash`?" },
         { '{\n  "auto_approve": ["$defualt"]\n}', "frontmatter line 3: unknown preset `$defualt`; did you mean `$default`? in auto_approve" },

@@ -215,7 +215,7 @@ describe("flemma.opt", function()
     end)
 
     local bad = {
-      { 'flemma.opt.thinking = "huge"', '`flemma.opt.thinking` should be "low", "medium", "high", false, or a token budget, not "huge"' },
+      { 'flemma.opt.thinking = "huge"', '`flemma.opt.thinking` should be "minimal", "low", "medium", "high", "max", false, or a token budget, not "huge"' },
       { 'flemma.opt.cache_retention = "forever"', '`flemma.opt.cache_retention` should be one of none, short, long, not "forever"' },
       { "flemma.opt.max_tokens = 0", "`flemma.opt.max_tokens` should be an integer >= 1, not 0" },
       { "flemma.opt.max_tokens = 1.5", "`flemma.opt.max_tokens` should be an integer >= 1, not 1.5" },
@@ -254,7 +254,7 @@ describe("flemma.opt", function()
     for _, code in ipairs(cases) do
       it("cannot be set: " .. code, function()
         local err = fails(code)
-        assert.matches("^frontmatter line 2: `flemma%.opt%.[%w_.]+`: transport settings %(`providers%.%*`: endpoints, keys%) cannot be set from frontmatter", err)
+        assert.matches("^frontmatter line 2: `flemma%.opt%.[%w_.]+`: transport settings %(`providers%.%*`: endpoints, headers, keys%) cannot be set from frontmatter: a chat file must not choose where the conversation and your keys are sent", err)
       end)
     end
 

@@ -308,7 +308,24 @@ function H.json_line(code, key, first_line)
   return first_line + 1
 end
 
-H.JSON_KEYS = { "anthropic", "auto_approve", "cache_retention", "max_tokens", "openai", "temperature", "thinking", "tools", "vertex" }
+H.JSON_KEYS = {
+  "anthropic",
+  "auto_approve",
+  "cache_retention",
+  "max_tokens",
+  "model",
+  "openai",
+  "provider",
+  "temperature",
+  "thinking",
+  "tools",
+  "vertex",
+}
+
+-- Names the JSON keys, not the Lua paths they are set through.
+function H.json_message(err)
+  return (tostring(err):gsub("flemma%.opt%.tools%.auto_approve", "auto_approve"):gsub("flemma%.opt%.", ""))
+end
 
 function H.eval_json(code, first_line)
   local function fail(line, msg)
@@ -331,7 +348,14 @@ function H.eval_json(code, first_line)
   for k in pairs(data) do
     keys[#keys + 1] = k
   end
-  table.sort(keys)
+  -- `provider` first: a $preset it names sets parameters and a model that the
+  -- object's own keys then override, whatever their order in the text.
+  table.sort(keys, function(a, b)
+    if (a == "provider") ~= (b == "provider") then
+      return a == "provider"
+    end
+    return a < b
+  end)
   for _, key in ipairs(keys) do
     local value = data[key]
     local ok, err = pcall(function()
@@ -354,12 +378,17 @@ function H.eval_json(code, first_line)
       end
     end)
     if not ok then
-      -- Name the JSON keys, not the Lua paths they are set through.
-      local msg = tostring(err):gsub("flemma%.opt%.tools%.auto_approve", "auto_approve"):gsub("flemma%.opt%.", "")
-      return fail(H.json_line(code, key, first_line), msg)
+      return fail(H.json_line(code, key, first_line), H.json_message(err))
     end
   end
-  return H.result(collect())
+  local ok, opts = pcall(collect)
+  if not ok then
+    -- The provider and model are checked together once every key is set.
+    local msg = H.json_message(opts)
+    local key = msg:find("^`model`") and "model" or "provider"
+    return fail(H.json_line(code, key, first_line), msg)
+  end
+  return H.result(opts)
 end
 
 --- Evaluates frontmatter code. Returns the collected options (plain data; an

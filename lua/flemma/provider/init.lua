@@ -94,6 +94,20 @@ function M.resolve(config)
   }
 end
 
+--- The provider that sends for a buffer: M.resolve of the buffer's configuration (its
+--- frontmatter's `flemma.opt.provider`, `flemma.opt.model` and parameters on top of
+--- the active ones). A frontmatter that fails resolves to nothing: nil and its error.
+---@param bufnr integer
+---@return flemma.provider.Spec|nil
+---@return string|nil err
+function M.resolve_buffer(bufnr)
+  local config, err = require("flemma.frontmatter").config(bufnr)
+  if not config then
+    return nil, err
+  end
+  return M.resolve(config)
+end
+
 --- The Vertex AI URL of a model: `providers.<name>.endpoint` (default: Google's, by
 --- location) with {project_id}, {location} and {model} filled in from parameters.vertex.
 function H.vertex_endpoint(template, model, vp)
@@ -611,8 +625,7 @@ function M.send(bufnr, request, done, extra)
     done({ status = "error", error = "a request of this buffer is already running: <C-c> cancels it" })
     return
   end
-  local config = require("flemma.config").get()
-  local spec, err = M.resolve(config)
+  local spec, err = M.resolve_buffer(bufnr)
   if not spec then
     done({ status = "error", error = err })
     return
@@ -723,7 +736,7 @@ function M.send(bufnr, request, done, ...)
     done({ status = "error", error = "a request of this buffer is already running: <C-c> cancels it" })
     return
   end
-  local spec = M.resolve()
+  local spec = M.resolve_buffer(bufnr)
   if spec and not H.can_decode(spec.kind) then
     done({
       status = "error",
