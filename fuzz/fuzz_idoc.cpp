@@ -5,11 +5,16 @@
 // Format: chunks separated by NUL bytes. The first chunk is the initial text.
 // Each further chunk is an edit: byte 0 picks the first line (modulo the line
 // count + 1), byte 1 how many lines it replaces (0-3), the rest (split at
-// "\n") are the new lines (none when the chunk has 2 bytes or fewer).
+// "\n") are the new lines (none when the chunk has 2 bytes or fewer). When
+// byte 1 has its high bit set the rest is appended to the last line instead
+// (cut at its "\n", as a streamed answer is written). Checkpoints are set 1,
+// 2, 3 or 16 lines apart by the input's size, so edits inside short messages
+// also resume at checkpoints.
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -55,11 +60,21 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     start = z + 1;
   }
   flemma::document::Incremental d;
+  static const int32_t kEvery[] = {1, 2, 3, 16};
+  d.set_checkpoint_every(kEvery[size % 4]);
   d.edit(0, 0, split(chunks[0]));
   expect_same(d);
   for (size_t c = 1; c < chunks.size() && c <= 64; ++c) {
     std::string_view e = chunks[c];
     const int32_t n = d.line_count();
+    if (e.size() >= 2 && (static_cast<uint8_t>(e[1]) & 0x80) && n > 0) {
+      std::string text = d.text();
+      size_t nl = text.rfind('\n');
+      std::string last = (nl == std::string::npos ? text : text.substr(nl + 1)) + std::string(e.substr(2));
+      d.edit(n - 1, n, split(last));
+      expect_same(d);
+      continue;
+    }
     const int32_t first = e.empty() ? n : static_cast<int32_t>(static_cast<uint8_t>(e[0]) % static_cast<uint32_t>(n + 1));
     const int32_t count = e.size() < 2 ? 0 : static_cast<uint8_t>(e[1]) % 4;
     const int32_t last = std::min(n, first + count);

@@ -1,5 +1,6 @@
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -11,6 +12,7 @@
 #include "idoc.hpp"
 
 using flemma::document::Incremental;
+using flemma::document::kCheckpointEvery;
 
 namespace {
 
@@ -216,5 +218,157 @@ TEST_CASE("incremental document") {
     CHECK(flemma_idoc_get_segment(d, 7, &s) == FLEMMA_E_INVALID);
     flemma_idoc_free(d);
     flemma_idoc_free(nullptr);
+  }
+}
+
+namespace {
+
+// Appends a chunk at the end of the last line, as a streamed answer is
+// written (nvim_buf_set_text there): the last line is replaced by itself plus
+// the chunk, cut at its newlines.
+void append_chunk(Incremental& d, const std::string& chunk) {
+  const int32_t n = d.line_count();
+  std::string text = d.text();
+  size_t nl = text.rfind('\n');
+  std::string last = nl == std::string::npos ? text : text.substr(nl + 1);
+  edit(d, n - 1, n, split(last + chunk));
+}
+
+// Prose with a ```lua block every `every` chunks, cut anywhere (chunks end mid-line).
+std::string stream_chunk(int i, int every) {
+  static const char* const words[] = {"the ", "model ", "writes ", "a ", "long ", "answer ", "about ", "fences. "};
+  if (i % every == 0) return (i / every) % 2 == 1 ? "\n\n```lua\n" : "\n```\n\n";
+  if (i % 7 == 0) return "\nline " + std::to_string(i) + " ";
+  return words[i % 8];
+}
+
+// A long @Assistant: answer (lines 4 on): blocks of 41 lines, lines 10-21 of
+// each a ```lua block.
+std::string long_message(int lines) {
+  std::string out = "@You:\nquestion\n\n@Assistant:\n";
+  for (int i = 0; i < lines; ++i) {
+    if (i % 40 == 10) out += "```lua\n";
+    out += i % 40 == 20 ? "```\n" : "prose line " + std::to_string(i) + "\n";
+  }
+  return out + "\n@You:\nthanks";
+}
+
+}  // namespace
+
+TEST_CASE("incremental document: edits inside a long message") {
+  SUBCASE("appending chunks to a growing answer parses only the lines near its end") {
+    for (int32_t every : {1, 3, 16}) {
+      Incremental d;
+      d.set_checkpoint_every(every);
+      load(d, "@You:\nwrite a long answer\n\n@Assistant:\n");
+      int64_t most = 0;
+      for (int i = 1; i <= 1500; ++i) {
+        append_chunk(d, stream_chunk(i, 120));
+        most = std::max(most, d.stats().last_parsed_lines);
+        if (i % 10 == 0 || i % 120 < 2) {
+          INFO("cp every " << every << " chunk " << i << "\n" << d.text());
+          REQUIRE(d.check() == "");
+        }
+      }
+      CHECK(d.line_count() > 200);
+      // All but the first chunks, written on the line right after the marker.
+      CHECK(d.stats().within >= 1490);
+      // The answer's open ```lua block (up to ~20 lines) and one checkpoint interval at most.
+      CHECK(most <= 2 * every + 40);
+      CHECK(d.check() == "");
+    }
+  }
+
+  SUBCASE("a marker written at the end of a long answer cuts it without parsing it again") {
+    Incremental d;
+    std::string text = long_message(3000);
+    load(d, text.substr(0, text.rfind("\n\n@You:")));
+    const uint64_t whole = d.stats().whole;
+    const size_t segs = d.segment_count();
+    const int32_t n = d.line_count();
+    // The answer ends, the writer opens a new @You: message.
+    edit(d, n - 1, n, {"thanks", "", "@You:", ""});
+    CHECK(d.check() == "");
+    CHECK(d.stats().whole == whole);
+    CHECK(d.stats().last_parsed_lines < 40);
+    CHECK(d.segment_count() == segs + 1);
+    // And one in the middle of the answer: the rest becomes a new message.
+    edit(d, 4 + 41 * 37 + 30, 4 + 41 * 37 + 30, {"@Assistant:"});
+    CHECK(d.check() == "");
+    CHECK(d.segment_count() == segs + 2);
+    // Inside a code block it is code: no new message.
+    edit(d, 4 + 41 * 20 + 15, 4 + 41 * 20 + 15, {"@You:"});
+    CHECK(d.check() == "");
+    CHECK(d.segment_count() == segs + 2);
+    CHECK(d.stats().whole == whole);
+  }
+
+  SUBCASE("an edit in the middle of a long message stops where the scan state is the same again") {
+    Incremental d;
+    load(d, long_message(2000));
+    REQUIRE(d.check() == "");
+    const uint64_t whole = d.stats().whole;
+    edit(d, 1003, 1004, {"an edited line", "and one more"});
+    CHECK(d.check() == "");
+    CHECK(d.stats().whole == whole);
+    CHECK(d.stats().last_parsed_lines <= 3 * kCheckpointEvery + 40);
+    // A fence opened mid-message turns the lines below into code up to the
+    // next closing fence: the scan goes on until the states agree again.
+    edit(d, 1200, 1200, {"````"});
+    CHECK(d.check() == "");
+    edit(d, 1500, 1500, {"````"});
+    CHECK(d.check() == "");
+    edit(d, 1200, 1201, {});
+    CHECK(d.check() == "");
+    edit(d, 1499, 1500, {});
+    CHECK(d.check() == "");
+    CHECK(d.stats().whole == whole);
+  }
+
+  SUBCASE("an edit after the end of a text run keeps the run's last line (fuzz_idoc)") {
+    Incremental d;
+    d.set_checkpoint_every(1);
+    load(d, "@System:\nYou are terse.\nlook.\n\n**Tool Use:** `bash` (`t`)\n\n```json\n{}\n```\n@You:\nok");
+    edit(d, 3, 4, {});
+    CHECK(d.check() == "");
+    edit(d, 3, 3, {"", ""});
+    CHECK(d.check() == "");
+    edit(d, 2, 2, {"more"});
+    CHECK(d.check() == "");
+  }
+
+  SUBCASE("random edits and chunked appends inside long messages always match a full parse") {
+    std::mt19937 rng(1612);
+    for (int32_t every : {1, 2, 5, 16}) {
+      Incremental d;
+      d.set_checkpoint_every(every);
+      load(d, long_message(300) + "\n\n@Assistant:\n" + long_message(200).substr(6));
+      REQUIRE(d.check() == "");
+      for (int step = 0; step < 600; ++step) {
+        const int32_t n = d.line_count();
+        if (rng() % 4 == 0) {
+          std::string chunk;
+          int parts = 1 + static_cast<int>(rng() % 3);
+          for (int k = 0; k < parts; ++k) chunk += (rng() % 3 == 0 ? "\n" : "") + random_line(rng);
+          append_chunk(d, chunk);
+        } else {
+          // Mostly inside messages: a line away from the markers, few lines changed.
+          int32_t first = static_cast<int32_t>(rng() % static_cast<uint32_t>(n + 1));
+          int32_t last = std::min(n, first + static_cast<int32_t>(rng() % 3));
+          std::vector<std::string> lines;
+          int added = static_cast<int>(rng() % 3);
+          for (int k = 0; k < added; ++k)
+            lines.push_back(rng() % 3 == 0 ? random_line(rng) : "prose " + std::to_string(rng() % 1000));
+          // Markers would end the message: mostly leave them out.
+          for (auto& l : lines)
+            if (!l.empty() && l[0] == '@' && rng() % 8 != 0) l = "plain";
+          edit(d, first, last, lines);
+        }
+        std::string diff = d.check();
+        INFO("cp every " << every << " step " << step << "\n" << d.text());
+        REQUIRE(diff == "");
+      }
+      CHECK(d.stats().within > 100);
+    }
   }
 }

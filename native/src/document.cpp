@@ -377,20 +377,45 @@ class Parser {
  public:
   Parser(sv text, bool check_ids) : t_(text), check_ids_(check_ids) {}
 
-  Document run() {
-    prepass();
+  Document run(int32_t cp_every = 0) {
+    cp_every_ = cp_every;
+    prepass(0, 0);
     Line l = line_at(0, 0);
     bool first_is_text = false;
     if (parse_frontmatter(l, first_is_text)) {
       if (l.next < 0) return finish();
       l = line_at(l.idx + 1, l.next);
     }
-    for (;;) {
-      int32_t resume_idx = -1, resume_start = -1;
-      step(l, first_is_text, resume_idx, resume_start);
-      first_is_text = false;
-      if (resume_idx < 0) break;
-      l = line_at(resume_idx, resume_start);
+    loop(l, first_is_text);
+    return finish();
+  }
+
+  // Resumes at a checkpoint with the document emitted before it.
+  Document resume(Document&& prefix, const ResumeFrom& from, Resumed& out) {
+    doc_ = std::move(prefix);
+    doc_.checkpoints.clear();
+    cp_every_ = from.cp_every;
+    stop_ = from.stop ? &from : nullptr;
+    so_ = from.stop_first;
+    const Checkpoint& c = from.at;
+    prepass(c.byte, c.line);
+    has_cr_ = has_cr_ || from.has_cr;
+    in_msg_ = c.msg_item >= 0;
+    msg_item_ = in_msg_ ? static_cast<size_t>(c.msg_item) : 0;
+    msg_last_ = c.msg_last;
+    run_first_ = c.run_first;
+    run_last_ = c.run_last;
+    run_start_ = c.run_start;
+    run_end_ = c.run_end;
+    last_cp_ = std::numeric_limits<int32_t>::min() / 2;
+    loop(line_at(c.line, c.byte), false);
+    if (stopped_) {
+      out.stopped = true;
+      out.old_cp = so_;
+      out.state = stop_state_;
+      std::stable_sort(doc_.diags.begin(), doc_.diags.end(),
+                       [](const flemma_doc_diag& a, const flemma_doc_diag& b) { return a.line < b.line; });
+      return std::move(doc_);
     }
     return finish();
   }
@@ -411,6 +436,59 @@ class Parser {
   size_t msg_item_ = 0;
   int32_t msg_last_ = -1;  // last non-blank line index of the current message
   int32_t run_first_ = -1, run_last_ = -1, run_start_ = 0, run_end_ = 0;
+
+  // Checkpoints and resuming.
+  int32_t cp_every_ = 0;  // 0: none recorded
+  int32_t last_cp_ = std::numeric_limits<int32_t>::min() / 2;
+  const ResumeFrom* stop_ = nullptr;
+  size_t so_ = 0;
+  bool stopped_ = false;
+  Checkpoint stop_state_;
+
+  Checkpoint state_at(const Line& l) const {
+    Checkpoint c;
+    c.line = l.idx;
+    c.byte = l.start;
+    c.items = static_cast<int32_t>(doc_.items.size());
+    c.diags = static_cast<int32_t>(doc_.diags.size());
+    c.unclosed = static_cast<int32_t>(doc_.unclosed.size());
+    c.msg_item = in_msg_ ? static_cast<int32_t>(msg_item_) : -1;
+    c.role = current_role();
+    c.msg_last = msg_last_;
+    c.run_first = run_first_;
+    c.run_last = run_last_;
+    c.run_start = run_start_;
+    c.run_end = run_end_;
+    return c;
+  }
+
+  // The main loop from line l; records checkpoints and stops where asked.
+  void loop(Line l, bool first_is_text) {
+    for (;;) {
+      if (stop_ && l.idx >= stop_->stop_min_line) {
+        const auto& old = *stop_->stop;
+        while (so_ < old.size() && old[so_].line + stop_->line_delta < l.idx) ++so_;
+        if (so_ < old.size() && old[so_].line + stop_->line_delta == l.idx) {
+          const Checkpoint& o = old[so_];
+          if ((o.msg_item >= 0) == in_msg_ && o.role == current_role() && (o.run_first >= 0) == (run_first_ >= 0)) {
+            stopped_ = true;
+            stop_state_ = state_at(l);
+            return;
+          }
+        }
+      }
+      if (cp_every_ > 0 && !first_is_text && l.idx > 0 && l.idx - last_cp_ >= cp_every_) {
+        doc_.checkpoints.push_back(state_at(l));
+        last_cp_ = l.idx;
+      }
+      int32_t resume_idx = -1, resume_start = -1;
+      const bool marker = step(l, first_is_text, resume_idx, resume_start);
+      if (marker) last_cp_ = std::numeric_limits<int32_t>::min() / 2;  // the first line of a message gets one
+      first_is_text = false;
+      if (resume_idx < 0) break;
+      l = line_at(resume_idx, resume_start);
+    }
+  }
 
   Line line_at(int32_t idx, int32_t start) const {
     Line l;
@@ -456,10 +534,10 @@ class Parser {
   // One pass over the bytes: finds every line (16 bytes at a time where SSE2
   // is available) and records the role markers, fence closers and
   // </thinking> lines.
-  void prepass() {
+  void prepass(int32_t from_byte, int32_t from_line) {
     const char* p = t_.data();
     const int32_t n = static_cast<int32_t>(t_.size());
-    int32_t idx = 0, start = 0, i = 0;
+    int32_t idx = from_line, start = from_byte, i = from_byte;
 #if defined(__SSE2__)
     const __m128i nl = _mm_set1_epi8('\n');
     for (; i + 16 <= n; i += 16) {
@@ -489,8 +567,9 @@ class Parser {
     }
     // Every item starts at a marker, a fence, a tool header or text between
     // them; this covers typical documents without a regrowth.
-    doc_.items.reserve(std::min<size_t>(2 * markers_.size() + closers_.size() + 2 * think_closes_.size() + 16,
-                                        t_.size() / 8 + 16));
+    doc_.items.reserve(doc_.items.size() + std::min<size_t>(2 * markers_.size() + closers_.size() +
+                                                                2 * think_closes_.size() + 16,
+                                                            (t_.size() - static_cast<size_t>(from_byte)) / 8 + 16));
   }
 
   // ---- output helpers ----------------------------------------------------
@@ -630,7 +709,8 @@ class Parser {
 
   // ---- one step of the main loop: handles the line l and says where to go on
 
-  void step(const Line& l, bool plain_text, int32_t& resume_idx, int32_t& resume_start) {
+  // Returns true when l is a role marker.
+  bool step(const Line& l, bool plain_text, int32_t& resume_idx, int32_t& resume_start) {
     auto go_next = [&](const Line& x) {
       if (x.next < 0) {
         resume_idx = -1;
@@ -644,23 +724,23 @@ class Parser {
     if (m < markers_.size() && markers_[m].line == l.idx) {
       open_message(markers_[m].role, l.idx);
       go_next(l);
-      return;
+      return true;
     }
     if (is_blank(s)) {
       go_next(l);
-      return;
+      return false;
     }
     if (!in_msg_) open_message(FLEMMA_DOC_USER, l.idx);
     doc_.items[msg_item_].first_line = std::min(doc_.items[msg_item_].first_line, l.idx + 1);
     if (!plain_text && s[0] == '*') {
       if (s.substr(0, kToolUse.size()) == kToolUse) {
-        if (tool_use(l, resume_idx, resume_start)) return;
+        if (tool_use(l, resume_idx, resume_start)) return false;
       } else if (s.substr(0, kToolResult.size()) == kToolResult) {
-        if (tool_result(l, resume_idx, resume_start)) return;
+        if (tool_result(l, resume_idx, resume_start)) return false;
       }
     } else if (!plain_text && s[0] == '<') {
       if (s.substr(0, kThinkOpen.size()) == kThinkOpen) {
-        if (thinking(l, resume_idx, resume_start)) return;
+        if (thinking(l, resume_idx, resume_start)) return false;
       }
     }
     if (!plain_text) {
@@ -672,7 +752,7 @@ class Parser {
           Line cl = line_at(c.line, c.start);
           extend_text(l.idx, l.start, cl.idx, cl.end);
           go_next(cl);
-          return;
+          return false;
         }
         doc_.unclosed.push_back({l.idx, f.len, f.ch});
         Line last = walk_to_marker(l, resume_idx, resume_start);
@@ -680,11 +760,12 @@ class Parser {
         diag(l.idx, FLEMMA_DOC_SEV_WARNING,
              "this code fence is never closed, so it runs to the end of the message: add a closing line of " +
                  std::to_string(f.len) + " " + (f.ch == '`' ? "backticks" : "tildes"));
-        return;
+        return false;
       }
     }
     extend_text(l.idx, l.start, l.idx, l.end);
     go_next(l);
+    return false;
   }
 
   // The fenced block after a tool header: skips blank lines, then expects a
@@ -1105,11 +1186,19 @@ void check_ids(const std::vector<IdLine>& uses, const std::vector<IdLine>& resul
   check_id_refs(u, r, out);
 }
 
-Document parse_region(std::string_view text) {
+Document parse_region(std::string_view text, int32_t cp_every) {
   if (text.size() >= kMaxInput)
     throw Error(FLEMMA_E_INVALID, "the document is " + std::to_string(text.size() >> 20) +
                                       " MiB; documents of 1 GiB or more cannot be parsed: split the conversation");
-  return Parser(text, false).run();
+  return Parser(text, false).run(cp_every);
+}
+
+Document resume_region(std::string_view text, Document&& prefix, const ResumeFrom& from, Resumed& out) {
+  if (text.size() >= kMaxInput)
+    throw Error(FLEMMA_E_INVALID, "the document is " + std::to_string(text.size() >> 20) +
+                                      " MiB; documents of 1 GiB or more cannot be parsed: split the conversation");
+  out = Resumed{};
+  return Parser(text, false).resume(std::move(prefix), from, out);
 }
 
 }  // namespace flemma::document

@@ -2,6 +2,7 @@
 #include "idoc.hpp"
 
 #include <algorithm>
+#include <cstring>
 #include <limits>
 
 #include "guard.hpp"
@@ -74,8 +75,9 @@ std::vector<std::unique_ptr<Segment>> Incremental::split(const std::string& text
   }
   std::vector<std::unique_ptr<Segment>> out;
   out.reserve(bounds.size());
-  size_t ii = 0, di = 0, ui = 0;
+  size_t ii = 0, di = 0, ui = 0, ci = 0;
   for (size_t k = 0; k < bounds.size(); ++k) {
+    const auto ii0 = static_cast<int32_t>(ii), di0 = static_cast<int32_t>(di), ui0 = static_cast<int32_t>(ui);
     const int32_t s = bounds[k];
     const int32_t e = k + 1 < bounds.size() ? bounds[k + 1] : n;
     const size_t base = offs[static_cast<size_t>(s)];
@@ -127,6 +129,32 @@ std::vector<std::unique_ptr<Segment>> Incremental::split(const std::string& text
       if (seg->min_open[c] == 0 || u.len < seg->min_open[c]) seg->min_open[c] = u.len;
       seg->doc.unclosed.push_back(u);
     }
+    for (; ci < d.checkpoints.size() && d.checkpoints[ci].line < e; ++ci) {
+      Checkpoint c = d.checkpoints[ci];
+      if (c.line <= s) continue;
+      const auto b32 = static_cast<int32_t>(base);
+      c.line -= s;
+      c.byte -= b32;
+      c.items -= ii0;
+      c.diags -= di0;
+      c.unclosed -= ui0;
+      if (c.msg_item >= 0) c.msg_item -= ii0;
+      if (c.msg_last >= 0) c.msg_last -= s;
+      if (c.run_first >= 0) {
+        c.run_first -= s;
+        c.run_last -= s;
+        c.run_start -= b32;
+        c.run_end -= b32;
+      }
+      // Every count is of what this segment emitted before the line; a
+      // checkpoint that says otherwise is dropped (the edit then re-parses).
+      if (c.items < 0 || c.diags < 0 || c.unclosed < 0 || c.msg_last < -1 || c.run_first < -1 ||
+          c.items > static_cast<int32_t>(seg->doc.items.size()))
+        continue;
+      seg->doc.checkpoints.push_back(c);
+    }
+    seg->has_cr = seg->text.find('\r') != std::string::npos;
+    seg->arena_base = seg->doc.arena.size();
     std::vector<sv> lines;
     split_lines(seg->text, lines);
     for (sv l : lines) {
@@ -142,12 +170,353 @@ std::vector<std::unique_ptr<Segment>> Incremental::split(const std::string& text
   return out;
 }
 
+void Incremental::unindex_uses(const Segment& s, const std::vector<std::string>& keys) {
+  for (const auto& key : keys) {
+    auto found = uses_.find(key);
+    if (found == uses_.end()) continue;
+    auto& v = found->second;
+    auto at = std::find(v.begin(), v.end(), &s);
+    if (at != v.end()) v.erase(at);
+    if (v.empty()) uses_.erase(found);
+  }
+}
+
+namespace {
+
+// Rewrites the arena of d with only the strings its items and diagnostics use.
+void compact_arena(Document& d) {
+  std::string arena;
+  auto keep = [&](flemma_doc_str& r) {
+    if (r.len == 0 || r.off >= 0) return;
+    auto o = static_cast<int32_t>(arena.size());
+    arena.append(d.arena, static_cast<size_t>(-r.off - 1), static_cast<size_t>(r.len));
+    r.off = -o - 1;
+  };
+  for (auto& it : d.items) {
+    keep(it.key);
+    keep(it.label);
+    keep(it.body);
+    keep(it.note);
+  }
+  for (auto& g : d.diags) keep(g.message);
+  d.arena = std::move(arena);
+}
+
+}  // namespace
+
+// The edit inside segment a alone, resumed at a checkpoint above it (see
+// idoc.hpp). Returns false, having changed nothing, when it cannot be done so.
+bool Incremental::edit_within(int32_t first, int32_t last, const std::vector<sv>& lines) {
+  if (segs_.empty()) return false;
+  const size_t a = segment_at(std::max(first - 1, 0));
+  Segment& s = *segs_[a];
+  const int32_t s0 = starts_[a];
+  const int32_t f = first - s0, l = last - s0, n = s.nlines;
+  const auto m = static_cast<int32_t>(lines.size());
+  // The segment's marker line stays; the edit ends inside the segment.
+  if (f < 1 || l > n || s.doc.checkpoints.empty()) return false;
+  int32_t close[2] = {0, 0};
+  bool cr = false;
+  size_t added_bytes = 0;
+  bool marker_in = false;  // a role marker among the new lines: the segment may be cut there
+  for (sv x : lines) {
+    if (!x.empty() && x[0] == '@' && role_of_line(x)) marker_in = true;
+    char ch;
+    int32_t len;
+    if (closing_fence(x, ch, len)) close[ch_index(ch)] = std::max(close[ch_index(ch)], len);
+    if (!x.empty() && x.back() == '\r') cr = true;
+    added_bytes += x.size() + 1;
+  }
+  if (s.text.size() + added_bytes >= kMaxInput) return false;
+  // A closing fence brought in may close a fence left open in a segment above.
+  if (open_fences_ > 0 && (close[0] > 0 || close[1] > 0)) {
+    for (size_t j = 0; j < a; ++j) {
+      const Segment& o = *segs_[j];
+      for (int c = 0; c < 2; ++c)
+        if (o.min_open[c] > 0 && close[c] >= o.min_open[c]) return false;
+    }
+  }
+  const auto& cps = s.doc.checkpoints;
+  auto cit = std::upper_bound(cps.begin(), cps.end(), f - 1, [](int32_t v, const Checkpoint& c) { return v < c.line; });
+  if (cit == cps.begin()) return false;
+  const size_t ci = static_cast<size_t>(cit - cps.begin()) - 1;
+  const Checkpoint at = cps[ci];
+  // A fence left open above the checkpoint (an unclosed frontmatter) may be closed by the edit.
+  if (at.unclosed > 0) return false;
+
+  // The byte where line x starts, counting from the checkpoint (n: one past the end).
+  std::string& text = s.text;
+  auto line_start = [&](int32_t from_line, size_t from, int32_t x) {
+    while (from_line < x) {
+      const void* nl = from < text.size() ? std::memchr(text.data() + from, '\n', text.size() - from) : nullptr;
+      from = nl ? static_cast<size_t>(static_cast<const char*>(nl) - text.data()) + 1 : text.size() + 1;
+      ++from_line;
+    }
+    return from;
+  };
+  const size_t A = line_start(at.line, static_cast<size_t>(at.byte), f);
+  const size_t B = line_start(f, A, l);
+  std::string repl;
+  repl.reserve(added_bytes);
+  for (sv x : lines) {
+    repl.append(x);
+    repl.push_back('\n');
+  }
+  std::vector<std::string> old_keys;
+  for (const auto& it : s.doc.items)
+    if (it.kind == FLEMMA_DOC_TOOL_USE) old_keys.emplace_back(str_of(s, it.key));
+  // text + "\n" has the lines [f, l) at [A, B).
+  std::string removed;
+  text.push_back('\n');
+  try {
+    removed = text.substr(A, B - A);
+    text.replace(A, B - A, repl);
+  } catch (...) {
+    text.pop_back();
+    throw;
+  }
+  text.pop_back();
+  auto undo = [&] {
+    text.push_back('\n');
+    text.replace(A, repl.size(), removed);
+    text.pop_back();
+  };
+  const int32_t dl = m - (l - f);
+  const auto db = static_cast<int32_t>(static_cast<int64_t>(repl.size()) - static_cast<int64_t>(B - A));
+  const Document& od = s.doc;
+  Document nd;
+  Resumed r;
+  ResumeFrom rf;
+  bool compacted = false;
+  int32_t cut = -1;  // the line of a marker that ends the segment now, or -1
+  size_t cut_byte = 0, cut_item = 0;
+  std::vector<std::unique_ptr<Segment>> fresh;
+  try {
+    Document prefix;
+    prefix.items.assign(od.items.begin(), od.items.begin() + at.items);
+    prefix.diags.assign(od.diags.begin(), od.diags.begin() + at.diags);
+    prefix.unclosed.assign(od.unclosed.begin(), od.unclosed.begin() + at.unclosed);
+    prefix.arena = od.arena;
+    rf.at = at;
+    rf.has_cr = s.has_cr || cr;
+    rf.cp_every = cp_every_;
+    auto sit = std::lower_bound(cps.begin(), cps.end(), l, [](const Checkpoint& c, int32_t v) { return c.line < v; });
+    if (!rf.has_cr && !marker_in && sit != cps.end()) {
+      rf.stop = &cps;
+      rf.stop_first = static_cast<size_t>(sit - cps.begin());
+      rf.stop_min_line = f + m;
+      rf.line_delta = dl;
+    }
+    nd = resume_region(text, std::move(prefix), rf, r);
+    // A marker the edit brings in (or frees from a fence) starts a message:
+    // the segment ends there and what follows is parsed as new segments.
+    bool ok = true;
+    for (size_t k = static_cast<size_t>(at.items); k < nd.items.size() && cut < 0; ++k) {
+      if (nd.items[k].kind != FLEMMA_DOC_MESSAGE) continue;
+      const int32_t ml = nd.items[k].first_line - 1;
+      const size_t mb = line_start(at.line, static_cast<size_t>(at.byte), ml);
+      const size_t me = std::min(text.find('\n', mb), text.size());
+      if (!role_of_line(sv(text).substr(mb, me - mb))) continue;  // an implicit @You: message
+      if (r.stopped || ml < 1) {
+        ok = false;
+        break;
+      }
+      cut = ml;
+      cut_byte = mb;
+      cut_item = k;
+    }
+    if (ok && cut >= 0) {
+      const std::string tail_text = text.substr(cut_byte);
+      std::vector<size_t> offs{0};
+      for (size_t p = tail_text.find('\n'); p != std::string::npos; p = tail_text.find('\n', p + 1)) offs.push_back(p + 1);
+      fresh = split(tail_text, offs, parse_region(tail_text, cp_every_));
+      nd.items.resize(cut_item);
+      size_t keep_diags = 0;
+      while (keep_diags < nd.diags.size() && nd.diags[keep_diags].line - 1 <= cut) ++keep_diags;
+      nd.diags.resize(keep_diags);
+      size_t keep_unclosed = 0;
+      while (keep_unclosed < nd.unclosed.size() && nd.unclosed[keep_unclosed].line < cut) ++keep_unclosed;
+      nd.unclosed.resize(keep_unclosed);
+      size_t keep_cps = 0;
+      while (keep_cps < nd.checkpoints.size() && nd.checkpoints[keep_cps].line < cut) ++keep_cps;
+      nd.checkpoints.resize(keep_cps);
+      // A fence left open in a new segment that a closing fence further down closes.
+      for (const auto& fs : fresh) {
+        for (size_t k = 0; ok && k < fs->doc.unclosed.size(); ++k) {
+          const int c = ch_index(fs->doc.unclosed[k].ch);
+          for (size_t j = a + 1; j < segs_.size() && ok; ++j) ok = segs_[j]->max_close[c] < fs->doc.unclosed[k].len;
+        }
+      }
+    }
+    if (ok && r.stopped) {
+      // The old parse holds from the stop on: its items, shifted.
+      const Checkpoint& oc = cps[r.old_cp];
+      const Checkpoint& ns = r.state;
+      auto keep = [&](flemma_doc_str x) -> flemma_doc_str {
+        if (x.len == 0) return {0, 0};
+        if (x.off >= 0) return {x.off + db, x.len};
+        auto o = static_cast<int32_t>(nd.arena.size());
+        nd.arena.append(od.arena, static_cast<size_t>(-x.off - 1), static_cast<size_t>(x.len));
+        return {-o - 1, x.len};
+      };
+      auto ti = static_cast<size_t>(oc.items);
+      if (ns.run_first >= 0) {
+        // The text run open at the stop: its start from the new parse, its end from the old one.
+        if (ti >= od.items.size() || od.items[ti].kind != FLEMMA_DOC_TEXT || od.items[ti].body.off < 0 ||
+            od.items[ti].body.len == 0) {
+          ok = false;
+        } else {
+          flemma_doc_item it = od.items[ti++];
+          // Its last line is in the old tail, or it ended before the stop.
+          const bool grew = it.last_line - 1 >= oc.line;
+          const int32_t end = grew ? it.body.off + it.body.len + db : ns.run_end;
+          it.first_line = ns.run_first + 1;
+          it.last_line = grew ? it.last_line + dl : ns.run_last + 1;
+          it.body = {ns.run_start, end - ns.run_start};
+          nd.items.push_back(it);
+        }
+      }
+      if (ok) {
+        for (; ti < od.items.size(); ++ti) {
+          flemma_doc_item it = od.items[ti];
+          it.first_line += dl;
+          it.last_line += dl;
+          if (it.fence_line > 0) it.fence_line += dl;
+          it.key = keep(it.key);
+          it.label = keep(it.label);
+          it.body = keep(it.body);
+          it.note = keep(it.note);
+          nd.items.push_back(it);
+        }
+        if (ns.msg_item >= 0 && oc.msg_item >= 0) {
+          auto& msg = nd.items[static_cast<size_t>(ns.msg_item)];
+          const int32_t old_last = od.items[static_cast<size_t>(oc.msg_item)].last_line;
+          msg.last_line = old_last - 1 >= oc.line ? old_last + dl : std::max(msg.first_line, ns.msg_last + 1);
+        }
+        for (size_t k = static_cast<size_t>(oc.diags); k < od.diags.size(); ++k) {
+          flemma_doc_diag g = od.diags[k];
+          g.line += dl;
+          g.message = keep(g.message);
+          nd.diags.push_back(g);
+        }
+        for (size_t k = static_cast<size_t>(oc.unclosed); k < od.unclosed.size(); ++k) {
+          Unclosed u = od.unclosed[k];
+          u.line += dl;
+          nd.unclosed.push_back(u);
+        }
+        for (size_t k = r.old_cp; k < cps.size(); ++k) {
+          Checkpoint c = cps[k];
+          const bool same_msg = c.msg_item == oc.msg_item;
+          c.line += dl;
+          c.byte += db;
+          c.items += ns.items - oc.items;
+          c.diags += ns.diags - oc.diags;
+          c.unclosed += ns.unclosed - oc.unclosed;
+          if (same_msg) {
+            c.msg_item = ns.msg_item;
+            c.msg_last = c.msg_last >= oc.line ? c.msg_last + dl : ns.msg_last;
+          } else {
+            if (c.msg_item >= 0) c.msg_item += ns.items - oc.items;
+            if (c.msg_last >= 0) c.msg_last += dl;
+          }
+          if (c.run_first >= 0) {
+            if (c.run_first < oc.line) {
+              c.run_first = ns.run_first;
+              c.run_start = ns.run_start;
+            } else {
+              c.run_first += dl;
+              c.run_start += db;
+            }
+            if (c.run_last < oc.line) {
+              c.run_last = ns.run_last;
+              c.run_end = ns.run_end;
+            } else {
+              c.run_last += dl;
+              c.run_end += db;
+            }
+          }
+          nd.checkpoints.push_back(c);
+        }
+      }
+    }
+    // A fence the edit leaves open that a closing fence in a segment below closes: whole segments.
+    for (size_t k = 0; ok && k < nd.unclosed.size(); ++k) {
+      const int c = ch_index(nd.unclosed[k].ch);
+      for (size_t j = a + 1; j < segs_.size() && ok; ++j) ok = segs_[j]->max_close[c] < nd.unclosed[k].len;
+    }
+    if (!ok) {
+      undo();
+      return false;
+    }
+    std::vector<Checkpoint> all(cps.begin(), cps.begin() + static_cast<std::ptrdiff_t>(ci));
+    all.insert(all.end(), nd.checkpoints.begin(), nd.checkpoints.end());
+    nd.checkpoints = std::move(all);
+    for (auto& it : nd.items) {
+      if (it.key.len == 0) it.key = {0, 0};
+      if (it.label.len == 0) it.label = {0, 0};
+      if (it.body.len == 0) it.body = {0, 0};
+      if (it.note.len == 0) it.note = {0, 0};
+    }
+    if (nd.arena.size() > 2 * s.arena_base + 65536) {
+      compact_arena(nd);
+      compacted = true;
+    }
+  } catch (...) {
+    undo();
+    throw;
+  }
+  stats_.last_parsed_lines = (r.stopped ? r.state.line : n + dl) - at.line;
+  if (cut >= 0) stats_.last_parsed_lines += n + dl - cut;
+  // Commit.
+  unindex_uses(s, old_keys);
+  open_fences_ -= s.doc.unclosed.size();
+  s.doc = std::move(nd);
+  if (compacted) s.arena_base = s.doc.arena.size();
+  s.nlines = cut >= 0 ? cut : n + dl;
+  if (cut >= 0) text.resize(cut_byte - 1);
+  s.has_cr = rf.has_cr;
+  s.id = next_id_++;
+  s.version = version_ + 1;
+  for (int c = 0; c < 2; ++c) s.max_close[c] = std::max(s.max_close[c], close[c]);
+  s.min_open[0] = s.min_open[1] = 0;
+  for (const Unclosed& u : s.doc.unclosed) {
+    int c = ch_index(u.ch);
+    if (s.min_open[c] == 0 || u.len < s.min_open[c]) s.min_open[c] = u.len;
+  }
+  open_fences_ += s.doc.unclosed.size();
+  index_uses(s, true);
+  for (size_t k = a + 1; k < segs_.size(); ++k) starts_[k] += dl;
+  const size_t added = fresh.size();
+  if (added > 0) {
+    std::vector<int32_t> fresh_starts;
+    int32_t at_line = s0 + cut;
+    for (const auto& fs : fresh) {
+      fresh_starts.push_back(at_line);
+      at_line += fs->nlines;
+      index_uses(*fs, true);
+      open_fences_ += fs->doc.unclosed.size();
+    }
+    segs_.insert(segs_.begin() + static_cast<std::ptrdiff_t>(a) + 1, std::make_move_iterator(fresh.begin()),
+                 std::make_move_iterator(fresh.end()));
+    starts_.insert(starts_.begin() + static_cast<std::ptrdiff_t>(a) + 1, fresh_starts.begin(), fresh_starts.end());
+    for (size_t k = a + 1; k < segs_.size(); ++k) segs_[k]->index = k;
+  }
+  nlines_ += dl;
+  ++version_;
+  ++stats_.within;
+  log_.push_back({version_, a, 1, 1 + added});
+  if (log_.size() > 2048) log_.erase(log_.begin(), log_.begin() + 1024);
+  return true;
+}
+
 void Incremental::edit(int32_t first, int32_t last, const std::vector<sv>& lines) {
   if (first < 0 || last < first || last > nlines_)
     throw Error(FLEMMA_E_INVALID, "flemma_idoc_edit: lines " + std::to_string(first) + ".." + std::to_string(last) +
                                       " are not within the document's " + std::to_string(nlines_) + " lines");
   if (lines.size() > static_cast<size_t>(std::numeric_limits<int32_t>::max() - nlines_))
     throw Error(FLEMMA_E_INVALID, "flemma_idoc_edit: too many lines");
+  if (edit_within(first, last, lines)) return;
+  ++stats_.whole;
   const size_t nseg = segs_.size();
   size_t a = 0, b = 0;
   if (nseg > 0) {
@@ -199,7 +568,7 @@ void Incremental::edit(int32_t first, int32_t last, const std::vector<sv>& lines
       text.append(reg[i]);
       if (i + 1 < reg.size()) text.push_back('\n');
     }
-    d = reg.empty() ? Document{} : parse_region(text);
+    d = reg.empty() ? Document{} : parse_region(text, cp_every_);
     // A fence left open that a closing fence below the region closes runs
     // across the markers to it: take the segments up to that fence too.
     size_t grow = nseg;
@@ -238,6 +607,7 @@ void Incremental::edit(int32_t first, int32_t last, const std::vector<sv>& lines
     open_fences_ += s->doc.unclosed.size();
   }
   const size_t added = fresh.size();
+  stats_.last_parsed_lines = static_cast<int64_t>(reg.size());
   segs_.insert(segs_.begin() + static_cast<std::ptrdiff_t>(a), std::make_move_iterator(fresh.begin()),
                std::make_move_iterator(fresh.end()));
   starts_.insert(starts_.begin() + static_cast<std::ptrdiff_t>(a), fresh_starts.begin(), fresh_starts.end());
@@ -364,6 +734,30 @@ std::string Incremental::check() {
     }
   }
   if (i != full.items.size()) return "the full parse has " + std::to_string(full.items.size() - i) + " more items";
+  // Each checkpoint holds the state a parse of its segment has at that line.
+  for (size_t k = 0; k < segs_.size(); ++k) {
+    const Segment& s = *segs_[k];
+    if (s.doc.checkpoints.empty()) continue;
+    Document fresh = parse_region(s.text, 1);
+    size_t q = 0;
+    int32_t prev = 0;
+    for (const Checkpoint& c : s.doc.checkpoints) {
+      std::string where = "segment " + std::to_string(k) + " checkpoint at line " + std::to_string(c.line);
+      if (c.line <= prev) return where + ": out of order";
+      prev = c.line;
+      while (q < fresh.checkpoints.size() && fresh.checkpoints[q].line < c.line) ++q;
+      if (q == fresh.checkpoints.size() || fresh.checkpoints[q].line != c.line) return where + ": not a line of the main loop";
+      const Checkpoint& x = fresh.checkpoints[q];
+      if (c.byte != x.byte || c.items != x.items || c.diags != x.diags || c.unclosed != x.unclosed ||
+          c.msg_item != x.msg_item || c.role != x.role || c.msg_last != x.msg_last || c.run_first != x.run_first ||
+          (c.run_first >= 0 && (c.run_last != x.run_last || c.run_start != x.run_start || c.run_end != x.run_end)))
+        return where + ": state differs (byte " + std::to_string(c.byte) + "/" + std::to_string(x.byte) + ", items " +
+               std::to_string(c.items) + "/" + std::to_string(x.items) + ", diags " + std::to_string(c.diags) + "/" +
+               std::to_string(x.diags) + ", msg_last " + std::to_string(c.msg_last) + "/" + std::to_string(x.msg_last) +
+               ", run " + std::to_string(c.run_first) + "-" + std::to_string(c.run_last) + "/" +
+               std::to_string(x.run_first) + "-" + std::to_string(x.run_last) + ")";
+    }
+  }
   const auto& d = diagnostics();
   if (d.size() != full.diags.size()) {
     std::string out = std::to_string(d.size()) + " diagnostics instead of " + std::to_string(full.diags.size()) + ":";

@@ -41,9 +41,22 @@ struct Segment {
   // line); ranges index `text` (off >= 0) or doc.arena (off < 0); an empty
   // range is {0, 0}.
   Document doc;
-  int32_t max_close[2] = {0, 0};   // the longest closing fence of ` and ~ in it (0: none)
+  // The longest closing fence of ` and ~ in it (0: none); after an edit inside
+  // the segment it may be larger than that (never smaller).
+  int32_t max_close[2] = {0, 0};
   int32_t min_open[2] = {0, 0};    // the shortest fence of ` and ~ it leaves open (0: none)
+  bool has_cr = false;             // some line may end in "\r"
+  size_t arena_base = 0;           // arena size when last compacted
 };
+
+// Checkpoints are recorded in a segment (doc.checkpoints, lines relative to
+// it) after its marker and then every kCheckpointEvery lines of the main
+// loop. An edit inside one segment that brings in no role marker resumes the
+// parse at the last checkpoint above the edit and stops at the first old
+// checkpoint below it whose state is the same again; the old items from there
+// on are kept, shifted. Anything else (markers, fences reaching other
+// segments) re-parses whole segments as described above.
+inline constexpr int32_t kCheckpointEvery = 16;
 
 class Incremental {
  public:
@@ -80,6 +93,20 @@ class Incremental {
   // The last tool use with this id: its segment and item index.
   bool find_tool_use(std::string_view id, size_t& seg, size_t& item) const;
 
+  // Checkpoints every this many lines (kCheckpointEvery by default; tests use
+  // small values to resume often). Applies to segments parsed from now on.
+  void set_checkpoint_every(int32_t n) { cp_every_ = n > 0 ? n : 1; }
+
+  // How the edits were applied (for tests and benchmarks): edits resumed
+  // inside one segment, edits that re-parsed whole segments, and the lines
+  // the last edit parsed (from its resume point to where it stopped).
+  struct Stats {
+    uint64_t within = 0;
+    uint64_t whole = 0;
+    int64_t last_parsed_lines = 0;
+  };
+  const Stats& stats() const { return stats_; }
+
   // The whole text, lines joined with "\n" (for tests and the fuzzer).
   std::string text() const;
 
@@ -105,9 +132,13 @@ class Incremental {
   std::vector<flemma_doc_diag> diags_;
   std::string diag_arena_;
   uint64_t diags_version_ = UINT64_MAX;
+  Stats stats_;
+  int32_t cp_every_ = kCheckpointEvery;
 
   std::vector<std::unique_ptr<Segment>> split(const std::string& text, const std::vector<size_t>& line_offs,
                                               Document&& doc);
+  bool edit_within(int32_t first, int32_t last, const std::vector<std::string_view>& lines);
+  void unindex_uses(const Segment& s, const std::vector<std::string>& keys);
   void index_uses(const Segment& s, bool add);
 };
 

@@ -169,6 +169,45 @@ describe("flemma.document.get (live model)", function()
     vim.api.nvim_buf_delete(buf, { force = true })
   end)
 
+  it("equals a full parse while a long answer streams in and is edited inside", function()
+    -- A long @Assistant: message (the native document resumes inside it at
+    -- checkpoints): chunks appended at its end cut lines anywhere, fences are
+    -- opened and closed in it, lines in its middle change.
+    local lines = { "@You:", "write a long answer", "", "@Assistant:" }
+    for i = 1, 400 do
+      lines[#lines + 1] = i % 50 == 10 and "```lua" or i % 50 == 30 and "```" or ("answer line %d"):format(i)
+    end
+    local buf = chat_buffer(lines)
+    math.randomseed(1612)
+    local CHUNKS = { "the ", "model ", "writes. ", "\n", "\n\n```lua\n", "\n```\n", "\n````\n", "x = 1\n", "\n@You:\n", "\n@Assistant:\n" }
+    for step = 1, 600 do
+      local n = vim.api.nvim_buf_line_count(buf)
+      if step % 3 ~= 0 then
+        local chunk = CHUNKS[math.random(#CHUNKS)]
+        if chunk:find("@") and math.random() < 0.8 then
+          chunk = "\n"
+        end
+        local col = #vim.api.nvim_buf_get_lines(buf, n - 1, n, false)[1]
+        vim.api.nvim_buf_set_text(buf, n - 1, col, n - 1, col, vim.split(chunk, "\n", { plain = true }))
+      else
+        -- Inside a message, away from its marker.
+        local first = math.random(5, n)
+        local last = math.min(n, first + math.random(0, 2))
+        local new = {}
+        for k = 1, math.random(0, 2) do
+          local l = POOL[math.random(#POOL)]
+          new[k] = (l:sub(1, 1) == "@" and math.random() < 0.8) and "plain" or l
+        end
+        vim.api.nvim_buf_set_lines(buf, first, last, false, new)
+      end
+      if math.random() < 0.5 then
+        local all = vim.api.nvim_buf_get_lines(buf, 0, -1, false)
+        assert.same(plain(document.parse(all)), plain(document.get(buf)), "step " .. step)
+      end
+    end
+    vim.api.nvim_buf_delete(buf, { force = true })
+  end)
+
   it("keeps the tables of the messages an edit did not touch, with their new lines", function()
     local buf = chat_buffer({ "@You:", "a", "@Assistant:", "b", "@You:", "c" })
     local before = document.get(buf)
