@@ -347,7 +347,7 @@ end
 ---------------------------------------------------------------------------------------
 
 -- Per text part (weak keys; the document keeps a part's table while it is unchanged):
--- whether it holds tags, and its last expansion { key, text, stamps }.
+-- whether it holds tags. Per message table: its last expansion { key, copy, stamps }.
 H.tags = setmetatable({}, { __mode = "k" })
 H.cache = setmetatable({}, { __mode = "k" })
 
@@ -374,6 +374,34 @@ function H.part_has_tags(p)
     H.tags[p] = t
   end
   return t
+end
+
+function H.copy(t)
+  local c = {}
+  for k, v in pairs(t) do
+    c[k] = v
+  end
+  return c
+end
+
+-- A kept copy of msg gets msg's current line numbers (the document moves an
+-- unchanged message's table in place when lines above it change).
+function H.refresh(copy, msg)
+  for k, v in pairs(msg) do
+    if k ~= "parts" then
+      copy[k] = v
+    end
+  end
+  for j, p in ipairs(msg.parts) do
+    local c = copy.parts[j]
+    if c ~= p then
+      for k, v in pairs(p) do
+        if k ~= "text" then
+          c[k] = v
+        end
+      end
+    end
+  end
 end
 
 function H.fresh(entry, key)
@@ -458,55 +486,46 @@ function M.expand(bufnr, doc)
   local meta = H.meta(bufnr)
   local key = vim.json.encode({ vars, meta })
   local session = H.session(bufnr, vars, meta)
-  local messages = {}
-  for i, msg in ipairs(doc.messages) do
-    messages[i] = msg
-  end
+  local messages = table.move(doc.messages, 1, #doc.messages, 1, {})
   local problems = {}
   for _, i in ipairs(todo) do
     local msg = doc.messages[i]
-    local copy = {}
-    for k, v in pairs(msg) do
-      copy[k] = v
-    end
-    copy.parts = {}
-    for j, p in ipairs(msg.parts) do
-      copy.parts[j] = p
-      if p.kind == "text" and H.part_has_tags(p) then
-        local entry = H.cache[p]
-        local text
-        if H.fresh(entry, key) then
-          text = entry.text
-        else
-          local perr
-          text, perr = H.expand_part(session, p)
+    local entry = H.cache[msg]
+    if H.fresh(entry, key) then
+      -- The same table as last time (the providers and the attachments step keep
+      -- their work per message table), its line numbers brought up to date.
+      H.refresh(entry.copy, msg)
+      messages[i] = entry.copy
+    else
+      local copy = H.copy(msg)
+      copy.parts = {}
+      local ok = true
+      for j, p in ipairs(msg.parts) do
+        copy.parts[j] = p
+        if p.kind == "text" and H.part_has_tags(p) then
+          local text, perr = H.expand_part(session, p)
           if text then
-            H.cache[p] = { key = key, text = text, stamps = vim.deepcopy(session.stamps) }
+            local part = H.copy(p)
+            part.text = text
+            part.expanded = true -- its text is no longer the buffer's lines
+            copy.parts[j] = part
           else
+            ok = false
             problems[#problems + 1] = perr
           end
         end
-        if text then
-          local part = {}
-          for k, v in pairs(p) do
-            part[k] = v
-          end
-          part.text = text
-          part.expanded = true -- its text is no longer the buffer's lines
-          copy.parts[j] = part
-        end
       end
+      if ok then
+        H.cache[msg] = { key = key, copy = copy, stamps = vim.deepcopy(session.stamps) }
+      end
+      messages[i] = copy
     end
-    messages[i] = copy
   end
   session:close()
   if #problems > 0 then
     return nil, problems
   end
-  local out = {}
-  for k, v in pairs(doc) do
-    out[k] = v
-  end
+  local out = H.copy(doc)
   out.messages = messages
   return out
 end
