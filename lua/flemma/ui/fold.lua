@@ -340,6 +340,11 @@ end
 
 H.BLOCK_KINDS = { thinking = true, tool_result = true }
 -- Per window and buffer: the blocks closed once (keys: "r" .. tool id, "t" .. segment id:line).
-H.folded = setmetatable({}, { __mode = "k" })
+H.folded = {}
+
+--- Forgets what was closed in a window (it was closed).
+function M.forget_window(win)
+  H.folded[win] = nil
+end
 
 return M

@@ -157,6 +157,12 @@ function H.global()
   end
   H.global_done = true
   local group = vim.api.nvim_create_augroup("flemma.view", { clear = true })
+  vim.api.nvim_create_autocmd("WinClosed", {
+    group = group,
+    callback = function(ev)
+      fold.forget_window(tonumber(ev.match))
+    end,
+  })
   vim.api.nvim_create_autocmd("User", {
     group = group,
     pattern = "FlemmaRequestSending",
