@@ -1,6 +1,7 @@
 // libFuzzer target for the stream decoder (`make fuzz`): the first bytes of the
 // input choose the provider kind and a chunking; decoding the rest in those
-// chunks must give exactly the events of feeding it at once, every emitted
+// chunks (also with the events recycled after each chunk, as the C API does)
+// must give exactly the events of feeding it at once, every emitted
 // string must be valid UTF-8, the last event must be `end`, and the fast path
 // for content block deltas must agree with the JSON parser.
 #include <cstddef>
@@ -31,6 +32,25 @@ std::vector<s::Event> decode(s::Kind kind, std::string_view bytes, const uint8_t
   return out;
 }
 
+// As the C API decodes: the events of each piece are copied out, then recycled
+// (their strings are reused for the next events).
+std::vector<s::Event> decode_recycled(s::Kind kind, std::string_view bytes, const uint8_t* sizes, size_t nsizes) {
+  s::Decoder d(kind);
+  std::vector<s::Event> out, batch;
+  size_t pos = 0, k = 0;
+  while (pos < bytes.size()) {
+    size_t n = nsizes ? 1 + sizes[k++ % nsizes] % 64 : bytes.size();
+    n = std::min(n, bytes.size() - pos);
+    d.feed(bytes.substr(pos, n), batch);
+    out.insert(out.end(), batch.begin(), batch.end());
+    d.recycle(batch);
+    pos += n;
+  }
+  d.finish(batch);
+  out.insert(out.end(), batch.begin(), batch.end());
+  return out;
+}
+
 void check_fast_path(std::string_view data) {
   s::Type t;
   int32_t index;
@@ -55,7 +75,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto whole = decode(kind, bytes, nullptr, 0);
   auto chunked = decode(kind, bytes, sizes, nsizes);
   auto single = decode(kind, bytes, reinterpret_cast<const uint8_t*>("\0"), 1);
-  if (!(whole == chunked) || !(whole == single)) std::abort();
+  auto recycled = decode_recycled(kind, bytes, sizes, nsizes);
+  if (!(whole == chunked) || !(whole == single) || !(whole == recycled)) std::abort();
   if (whole.empty() || whole.back().type != s::Type::End) std::abort();
   for (const auto& e : whole)
     if (!s::detail::valid_utf8(e.a) || !s::detail::valid_utf8(e.b)) std::abort();

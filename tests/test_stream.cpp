@@ -363,15 +363,19 @@ TEST_CASE("stream") {
   }
 
   SUBCASE("the fast path accepts exactly the texts the JSON parser accepts, at any position in a word") {
-    // Pieces that stop the eight-byte scan, placed at every offset.
-    const char* pieces[] = {"a", "bcdefgh", "\"", "\\\"", "\\\\", "\\n", "\\u00e9", "\\ud83c\\udf0d", "\x7f",
-                            "\xC3\xA9", "\xE6\x97\xA5", "\xF0\x9F\x8C\x8D", "\n", "\x01", "\xFF", "\xC3", "\\x", "\\"};
+    // Pieces that stop the sixteen- or eight-byte scan, placed at every offset,
+    // in texts spanning several blocks, before up to 20 bytes of trailing blanks
+    // (the scan's last block is the final sixteen bytes of the data).
+    const char* pieces[] = {"a", "bcdefgh", "ijklmnopqrstuvw", "\"", "\\\"", "\\\\", "\\n", "\\u00e9", "\\ud83c\\udf0d",
+                            "\x7f", "\xC3\xA9", "\xE6\x97\xA5", "\xF0\x9F\x8C\x8D", "\n", "\x01", "\x1f", " ", "\xFF", "\xC3",
+                            "\\x", "\\"};
     std::mt19937 rng(7);
     int accepted = 0;
-    for (int round = 0; round < 4000; ++round) {
+    for (int round = 0; round < 8000; ++round) {
       std::string body;
-      for (int k = 0, n = 1 + static_cast<int>(rng() % 6); k < n; ++k) body += pieces[rng() % std::size(pieces)];
-      std::string data = R"({"type":"content_block_delta","index":4,"delta":{"type":"text_delta","text":")" + body + "\"}}";
+      for (int k = 0, n = 1 + static_cast<int>(rng() % 12); k < n; ++k) body += pieces[rng() % std::size(pieces)];
+      std::string data = R"({"type":"content_block_delta","index":4,"delta":{"type":"text_delta","text":")" + body + "\"}}" +
+                         std::string(rng() % 21, ' ');
       CAPTURE(data);
       s::Type t;
       int32_t idx;
@@ -385,7 +389,44 @@ TEST_CASE("stream") {
         CHECK(idx == 4);
       }
     }
-    CHECK(accepted > 200);
+    CHECK(accepted > 400);
+  }
+
+  SUBCASE("a decoder reusing the strings of recycled events decodes the same events") {
+    // Deltas of many lengths (short ones fit the string's own buffer, long ones
+    // do not), others in between, fed in pieces with the events recycled after
+    // each piece as the C API does.
+    std::mt19937 rng(11);
+    std::string body = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\r\n";
+    for (int k = 0; k < 3000; ++k) {
+      std::string text(rng() % 90, 'x');
+      for (auto& c : text) c = static_cast<char>('a' + rng() % 26);
+      if (k % 7 == 0) text += "\\u00e9\\n";
+      body += "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":" + std::to_string(k / 100) +
+              ",\"delta\":{\"type\":\"text_delta\",\"text\":\"" + text + "\"}}\n\n";
+      if (k % 50 == 0) body += "event: ping\ndata: {\"type\": \"ping\"}\n\n";
+      if (k % 100 == 99)
+        body += "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":" + std::to_string(k / 100) +
+                "}\n\n";
+    }
+    body += "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
+    auto whole = decode(s::Kind::Anthropic, body);
+    for (size_t piece : {size_t{1} << 10, size_t{4093}, size_t{1} << 16}) {
+      CAPTURE(piece);
+      s::Decoder d(s::Kind::Anthropic);
+      std::vector<s::Event> got, batch;
+      for (size_t pos = 0; pos < body.size(); pos += piece) {
+        d.feed(std::string_view(body).substr(pos, piece), batch);
+        got.insert(got.end(), batch.begin(), batch.end());
+        d.recycle(batch);
+        CHECK(batch.empty());
+      }
+      d.finish(batch);
+      got.insert(got.end(), batch.begin(), batch.end());
+      CHECK(got.size() == whole.size());
+      CHECK(got == whole);
+    }
+    CHECK(whole.size() > 2900);  // (empty deltas give no event)
   }
 
   SUBCASE("consecutive deltas of one block are coalesced, others are not") {

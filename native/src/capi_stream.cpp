@@ -71,7 +71,7 @@ FLEMMA_API int flemma_stream_feed(flemma_stream* stream, const char* data, size_
   return flemma::guard([&] {
     auto* s = need(stream);
     if (!data && len > 0) throw flemma::Error(FLEMMA_E_INVALID, "stream: data is NULL");
-    s->events.clear();
+    s->decoder.recycle(s->events);
     s->decoder.feed(std::string_view(data ? data : "", len), s->events);
     publish(s, events, count);
     return FLEMMA_OK;
@@ -83,7 +83,7 @@ FLEMMA_API int flemma_stream_finish(flemma_stream* stream, const flemma_stream_e
   if (count) *count = 0;
   return flemma::guard([&] {
     auto* s = need(stream);
-    s->events.clear();
+    s->decoder.recycle(s->events);
     s->decoder.finish(s->events);
     publish(s, events, count);
     return FLEMMA_OK;

@@ -5,6 +5,10 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #include "guard.hpp"
 
 namespace flemma::stream {
@@ -46,24 +50,6 @@ inline size_t utf8_seq(const unsigned char* p, size_t n) {
   if (c >= 0xF1 && c <= 0xF3) return cont(1) && cont(2) && cont(3) ? 4 : 0;
   if (c == 0xF4) return cont(1, 0x80, 0x8F) && cont(2) && cont(3) ? 4 : 0;
   return 0;
-}
-
-void put_utf8(std::string& out, uint32_t cp) {
-  if (cp < 0x80) {
-    out.push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    out.push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else if (cp < 0x10000) {
-    out.push_back(static_cast<char>(0xE0 | (cp >> 12)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else {
-    out.push_back(static_cast<char>(0xF0 | (cp >> 18)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  }
 }
 
 }  // namespace
@@ -128,15 +114,79 @@ inline int hex4(const char* p) {
   return v;
 }
 
-// Decodes the JSON string body starting at d[i] (after the opening quote) into
-// out; on success i is just past the closing quote. False on anything that a
-// strict JSON parser would reject.
-bool json_string(std::string_view d, size_t& i, std::string& out) {
+// Writes code point cp as UTF-8 at o and moves o past it.
+inline void put_utf8(char*& o, uint32_t cp) {
+  if (cp < 0x80) {
+    *o++ = static_cast<char>(cp);
+  } else if (cp < 0x800) {
+    *o++ = static_cast<char>(0xC0 | (cp >> 6));
+    *o++ = static_cast<char>(0x80 | (cp & 0x3F));
+  } else if (cp < 0x10000) {
+    *o++ = static_cast<char>(0xE0 | (cp >> 12));
+    *o++ = static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    *o++ = static_cast<char>(0x80 | (cp & 0x3F));
+  } else {
+    *o++ = static_cast<char>(0xF0 | (cp >> 18));
+    *o++ = static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+    *o++ = static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    *o++ = static_cast<char>(0x80 | (cp & 0x3F));
+  }
+}
+
+// Decodes the JSON string body starting at d[i] (after the opening quote) to
+// o, which has room for d.size() - i bytes (a decoded string is never longer
+// than its JSON form); on success i is just past the closing quote and o past
+// the decoded bytes. False on anything that a strict JSON parser would reject.
+bool json_string(std::string_view d, size_t& i, char*& o) {
   const char* s = d.data();
   size_t n = d.size();
   while (i < n) {
-    size_t start = i;
-    // Eight bytes at a time while none is a quote, a backslash, a control or a non-ASCII byte.
+#if defined(__SSE2__)
+    // Sixteen bytes at a time, copied as they are, up to the first quote,
+    // backslash, control or non-ASCII byte (those compare below 0x20 as
+    // signed bytes). o has room for the whole block: its room is n - i.
+    const __m128i quote = _mm_set1_epi8('"'), bslash = _mm_set1_epi8('\\'), space = _mm_set1_epi8(0x20);
+    auto special = [&](__m128i v) {
+      __m128i m = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, bslash)),
+                               _mm_cmplt_epi8(v, space));
+      return static_cast<unsigned>(_mm_movemask_epi8(m));
+    };
+    for (;;) {
+      if (i + 16 <= n) {
+        __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(o), v);
+        unsigned m = special(v);
+        if (m) {
+          unsigned k = static_cast<unsigned>(__builtin_ctz(m));
+          o += k;
+          i += k;
+          break;
+        }
+        o += 16;
+        i += 16;
+      } else {
+        // The last bytes: the final sixteen of d (d is longer than that: it
+        // starts with the event's prefix), those before i masked off.
+        size_t left = n - i;
+        unsigned m = n >= 16 ? special(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + n - 16))) >> (16 - left) : 0;
+        size_t k = left;
+        if (n < 16) {
+          k = 0;
+          while (k < left && static_cast<unsigned char>(s[i + k]) >= 0x20 && s[i + k] != '"' && s[i + k] != '\\' &&
+                 static_cast<unsigned char>(s[i + k]) < 0x80)
+            ++k;
+        } else if (m) {
+          k = static_cast<unsigned>(__builtin_ctz(m));
+        }
+        std::memcpy(o, s + i, k);
+        o += k;
+        i += k;
+        break;
+      }
+    }
+#else
+    // Eight bytes at a time while none is a quote, a backslash, a control or a
+    // non-ASCII byte (copied as they are; the test may stop early, never late).
     constexpr uint64_t k01 = 0x0101010101010101ull, k80 = 0x8080808080808080ull;
     while (i + 8 <= n) {
       uint64_t w;
@@ -144,14 +194,17 @@ bool json_string(std::string_view d, size_t& i, std::string& out) {
       uint64_t q = w ^ (k01 * '"'), b = w ^ (k01 * '\\');
       uint64_t special = (w | ((w - k01 * 0x20) & ~w) | ((q - k01) & ~q) | ((b - k01) & ~b)) & k80;
       if (special) break;
+      std::memcpy(o, &w, 8);
+      o += 8;
       i += 8;
     }
     while (i < n) {
       auto c = static_cast<unsigned char>(s[i]);
       if (c == '"' || c == '\\' || c < 0x20 || c >= 0x80) break;
+      *o++ = static_cast<char>(c);
       ++i;
     }
-    out.append(s + start, i - start);
+#endif
     if (i >= n) return false;
     auto c = static_cast<unsigned char>(s[i]);
     if (c == '"') {
@@ -162,7 +215,8 @@ bool json_string(std::string_view d, size_t& i, std::string& out) {
     if (c >= 0x80) {
       size_t k = utf8_seq(reinterpret_cast<const unsigned char*>(s + i), n - i);
       if (k == 0) return false;
-      out.append(s + i, k);
+      std::memcpy(o, s + i, k);
+      o += k;
       i += k;
       continue;
     }
@@ -171,14 +225,14 @@ bool json_string(std::string_view d, size_t& i, std::string& out) {
     char e = s[i + 1];
     i += 2;
     switch (e) {
-      case '"': out.push_back('"'); break;
-      case '\\': out.push_back('\\'); break;
-      case '/': out.push_back('/'); break;
-      case 'b': out.push_back('\b'); break;
-      case 'f': out.push_back('\f'); break;
-      case 'n': out.push_back('\n'); break;
-      case 'r': out.push_back('\r'); break;
-      case 't': out.push_back('\t'); break;
+      case '"': *o++ = '"'; break;
+      case '\\': *o++ = '\\'; break;
+      case '/': *o++ = '/'; break;
+      case 'b': *o++ = '\b'; break;
+      case 'f': *o++ = '\f'; break;
+      case 'n': *o++ = '\n'; break;
+      case 'r': *o++ = '\r'; break;
+      case 't': *o++ = '\t'; break;
       case 'u': {
         if (i + 4 > n) return false;
         int cp = hex4(s + i);
@@ -192,7 +246,7 @@ bool json_string(std::string_view d, size_t& i, std::string& out) {
           i += 6;
           cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
         }
-        put_utf8(out, static_cast<uint32_t>(cp));
+        put_utf8(o, static_cast<uint32_t>(cp));
         break;
       }
       default:
@@ -228,9 +282,11 @@ bool fast_anthropic_delta(std::string_view d, Type& type, int32_t& index, std::s
   else if (eat(d, i, R"(thinking_delta","thinking":")")) type = Type::Thinking;
   else if (eat(d, i, R"(input_json_delta","partial_json":")")) type = Type::ToolInputDelta;
   else return false;
-  text.clear();
-  text.reserve(d.size() - i);  // the decoded text is never longer than its JSON form
-  if (!json_string(d, i, text)) return false;
+  text.resize(d.size() - i);  // room for the decoded text, never longer than its JSON form
+  char* o = text.data();
+  bool ok = json_string(d, i, o);
+  text.resize(ok ? static_cast<size_t>(o - text.data()) : 0);
+  if (!ok) return false;
   if (!eat(d, i, "}}")) return false;
   for (; i < d.size(); ++i) {
     char c = d[i];
@@ -330,6 +386,8 @@ struct Malformed {
 class Provider {
  public:
   virtual ~Provider() = default;
+  // Strings with room, from events the caller is done with (Decoder::recycle).
+  std::vector<std::string>* spare = nullptr;
   // One SSE event: its `event:` name ("" if none) and its data.
   virtual void on_event(std::string_view name, std::string_view data, std::vector<Event>& out) = 0;
   // The stream closed (before `end`): whether the provider's end marker was seen.
@@ -433,6 +491,10 @@ class Anthropic final : public Provider {
   void on_event(std::string_view name, std::string_view data, std::vector<Event>& out) override {
     // Decoded straight into the event's string (the common case by far).
     Event& e = out.emplace_back();
+    if (!spare->empty()) {
+      e.a.swap(spare->back());
+      spare->pop_back();
+    }
     if (detail::fast_anthropic_delta(data, e.type, e.index, e.a)) {
       if (e.a.empty()) out.pop_back();
       return;
@@ -1016,40 +1078,63 @@ std::string lower(std::string_view s) {
 // Decoder
 // ---------------------------------------------------------------------------
 
-Decoder::Decoder(Kind kind) : provider_(make_provider(kind)) {}
+Decoder::Decoder(Kind kind) : provider_(make_provider(kind)) { provider_->spare = &spare_; }
 Decoder::~Decoder() = default;
+
+void Decoder::recycle(std::vector<Event>& events) {
+  // Bounded: at most kSpare strings of at most kSpareBytes each are kept.
+  constexpr size_t kSpare = 1024, kSpareBytes = 1024;
+  for (auto& e : events) {
+    if (spare_.size() >= kSpare) break;
+    if (e.a.capacity() > 15 && e.a.capacity() <= kSpareBytes) spare_.push_back(std::move(e.a));
+  }
+  events.clear();
+}
 
 namespace {
 
-// Line splitting shared by the header and SSE phases. The position of the
-// next LF is cached per input buffer (nl, with `end` the end of that buffer),
-// so a run of CR-only lines stays linear.
-size_t find_line(std::string_view in, const char*& nl, const char*& end, size_t& term) {
-  const char* p = in.data();
-  const char* e = p + in.size();
-  if (end != e || nl < p) {
-    const void* f = std::memchr(p, '\n', in.size());
-    nl = f ? static_cast<const char*>(f) : e;
-    end = e;
+// The first CR or LF in [p, e), or e. One pass, sixteen (or eight) bytes at a
+// time: lines end at either byte, so a run of CR-only lines stays linear.
+const char* find_eol(const char* p, const char* e) {
+#if defined(__SSE2__)
+  const __m128i lf = _mm_set1_epi8('\n'), cr = _mm_set1_epi8('\r');
+  while (e - p >= 16) {
+    __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    int m = _mm_movemask_epi8(_mm_or_si128(_mm_cmpeq_epi8(v, lf), _mm_cmpeq_epi8(v, cr)));
+    if (m) return p + __builtin_ctz(static_cast<unsigned>(m));
+    p += 16;
   }
-  size_t lim = static_cast<size_t>(nl - p);
-  const void* cr = lim ? std::memchr(p, '\r', lim) : nullptr;
-  if (cr) {
-    const char* c = static_cast<const char*>(cr);
-    term = (c + 1 < e && c[1] == '\n') ? 2 : 1;
-    return static_cast<size_t>(c - p);
+#else
+  constexpr uint64_t k01 = 0x0101010101010101ull, k80 = 0x8080808080808080ull;
+  while (e - p >= 8) {
+    uint64_t w;
+    std::memcpy(&w, p, 8);
+    uint64_t a = w ^ (k01 * '\n'), b = w ^ (k01 * '\r');
+    if ((((a - k01) & ~a) | ((b - k01) & ~b)) & k80) break;  // may stop early, never late
+    p += 8;
   }
-  if (nl == e) return std::string_view::npos;
-  term = 1;
-  return lim;
+#endif
+  while (p < e && *p != '\n' && *p != '\r') ++p;
+  return p;
 }
 
+// Line splitting shared by the header and SSE phases: the length of the first
+// line of `in` and its terminator's length in term (LF, CR or CRLF; a CR at the
+// very end of `in` counts as a whole terminator), or npos when `in` holds no
+// terminator.
+size_t find_line(std::string_view in, size_t& term) {
+  const char* p = in.data();
+  const char* e = p + in.size();
+  const char* c = find_eol(p, e);
+  if (c == e) return std::string_view::npos;
+  term = (*c == '\r' && c + 1 < e && c[1] == '\n') ? 2 : 1;
+  return static_cast<size_t>(c - p);
+}
 
 }  // namespace
 
 void Decoder::feed(std::string_view in, std::vector<Event>& out) {
   if (phase_ == Phase::Done) throw Error(FLEMMA_E_STATE, "stream: feed after finish");
-  nl_cache_end_ = nullptr;
   if (phase_ == Phase::Start) {
     static constexpr std::string_view kHttp = "HTTP/";
     size_t take = std::min(kHttp.size() - line_.size(), in.size());
@@ -1061,7 +1146,6 @@ void Decoder::feed(std::string_view in, std::vector<Event>& out) {
       std::string pending;
       pending.swap(line_);
       sse_bytes(pending, out);
-      nl_cache_end_ = nullptr;
     } else if (line_.size() == kHttp.size()) {
       phase_ = Phase::Headers;
       in_block_ = true;
@@ -1089,7 +1173,7 @@ void Decoder::header_bytes(std::string_view& in, std::vector<Event>& out) {
       }
     }
     size_t term = 0;
-    size_t len = find_line(in, nl_cache_, nl_cache_end_, term);
+    size_t len = find_line(in, term);
     if (len == std::string_view::npos) {
       if (line_.size() + in.size() <= kMaxHeaderBlock) line_.append(in);
       else line_overflow_ = true;
@@ -1130,7 +1214,6 @@ void Decoder::header_line(std::string_view line, std::vector<Event>& out) {
       if (phase_ == Phase::Sse) sse_bytes(again, out);
       else raw_bytes(again);
       skip_lf_ = skip;
-      nl_cache_end_ = nullptr;
       return;
     }
   }
@@ -1223,7 +1306,7 @@ void Decoder::sse_bytes(std::string_view in, std::vector<Event>& out) {
       }
     }
     size_t term = 0;
-    size_t len = find_line(in, nl_cache_, nl_cache_end_, term);
+    size_t len = find_line(in, term);
     if (len == std::string_view::npos) {
       if (line_.size() + in.size() <= kMaxEventData + 16) line_.append(in);
       else line_overflow_ = true;
@@ -1318,7 +1401,6 @@ void Decoder::raw_bytes(std::string_view in) {
 
 void Decoder::finish(std::vector<Event>& out) {
   if (phase_ == Phase::Done) throw Error(FLEMMA_E_STATE, "stream: finish called twice");
-  nl_cache_end_ = nullptr;
   if (phase_ == Phase::Start && !line_.empty()) {
     // Fewer bytes than "HTTP/": a (tiny) body.
     phase_ = Phase::Sse;
