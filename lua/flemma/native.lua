@@ -554,7 +554,7 @@ function H.convert_document(lib, doc, src) -- luacheck: ignore src
   local ROLES, STATUSES = H.ROLES, H.STATUSES
   local items = lib.flemma_doc_items(doc)
   local n = lib.flemma_doc_item_count(doc)
-  local messages, tool_uses, spans = {}, {}, {}
+  local messages, tool_uses, spans, inputs = {}, {}, {}, {}
   local nmsg, nuse = 0, 0
   local buf = H.inputs_buf
   if not buf then
@@ -600,14 +600,11 @@ function H.convert_document(lib, doc, src) -- luacheck: ignore src
             input = nil,
           }
           if band(flags, 8) == 0 then
+            -- The inputs are joined after the loop: appending here made the
+            -- trace of this branch too complex for LuaJIT to compile.
             nuse = nuse + 1
             tool_uses[nuse] = p
-            if nuse > 1 then
-              buf:put(",")
-            end
-            spans[2 * nuse - 1] = #buf + 1
-            buf:put(text)
-            spans[2 * nuse] = #buf
+            inputs[nuse] = text
           else
             local note = it.note
             off, len = note.off, note.len
@@ -659,6 +656,14 @@ function H.convert_document(lib, doc, src) -- luacheck: ignore src
         end
       end
     end
+  end
+  for j = 1, nuse do
+    if j > 1 then
+      buf:put(",")
+    end
+    spans[2 * j - 1] = #buf + 1
+    buf:put(inputs[j])
+    spans[2 * j] = #buf
   end
   buf:put("]")
   local inputs_json = nuse > 0 and buf:tostring() or nil
