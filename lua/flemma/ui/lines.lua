@@ -199,13 +199,4 @@ function M.at(bufnr, lnum)
   return "message", msg, seg, base
 end
 
---- The message item and base of the segment holding lnum (nil in a preamble).
-function M.message_at(bufnr, lnum)
-  local seg = M.segment(bufnr, lnum)
-  if not seg or not seg.outline.msg then
-    return nil
-  end
-  return seg.outline.msg, seg.first - 1, seg
-end
-
 return M

@@ -146,10 +146,6 @@ function M.detach(buf)
   end
 end
 
-function M.is_attached(buf)
-  return H.attached[buf] == true
-end
-
 -- Requests and tools: the streaming sign, and folds of what they wrote.
 function H.global()
   if H.global_done then
