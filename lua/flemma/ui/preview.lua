@@ -146,6 +146,21 @@ function M.update(bufnr, opts)
   local L = document.live(bufnr)
   local count = #L.entries
   local win = vim.fn.bufwinid(bufnr)
+  -- What the previews were drawn for, cheap to read: the window's width and 'listchars'.
+  local win_width = win ~= -1 and vim.api.nvim_win_get_width(win) or vim.o.columns
+  local lcs = vim.api.nvim_get_option_value("listchars", { win = win ~= -1 and win or 0 })
+  local st0 = H.state[bufnr]
+  if
+    st0
+    and st0.version >= 0
+    and not st0.partial
+    and st0.win_width == win_width
+    and st0.lcs == lcs
+    and H.nothing_to_draw(bufnr, L, st0.version)
+  then
+    st0.version = L.version -- an answer streaming in, prose typed: no preview involved
+    return
+  end
   local width = M.text_width(bufnr)
   local eol = H.eol_char(win ~= -1 and win or nil)
   local st = H.state[bufnr]
@@ -196,7 +211,37 @@ function M.update(bufnr, opts)
       return
     end
   end
-  H.state[bufnr] = { version = L.version, width = width, eol = eol, timer = st and st.timer }
+  H.state[bufnr] = { version = L.version, width = width, eol = eol, timer = st and st.timer, win_width = win_width, lcs = lcs }
+end
+
+--- True when the messages changed since `version` (and the one after them)
+--- hold no preview and no empty pending placeholder: then nothing is redrawn,
+--- and the window's text width (costly to read) is not needed.
+function H.nothing_to_draw(bufnr, L, version)
+  local document = require("flemma.document")
+  local native = require("flemma.native")
+  local _, lo, hi = document.changed_since(L, version)
+  if lo >= hi then
+    return true
+  end
+  hi = math.min(hi + 1, #L.entries)
+  if hi - lo > H.SPAN_NOW then
+    return false
+  end
+  for i = lo, hi - 1 do
+    if native.idoc_has_empty_pending(L.idoc, i) then
+      return false
+    end
+    local raw = native.idoc_segment_raw(L.idoc, i)
+    local first, count = raw.first_line, raw.line_count
+    -- A preview drawn before the edit sits where its placeholder was (or next to it).
+    local from = math.max(first - 2, 0)
+    local to = math.min(first - 1 + count, vim.api.nvim_buf_line_count(bufnr) - 1)
+    if #vim.api.nvim_buf_get_extmarks(bufnr, M.ns, { from, 0 }, { to, -1 }, { limit = 1 }) > 0 then
+      return false
+    end
+  end
+  return true
 end
 
 --- Runs M.update for bufnr a moment later (once for any number of calls meanwhile),
