@@ -210,6 +210,22 @@ function H.forget(bufnr)
   H.live[bufnr] = nil
 end
 
+--- Whether rows [first, last) of the buffer hold the text on_bytes applied for them
+--- (proportional to the change: only those rows are read).
+function H.same_rows(L, buf, first, last)
+  local row, lines = L.bytes_row, L.bytes_lines
+  if not lines or first < row or last > row + #lines then
+    return false
+  end
+  local now = vim.api.nvim_buf_get_lines(buf, first, last, false)
+  for i = 1, #now do
+    if now[i] ~= lines[first - row + i] then
+      return false
+    end
+  end
+  return true
+end
+
 --- The live state of a buffer, attached on first use.
 ---@return flemma.document.Live
 function H.live_of(bufnr)
@@ -250,11 +266,13 @@ function H.live_of(bufnr)
           L.broken = true -- cannot tell which lines: built again when next read
           return
         end
-        local ok = pcall(native.idoc_edit, L.idoc, row, last_old, vim.api.nvim_buf_get_lines(buf, row, last_new, false))
+        local lines = vim.api.nvim_buf_get_lines(buf, row, last_new, false)
+        local ok = pcall(native.idoc_edit, L.idoc, row, last_old, lines)
         if not ok then
           L.broken = true
         end
         L.bytes_tick = tick -- the change's on_lines comes with the next tick
+        L.bytes_row, L.bytes_lines = row, lines
       end,
       on_lines = function(_, buf, tick, first, last_old, last_new)
         local cur = H.live[buf]
@@ -266,7 +284,12 @@ function H.live_of(bufnr)
           local count = vim.api.nvim_buf_line_count(buf)
           local edit_last
           if L.bytes_tick == tick - 1 and nlines == count then
-            edit_last = nil -- on_bytes applied this very change (a streamed chunk, x, dd)
+            -- on_bytes applied this very change (a streamed chunk, x, dd), unless it
+            -- read the lines before Neovim replaced them (:s under Neovim 0.10 calls
+            -- on_bytes first): then the rows are applied again with their text now.
+            if not H.same_rows(L, buf, first, last_new) then
+              edit_last = last_new
+            end
           elseif nlines == count - (last_new - last_old) then
             edit_last = last_old -- no on_bytes applied this change
           elseif nlines == count then
@@ -275,7 +298,7 @@ function H.live_of(bufnr)
           else
             L.broken = true
           end
-          L.bytes_tick = nil
+          L.bytes_tick, L.bytes_lines = nil, nil
           if edit_last and (edit_last > first or last_new > first) then
             local ok = pcall(native.idoc_edit, L.idoc, first, edit_last, vim.api.nvim_buf_get_lines(buf, first, last_new, false))
             if not ok then

@@ -138,6 +138,32 @@ describe("flemma.document.get (live model)", function()
     assert.is_true(checks >= 200)
   end)
 
+  it("follows :substitute and :global (Neovim 0.10 calls on_bytes of :s before the line is replaced)", function()
+    local buf = chat_buffer({
+      "@Assistant:",
+      "**Tool Use:** `bash` (`t1`)",
+      "```json",
+      '{"command": "ls"}',
+      "```",
+      "",
+      "@You:",
+      "**Tool Result:** `t1`",
+      "```flemma:tool status=pending",
+      "```",
+    })
+    vim.api.nvim_set_current_buf(buf)
+    assert.equals("pending", document.get(buf).messages[2].parts[1].status)
+    vim.cmd("silent %s/status=pending/status=approved/")
+    assert.equals("approved", document.get(buf).messages[2].parts[1].status)
+    vim.cmd([[silent %s/"ls"/"ls -la"/]])
+    assert.same({ command = "ls -la" }, document.get(buf).messages[1].parts[1].input)
+    vim.cmd([[silent g/^@You:/s/You/Assistant/]])
+    vim.cmd([[silent %s/\v^(\*\*Tool Use)/x\r\1/]])
+    local lines = vim.api.nvim_buf_get_lines(buf, 0, -1, false)
+    assert.same(plain(document.parse(lines)), plain(document.get(buf)))
+    vim.api.nvim_buf_delete(buf, { force = true })
+  end)
+
   it("is current while Neovim computes folds during a change (before on_lines)", function()
     local lines = {}
     for i = 1, 30 do
