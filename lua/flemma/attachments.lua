@@ -385,14 +385,15 @@ function H.utf8_valid(s, partial)
   end
 end
 
-function H.read_all(abs, size)
+function H.read_all(abs, limit)
   local fd, err = uv.fs_open(abs, "r", 0)
   if not fd then
     return nil, err
   end
+  -- At most limit + 1 bytes, whatever stat said (a file may grow while it is read).
   local chunks, got = {}, 0
-  while true do
-    local data, rerr = uv.fs_read(fd, math.max(65536, size - got + 1), got)
+  while got <= limit do
+    local data, rerr = uv.fs_read(fd, math.min(1024 * 1024, limit + 1 - got), got)
     if not data then
       uv.fs_close(fd)
       return nil, rerr
@@ -406,6 +407,9 @@ function H.read_all(abs, size)
   uv.fs_close(fd)
   return table.concat(chunks)
 end
+
+-- Trees whose files are the kernel's (sizes that lie, secrets such as /proc/self/environ).
+H.KERNEL = { "/proc", "/sys", "/dev" }
 
 -- Files read, by absolute path: { stamp, mime (nil: from the extension), file }.
 H.files = {}
@@ -442,6 +446,16 @@ function H.load(abs, ref, max_bytes)
   if st.type == "directory" then
     return nil, ("%s is a directory (%s): reference the files in it one by one"):format(display, abs)
   end
+  if st.type ~= "file" then
+    return nil, ("%s is not a regular file (%s, a %s): only files can be attached"):format(display, abs, st.type)
+  end
+  local real = uv.fs_realpath(abs) or abs
+  for _, root in ipairs(H.KERNEL) do
+    if real == root or real:sub(1, #root + 1) == root .. "/" then
+      -- /proc/self/environ holds the API keys.
+      return nil, ("%s is under %s (%s): files of the kernel are not attached"):format(display, root, real)
+    end
+  end
   if st.size > max_bytes then
     return nil,
       ("file %s is %s (%d bytes), over attachments.max_bytes (%d bytes): attach a smaller file or raise the limit"):format(
@@ -456,7 +470,7 @@ function H.load(abs, ref, max_bytes)
   if cached and cached.stamp == stamp and cached.forced == ref.type then
     return cached.file
   end
-  local content, rerr = H.read_all(abs, st.size)
+  local content, rerr = H.read_all(abs, max_bytes)
   if not content then
     return nil, ("file %s cannot be read (%s): %s"):format(display, abs, tostring(rerr))
   end

@@ -390,6 +390,20 @@ describe("sending file references", function()
     assert.same({ 1, 2, 3 }, { diags[1].lnum, diags[2].lnum, diags[3].lnum })
   end)
 
+  it("refuses devices, FIFOs and the kernel's files (/proc/self/environ holds the keys) without hanging", function()
+    assert.equals(0, vim.fn.system({ "mkfifo", dir .. "/pipe" }) and vim.v.shell_error)
+    vim.uv.fs_symlink("/proc/self/environ", dir .. "/env.txt")
+    local diags = blocked({ "@You:", "@/dev/zero", "@./pipe", "@/proc/self/environ;type=text/plain", "@./env.txt" })
+    assert.equals(4, #diags, vim.inspect(diags))
+    assert.truthy(diags[1].message:find("@/dev/zero is not a regular file (/dev/zero, a char)", 1, true), diags[1].message)
+    assert.truthy(diags[2].message:find("@./pipe is not a regular file", 1, true), diags[2].message)
+    assert.truthy(diags[3].message:find("@/proc/self/environ is under /proc", 1, true), diags[3].message)
+    assert.truthy(diags[4].message:find("@./env.txt is under /proc", 1, true), diags[4].message)
+    assert.is_nil(vim.iter(notes):find(function(n)
+      return n.msg:find(KEY, 1, true) ~= nil
+    end))
+  end)
+
   it("references in code, e-mail addresses and @Assistant: text are not read", function()
     setup("anthropic", "/v1/messages")
     local lines = {
