@@ -556,7 +556,7 @@ function H.message_refs(msg)
   local v = H.named[msg]
   if v == nil then
     v = false
-    for _, p in ipairs(msg.parts) do
+    for _, p in ipairs(msg.role ~= "assistant" and msg.parts or {}) do
       if p.kind == "text" and type(p.text) == "string" and #H.refs_of(p) > 0 then
         v = true
         break
@@ -656,8 +656,13 @@ function M.expand(bufnr, doc)
   local messages, changed = nil, false
   local problems, warnings = {}, {}
   local max_bytes
+  local named = H.named
   for i, msg in ipairs(doc.messages) do
-    if (msg.role == "system" or msg.role == "user") and H.message_refs(msg) then
+    local refers = named[msg]
+    if refers == nil then
+      refers = H.message_refs(msg)
+    end
+    if refers then
       local found = nil
       for j, p in ipairs(msg.parts) do
         if p.kind == "text" and p.text and #H.refs_of(p) > 0 then
