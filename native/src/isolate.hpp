@@ -6,7 +6,8 @@
 //    Limits::objects live allocations (allocation fails: a Lua error);
 //  - time: a count hook every few instructions, the arena (on every new slab or large
 //    block) and every library function that loops (checking every 64 KB of work or
-//    few thousand pattern steps) compare a monotonic clock with the call's deadline;
+//    few thousand pattern steps) compare a monotonic clock with the call's deadline
+//    (and, once that passes, the thread's CPU clock with the CPU budget);
 //  - the work that one VM instruction does without any of these checks is linear in
 //    the objects it touches, which the block and object limits keep small (reading a
 //    number from a string is refused past 200 bytes);
@@ -120,7 +121,14 @@ class Isolate {
   Limits limits_;
   Arena arena_;
   lua_State* L_ = nullptr;
-  int64_t deadline_ns_ = 0;
+  // The time limit counts the CPU time the interpreter used, not the time other
+  // processes of a loaded machine took from it: the monotonic deadline is a cheap
+  // first check; when it passes, the CPU clock decides, and the monotonic deadline
+  // moves by what is left of the budget (never past kWallCap after the start).
+  void start_clock();
+  mutable int64_t deadline_ns_ = 0;
+  int64_t cpu_deadline_ns_ = 0;
+  int64_t wall_cap_ns_ = 0;
   std::string exhausted_;
   std::string limit_kind_;
   std::vector<std::string> user_chunks_;
@@ -134,5 +142,8 @@ void open_library(lua_State* L);
 Isolate& owner(lua_State* L);
 
 int64_t monotonic_ns();
+// CPU time of the calling thread (a system call: read only when the cheap monotonic
+// clock says the budget may be spent).
+int64_t cpu_ns();
 
 }  // namespace flemma::isolate
