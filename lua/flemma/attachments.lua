@@ -431,9 +431,10 @@ end
 ---@param abs string absolute path
 ---@param ref { path: string, type?: string }
 ---@param max_bytes integer
+---@param bufnr integer|nil the chat buffer (whose project roots bound what is read)
 ---@return { mime: string, size: integer, text?: string, data?: string, stamp: string }|nil file
 ---@return string|nil err why it cannot be attached
-function H.load(abs, ref, max_bytes)
+function H.load(abs, ref, max_bytes, bufnr)
   local display = "@" .. ref.path
   local st = uv.fs_stat(abs)
   if not st then
@@ -455,6 +456,11 @@ function H.load(abs, ref, max_bytes)
       -- /proc/self/environ holds the API keys.
       return nil, ("%s is under %s (%s): files of the kernel are not attached"):format(display, root, real)
     end
+  end
+  -- A file outside the project is read only once the user allowed it (flemma.reach).
+  local inside, rerr = require("flemma.reach").check(bufnr, abs, display)
+  if not inside then
+    return nil, rerr
   end
   if st.size > max_bytes then
     return nil,
@@ -610,7 +616,7 @@ function H.expand_part(bufnr, msg, p, refs, max_bytes, problems, stamps, warning
     local key = abs .. "\0" .. (ref.type or "")
     if not seen[key] then
       seen[key] = true
-      local file, err = H.load(abs, ref, max_bytes)
+      local file, err = H.load(abs, ref, max_bytes, bufnr)
       if not file then
         problems[#problems + 1] = { line = H.line_of(bufnr, p, ref), message = err }
       else

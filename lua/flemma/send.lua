@@ -143,6 +143,27 @@ function H.event(name, data)
   vim.api.nvim_exec_autocmds("User", { pattern = name, modeline = false, data = data })
 end
 
+--- Shows why the text could not be expanded. When files outside the project are the
+--- reason, asks first whether to send them (flemma.reach) and sends again if so.
+function H.refused(bufnr, problems, opts)
+  local reach = require("flemma.reach")
+  local wanted = reach.take_wanted(bufnr)
+  if #wanted == 0 then
+    M.show_problems(bufnr, problems)
+    return
+  end
+  reach.confirm(bufnr, wanted, function(yes)
+    if not vim.api.nvim_buf_is_valid(bufnr) then
+      return
+    end
+    if yes then
+      M.send(bufnr, opts)
+    else
+      M.show_problems(bufnr, problems)
+    end
+  end)
+end
+
 --- Sends the buffer's conversation. Returns true when a request was started.
 ---@param bufnr integer
 ---@param opts? { on_response?: fun() }
@@ -186,9 +207,11 @@ function M.send(bufnr, opts)
   end
 
   -- Templates ({{ }}, {% %}, include()) are expanded in what is sent, never in the buffer.
+  local reach = require("flemma.reach")
+  reach.take_wanted(bufnr)
   local expanded, template_problems = require("flemma.templates").expand(bufnr, doc)
   if not expanded then
-    M.show_problems(bufnr, template_problems)
+    H.refused(bufnr, template_problems, opts)
     return false
   end
   doc = expanded
@@ -196,7 +219,7 @@ function M.send(bufnr, opts)
   -- File references (@./path) attached to what is sent, never written into the buffer.
   local attached, attach_problems = require("flemma.attachments").expand(bufnr, doc)
   if not attached then
-    M.show_problems(bufnr, attach_problems)
+    H.refused(bufnr, attach_problems, opts)
     return false
   end
   doc = attached

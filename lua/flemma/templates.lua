@@ -140,7 +140,7 @@ end
 H.REFUSED = { "/proc", "/sys", "/dev" }
 
 -- The text of a file, or nil and why not.
-function H.read(path, dir)
+function H.read(path, dir, bufnr)
   local shown = H.display(path, dir)
   local st, serr = vim.uv.fs_stat(path)
   if not st then
@@ -156,6 +156,11 @@ function H.read(path, dir)
     if real == root or real:sub(1, #root + 1) == root .. "/" then
       return nil, ("cannot read %s: files under %s are not included"):format(shown, root)
     end
+  end
+  -- A file outside the project is read only once the user allowed it (flemma.reach).
+  local inside, rerr = require("flemma.reach").check(bufnr, path, shown)
+  if not inside then
+    return nil, rerr
   end
   local f, ferr = io.open(path, "rb")
   if not f then
@@ -191,7 +196,7 @@ function M.project(bufnr)
         local real = vim.uv.fs_realpath(path) or path
         if not seen_real[real] then
           seen_real[real] = true
-          local text, err = H.read(path)
+          local text, err = H.read(path, nil, bufnr)
           if not text then
             error(err, 0)
           end
@@ -302,7 +307,7 @@ function Session:load(need)
     return { code = "_lit(1)", map = { 1 }, literals = { text }, chunk = "flemma:project" }
   end
   self.stamps[need.path] = H.stamp(need.path)
-  local text, err = H.read(need.path, dir)
+  local text, err = H.read(need.path, dir, self.bufnr)
   if not text then
     return { error = err }
   end
