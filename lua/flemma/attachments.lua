@@ -11,6 +11,7 @@
 --- References inside fenced code blocks and inline code spans are not read.
 --- Relative paths start at the chat file's directory. See `:help flemma-attachments`.
 local M = {}
+local util = require("flemma.util")
 local H = {}
 
 local uv = vim.uv or vim.loop
@@ -640,14 +641,6 @@ function H.expand_part(bufnr, msg, p, refs, max_bytes, problems, stamps, warning
   return out
 end
 
-function H.copy(t)
-  local c = {}
-  for k, v in pairs(t) do
-    c[k] = v
-  end
-  return c
-end
-
 --- The document as it is sent: after each @System: and @You: text part that names
 --- files, the files it names (text inlined, images and PDFs as `file` parts; in
 --- @System: a text note for those). The document and the buffer are not touched;
@@ -694,7 +687,7 @@ function M.expand(bufnr, doc)
           if entry and entry.key == key then
             copy = entry.copy
           else
-            copy = H.copy(msg)
+            copy = util.copy(msg)
             copy.parts = new_parts
             H.expanded[msg] = { key = key, copy = copy }
           end
@@ -732,7 +725,7 @@ function M.expand(bufnr, doc)
   if not changed then
     return doc
   end
-  local out = H.copy(doc)
+  local out = util.copy(doc)
   out.messages = messages
   return out
 end

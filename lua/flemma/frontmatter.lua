@@ -11,6 +11,7 @@
 local opt = require("flemma.opt")
 
 local M = {}
+local util = require("flemma.util")
 local H = {}
 
 ---@class flemma.frontmatter.Options
@@ -62,21 +63,6 @@ H.MODULES = {
   ["flemma.frontmatter.runtime"] = "frontmatter/runtime.lua",
 }
 H.RUNTIME = "flemma.frontmatter.runtime"
-
-function H.modules_json()
-  if H.modules_cache then
-    return H.modules_cache
-  end
-  local dir = debug.getinfo(1, "S").source:sub(2):match("^(.*)/frontmatter%.lua$")
-  local sources = {}
-  for name, file in pairs(H.MODULES) do
-    local f = assert(io.open(dir .. "/" .. file, "rb"))
-    sources[name] = f:read("*a")
-    f:close()
-  end
-  H.modules_cache = vim.json.encode(sources)
-  return H.modules_cache
-end
 
 -- A plain copy of data for the interpreter: strings, finite numbers, booleans and
 -- tables of them; vim.NIL and everything else (functions, userdata, metatables) is
@@ -158,7 +144,7 @@ end
 -- An interpreter handle that can be freed at once (and then refuses calls).
 function H.new_isolate()
   local native = require("flemma.native")
-  local ok, iso, err = pcall(native.isolate_new, H.modules_json(), H.RUNTIME)
+  local ok, iso, err = pcall(native.isolate_new, util.module_sources_json(H.MODULES), H.RUNTIME)
   if not ok then
     return nil, iso
   elseif not iso then

@@ -14,6 +14,7 @@
 --- An include of a file the interpreter does not have yet stops the rendering: the
 --- file is read here, handed over, and the message rendered again.
 local M = {}
+local util = require("flemma.util")
 local H = {}
 
 --- Largest file include() reads (bytes).
@@ -223,20 +224,6 @@ H.MODULES = {
 }
 H.RUNTIME = "flemma.templates.runtime"
 
-function H.modules_json()
-  if not H.modules_cache then
-    local dir = debug.getinfo(1, "S").source:sub(2):match("^(.*)/templates%.lua$")
-    local sources = {}
-    for name, file in pairs(H.MODULES) do
-      local f = assert(io.open(dir .. "/" .. file, "rb"))
-      sources[name] = f:read("*a")
-      f:close()
-    end
-    H.modules_cache = vim.json.encode(sources)
-  end
-  return H.modules_cache
-end
-
 function H.args(...)
   local parts = {}
   for i = 1, select("#", ...) do
@@ -257,7 +244,7 @@ end
 function Session:call(fn, ...)
   local native = require("flemma.native")
   if not self.iso then
-    local iso, err = native.isolate_new(H.modules_json(), H.RUNTIME)
+    local iso, err = native.isolate_new(util.module_sources_json(H.MODULES), H.RUNTIME)
     if not iso then
       return { ok = false, error = "cannot start the template interpreter: " .. tostring(err) }
     end
@@ -381,14 +368,6 @@ function H.part_has_tags(p)
   return t
 end
 
-function H.copy(t)
-  local c = {}
-  for k, v in pairs(t) do
-    c[k] = v
-  end
-  return c
-end
-
 -- A kept copy of msg gets msg's current line numbers (the document moves an
 -- unchanged message's table in place when lines above it change).
 function H.refresh(copy, msg)
@@ -502,7 +481,7 @@ function M.expand(bufnr, doc)
       H.refresh(entry.copy, msg)
       messages[i] = entry.copy
     else
-      local copy = H.copy(msg)
+      local copy = util.copy(msg)
       copy.parts = {}
       local ok = true
       for j, p in ipairs(msg.parts) do
@@ -510,7 +489,7 @@ function M.expand(bufnr, doc)
         if p.kind == "text" and H.part_has_tags(p) then
           local text, perr = H.expand_part(session, p)
           if text then
-            local part = H.copy(p)
+            local part = util.copy(p)
             part.text = text
             part.expanded = true -- its text is no longer the buffer's lines
             copy.parts[j] = part
@@ -530,7 +509,7 @@ function M.expand(bufnr, doc)
   if #problems > 0 then
     return nil, problems
   end
-  local out = H.copy(doc)
+  local out = util.copy(doc)
   out.messages = messages
   return out
 end
@@ -574,7 +553,6 @@ end
 ---@param bufnr? integer
 function M.preview(bufnr)
   bufnr = (bufnr == nil or bufnr == 0) and vim.api.nvim_get_current_buf() or bufnr
-  local util = require("flemma.util")
   local send = require("flemma.send")
   local lines, problems = M.preview_lines(bufnr)
   if not lines then

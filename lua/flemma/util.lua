@@ -62,4 +62,39 @@ function M.root()
   return vim.fs.dirname(vim.fs.dirname(dir))
 end
 
+--- A shallow copy of a table.
+---@generic T: table
+---@param t T
+---@return T
+function M.copy(t)
+  local c = {}
+  for k, v in pairs(t) do
+    c[k] = v
+  end
+  return c
+end
+
+local sources_cache = {}
+
+--- Lua files of this plugin as the JSON text an isolated interpreter loads
+--- (`{ [module] = source }`), read once per set of modules.
+---@param modules table<string, string> module name -> path below lua/flemma/
+---@return string
+function M.module_sources_json(modules)
+  local names = vim.tbl_keys(modules)
+  table.sort(names)
+  local key = table.concat(names, "\0")
+  if not sources_cache[key] then
+    local dir = M.root() .. "/lua/flemma/"
+    local sources = {}
+    for name, file in pairs(modules) do
+      local f = assert(io.open(dir .. file, "rb"))
+      sources[name] = f:read("*a")
+      f:close()
+    end
+    sources_cache[key] = vim.json.encode(sources)
+  end
+  return sources_cache[key]
+end
+
 return M
