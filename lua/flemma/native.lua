@@ -743,6 +743,21 @@ function M.idoc_segment_raw(d, i)
   return H.seg
 end
 
+--- The lines of segment i (0-based) as strings, or nil when they cannot be
+--- told apart (a line holding a NUL byte).
+function M.idoc_segment_lines(d, i)
+  local s = M.idoc_segment_raw(d, i)
+  local out, n = {}, 0
+  for l in (ffi.string(s.text) .. "\n"):gmatch("([^\n]*)\n") do
+    n = n + 1
+    out[n] = l
+  end
+  if n ~= s.line_count then
+    return nil
+  end
+  return out
+end
+
 --- The 0-based index of the segment holding 1-based line, or nil.
 function M.idoc_segment_at(d, line)
   local i = M.lib().flemma_idoc_segment_at(d, line)

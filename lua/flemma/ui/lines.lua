@@ -139,6 +139,73 @@ function M.segment_index(bufnr, i)
   return H.outline(st, idoc, i)
 end
 
+-- Segment texts split in lines, per segment id (read while the document lags).
+H.MAX_TEXTS = 64
+
+-- Line dl (1-based) of the lagging document, or nil.
+function H.doc_line(st, idoc, dl)
+  if dl < 1 or dl > st.nlines then
+    return nil
+  end
+  local i = native.idoc_segment_at(idoc, dl)
+  if not i then
+    return nil
+  end
+  local raw = native.idoc_segment_raw(idoc, i)
+  local id, first = tonumber(raw.id), raw.first_line
+  st.texts = st.texts or { n = 0 }
+  local t = st.texts[id]
+  if t == nil then
+    if st.texts.n >= H.MAX_TEXTS then
+      st.texts = { n = 0 }
+    end
+    t = native.idoc_segment_lines(idoc, i) or false
+    st.texts[id], st.texts.n = t, st.texts.n + 1
+  end
+  return t and t[dl - first + 1]
+end
+
+--- How many lines buffer line lnum lies below the line of the lagging document
+--- that holds the same text: 0, or the buffer's line count minus the
+--- document's (delta) once past the change. Neovim folds an undo, a redo or a
+--- J before on_lines tells of it (on_bytes too comes late, or too early to read
+--- the new lines); read unshifted, the lines below the change would all answer
+--- for another line and Neovim would fold again down to the end of the buffer.
+--- Lines are compared with the document's text (Neovim asks in order, from
+--- above the change: a line equal both ways keeps the side of the lines before
+--- it); the changed lines answer shifted, and are folded again once the
+--- document caught up (flemma.ui.fold).
+function H.shift(bufnr, lnum)
+  local idoc, _, stale = M.idoc(bufnr, true)
+  if not stale then
+    return 0
+  end
+  local st = H.state[bufnr]
+  local delta = vim.api.nvim_buf_line_count(bufnr) - st.nlines
+  local m = st.map
+  if not m or m.tick ~= st.tick or m.delta ~= delta then
+    m = { tick = st.tick, delta = delta }
+    st.map = m
+  end
+  local prefer = (m.lo and lnum >= m.lo) and delta or 0
+  local other = delta - prefer
+  local text = vim.api.nvim_buf_get_lines(bufnr, lnum - 1, lnum, false)[1]
+  local s
+  if text == nil then
+    s = prefer
+  elseif H.doc_line(st, idoc, lnum - prefer) == text then
+    s = prefer
+  elseif H.doc_line(st, idoc, lnum - other) == text then
+    s = other
+  else
+    s = delta
+  end
+  if s ~= 0 and (not m.lo or lnum < m.lo) then
+    m.lo = lnum
+  end
+  return s
+end
+
 --- What line `lnum` is: one of
 ---   "frontmatter" (item: the frontmatter), "marker" (item: the message),
 ---   "part" (item: the text, tool_use, tool_result or thinking part holding it),
@@ -148,11 +215,12 @@ end
 --- nil when the document cannot tell yet.
 ---@return string|nil what, table|nil item, table|nil seg, integer base
 function M.at(bufnr, lnum)
-  local seg = M.segment(bufnr, lnum)
+  local shift = H.shift(bufnr, lnum)
+  local seg = M.segment(bufnr, lnum - shift)
   if not seg then
     return nil, nil, nil, 0
   end
-  local o, base = seg.outline, seg.first - 1
+  local o, base = seg.outline, seg.first - 1 + shift
   local rel = lnum - base
   local fm = o.fm
   if fm and rel >= fm.first and rel <= fm.last then

@@ -1,0 +1,116 @@
+-- Folds after `u`, <C-r> and J in the middle of a long chat: Neovim computes the
+-- folds of an undo, a redo or a join before on_lines (and on_bytes) tell the live
+-- document of it. The fold expression must still let Neovim stop right after the
+-- change (not evaluate every line down to the end of the chat), and once the
+-- document caught up the folds must be those a fresh window computes.
+local helpers = require("spec.support.helpers")
+
+local function long_chat()
+  local lines = {}
+  for i = 1, 150 do
+    if i % 2 == 1 then
+      vim.list_extend(lines, { "@You:", "question " .. i, "second line", "" })
+    else
+      vim.list_extend(lines, { "@Assistant:", "<thinking>", "hm " .. i, "</thinking>", "", "answer " .. i, "" })
+      if i % 4 == 0 then
+        vim.list_extend(lines, {
+          "**Tool Use:** `bash` (`t" .. i .. "`)",
+          "```json",
+          '{"command": "ls"}',
+          "```",
+          "",
+          "**Tool Result:** `t" .. i .. "`",
+          "```",
+          "out " .. i,
+          "```",
+          "",
+        })
+      end
+    end
+  end
+  return lines
+end
+
+local function open_chat(lines)
+  local path = helpers.tmpdir() .. "/undo.chat"
+  helpers.write_file(path, table.concat(lines, "\n") .. "\n")
+  vim.cmd("edit " .. vim.fn.fnameescape(path))
+  vim.wait(20)
+  vim.cmd("normal! zR")
+  return vim.api.nvim_get_current_buf()
+end
+
+local function all_levels()
+  local out = {}
+  for l = 1, vim.api.nvim_buf_line_count(0) do
+    out[l] = vim.fn.foldlevel(l)
+  end
+  return out
+end
+
+-- The fold levels a new window on the buffer computes from scratch.
+local function fresh_levels(buf)
+  local win = vim.api.nvim_get_current_win()
+  vim.cmd("split")
+  vim.api.nvim_win_set_buf(0, buf)
+  local fold = require("flemma.ui.fold")
+  vim.wo.foldmethod = "manual"
+  fold.setup_window(0)
+  local out = all_levels()
+  vim.cmd("close")
+  vim.api.nvim_set_current_win(win)
+  return out
+end
+
+describe("flemma.ui folds after undo, redo and J", function()
+  before_each(function()
+    require("flemma").setup({})
+  end)
+  after_each(function()
+    vim.cmd("silent! %bwipeout!")
+    helpers.cleanup()
+  end)
+
+  it("are evaluated only around the change and equal a fresh window's", function()
+    local lines = long_chat()
+    local buf = open_chat(lines)
+    local fold = require("flemma.ui.fold")
+    local orig, calls = fold.expr, 0
+    fold.expr = function(l)
+      calls = calls + 1
+      return orig(l)
+    end
+    local ok, err = pcall(function()
+      local sequences = {
+        { "dd", "u", "<C-r>", "u" },
+        { "7dd", "u", "<C-r>", "u" },
+        { "J", "u", "<C-r>", "u" },
+        { "3J", "u", "<C-r>", "u" },
+        { "yyp", "u", "<C-r>", "u" },
+      }
+      for _, row in ipairs({ 300, 304, 311, 317 }) do
+        for _, seq in ipairs(sequences) do
+          for _, keys in ipairs(seq) do
+            vim.api.nvim_win_set_cursor(0, { row, 0 })
+            calls = 0
+            vim.cmd("silent normal! " .. vim.keycode(keys))
+            vim.wait(50) -- the changed segments are folded again on the next tick
+            assert.is_true(
+              calls < 150,
+              ("%s (of %s) at line %d: the fold expression ran for %d lines of %d"):format(keys, table.concat(seq, " "), row, calls, #lines)
+            )
+          end
+          fold.expr = orig
+          assert.same(fresh_levels(buf), all_levels(), table.concat(seq, " ") .. " at line " .. row)
+          fold.expr = function(l)
+            calls = calls + 1
+            return orig(l)
+          end
+        end
+      end
+      assert.same(lines, vim.api.nvim_buf_get_lines(buf, 0, -1, false))
+    end)
+    fold.expr = orig
+    assert(ok, err)
+  end)
+end)
