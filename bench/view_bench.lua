@@ -2,7 +2,9 @@
 -- highlights cost. The fold expression over every line in order (what Neovim
 -- asks when it computes the folds; its own cost of calling into Lua comes on
 -- top), the highlights of one screen, and the work one edit in the middle
--- leaves for the next tick (folds of the changed segments, rulers and signs).
+-- leaves for the next tick (folds of the changed segments, rulers and signs);
+-- `u`, <C-r> and J in the middle of a 1 MB chat (Neovim folds those before the
+-- document hears of them).
 local gen = dofile(_G.FLEMMA_ROOT .. "/bench/chat_gen.lua")
 
 local st = {}
@@ -40,7 +42,103 @@ local function teardown()
   collectgarbage()
 end
 
+-- A 1 MB chat for the undo benchmarks (undo, redo and J in the middle).
+local u = {}
+
+local function setup_1mb()
+  if u.buf then
+    return
+  end
+  require("flemma").setup({})
+  local lines = gen.generate(1024 * 1024)
+  local buf = vim.api.nvim_create_buf(true, false)
+  vim.bo[buf].undolevels = -1
+  vim.api.nvim_buf_set_lines(buf, 0, -1, false, lines)
+  vim.bo[buf].undolevels = 1000
+  vim.api.nvim_set_current_buf(buf)
+  vim.bo[buf].filetype = "chat"
+  vim.fn.foldlevel(1)
+  vim.wait(200)
+  u.buf, u.n = buf, #lines
+  u.mid = math.floor(#lines / 2)
+  while not lines[u.mid]:match("^Turn ") do
+    u.mid = u.mid + 1
+  end
+  u.k = 0
+end
+
+local function teardown_1mb()
+  if u.buf and vim.api.nvim_buf_is_valid(u.buf) then
+    vim.api.nvim_buf_delete(u.buf, { force = true })
+  end
+  u = {}
+  collectgarbage()
+end
+
+-- Keys typed in the middle of the 1 MB chat, timed with what the view does on
+-- the next tick (folds of the changed segments, rulers and signs).
+local function keys_ms(keys)
+  local t0 = vim.uv.hrtime()
+  vim.cmd("silent normal! " .. vim.keycode(keys))
+  require("flemma.ui.fold").flush(u.buf)
+  require("flemma.ui.marks").update(u.buf)
+  require("flemma.ui.marks").redraw(u.buf)
+  return (vim.uv.hrtime() - t0) / 1e6
+end
+
 return {
+  {
+    name = "view_undo_1mb",
+    unit = "ms",
+    target = 5,
+    op = "<=",
+    runs = 11,
+    setup = setup_1mb,
+    run = function()
+      -- `u` of a dd in the middle (Neovim folds the undo before on_lines).
+      vim.api.nvim_win_set_cursor(0, { u.mid, 0 })
+      vim.cmd("silent normal! dd")
+      vim.wait(20)
+      local ms = keys_ms("u")
+      vim.wait(20)
+      return ms
+    end,
+  },
+  {
+    name = "view_redo_1mb",
+    unit = "ms",
+    target = 5,
+    op = "<=",
+    runs = 11,
+    setup = setup_1mb,
+    run = function()
+      -- <C-r> of that dd, then `u` again (untimed).
+      vim.api.nvim_win_set_cursor(0, { u.mid, 0 })
+      local ms = keys_ms("<C-r>")
+      vim.wait(20)
+      vim.cmd("silent normal! u")
+      vim.wait(20)
+      return ms
+    end,
+  },
+  {
+    name = "view_join_1mb",
+    unit = "ms",
+    target = 5,
+    op = "<=",
+    runs = 11,
+    setup = setup_1mb,
+    teardown = teardown_1mb,
+    run = function()
+      -- J on the line of the middle turn, then `u` (untimed).
+      vim.api.nvim_win_set_cursor(0, { u.mid, 0 })
+      local ms = keys_ms("J")
+      vim.wait(20)
+      vim.cmd("silent normal! u")
+      vim.wait(20)
+      return ms
+    end,
+  },
   {
     name = "fold_expr_10mb",
     unit = "us/line",
