@@ -226,6 +226,21 @@ function H.same_rows(L, buf, first, last)
   return true
 end
 
+--- Whether the document lagged behind the buffer when Neovim updated folds for a
+--- change made after `version` (a change that only on_lines applied: undo, J, :s
+--- under 0.10; or a document built again). Changes that on_bytes applied (typing,
+--- dd, p, streamed chunks) were current when Neovim evaluated the fold expression.
+---@param bufnr integer
+---@param version integer
+---@return boolean
+function M.lagged_since(bufnr, version)
+  local L = H.live[bufnr]
+  if not L or L.broken or not L.idoc then
+    return true
+  end
+  return L.lag_version ~= nil and L.lag_version > version
+end
+
 --- The live state of a buffer, attached on first use.
 ---@return flemma.document.Live
 function H.live_of(bufnr)
@@ -304,6 +319,8 @@ function H.live_of(bufnr)
             if not ok then
               L.broken = true
             end
+            -- Neovim computed folds before this (the document lagged): see M.lagged_since.
+            L.lag_version = (native.idoc_info(L.idoc))
           end
         end
         if M.on_change then

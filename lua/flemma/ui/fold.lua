@@ -188,12 +188,33 @@ function M.update(bufnr, top, bot)
   local native = require("flemma.native")
   local p = H.pending[bufnr] or {}
   H.pending[bufnr] = p
+  local _, _, count = native.idoc_info(idoc)
   if p.version and p.version ~= version then
     local exact, lo, hi = native.idoc_changes(idoc, p.version)
-    -- With the segments around: Neovim folded the change with the lagging
-    -- document, which may have moved the boundary of a neighbour.
-    local _, _, count = native.idoc_info(idoc)
-    lo, hi = math.max(lo - 1, 0), math.min(hi + 1, count)
+    local lagged = p.idoc ~= idoc or require("flemma.document").lagged_since(bufnr, p.version)
+    if exact and not lagged and hi - lo <= 1 and count == p.count then
+      -- Within one message, followed by the document before Neovim's own fold
+      -- update (typing, dd, p, a streamed chunk): Neovim folded the changed lines
+      -- and those below them; the parse of the lines above the change did not
+      -- change (the parser reads top-down), and their levels neither, except the
+      -- first line of the block holding the change (a one-line block that grew
+      -- starts a fold now). So that line and the changed ones: a long answer
+      -- growing chunk by chunk is not folded again in full each time.
+      local ok, what, item, _, base = pcall(lines.at, bufnr, top + 1)
+      if ok and what == "part" and item and lines.BLOCKS[item.kind] then
+        local first = item.first + base - 1
+        if first < top then
+          for _, win in ipairs(wins) do
+            vim._foldupdate(win, first, first + 1)
+          end
+        end
+      end
+      lo, hi = 0, 0
+    else
+      -- With the segments around: Neovim folded the change with the lagging
+      -- document, which may have moved the boundary of a neighbour.
+      lo, hi = math.max(lo - 1, 0), math.min(hi + 1, count)
+    end
     if exact and hi > lo then
       local a = native.idoc_segment_raw(idoc, lo).first_line - 1
       local last = native.idoc_segment_raw(idoc, hi - 1)
@@ -203,7 +224,7 @@ function M.update(bufnr, top, bot)
       top, bot = 0, vim.api.nvim_buf_line_count(bufnr)
     end
   end
-  p.version = version
+  p.version, p.idoc, p.count = version, idoc, count
   bot = math.min(bot, vim.api.nvim_buf_line_count(bufnr))
   if bot <= top then
     return
@@ -264,9 +285,10 @@ end
 
 --- Remembers the document version folds reflect now (after a full computation).
 function M.mark_current(bufnr)
-  local _, version = lines.idoc(bufnr)
+  local idoc, version = lines.idoc(bufnr)
   local p = H.pending[bufnr] or {}
-  p.version = version
+  p.version, p.idoc = version, idoc
+  p.count = idoc and select(3, require("flemma.native").idoc_info(idoc)) or nil
   H.pending[bufnr] = p
 end
 

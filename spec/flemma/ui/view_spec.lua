@@ -264,6 +264,43 @@ describe("flemma.ui (chat buffers)", function()
       assert.equals(buf, vim.api.nvim_get_current_buf())
     end)
 
+    it("are computed again only around a chunk appended to a long answer, not over the whole answer", function()
+      local lines = { "@You:", "Explain.", "", "@Assistant:", "<thinking>", "hm", "</thinking>", "" }
+      for i = 1, 1500 do
+        lines[#lines + 1] = "prose line " .. i
+      end
+      local buf = open_chat(lines, "stream.chat")
+      local fold = require("flemma.ui.fold")
+      local orig, calls, worst = fold.expr, 0, 0
+      fold.expr = function(l)
+        calls = calls + 1
+        return orig(l)
+      end
+      local chunks = { "more ", "words", "\n", "```lua", "\nlocal x = 1", "\n```", "\n", "**Tool Use:** `bash` (`t1`)", "\n\n```json", '\n{"command": "ls"}', "\n```\n" }
+      local ok, err = pcall(function()
+        for round = 1, 3 do
+          for _, chunk in ipairs(chunks) do
+            calls = 0
+            local last = vim.api.nvim_buf_line_count(buf)
+            local col = #vim.api.nvim_buf_get_lines(buf, last - 1, last, false)[1]
+            vim.api.nvim_buf_set_text(buf, last - 1, col, last - 1, col, vim.split(chunk:gsub("t1", "t" .. round), "\n", { plain = true }))
+            vim.wait(0)
+            require("flemma.ui.fold").flush(buf)
+            worst = math.max(worst, calls)
+          end
+        end
+      end)
+      fold.expr = orig
+      assert(ok, err)
+      assert.is_true(worst < 60, ("a chunk made the fold expression run for %d lines of %d"):format(worst, vim.api.nvim_buf_line_count(buf)))
+      -- The same levels as folds computed afresh over the whole buffer.
+      local n = vim.api.nvim_buf_line_count(buf)
+      local got = levels(1, n)
+      vim.cmd("normal! zx")
+      assert.same(levels(1, n), got)
+      assert.equals(2, vim.fn.foldlevel(n - 1)) -- inside the last tool use block
+    end)
+
     it("stay in place below a deleted or inserted line (folded before on_lines)", function()
       local buf = open_chat(CHAT)
       vim.cmd("normal! zR")
