@@ -210,16 +210,22 @@ function H.forget(bufnr)
   H.live[bufnr] = nil
 end
 
---- Whether rows [first, last) of the buffer hold the text on_bytes applied for them
---- (proportional to the change: only those rows are read).
+--- Whether the rows on_bytes applied still hold the text it read for them, where
+--- on_lines reports rows [first, last) (on_lines counts whole lines, so it may name
+--- a row more than on_bytes, whose splice is exact). Proportional to the change:
+--- only those rows are read.
 function H.same_rows(L, buf, first, last)
   local row, lines = L.bytes_row, L.bytes_lines
-  if not lines or first < row or last > row + #lines then
+  if not lines then
     return false
   end
-  local now = vim.api.nvim_buf_get_lines(buf, first, last, false)
+  local a, b = math.max(first, row), math.min(last, row + #lines)
+  if b <= a then
+    return #lines == 0 -- a deletion: nothing was read
+  end
+  local now = vim.api.nvim_buf_get_lines(buf, a, b, false)
   for i = 1, #now do
-    if now[i] ~= lines[first - row + i] then
+    if now[i] ~= lines[a - row + i] then
       return false
     end
   end
@@ -298,7 +304,9 @@ function H.live_of(bufnr)
           local _, nlines = native.idoc_info(L.idoc)
           local count = vim.api.nvim_buf_line_count(buf)
           local edit_last
-          if L.bytes_tick == tick - 1 and nlines == count then
+          -- on_bytes saw the same changedtick step (normal-mode edits) or the same
+          -- tick (nvim_buf_set_text of several lines).
+          if L.bytes_tick and (L.bytes_tick == tick - 1 or L.bytes_tick == tick) and nlines == count then
             -- on_bytes applied this very change (a streamed chunk, x, dd), unless it
             -- read the lines before Neovim replaced them (:s under Neovim 0.10 calls
             -- on_bytes first): then the rows are applied again with their text now.

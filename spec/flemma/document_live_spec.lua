@@ -164,6 +164,26 @@ describe("flemma.document.get (live model)", function()
     vim.api.nvim_buf_delete(buf, { force = true })
   end)
 
+  it("takes lines a writer inserts at a line start as followed before the folds (not lagging)", function()
+    local buf = chat_buffer({ "@You:", "Explain.", "", "@Assistant:", "start", "" })
+    document.get(buf)
+    local L = document.live(buf)
+    local version = require("flemma.native").idoc_info(L.idoc)
+    -- As the provider's writer streams: whole lines put before the empty last line.
+    vim.api.nvim_buf_set_text(buf, 5, 0, 5, 0, { "line a", "line b", "" })
+    assert.is_false(document.lagged_since(buf, version))
+    vim.api.nvim_buf_set_text(buf, 7, 0, 7, 0, { "tail" })
+    assert.is_false(document.lagged_since(buf, version))
+    local lines = vim.api.nvim_buf_get_lines(buf, 0, -1, false)
+    assert.same(plain(document.parse(lines)), plain(document.get(buf)))
+    -- An undo is applied by on_lines only: the document lagged then.
+    vim.api.nvim_set_current_buf(buf)
+    vim.cmd("silent! normal! u")
+    lines = vim.api.nvim_buf_get_lines(buf, 0, -1, false)
+    assert.same(plain(document.parse(lines)), plain(document.get(buf)))
+    vim.api.nvim_buf_delete(buf, { force = true })
+  end)
+
   it("is current while Neovim computes folds during a change (before on_lines)", function()
     local lines = {}
     for i = 1, 30 do
