@@ -244,8 +244,8 @@ local cases = {
     runs = 3,
     warmup = 0,
     run = function()
-      append.i = append.i + 1
-      return assert(append.blockings[append.i], "append_10mb_total runs first")
+      append.i = (append.i or 0) + 1
+      return assert(append.blockings[append.i], "append_10mb_total runs first: run `make bench` or BENCH='append_10mb_total append_10mb_blocking'")
     end,
     teardown = function()
       H.wipe(append.buf)

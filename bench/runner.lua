@@ -16,9 +16,11 @@ if os.getenv("FLEMMA_LIBRARY") and os.getenv("FLEMMA_LIBRARY") ~= "" then
   vim.g.flemma_library_path = os.getenv("FLEMMA_LIBRARY")
 end
 
-local only = os.getenv("BENCH")
-if only == "" then
-  only = nil
+-- BENCH="name" or several names separated by spaces.
+local only = nil
+for name in (os.getenv("BENCH") or ""):gmatch("%S+") do
+  only = only or {}
+  only[name] = true
 end
 
 local function median(xs)
@@ -45,7 +47,7 @@ local found, missed = 0, 0
 for _, file in ipairs(files) do
   local list = dofile(file)
   for _, b in ipairs(list) do
-    if not only or only == b.name then
+    if not only or only[b.name] then
       found = found + 1
       local ok, err = pcall(function()
         if b.setup then
@@ -89,6 +91,6 @@ for _, file in ipairs(files) do
   end
 end
 if only and found == 0 then
-  io.stderr:write("no benchmark named " .. only .. "\n")
+  io.stderr:write("no benchmark named " .. (os.getenv("BENCH") or "") .. "\n")
   os.exit(2)
 end
