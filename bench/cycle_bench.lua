@@ -18,6 +18,7 @@ local function conversation()
 end
 
 local buf
+local all_ms = {}
 
 -- Phase 2 on a large turn: N tool uses, each already answered by a rejected
 -- placeholder (the user said no to all of them), resolved by one <C-]> into N error
@@ -56,6 +57,10 @@ local rejected_cpu = {}
 return {
   {
     name = "categorize_preview_500",
+    note = function()
+      table.sort(all_ms)
+      return ("the previews out of view all drawn %.1f ms later (median)"):format(all_ms[math.floor((#all_ms + 1) / 2)] or -1)
+    end,
     unit = "ms",
     target = 50,
     op = "<=",
@@ -71,7 +76,16 @@ return {
       local counts = require("flemma.cycle").categorize(buf)
       local ms = (vim.uv.hrtime() - t0) / 1e6
       assert(counts and counts.pending == N, "expected 500 pending placeholders")
-      assert(#require("flemma.ui.preview").shown(buf) == N, "expected 500 previews")
+      -- The previews in view are drawn at once, the others in slices of the next
+      -- ticks (issue 16): all of them are there well within the 100 ms budget.
+      local t1 = vim.uv.hrtime()
+      assert(
+        vim.wait(1000, function()
+          return #require("flemma.ui.preview").shown(buf) == N
+        end, 1),
+        "expected 500 previews"
+      )
+      all_ms[#all_ms + 1] = (vim.uv.hrtime() - t1) / 1e6
       return ms
     end,
   },

@@ -76,6 +76,9 @@ H.defaults = {
     -- Larger chats (when opened) get Vim's markdown syntax instead: tree-sitter
     -- parses a whole buffer before it draws it.
     treesitter_max_bytes = 1024 * 1024,
+    -- Larger chats (when shown in a window) are not folded: Neovim computes the
+    -- fold level of every line when folding starts.
+    fold_max_bytes = 1024 * 1024,
   },
   tools = {
     -- false registers a catch-all resolver that approves every tool call.
@@ -254,7 +257,7 @@ function H.check(value, default, path)
   then
     util.error(("`%s` should be one or two display cells (e.g. %q), not %s"):format(path, default, vim.inspect(value)))
   end
-  if path == "ui.treesitter_max_bytes" and value < 0 then
+  if (path == "ui.treesitter_max_bytes" or path == "ui.fold_max_bytes") and value < 0 then
     util.error(("`%s` should be a number of bytes >= 0, not %s"):format(path, tostring(value)))
   end
   if path == "ui.high_cost_threshold" and value < 0 then

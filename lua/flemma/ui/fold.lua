@@ -146,6 +146,13 @@ function M.setup_window(win)
   if wo.foldmethod == "expr" and wo.foldexpr == M.EXPR then
     return
   end
+  -- Neovim computes the fold level of every line when 'foldmethod' becomes "expr"
+  -- (about 75 ms per MB here): larger chats are not folded, so they open at once.
+  local buf = vim.api.nvim_win_get_buf(win)
+  local max = require("flemma.config").get().ui.fold_max_bytes
+  if vim.api.nvim_buf_get_offset(buf, vim.api.nvim_buf_line_count(buf)) > max then
+    return
+  end
   -- The method last: each of these set on an expr-folded window computes the
   -- folds of the whole buffer again.
   wo.foldmethod = "manual"

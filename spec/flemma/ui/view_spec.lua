@@ -218,6 +218,21 @@ describe("flemma.ui (chat buffers)", function()
       assert.equals(-1, vim.fn.foldclosed(38))
     end)
 
+    it("are not set up for a chat over ui.fold_max_bytes (Neovim would compute every line's level)", function()
+      require("flemma").setup({ ui = { fold_max_bytes = 200 } })
+      local big = { "@You:" }
+      for i = 1, 40 do
+        big[#big + 1] = "a line of text number " .. i
+      end
+      open_chat(big, "big.chat")
+      assert.is_not.equals("expr", vim.wo.foldmethod)
+      vim.cmd("silent! %bwipeout!")
+      require("flemma").setup({ ui = { fold_max_bytes = 1024 * 1024 } })
+      open_chat(big, "big2.chat")
+      assert.equals("expr", vim.wo.foldmethod)
+      assert.equals(1, vim.fn.foldlevel(2))
+    end)
+
     it("show the role, the tool and a preview with the line count", function()
       local buf = open_chat(CHAT)
       local fold = require("flemma.ui.fold")
