@@ -83,7 +83,7 @@ return {
         vim.wait(1000, function()
           return #require("flemma.ui.preview").shown(buf) == N
         end, 1),
-        "expected 500 previews"
+        "expected 500 previews, got " .. #require("flemma.ui.preview").shown(buf)
       )
       all_ms[#all_ms + 1] = (vim.uv.hrtime() - t1) / 1e6
       return ms

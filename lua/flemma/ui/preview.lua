@@ -124,6 +124,9 @@ function H.draw_segment(bufnr, L, i, width, eol, cleared)
         vim.api.nvim_buf_set_extmark(bufnr, M.ns, (part.fence_line or part.first_line) - 1, 0, {
           virt_lines = { { { M.text(use.name, use.input, width, eol, bufnr), "FlemmaToolPreview" } } },
           virt_lines_above = false,
+          -- Gone with its placeholder line (a whole buffer replaced keeps no stale preview).
+          invalidate = true,
+          undo_restore = false,
         })
       end
     end
@@ -327,7 +330,7 @@ function M.shown(bufnr)
   local out = {}
   for _, m in ipairs(vim.api.nvim_buf_get_extmarks(bufnr, M.ns, 0, -1, { details = true })) do
     local vl = m[4].virt_lines
-    if vl then
+    if vl and not m[4].invalid then
       out[#out + 1] = { line = m[2] + 1, text = vl[1][1][1], hl = vl[1][1][2] }
     end
   end

@@ -59,6 +59,28 @@ describe("flemma.ui.preview", function()
     end, 5))
   end)
 
+  it("leaves no preview behind when the whole buffer is replaced by text with no placeholder", function()
+    local buf = chat_with_pending('{"command": "ls"}')
+    preview.refresh(buf)
+    assert.equals(1, #preview.shown(buf))
+    -- The same assistant message, its placeholder gone (the first lines are the same
+    -- text, so the document keeps that message as it was).
+    vim.api.nvim_buf_set_lines(buf, 0, -1, false, {
+      "@Assistant:",
+      "**Tool Use:** `bash` (`toolu_01`)",
+      "",
+      "```json",
+      '{"command": "ls"}',
+      "```",
+    })
+    preview.refresh(buf)
+    vim.wait(60)
+    assert.same({}, preview.shown(buf))
+    for _, m in ipairs(vim.api.nvim_buf_get_extmarks(buf, preview.ns, 0, -1, { details = true })) do
+      assert.is_true(m[4].invalid == true, "a preview is still displayed: " .. vim.inspect(m))
+    end
+  end)
+
   it("draws a large change in slices that go on where the last one stopped, also after an edit meanwhile", function()
     local lines = {}
     for t = 1, 60 do
