@@ -4,7 +4,8 @@
 -- top), the highlights of one screen, and the work one edit in the middle
 -- leaves for the next tick (folds of the changed segments, rulers and signs);
 -- `u`, <C-r> and J in the middle of a 1 MB chat (Neovim folds those before the
--- document hears of them).
+-- document hears of them). Folding is turned on for these sizes
+-- (ui.fold_max_bytes raised): the default folds chats up to 1 MB.
 local gen = dofile(_G.FLEMMA_ROOT .. "/bench/chat_gen.lua")
 
 local st = {}
@@ -13,7 +14,7 @@ local function setup()
   if st.buf then
     return
   end
-  require("flemma").setup({})
+  require("flemma").setup({ ui = { fold_max_bytes = 64 * 1024 * 1024 } }) -- folded (the default folds chats up to 1 MB)
   local lines, info = gen.generate(10 * 1024 * 1024)
   st.n, st.info = #lines, info
   local buf = vim.api.nvim_create_buf(true, false)
@@ -49,7 +50,7 @@ local function setup_1mb()
   if u.buf then
     return
   end
-  require("flemma").setup({})
+  require("flemma").setup({ ui = { fold_max_bytes = 64 * 1024 * 1024 } }) -- folded (the default folds chats up to 1 MB)
   local lines = gen.generate(1024 * 1024)
   local buf = vim.api.nvim_create_buf(true, false)
   vim.bo[buf].undolevels = -1
