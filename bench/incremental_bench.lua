@@ -3,11 +3,29 @@
 -- minus its 1 ms period, over an edit, its TextChanged and everything deferred
 -- within 400 ms of it. The chats come from bench/chat_gen.lua.
 local gen = dofile(_G.FLEMMA_ROOT .. "/bench/chat_gen.lua")
+local ffi = require("ffi")
 
 local H = {}
 
+ffi.cdef([[
+  struct flemma_bench_timespec { long tv_sec; long tv_nsec; };
+  int clock_gettime(int clk, struct flemma_bench_timespec *ts);
+]])
+local CLOCK_THREAD_CPUTIME_ID = 3
+local ts = ffi.new("struct flemma_bench_timespec")
+
+-- CPU time of the calling (main) thread, in ms: what the main loop spent,
+-- whatever else the machine's other processes did meanwhile.
+function H.thread_cpu()
+  assert(ffi.C.clock_gettime(CLOCK_THREAD_CPUTIME_ID, ts) == 0)
+  return tonumber(ts.tv_sec) * 1e3 + tonumber(ts.tv_nsec) / 1e6
+end
+
 -- Runs `action` on the main loop while a 1 ms timer ticks, for window_ms.
--- Returns the longest blocking (gap - 1 ms) and the sum of all blocking.
+-- Returns the longest blocking (gap - 1 ms), the sum of all blocking (which
+-- counts the timer's own lateness: most of a second over 5 s of an idle
+-- Neovim here), the main thread's CPU time and the wall time from the action's
+-- start to the end of the window (ms).
 function H.measure(action, window_ms, settle)
   local timer = vim.uv.new_timer()
   local last = vim.uv.hrtime()
@@ -26,6 +44,7 @@ function H.measure(action, window_ms, settle)
   end)
   vim.wait(settle or 30)
   max_gap, busy, last = 0, 0, vim.uv.hrtime()
+  local cpu0, wall0 = H.thread_cpu(), last
   local done = false
   vim.schedule(function()
     local ok, err = xpcall(action, debug.traceback, function()
@@ -40,9 +59,10 @@ function H.measure(action, window_ms, settle)
     return done
   end, 1)
   vim.wait(window_ms)
+  local cpu, wall = H.thread_cpu() - cpu0, (vim.uv.hrtime() - wall0) / 1e6
   timer:stop()
   timer:close()
-  return math.max(0, max_gap - 1), busy
+  return math.max(0, max_gap - 1), busy, cpu, wall
 end
 
 -- The same measurement with nothing to do (median of 5): what the machine's
@@ -172,7 +192,7 @@ function H.append_once()
   vim.wait(100)
   local chunks = H.chunks(APPEND_N)
   local edit_ms = 0
-  local blocking, busy = H.measure(function(done)
+  local blocking, busy, cpu, wall = H.measure(function(done)
     local i = 0
     local feeder = vim.uv.new_timer()
     feeder:start(1, 1, function()
@@ -198,8 +218,26 @@ function H.append_once()
   end, 400)
   append.edit_ms = edit_ms
   append.max_at = H.max_at
+  append.busy, append.cpu, append.wall = busy, cpu, wall
   H.progress = nil
-  return blocking, busy
+  return blocking, cpu - append.idle_rate * wall
+end
+
+-- The main thread's CPU time per ms of an idle Neovim with the 1 ms timer
+-- ticking (median of 3 seconds): subtracted from the stream's, so that the
+-- total counts what the chunks cost, not the measuring timer.
+function H.idle_cpu_rate()
+  local xs = {}
+  for i = 1, 3 do
+    local _, busy, cpu, wall = H.measure(function(done)
+      done()
+    end, 1000)
+    xs[i] = { cpu / wall, busy / wall }
+  end
+  table.sort(xs, function(a, b)
+    return a[1] < b[1]
+  end)
+  return xs[2][1], xs[2][2]
 end
 
 local cases = {
@@ -218,22 +256,36 @@ local cases = {
       append.buf = H.chat_buffer(lines)
       append.i = 0
       append.idle = H.idle_blocking()
+      append.idle_rate, append.idle_busy_rate = H.idle_cpu_rate()
     end,
     run = function()
-      local blocking, busy = H.append_once()
+      local n0 = vim.api.nvim_buf_line_count(append.buf)
+      local blocking, total = H.append_once()
       append.blockings[#append.blockings + 1] = blocking
-      append.totals[#append.totals + 1] = busy
+      append.totals[#append.totals + 1] = total
       -- Back to the generated chat for the next run.
-      local n = vim.api.nvim_buf_line_count(append.buf)
-      vim.api.nvim_buf_set_lines(append.buf, n - 1, n, false, {})
-      return busy * (5000 / APPEND_N)
+      vim.api.nvim_buf_set_lines(append.buf, n0, -1, false, {})
+      vim.api.nvim_exec_autocmds("TextChanged", { buffer = append.buf, modeline = false })
+      vim.wait(100)
+      return total * (5000 / APPEND_N)
     end,
     note = function()
       local b = vim.deepcopy(append.blockings)
       table.sort(b)
       return (
-        "%d chunks at 1 ms; sum of main-loop blocking over the stream and 400 ms after; in the edit callbacks (set_text, on_lines, TextChanged) %.0f ms (last run); longest blocking %.1f ms (median; last run after chunk %s); idle blocking on this machine %.2f ms"
-      ):format(APPEND_N, append.edit_ms or 0, b[math.ceil(#b / 2)] or 0, tostring(append.max_at), append.idle or 0)
+        "%d chunks at 1 ms; main-thread CPU time over the stream and 400 ms after, less an idle Neovim's (%.0f ms of CPU in %.0f ms, idle %.3f ms/ms; last run); in the edit callbacks (set_text, on_lines, TextChanged) %.0f ms; timer lateness summed %.0f ms (idle: %.0f ms over as long); longest blocking %.1f ms (median; last run after chunk %s); idle blocking on this machine %.2f ms"
+      ):format(
+        APPEND_N,
+        append.cpu or 0,
+        append.wall or 0,
+        append.idle_rate or 0,
+        append.edit_ms or 0,
+        append.busy or 0,
+        (append.idle_busy_rate or 0) * (append.wall or 0),
+        b[math.ceil(#b / 2)] or 0,
+        tostring(append.max_at),
+        append.idle or 0
+      )
     end,
   },
   {
