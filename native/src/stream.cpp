@@ -468,6 +468,13 @@ bool parse_data(std::string_view name, std::string_view data, json& j, std::vect
   return false;
 }
 
+// False, with an error event appended, when an event's parsed data is not a JSON object.
+bool object_or_error(std::string_view name, const json& j, std::vector<Event>& out) {
+  if (j.is_object()) return true;
+  out.push_back(malformed("the `" + detail::sanitize_utf8(event_label(name)) + "` event's data is not a JSON object"));
+  return false;
+}
+
 // The error type and message of an error object ({"type","message"} or
 // {"message","code"} or a plain string).
 void error_fields(const json& err, std::string& type, std::string& message) {
@@ -484,9 +491,31 @@ void error_fields(const json& err, std::string& type, std::string& message) {
   if (const json* m = field(err, "message"); m && m->is_string()) message = m->get<std::string>();
 }
 
+// A provider whose events name their kind in a `type` field (anthropic, OpenAI
+// Responses), or else by their SSE event name.
+class TypedProvider : public Provider {
+ protected:
+  // Parses an event's data, which must be a JSON object, and passes it to handle()
+  // with its type; bad data, or a field of the wrong type (Malformed) found by
+  // handle(), becomes a malformed_event error.
+  void decode_typed(std::string_view name, std::string_view data, std::vector<Event>& out) {
+    json j;
+    if (!parse_data(name, data, j, out) || !object_or_error(name, j, out)) return;
+    std::string type = name.empty() ? std::string() : detail::sanitize_utf8(name);
+    if (const json* ty = field(j, "type"); ty && ty->is_string()) type = ty->get<std::string>();
+    try {
+      handle(type, j, out);
+    } catch (const Malformed& m) {
+      out.push_back(malformed("malformed `" + type + "` event: " + m.what));
+    }
+  }
+
+  virtual void handle(const std::string& type, const json& j, std::vector<Event>& out) = 0;
+};
+
 // ---- anthropic: Messages API streaming -------------------------------------
 
-class Anthropic final : public Provider {
+class Anthropic final : public TypedProvider {
  public:
   void on_event(std::string_view name, std::string_view data, std::vector<Event>& out) override {
     // Decoded straight into the event's string (the common case by far).
@@ -500,25 +529,13 @@ class Anthropic final : public Provider {
       return;
     }
     out.pop_back();
-    json j;
-    if (!parse_data(name, data, j, out)) return;
-    if (!j.is_object()) {
-      out.push_back(malformed("the `" + detail::sanitize_utf8(event_label(name)) + "` event's data is not a JSON object"));
-      return;
-    }
-    std::string type = name.empty() ? std::string() : detail::sanitize_utf8(name);
-    if (const json* ty = field(j, "type"); ty && ty->is_string()) type = ty->get<std::string>();
-    try {
-      handle(type, j, out);
-    } catch (const Malformed& m) {
-      out.push_back(malformed("malformed `" + type + "` event: " + m.what));
-    }
+    decode_typed(name, data, out);
   }
 
   bool on_close(std::vector<Event>&) override { return stopped_; }
 
  private:
-  void handle(const std::string& type, const json& j, std::vector<Event>& out) {
+  void handle(const std::string& type, const json& j, std::vector<Event>& out) override {
     if (type == "content_block_delta") {
       int32_t index = need_index(j, "index", type);
       const json& d = need_object(j, "delta", type);
@@ -618,10 +635,7 @@ class OpenAIChat final : public Provider {
     }
     json j;
     if (!parse_data(name, data, j, out)) return;
-    if (!j.is_object()) {
-      out.push_back(malformed("the `" + detail::sanitize_utf8(event_label(name)) + "` event's data is not a JSON object"));
-      return;
-    }
+    if (!object_or_error(name, j, out)) return;
     try {
       handle(j, out);
     } catch (const Malformed& m) {
@@ -751,22 +765,10 @@ class OpenAIChat final : public Provider {
 // function_call -> a tool use with its call_id). response.completed /
 // response.incomplete end the stream.
 
-class OpenAIResponses final : public Provider {
+class OpenAIResponses final : public TypedProvider {
  public:
   void on_event(std::string_view name, std::string_view data, std::vector<Event>& out) override {
-    json j;
-    if (!parse_data(name, data, j, out)) return;
-    if (!j.is_object()) {
-      out.push_back(malformed("the `" + detail::sanitize_utf8(event_label(name)) + "` event's data is not a JSON object"));
-      return;
-    }
-    std::string type = name.empty() ? std::string() : detail::sanitize_utf8(name);
-    if (const json* ty = field(j, "type"); ty && ty->is_string()) type = ty->get<std::string>();
-    try {
-      handle(type, j, out);
-    } catch (const Malformed& m) {
-      out.push_back(malformed("malformed `" + type + "` event: " + m.what));
-    }
+    decode_typed(name, data, out);
   }
 
   bool on_close(std::vector<Event>&) override { return done_; }
@@ -784,7 +786,7 @@ class OpenAIResponses final : public Provider {
     return it->second;
   }
 
-  void handle(const std::string& type, const json& j, std::vector<Event>& out) {
+  void handle(const std::string& type, const json& j, std::vector<Event>& out) override {
     if (type == "response.output_text.delta") {
       Item& it = item(need_index(j, "output_index", type), "message");
       emit(out, Type::Text, it.block, opt_str(j, "delta", type));
@@ -903,10 +905,7 @@ class Vertex final : public Provider {
     json j;
     if (!parse_data(name, data, j, out)) return;
     if (j.is_array() && !j.empty()) j = j[0];
-    if (!j.is_object()) {
-      out.push_back(malformed("the `" + detail::sanitize_utf8(event_label(name)) + "` event's data is not a JSON object"));
-      return;
-    }
+    if (!object_or_error(name, j, out)) return;
     try {
       handle(j, out);
     } catch (const Malformed& m) {
