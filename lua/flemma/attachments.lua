@@ -7,7 +7,8 @@
 ---
 --- A reference is `@` at the start of a line or after a character that is not a
 --- word character (so e-mail addresses are not references), up to the next white
---- space, without the punctuation that ends it (`see @./a.txt.`, `(@./b.png)`).
+--- space not escaped by a backslash, without the punctuation that ends it
+--- (`see @./a.txt.`, `(@./b.png)`).
 --- References inside fenced code blocks and inline code spans are not read.
 --- Relative paths start at the chat file's directory. See `:help flemma-attachments`.
 local M = {}
@@ -22,7 +23,7 @@ M.IMAGE_TYPES = { ["image/png"] = true, ["image/jpeg"] = true, ["image/gif"] = t
 M.PDF = "application/pdf"
 
 ---@class flemma.attachments.Reference
----@field path string as written after `@` (without `;type=`)
+---@field path string as written after `@` (without `;type=`; `\ ` read as a space)
 ---@field type? string the `;type=` given, if any
 ---@field first integer 1-based byte offset of the `@`
 ---@field last integer 1-based byte offset of the reference's last character
@@ -46,7 +47,11 @@ H.TRAILING = "[%.,;:!%?%)%]}>'\"`*]"
 ---@return flemma.attachments.Reference|nil ref
 ---@return integer e the end of the token looked at
 function H.token_at(line, s)
-  local e = line:find("%s", s + 1) or (#line + 1)
+  -- Up to the next white space not escaped by a backslash (`@./my\ notes.md`).
+  local e = s
+  repeat
+    e = line:find("%s", e + 1) or (#line + 1)
+  until e > #line or line:sub(e - 1, e - 1) ~= "\\"
   e = e - 1
   if s > 1 and line:sub(s - 1, s - 1):match("[%w_@]") then
     return nil, e
@@ -65,6 +70,9 @@ function H.token_at(line, s)
   end
   if not (path:match("^%.%.?/.") or path:match("^~/.") or path:match("^/[^/]")) then
     return nil, e
+  end
+  if path:find("\\", 1, true) then
+    path = path:gsub("\\(%s)", "%1")
   end
   return { path = path, type = mime, first = s, last = s + #token }, e
 end
@@ -187,6 +195,18 @@ function M.references(text)
       H.line_refs(line, pos - 1, out)
     end
     pos = nl + 1
+  end
+  return out
+end
+
+--- The file references of one line outside its inline code spans (the line is
+--- not known to be inside a fenced block or not), for highlighting.
+---@param line string
+---@return flemma.attachments.Reference[]
+function M.line_references(line)
+  local out = {}
+  if line:find("@", 1, true) then
+    H.line_refs(line, 0, out)
   end
   return out
 end

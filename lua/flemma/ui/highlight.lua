@@ -58,33 +58,14 @@ function H.header(out, line, label_group, span_groups)
   return pos
 end
 
--- File references (@./p, @../p, @~/p, @/p, optional ;type=mime) and template
--- tags ({{ }}, {% %}) in a line of text.
-H.REF_TRAIL = "[%.,;:!?%)%]}'\"]+$"
+-- File references (the ones attachments reads: @./p, @../p, @~/p, @/p, an
+-- optional ;type=mime) and template tags ({{ }}, {% %}) in a line of text.
 function H.text_spans(out, line)
-  local pos = 1
-  while true do
-    local a = line:find("@", pos, true)
-    if not a then
-      break
-    end
-    local before = a > 1 and line:sub(a - 1, a - 1) or ""
-    local rest = line:sub(a + 1)
-    local path = rest:match("^%S+")
-    if
-      path
-      and (before == "" or before:match("[%s%(%[\"']"))
-      and (path:sub(1, 2) == "./" or path:sub(1, 3) == "../" or path:sub(1, 2) == "~/" or path:sub(1, 1) == "/")
-    then
-      path = path:gsub(H.REF_TRAIL, "")
-      out[#out + 1] = { a - 1, a + #path, "FlemmaFileReference" }
-      pos = a + #path + 1
-    else
-      pos = a + 1
-    end
+  for _, ref in ipairs(require("flemma.attachments").line_references(line)) do
+    out[#out + 1] = { ref.first - 1, ref.last, "FlemmaFileReference" }
   end
   for open, close, group in H.tag_kinds() do
-    pos = 1
+    local pos = 1
     while true do
       local a = line:find(open, pos, true)
       if not a then

@@ -217,6 +217,7 @@ describe("flemma.ui.nav", function()
       helpers.write_file(dir .. "/b.txt", "b\n")
       helpers.write_file(dir .. "/home/h.md", "h\n")
       helpers.write_file(dir .. "/abs.txt", "abs\n")
+      helpers.write_file(dir .. "/notes/my notes.md", "spaced\n")
       local home = vim.env.HOME
       vim.env.HOME = dir .. "/home"
       local ok, err = pcall(function()
@@ -226,6 +227,7 @@ describe("flemma.ui.nav", function()
           "@You:",
           "Read @./a.txt, then (@../b.txt).",
           "And @~/h.md;type=text/markdown: and @" .. dir .. "/abs.txt.",
+          "Also @./my\\ notes.md.",
         })
         local function col(line, needle, offset)
           return lines(buf)[line]:find(needle, 1, true) - 1 + (offset or 0)
@@ -237,6 +239,7 @@ describe("flemma.ui.nav", function()
           { 3, col(3, "@~/h.md", 3), dir .. "/home/h.md" },
           { 3, col(3, "type=text"), dir .. "/home/h.md" },
           { 3, col(3, "/abs.txt", 2), dir .. "/abs.txt" },
+          { 4, col(4, "notes.md"), dir .. "/notes/my notes.md" }, -- after the escaped space
         }
         for _, c in ipairs(cases) do
           vim.cmd("buffer " .. buf)

@@ -139,6 +139,15 @@ describe("flemma.ui (chat buffers)", function()
       assert.same({ 1, 1, 1, 1, 1, 1, 1 }, levels(1, 7))
     end)
 
+    it("marks as references exactly what is sent (escaped spaces; not e-mail or inline code)", function()
+      local buf = open_chat({
+        "@You:",
+        "to me@example.com: `@./code.txt` and @./my\\ notes.txt, (@~/x.png)",
+      })
+      -- @./my\ notes.txt is bytes 38..53, @~/x.png 57..64 (1-based).
+      assert.equals("FlemmaFileReference[37,53) FlemmaFileReference[56,64)", drawn(buf, 2))
+    end)
+
     it("follows an edit at once", function()
       local buf = open_chat(CHAT)
       vim.api.nvim_buf_set_lines(buf, 14, 15, false, { "@You:" })
