@@ -521,13 +521,20 @@ end
 H.MARKERS = { system = "@System:", user = "@You:", assistant = "@Assistant:" }
 
 --- The lines of the conversation as it would be sent: the chat without its
---- frontmatter, templates expanded; nil and problems when a template fails.
+--- frontmatter, templates expanded, the files it references attached (text
+--- inlined, images and PDFs as one line naming them); nil and problems when a
+--- template or a file fails. Files outside the project are not asked for: they
+--- are problems.
 ---@param bufnr integer
 ---@return string[]|nil lines
 ---@return { line: integer, message: string }[]|nil problems
 function M.preview_lines(bufnr)
   local doc = require("flemma.document").get(bufnr)
   local expanded, problems = M.expand(bufnr, doc)
+  if expanded then
+    expanded, problems = require("flemma.attachments").expand(bufnr, expanded)
+    require("flemma.reach").take_wanted(bufnr) -- a preview never asks
+  end
   if not expanded then
     return nil, problems
   end
@@ -538,7 +545,9 @@ function M.preview_lines(bufnr)
     end
     out[#out + 1] = H.MARKERS[msg.role] or ("@" .. tostring(msg.role) .. ":")
     for _, p in ipairs(msg.parts) do
-      if p.expanded then
+      if p.kind == "file" then
+        out[#out + 1] = ("[attached: %s, %s, %s]"):format(p.path, p.mime, require("flemma.native").format_size(p.size))
+      elseif p.expanded or p.attached then
         vim.list_extend(out, vim.split(p.text, "\n", { plain = true }))
       else
         vim.list_extend(out, vim.api.nvim_buf_get_lines(bufnr, p.first_line - 1, p.last_line, false))
@@ -568,7 +577,7 @@ function M.preview(bufnr)
       msgs[#msgs + 1] = ("line %d: %s"):format(p.line, p.message)
     end
     vim.diagnostic.set(send.ns, bufnr, diags)
-    util.notify("no preview: a template failed:\n" .. table.concat(msgs, "\n"), vim.log.levels.ERROR)
+    util.notify("no preview: the conversation cannot be sent as it is:\n" .. table.concat(msgs, "\n"), vim.log.levels.ERROR)
     return
   end
   send.clear_problems(bufnr)

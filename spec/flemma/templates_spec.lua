@@ -437,6 +437,55 @@ describe(":Flemma preview", function()
     assert.same(lines, helpers.lines(buf))
   end)
 
+  it("attaches the files the chat references: text inlined, an image named", function()
+    helpers.write_file(dir .. "/notes.txt", "note text\n")
+    helpers.write_file(dir .. "/dot.png", "\137PNG\r\n\26\n0123456789")
+    vim.cmd("edit " .. vim.fn.fnameescape(dir .. "/a.chat"))
+    local buf = vim.api.nvim_get_current_buf()
+    vim.api.nvim_buf_set_lines(buf, 0, -1, false, { "@You:", "Read @./notes.txt and see @./dot.png." })
+    vim.cmd("Flemma preview")
+    local pbuf = vim.api.nvim_get_current_buf()
+    assert.are_not.equal(buf, pbuf)
+    assert.same({
+      "@You:",
+      "Read @./notes.txt and see @./dot.png.",
+      "File: ./notes.txt",
+      "```",
+      "note text",
+      "```",
+      "[attached: ./dot.png, image/png, 18B]",
+    }, helpers.lines(pbuf))
+  end)
+
+  it("shows a missing file or one outside the project as a diagnostic, without asking", function()
+    local outside = helpers.tmpdir()
+    helpers.write_file(outside .. "/secret.txt", "secret\n")
+    local asked = 0
+    local orig_select = vim.ui.select
+    vim.ui.select = function(_, _, cb)
+      asked = asked + 1
+      cb(nil)
+    end
+    vim.cmd("edit " .. vim.fn.fnameescape(dir .. "/m.chat"))
+    local buf = vim.api.nvim_get_current_buf()
+    vim.api.nvim_buf_set_lines(buf, 0, -1, false, { "@You:", "see @./gone.txt", "and @" .. outside .. "/secret.txt" })
+    local ok, err = pcall(vim.cmd, "Flemma preview")
+    vim.ui.select = orig_select
+    assert(ok, err)
+    assert.equals(0, asked)
+    assert.equals(buf, vim.api.nvim_get_current_buf())
+    local diags = vim.diagnostic.get(buf, { namespace = require("flemma.send").ns })
+    table.sort(diags, function(a, b)
+      return a.lnum < b.lnum
+    end)
+    assert.equals(2, #diags)
+    assert.equals(1, diags[1].lnum)
+    assert.equals(2, diags[2].lnum)
+    assert.matches("outside the project", diags[2].message)
+    assert.same({}, require("flemma.reach").take_wanted(buf))
+    assert.matches("cannot be sent as it is", notes[#notes].msg)
+  end)
+
   it("puts a template error on its line instead", function()
     vim.cmd("edit " .. vim.fn.fnameescape(dir .. "/e.chat"))
     local buf = vim.api.nvim_get_current_buf()
