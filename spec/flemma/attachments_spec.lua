@@ -2,11 +2,9 @@
 -- and what each provider kind receives, checked on the requests the loopback server
 -- records after <C-]> in a real chat buffer (real files, real curl).
 local helpers = require("spec.support.helpers")
-local server_mod = require("spec.support.llm_server")
 local attachments = require("flemma.attachments")
 
 local KEY = "sk-attach-spec-" .. tostring(math.random(1e9))
-local FIXTURES = helpers.root .. "/spec/fixtures/stream/"
 
 -- A real 1x1 PNG (red pixel) and a small, valid one-page PDF.
 local PNG = vim.base64.decode(
@@ -29,15 +27,9 @@ local function b64(path)
   return vim.trim(res.stdout)
 end
 
-local function sse_body(name)
-  local raw = assert(helpers.read_file(FIXTURES .. name))
-  local _, stop = raw:find("\r\n\r\n", 1, true)
-  return raw:sub(stop + 1)
-end
+local sse_body = helpers.sse_body
 
-local function press(keys)
-  vim.api.nvim_feedkeys(vim.api.nvim_replace_termcodes(keys, true, false, true), "mx", false)
-end
+local press = helpers.press
 
 describe("flemma.attachments.references", function()
   local function paths(text)
@@ -110,7 +102,7 @@ describe("flemma.attachments.reference_at", function()
 end)
 
 describe("sending file references", function()
-  local server, notes, finished, orig_notify, dir
+  local h, server, notes, finished, dir
 
   local function setup(kind, path, extra)
     local providers = {
@@ -132,19 +124,14 @@ describe("sending file references", function()
   end
 
   local function chat(lines)
-    vim.cmd("edit " .. vim.fn.fnameescape(dir .. "/talk.chat"))
-    local buf = vim.api.nvim_get_current_buf()
-    vim.api.nvim_buf_set_lines(buf, 0, -1, false, lines)
-    return buf
+    return helpers.edit(dir .. "/talk.chat", lines)
   end
 
   local function send_and_wait(answer)
     server:script({ answer })
     local before = #finished
     press("<C-]>")
-    helpers.wait_for(function()
-      return #finished > before
-    end, 15000, "the request never finished")
+    h.wait_finished(before + 1)
     local res = finished[#finished]
     assert.equals("completed", res.status, vim.inspect(notes))
     local reqs = server:requests()
@@ -153,20 +140,8 @@ describe("sending file references", function()
   end
 
   before_each(function()
-    orig_notify = vim.notify
-    server = server_mod.start()
-    vim.env.FLEMMA_SPEC_KEY = KEY
-    notes, finished = {}, {}
-    vim.notify = function(msg, level)
-      notes[#notes + 1] = { msg = msg, level = level or vim.log.levels.INFO }
-    end
-    vim.api.nvim_create_autocmd("User", {
-      pattern = "FlemmaRequestFinished",
-      group = vim.api.nvim_create_augroup("attachments_spec", { clear = true }),
-      callback = function(ev)
-        finished[#finished + 1] = ev.data
-      end,
-    })
+    h = helpers.send_harness({ key = KEY, timeout = 15000 })
+    server, notes, finished = h.server, h.notes, h.finished
     dir = helpers.tmpdir()
     helpers.write_file(dir .. "/notes.txt", "first line\nuses ``` inside\n")
     helpers.write_file(dir .. "/pixel.png", PNG)
@@ -174,15 +149,7 @@ describe("sending file references", function()
   end)
 
   after_each(function()
-    vim.notify = orig_notify
-    for _, n in ipairs(notes) do
-      assert.is_nil(n.msg:find(KEY, 1, true), "the key appeared in a notification")
-    end
-    vim.cmd("silent! %bwipeout!")
-    server:stop()
-    helpers.cleanup()
-    vim.env.FLEMMA_SPEC_KEY = nil
-    require("flemma").setup({})
+    h.teardown()
   end)
 
   local USER = "Compare @./notes.txt with (@./pixel.png) and @./docs/paper.pdf."

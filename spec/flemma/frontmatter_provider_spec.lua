@@ -9,20 +9,10 @@ local frontmatter = require("flemma.frontmatter")
 
 local KEY = "sk-fm-provider-" .. tostring(math.random(1e9))
 
-local function press(keys)
-  vim.api.nvim_feedkeys(vim.api.nvim_replace_termcodes(keys, true, false, true), "mx", false)
-end
-
-local function text(buf)
-  return table.concat(vim.api.nvim_buf_get_lines(buf, 0, -1, false), "\n")
-end
+local press, text = helpers.press, helpers.text
 
 local function chat(name, lines)
-  local dir = helpers.tmpdir()
-  vim.cmd("edit " .. vim.fn.fnameescape(dir .. "/" .. name .. ".chat"))
-  local buf = vim.api.nvim_get_current_buf()
-  vim.api.nvim_buf_set_lines(buf, 0, -1, false, lines)
-  return buf
+  return helpers.edit(helpers.tmpdir() .. "/" .. name .. ".chat", lines)
 end
 
 -- A chat whose frontmatter is `code` (lines of Lua).
@@ -34,7 +24,7 @@ local function lua_chat(name, code, question)
 end
 
 describe("frontmatter selecting the provider", function()
-  local hosted, loc, notes, finished, orig_notify
+  local hosted, loc, h, notes
 
   local function configure(extra)
     require("flemma").setup(vim.tbl_deep_extend("force", {
@@ -53,18 +43,6 @@ describe("frontmatter selecting the provider", function()
       parameters = { max_retries = 0, cache_retention = "none", connect_timeout = 5, timeout = 30, thinking = "low" },
       tools = { autopilot = { enabled = false } },
     }, extra or {}))
-  end
-
-  local function wait_finished(n)
-    helpers.wait_for(function()
-      return #finished >= n
-    end, 15000, "the request never finished; notes:\n" .. table.concat(
-      vim.tbl_map(function(x)
-        return x.msg
-      end, notes),
-      "\n"
-    ))
-    return finished[n]
   end
 
   local function messages(level)
@@ -91,33 +69,14 @@ describe("frontmatter selecting the provider", function()
   before_each(function()
     hosted:script({})
     loc:script({})
-    vim.env.FLEMMA_SPEC_KEY = KEY
-    notes, finished = {}, {}
-    orig_notify = vim.notify
-    vim.notify = function(msg, level)
-      notes[#notes + 1] = { msg = msg, level = level or vim.log.levels.INFO }
-    end
-    vim.api.nvim_create_autocmd("User", {
-      pattern = "FlemmaRequestFinished",
-      group = vim.api.nvim_create_augroup("frontmatter_provider_spec", { clear = true }),
-      callback = function(ev)
-        finished[#finished + 1] = ev.data
-      end,
-    })
+    h = helpers.send_harness({ key = KEY, server = false, timeout = 15000 })
+    notes = h.notes
     require("flemma.provider.usage")._reset()
     configure()
   end)
 
   after_each(function()
-    vim.notify = orig_notify
-    for _, n in ipairs(notes) do
-      assert.is_nil(n.msg:find(KEY, 1, true), "the key appeared in a notification")
-    end
-    pcall(vim.api.nvim_del_augroup_by_name, "frontmatter_provider_spec")
-    vim.cmd("silent! %bwipeout!")
-    helpers.cleanup()
-    vim.env.FLEMMA_SPEC_KEY = nil
-    require("flemma").setup({})
+    h.teardown()
   end)
 
   it("sends a buffer to the provider and model its frontmatter names; another buffer keeps the global one", function()
@@ -129,10 +88,10 @@ describe("frontmatter selecting the provider", function()
 
     vim.api.nvim_set_current_buf(a)
     press("<C-]>")
-    assert.equals("completed", wait_finished(1).status)
+    assert.equals("completed", h.wait_finished(1).status)
     vim.api.nvim_set_current_buf(b)
     press("<C-]>")
-    assert.equals("completed", wait_finished(2).status)
+    assert.equals("completed", h.wait_finished(2).status)
 
     local got_loc, got_hosted = loc:requests(), hosted:requests()
     assert.equals(1, #got_loc)
@@ -170,7 +129,7 @@ describe("frontmatter selecting the provider", function()
     })
     assert.same({ provider = "local", model = "qwen3-coder", preset = "$coder" }, frontmatter.selection(a))
     press("<C-]>")
-    assert.equals("completed", wait_finished(1).status)
+    assert.equals("completed", h.wait_finished(1).status)
     local req = loc:requests()[1]
     assert.equals("/v1/chat/completions", req.path)
     assert.equals("qwen3-coder", req.json.model)
@@ -183,7 +142,7 @@ describe("frontmatter selecting the provider", function()
     loc:script({ { fixture = "openai_chat_text.sse" } })
     local a = chat("json", { "```json", '{ "model": "qwen3-small", "provider": "$coder" }', "```", "@You:", "Hi" })
     press("<C-]>")
-    assert.equals("completed", wait_finished(1).status)
+    assert.equals("completed", h.wait_finished(1).status)
     local req = loc:requests()[1]
     assert.equals("qwen3-small", req.json.model)
     assert.equals(0.2, req.json.temperature)
@@ -194,7 +153,7 @@ describe("frontmatter selecting the provider", function()
     hosted:script({ { fixture = "anthropic_text.sse" }, { fixture = "anthropic_text.sse" } })
     local a = lua_chat("deep", { 'flemma.opt.provider = "$deep"' })
     press("<C-]>")
-    assert.equals("completed", wait_finished(1).status)
+    assert.equals("completed", h.wait_finished(1).status)
     local req = hosted:requests()[1]
     assert.equals("claude-opus-4-6", req.json.model)
     assert.equals(30000, req.json.max_tokens)
@@ -207,7 +166,7 @@ describe("frontmatter selecting the provider", function()
     assert.is_nil(frontmatter.parameters(b, "anthropic").thinking)
     assert.equals("low", require("flemma.config").get().parameters.thinking)
     press("<C-]>")
-    assert.equals("completed", wait_finished(2).status)
+    assert.equals("completed", h.wait_finished(2).status)
     assert.is_nil(hosted:requests()[1].json.thinking)
     assert.is_true(vim.api.nvim_buf_is_valid(b) and a ~= b)
   end)
@@ -216,7 +175,7 @@ describe("frontmatter selecting the provider", function()
     hosted:script({ { fixture = "anthropic_text.sse" } })
     lua_chat("model_only", { 'flemma.opt.model = "claude-haiku-4-5"' })
     press("<C-]>")
-    assert.equals("completed", wait_finished(1).status)
+    assert.equals("completed", h.wait_finished(1).status)
     assert.equals("claude-haiku-4-5", hosted:requests()[1].json.model)
   end)
 
@@ -309,10 +268,10 @@ describe("frontmatter selecting the provider", function()
 
     loc:script({ { fixture = "openai_chat_text.sse" }, { fixture = "anthropic_text.sse" } })
     press("<C-]>")
-    assert.equals("completed", wait_finished(1).status)
+    assert.equals("completed", h.wait_finished(1).status)
     vim.api.nvim_set_current_buf(b)
     press("<C-]>")
-    assert.equals("completed", wait_finished(2).status)
+    assert.equals("completed", h.wait_finished(2).status)
     local reqs = loc:requests()
     assert.equals("/v1/chat/completions", reqs[1].path)
     assert.equals("qwen3", reqs[1].json.model)
@@ -321,7 +280,7 @@ describe("frontmatter selecting the provider", function()
     assert.equals(0, #hosted:requests())
 
     -- Switching from a buffer without a selection says nothing of frontmatter.
-    notes = {}
+    h.forget_notes()
     vim.cmd("Flemma switch ant")
     assert.is_nil(messages():find("frontmatter", 1, true))
   end)
@@ -354,7 +313,7 @@ describe("frontmatter selecting the provider", function()
       return seen ~= nil and seen:find("retry", 1, true) ~= nil
     end, 5000, "no retry status")
     assert.matches("^ant2: HTTP 429, retry 1/1 in 0%.4s$", seen)
-    assert.equals("completed", wait_finished(1).status)
+    assert.equals("completed", h.wait_finished(1).status)
     local reqs = loc:requests()
     assert.equals(2, #reqs)
     assert.equals("claude-haiku-4-5", reqs[2].json.model)
@@ -379,7 +338,7 @@ describe("frontmatter selecting the provider", function()
       return require("flemma").statusline(c):find("sending", 1, true) ~= nil
     end, 5000, "never sending")
     assert.matches("^local qwen3 · sending", require("flemma").statusline(c))
-    assert.equals("completed", wait_finished(1).status)
+    assert.equals("completed", h.wait_finished(1).status)
     -- qwen3 has no price in the model table: the session's cost is a lower bound now.
     assert.equals("local qwen3 · $0.0000+", require("flemma").statusline(c))
   end)

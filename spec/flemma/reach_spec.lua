@@ -2,36 +2,23 @@
 -- outside the project only after the user confirmed it: checked on the requests the
 -- loopback server records after <C-]> (real files, real curl).
 local helpers = require("spec.support.helpers")
-local server_mod = require("spec.support.llm_server")
 
 local KEY = "sk-reach-spec-" .. tostring(math.random(1e9))
 
-local function press(keys)
-  vim.api.nvim_feedkeys(vim.api.nvim_replace_termcodes(keys, true, false, true), "mx", false)
-end
+local press = helpers.press
 
 describe("files outside the project", function()
-  local server, notes, finished, orig_notify, orig_select, project, outside, saved_cwd, prompts, answer
+  local h, server, notes, finished, orig_select, project, outside, saved_cwd, prompts, answer
 
   before_each(function()
-    orig_notify, orig_select = vim.notify, vim.ui.select
-    server = server_mod.start()
-    vim.env.FLEMMA_SPEC_KEY = KEY
-    notes, finished, prompts = {}, {}, {}
-    vim.notify = function(msg, level)
-      notes[#notes + 1] = { msg = msg, level = level or vim.log.levels.INFO }
-    end
+    orig_select = vim.ui.select
+    h = helpers.send_harness({ key = KEY, timeout = 15000 })
+    server, notes, finished = h.server, h.notes, h.finished
+    prompts = {}
     vim.ui.select = function(items, o, cb)
       prompts[#prompts + 1] = { items = items, prompt = o.prompt }
       cb(answer)
     end
-    vim.api.nvim_create_autocmd("User", {
-      pattern = "FlemmaRequestFinished",
-      group = vim.api.nvim_create_augroup("reach_spec", { clear = true }),
-      callback = function(ev)
-        finished[#finished + 1] = ev.data
-      end,
-    })
     project, outside = helpers.tmpdir(), helpers.tmpdir()
     helpers.write_file(project .. "/inside.txt", "inside text\n")
     helpers.write_file(outside .. "/secret.txt", "SECRET-CONTENT\n")
@@ -50,21 +37,14 @@ describe("files outside the project", function()
   end)
 
   after_each(function()
-    vim.notify, vim.ui.select = orig_notify, orig_select
-    vim.cmd("silent! %bwipeout!")
+    vim.ui.select = orig_select
     vim.cmd("cd " .. vim.fn.fnameescape(saved_cwd))
-    server:stop()
-    helpers.cleanup()
-    vim.env.FLEMMA_SPEC_KEY = nil
     require("flemma.reach").reset()
-    require("flemma").setup({})
+    h.teardown()
   end)
 
   local function chat(lines)
-    vim.cmd("edit " .. vim.fn.fnameescape(project .. "/talk.chat"))
-    local buf = vim.api.nvim_get_current_buf()
-    vim.api.nvim_buf_set_lines(buf, 0, -1, false, lines)
-    return buf
+    return helpers.edit(project .. "/talk.chat", lines)
   end
 
   local function user_text(req)
@@ -82,12 +62,6 @@ describe("files outside the project", function()
       out[#out + 1] = req.json.system
     end
     return table.concat(out, "\n")
-  end
-
-  local function wait_finished(n)
-    helpers.wait_for(function()
-      return #finished >= n
-    end, 15000, "the request never finished")
   end
 
   it("asks before a reference sends a file from outside; no answer yes, nothing sent", function()
@@ -110,7 +84,7 @@ describe("files outside the project", function()
     chat({ "@You:", "Look at @" .. outside .. "/secret.txt please." })
     answer = "Send"
     press("<C-]>")
-    wait_finished(1)
+    h.wait_finished(1)
     assert.equals("completed", finished[1].status)
     assert.equals(1, #prompts)
     local reqs = server:requests()
@@ -120,7 +94,7 @@ describe("files outside the project", function()
     server:script({ { fixture = "anthropic_text.sse" } })
     vim.api.nvim_buf_set_lines(0, -1, -1, false, { "", "@You:", "again" })
     press("<C-]>")
-    wait_finished(2)
+    h.wait_finished(2)
     assert.equals(1, #prompts)
   end)
 
@@ -128,7 +102,7 @@ describe("files outside the project", function()
     chat({ "@You:", "Here: @./inside.txt" })
     answer = nil
     press("<C-]>")
-    wait_finished(1)
+    h.wait_finished(1)
     assert.equals(0, #prompts)
     assert.matches("inside text", user_text(server:requests()[1]), 1, true)
     vim.cmd("silent! %bwipeout!")
@@ -152,7 +126,7 @@ describe("files outside the project", function()
     assert.equals(1, #vim.diagnostic.get(buf, { namespace = require("flemma.send").ns }))
     answer = "Send"
     press("<C-]>")
-    wait_finished(1)
+    h.wait_finished(1)
     assert.equals(2, #prompts)
     assert.matches("OUTSIDE-PROMPT", user_text(server:requests()[1]), 1, true)
   end)

@@ -2,18 +2,14 @@
 -- loopback server, asserting the exact request it received, the buffer (never
 -- rewritten) and the diagnostics of errors.
 local helpers = require("spec.support.helpers")
-local server_mod = require("spec.support.llm_server")
 
 local templates = require("flemma.templates")
 local send = require("flemma.send")
 
-local server, notes, finished, dir, saved_cwd
+local h, server, notes, finished, dir, saved_cwd
 
 local function chat(lines, name)
-  vim.cmd("edit " .. vim.fn.fnameescape(dir .. "/" .. (name or "test.chat")))
-  local buf = vim.api.nvim_get_current_buf()
-  vim.api.nvim_buf_set_lines(buf, 0, -1, false, lines)
-  return buf
+  return helpers.edit(dir .. "/" .. (name or "test.chat"), lines)
 end
 
 local function write(path, content)
@@ -25,9 +21,7 @@ local function sent(buf)
   server:script({ { fixture = "anthropic_text.sse" } })
   local before = #finished
   assert.is_true(send.send(buf), "the send did not start: " .. vim.inspect(notes))
-  helpers.wait_for(function()
-    return #finished > before
-  end, 10000, "the request never finished")
+  h.wait_finished(before + 1)
   assert.equals("completed", finished[#finished].status)
   local reqs = server:requests()
   assert.equals(1, #reqs)
@@ -62,25 +56,12 @@ local function user_texts(body)
 end
 
 describe("templates", function()
-  local orig_notify
   before_each(function()
-    orig_notify = vim.notify
-    server = server_mod.start()
+    h = helpers.send_harness({ key = "sk-templates-spec" })
+    server, notes, finished = h.server, h.notes, h.finished
     dir = helpers.tmpdir()
     saved_cwd = vim.fn.getcwd()
     vim.cmd("cd " .. vim.fn.fnameescape(dir))
-    vim.env.FLEMMA_SPEC_KEY = "sk-templates-spec"
-    notes, finished = {}, {}
-    vim.notify = function(msg, level)
-      notes[#notes + 1] = { msg = msg, level = level or vim.log.levels.INFO }
-    end
-    vim.api.nvim_create_autocmd("User", {
-      pattern = "FlemmaRequestFinished",
-      group = vim.api.nvim_create_augroup("templates_spec", { clear = true }),
-      callback = function(ev)
-        finished[#finished + 1] = ev.data
-      end,
-    })
     require("flemma").setup({
       provider = "test",
       providers = { test = { kind = "anthropic", endpoint = server:url("/v1/messages"), api_key_env = "FLEMMA_SPEC_KEY" } },
@@ -89,13 +70,8 @@ describe("templates", function()
     })
   end)
   after_each(function()
-    vim.notify = orig_notify
-    vim.cmd("silent! %bwipeout!")
     vim.cmd("cd " .. vim.fn.fnameescape(saved_cwd))
-    server:stop()
-    helpers.cleanup()
-    vim.env.FLEMMA_SPEC_KEY = nil
-    require("flemma").setup({})
+    h.teardown()
   end)
 
   it("sends expressions, statements and frontmatter variables expanded, the buffer unchanged", function()
@@ -134,10 +110,8 @@ describe("templates", function()
     })
     server:script({ { fixture = "openai_chat_text.sse" } })
     local buf = chat({ "```lua", "return { n = 2 }", "```", "@System:", "n={{ n }}", "@You:", "{{ n + 1 }}!" })
-    vim.api.nvim_feedkeys(vim.api.nvim_replace_termcodes("<C-]>", true, false, true), "mx", false)
-    helpers.wait_for(function()
-      return #finished > 0
-    end, 10000, "the request never finished")
+    helpers.press("<C-]>")
+    h.wait_finished(1)
     local body = server:requests()[1].json
     local got = {}
     for _, m in ipairs(body.messages) do
@@ -266,7 +240,7 @@ describe("templates", function()
       "{% local s = ('x'):rep(4e5) %}{{ s .. s }}",
       "{{ table.concat({ ('x'):rep(4e5), ('y'):rep(4e5) }) }}",
     }) do
-      notes = {}
+      h.forget_notes()
       local b = chat({ "@You:", "a", code }, ("mem%d.chat"):format(i))
       local d = refused(b)
       -- On a loaded machine the 35 ms deadline (wall clock) may come first: the
@@ -364,20 +338,15 @@ describe("frontmatter variables", function()
 end)
 
 describe(":Flemma preview", function()
-  local dir, orig_notify, notes
+  local dir, notes
   before_each(function()
     dir = helpers.tmpdir()
-    notes = {}
-    orig_notify = vim.notify
-    vim.notify = function(msg, level)
-      notes[#notes + 1] = { msg = msg, level = level }
-    end
+    h = helpers.send_harness({ server = false })
+    notes = h.notes
     require("flemma").setup({})
   end)
   after_each(function()
-    vim.notify = orig_notify
-    vim.cmd("silent! %bwipeout!")
-    helpers.cleanup()
+    h.teardown()
   end)
 
   it("shows the conversation as sent in a split, the chat unchanged", function()

@@ -1,39 +1,28 @@
 -- Seeing cost: :Flemma usage per provider and model, :Flemma usage:estimate against
 -- the loopback server (real curl), the statusline and its lualine component.
 local helpers = require("spec.support.helpers")
-local server_mod = require("spec.support.llm_server")
 local usage = require("flemma.provider.usage")
 
 local KEY = "sk-estimate-" .. tostring(math.random(1e9))
-local notes, orig_notify
+local h, notes
 
 local function record(provider, kind, model, raw)
   return usage.record(raw, { kind = kind, provider = provider, model = model })
 end
 
 local function chat(lines)
-  local dir = helpers.tmpdir()
-  vim.cmd("edit " .. vim.fn.fnameescape(dir .. "/usage.chat"))
-  local buf = vim.api.nvim_get_current_buf()
-  vim.api.nvim_buf_set_lines(buf, 0, -1, false, lines)
-  return buf
+  return helpers.edit(helpers.tmpdir() .. "/usage.chat", lines)
 end
 
 describe("usage", function()
   before_each(function()
     usage._reset()
-    notes = {}
-    orig_notify = vim.notify
-    vim.notify = function(msg, level)
-      notes[#notes + 1] = { msg = msg, level = level or vim.log.levels.INFO }
-    end
+    h = helpers.send_harness({ server = false })
+    notes = h.notes
   end)
   after_each(function()
-    vim.notify = orig_notify
     usage._reset()
-    vim.cmd("silent! %bwipeout!")
-    helpers.cleanup()
-    require("flemma").setup({})
+    h.teardown()
   end)
 
   it(":Flemma usage shows the last request, the buffer and the session per provider and model", function()
@@ -120,13 +109,8 @@ end)
 describe(":Flemma usage:estimate", function()
   local server
   before_each(function()
-    orig_notify = vim.notify
-    server = server_mod.start()
-    vim.env.FLEMMA_SPEC_KEY = KEY
-    notes = {}
-    vim.notify = function(msg, level)
-      notes[#notes + 1] = { msg = msg, level = level or vim.log.levels.INFO }
-    end
+    h = helpers.send_harness({ key = KEY })
+    server, notes = h.server, h.notes
     require("flemma").setup({
       provider = "test",
       model = "claude-sonnet-4-6",
@@ -135,15 +119,7 @@ describe(":Flemma usage:estimate", function()
     })
   end)
   after_each(function()
-    vim.notify = orig_notify
-    for _, n in ipairs(notes) do
-      assert.is_nil(n.msg:find(KEY, 1, true), "the key in a notification")
-    end
-    server:stop()
-    vim.env.FLEMMA_SPEC_KEY = nil
-    vim.cmd("silent! %bwipeout!")
-    helpers.cleanup()
-    require("flemma").setup({})
+    h.teardown()
   end)
 
   local function wait_note(pattern)
@@ -258,7 +234,7 @@ describe(":Flemma usage:estimate", function()
     assert.same({ { role = "user", content = "Hello" } }, req.json.input)
     assert.equals("bash", req.json.tools[1].name)
 
-    notes = {}
+    h.forget_notes()
     vim.cmd("Flemma switch gem gemini-2.5-flash")
     server:script({ { status = 200, body = '{"totalTokens":31,"totalBillableCharacters":90}', content_type = "application/json" } })
     vim.cmd("Flemma usage:estimate")

@@ -282,4 +282,115 @@ function M.wait_for(fn, timeout, msg)
   assert(ok, msg or "timed out waiting for a condition")
 end
 
+--- Presses keys as typed (termcodes such as "<C-]>" replaced), mappings included.
+function M.press(keys)
+  vim.api.nvim_feedkeys(vim.api.nvim_replace_termcodes(keys, true, false, true), "mx", false)
+end
+
+--- A buffer's whole text, its lines joined by newlines.
+function M.text(buf)
+  return table.concat(vim.api.nvim_buf_get_lines(buf or 0, 0, -1, false), "\n")
+end
+
+--- Edits the file `path` (a .chat file makes a chat buffer) with the given lines, in
+--- the current window; returns the buffer.
+function M.edit(path, lines)
+  vim.cmd("edit " .. vim.fn.fnameescape(path))
+  local buf = vim.api.nvim_get_current_buf()
+  vim.api.nvim_buf_set_lines(buf, 0, -1, false, lines)
+  return buf
+end
+
+--- The body of a stream fixture (spec/fixtures/stream/) written as a whole HTTP
+--- response: what follows its headers.
+function M.sse_body(name)
+  local raw = assert(M.read_file(M.root .. "/spec/fixtures/stream/" .. name))
+  local _, stop = raw:find("\r\n\r\n", 1, true)
+  return raw:sub(stop + 1)
+end
+
+--- The frame of a spec that sends through the real send path: call it in before_each
+--- and `teardown()` in after_each. It starts a loopback LLM server
+--- (spec/support/llm_server.lua) as `server` unless opts.server is false, sets
+--- $FLEMMA_SPEC_KEY to opts.key when given, and records every notification in `notes`
+--- ({ msg, level }, level INFO when none is given) and the data of every
+--- FlemmaRequestFinished event in `finished`.
+--- `wait_finished(n, timeout)` waits until n requests (1 by default) have finished,
+--- for opts.timeout ms (10 s by default), and returns the nth one's data; it fails
+--- with the notifications so far.
+--- `forget_notes()` empties `notes` (the same table) for what a test checks next.
+--- `teardown()` restores vim.notify, wipes every buffer, stops the server, removes the
+--- temporary directories (M.cleanup), unsets the key and resets the configuration
+--- (require("flemma").setup({})); then it asserts that no notification, forgotten or
+--- not, held opts.key or any of opts.secrets.
+---@param opts? { key?: string, secrets?: string[], server?: boolean, timeout?: integer }
+---@return { server?: table, notes: { msg: string, level: integer }[], finished: table[], wait_finished: fun(n?: integer, timeout?: integer): table, forget_notes: fun(), teardown: fun() }
+function M.send_harness(opts)
+  opts = opts or {}
+  local h = { notes = {}, finished = {} }
+  local orig_notify = vim.notify
+  local all_notes = {}
+  if opts.server ~= false then
+    h.server = require("spec.support.llm_server").start()
+  end
+  if opts.key then
+    vim.env.FLEMMA_SPEC_KEY = opts.key
+  end
+  vim.notify = function(msg, level)
+    local note = { msg = msg, level = level or vim.log.levels.INFO }
+    h.notes[#h.notes + 1] = note
+    all_notes[#all_notes + 1] = note
+  end
+  local group = vim.api.nvim_create_augroup("spec_send_harness", { clear = true })
+  vim.api.nvim_create_autocmd("User", {
+    pattern = "FlemmaRequestFinished",
+    group = group,
+    callback = function(ev)
+      h.finished[#h.finished + 1] = ev.data
+    end,
+  })
+
+  function h.wait_finished(n, timeout)
+    n = n or 1
+    local ok = vim.wait(timeout or opts.timeout or 10000, function()
+      return #h.finished >= n
+    end, 10)
+    if not ok then
+      local msgs = vim.tbl_map(function(x)
+        return x.msg
+      end, h.notes)
+      error(("the request never finished (%d of %d); notes:\n%s"):format(#h.finished, n, table.concat(msgs, "\n")), 2)
+    end
+    return h.finished[n]
+  end
+
+  function h.forget_notes()
+    for i = #h.notes, 1, -1 do
+      h.notes[i] = nil
+    end
+  end
+
+  function h.teardown()
+    vim.notify = orig_notify
+    pcall(vim.api.nvim_del_augroup_by_id, group)
+    vim.cmd("silent! %bwipeout!")
+    if h.server then
+      h.server:stop()
+    end
+    M.cleanup()
+    if opts.key then
+      vim.env.FLEMMA_SPEC_KEY = nil
+    end
+    require("flemma").setup({})
+    local secrets = vim.list_extend({ opts.key }, opts.secrets or {})
+    for _, n in ipairs(all_notes) do
+      for _, secret in ipairs(secrets) do
+        require("luassert").is_nil(n.msg:find(secret, 1, true), "a key appeared in a notification")
+      end
+    end
+  end
+
+  return h
+end
+
 return M

@@ -2,14 +2,13 @@
 -- against the loopback server; the key must reach the server as a header and never
 -- curl's argv, a notification or the log.
 local helpers = require("spec.support.helpers")
-local server_mod = require("spec.support.llm_server")
 local provider = require("flemma.provider")
 local secrets = require("flemma.secrets")
 
 local KEY1 = "sk-keyring-first-" .. tostring(math.random(1e9))
 local KEY2 = "sk-keyring-second-" .. tostring(math.random(1e9))
 
-local saved_path, bin, state, notes, orig_notify
+local saved_path, bin, state, h
 
 local function fake_secret_tool()
   local path = bin .. "/secret-tool"
@@ -54,32 +53,29 @@ local function send(buf)
   end
 end
 
+-- For before_each: no key in the environment, the fake secret-tool first on $PATH, the
+-- send harness (a loopback server unless server = false); no key in a notification.
+local function start(server)
+  secrets._reset()
+  vim.env.FLEMMA_SPEC_UNSET_KEY = nil
+  saved_path = vim.env.PATH
+  bin, state = helpers.tmpdir(), helpers.tmpdir()
+  vim.env.PATH = bin .. ":" .. saved_path
+  fake_secret_tool()
+  h = helpers.send_harness({ server = server, secrets = { KEY1, KEY2 } })
+end
+
+local function stop()
+  vim.env.PATH = saved_path
+  secrets._reset()
+  h.teardown()
+end
+
 describe("credentials on the send path", function()
   before_each(function()
-    secrets._reset()
-    vim.env.FLEMMA_SPEC_UNSET_KEY = nil
-    saved_path = vim.env.PATH
-    bin, state = helpers.tmpdir(), helpers.tmpdir()
-    vim.env.PATH = bin .. ":" .. saved_path
-    fake_secret_tool()
-    notes = {}
-    orig_notify = vim.notify
-    vim.notify = function(msg, level)
-      notes[#notes + 1] = { msg = msg, level = level }
-    end
+    start(false)
   end)
-  after_each(function()
-    vim.notify = orig_notify
-    for _, n in ipairs(notes) do
-      assert.is_nil(n.msg:find(KEY1, 1, true), "a key in a notification")
-      assert.is_nil(n.msg:find(KEY2, 1, true), "a key in a notification")
-    end
-    vim.env.PATH = saved_path
-    vim.cmd("silent! %bwipeout!")
-    secrets._reset()
-    helpers.cleanup()
-    require("flemma").setup({})
-  end)
+  after_each(stop)
 
   it("reports every resolver tried, once, and starts no curl when no key is found", function()
     setup("https://flemma.invalid/v1/messages")
@@ -115,37 +111,17 @@ end)
 describe("credentials against the loopback server", function()
   local server
   before_each(function()
-    secrets._reset()
-    vim.env.FLEMMA_SPEC_UNSET_KEY = nil
-    saved_path = vim.env.PATH
-    bin, state = helpers.tmpdir(), helpers.tmpdir()
-    vim.env.PATH = bin .. ":" .. saved_path
-    fake_secret_tool()
-    orig_notify = vim.notify
-    server = server_mod.start()
-    notes = {}
-    vim.notify = function(msg, level)
-      notes[#notes + 1] = { msg = msg, level = level }
-    end
+    start(true)
+    server = h.server
     vim.env.XDG_STATE_HOME = helpers.tmpdir()
     require("flemma.log").enable("debug")
   end)
   after_each(function()
-    vim.notify = orig_notify
     local log = helpers.read_file(require("flemma.log").path()) or ""
     require("flemma.log").disable()
-    for _, s in ipairs({ log, table.concat(vim.tbl_map(function(n)
-      return n.msg
-    end, notes), "\n") }) do
-      assert.is_nil(s:find(KEY1, 1, true), "a key in the log or a notification")
-      assert.is_nil(s:find(KEY2, 1, true), "a key in the log or a notification")
-    end
-    vim.env.PATH = saved_path
-    server:stop()
-    vim.cmd("silent! %bwipeout!")
-    secrets._reset()
-    helpers.cleanup()
-    require("flemma").setup({})
+    stop()
+    assert.is_nil(log:find(KEY1, 1, true), "a key in the log")
+    assert.is_nil(log:find(KEY2, 1, true), "a key in the log")
   end)
 
   it("sends the keyring's key as a header, never in curl's argv", function()

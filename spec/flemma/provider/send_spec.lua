@@ -2,7 +2,6 @@
 -- provider streams chunked at random boundaries, assertions on the buffer, the
 -- requests the server received, notifications, events and processes.
 local helpers = require("spec.support.helpers")
-local server_mod = require("spec.support.llm_server")
 
 local tools = require("flemma.tools")
 local provider = require("flemma.provider")
@@ -10,23 +9,13 @@ local transport = require("flemma.provider.transport")
 
 local KEY = "sk-flemma-spec-" .. tostring(math.random(1e9))
 
-local function press(keys)
-  vim.api.nvim_feedkeys(vim.api.nvim_replace_termcodes(keys, true, false, true), "mx", false)
-end
-
-local function text(buf)
-  return table.concat(vim.api.nvim_buf_get_lines(buf, 0, -1, false), "\n")
-end
+local press, text = helpers.press, helpers.text
 
 local function chat(lines)
-  local dir = helpers.tmpdir()
-  vim.cmd("edit " .. vim.fn.fnameescape(dir .. "/test.chat"))
-  local buf = vim.api.nvim_get_current_buf()
-  vim.api.nvim_buf_set_lines(buf, 0, -1, false, lines)
-  return buf
+  return helpers.edit(helpers.tmpdir() .. "/test.chat", lines)
 end
 
-local server, notes, finished
+local h, server, notes, finished
 
 local function setup(opts)
   opts = opts or {}
@@ -49,18 +38,6 @@ local function setup(opts)
   })
 end
 
-local function wait_finished(n, timeout)
-  helpers.wait_for(function()
-    return #finished >= (n or 1)
-  end, timeout or 10000, "the request never finished; notes:\n" .. table.concat(
-    vim.tbl_map(function(x)
-      return x.msg
-    end, notes),
-    "\n"
-  ))
-  return finished[n or 1]
-end
-
 local function errors()
   return vim.tbl_filter(function(n)
     return n.level == vim.log.levels.ERROR
@@ -69,35 +46,14 @@ end
 
 
 describe("sending to a provider", function()
-  local orig_notify
   before_each(function()
-    orig_notify = vim.notify
-    server = server_mod.start()
-    vim.env.FLEMMA_SPEC_KEY = KEY
-    notes, finished = {}, {}
-    vim.notify = function(msg, level)
-      notes[#notes + 1] = { msg = msg, level = level or vim.log.levels.INFO }
-    end
-    vim.api.nvim_create_autocmd("User", {
-      pattern = "FlemmaRequestFinished",
-      group = vim.api.nvim_create_augroup("send_spec", { clear = true }),
-      callback = function(ev)
-        finished[#finished + 1] = ev.data
-      end,
-    })
+    h = helpers.send_harness({ key = KEY })
+    server, notes, finished = h.server, h.notes, h.finished
     require("flemma.provider.usage")._reset()
     setup()
   end)
   after_each(function()
-    vim.notify = orig_notify
-    for _, n in ipairs(notes) do
-      assert.is_nil(n.msg:find(KEY, 1, true), "the key appeared in a notification")
-    end
-    vim.cmd("silent! %bwipeout!")
-    server:stop()
-    helpers.cleanup()
-    vim.env.FLEMMA_SPEC_KEY = nil
-    require("flemma").setup({})
+    h.teardown()
   end)
 
   it("writes the request, the response and curl's exit to the log when logging is on, never the key", function()
@@ -108,7 +64,7 @@ describe("sending to a provider", function()
     server:script({ { fixture = "anthropic_text.sse", chunk_seed = 2, max_chunk = 9 } })
     local buf = chat({ "@You:", "Hello log" })
     press("<C-]>")
-    assert.equals("completed", wait_finished().status)
+    assert.equals("completed", h.wait_finished().status)
     log.disable()
     local logged = assert(helpers.read_file(log.path()))
     vim.env.XDG_STATE_HOME = saved_state
@@ -129,7 +85,7 @@ describe("sending to a provider", function()
     press("<C-]>")
     assert.truthy(text(buf):find("@Assistant:", 1, true))
     assert.is_false(vim.bo[buf].modifiable)
-    local fin = wait_finished()
+    local fin = h.wait_finished()
     assert.equals("completed", fin.status)
     assert.equals(
       "@System:\nBe brief.\n\n@You:\nHello\n\n@Assistant:\nHello there, wörld ✓.\nSecond line ends here.\n\n@You:\n",
@@ -183,7 +139,7 @@ describe("sending to a provider", function()
     server:script({ { fixture = "anthropic_thinking.sse", chunk_seed = 2 }, { fixture = "anthropic_text.sse" } })
     local buf = chat({ "@You:", "2+2?" })
     press("<C-]>")
-    assert.equals("completed", wait_finished().status)
+    assert.equals("completed", h.wait_finished().status)
     assert.truthy(
       text(buf):find(
         table.concat({
@@ -208,7 +164,7 @@ describe("sending to a provider", function()
     )
     vim.api.nvim_buf_set_lines(buf, -1, -1, false, { "And 3+3?" })
     press("<C-]>")
-    wait_finished(2)
+    h.wait_finished(2)
     local body = server:requests()[2].json
     assert.same({
       { type = "thinking", thinking = "Let me think about 2+2.\nIt is 4.", signature = "EqQBCgIYAhIM1gbcDa9GJwZA2b3hGgxBdjrkzLoky3dl1pkiMOYds+/Sig==" },
@@ -222,7 +178,7 @@ describe("sending to a provider", function()
     server:script({ { fixture = "anthropic_tools_parallel.sse", chunk_seed = 3 }, { fixture = "anthropic_text.sse", chunk_seed = 4 } })
     local buf = chat({ "@You:", "Echo twice." })
     press("<C-]>")
-    wait_finished(2, 15000)
+    h.wait_finished(2, 15000)
     assert.equals("completed", finished[1].status)
     assert.equals("completed", finished[2].status)
     local doc = require("flemma.document").parse(vim.api.nvim_buf_get_lines(buf, 0, -1, false))
@@ -249,7 +205,7 @@ describe("sending to a provider", function()
     server:script({ { fixture = "openai_chat_text.sse", chunk_seed = 5 }, { fixture = "openai_chat_tools.sse", chunk_seed = 6 } })
     local buf = chat({ "@You:", "Hi" })
     press("<C-]>")
-    local fin = wait_finished()
+    local fin = h.wait_finished()
     assert.equals("@You:\nHi\n\n@Assistant:\n<thinking>\nGreeting back.\n</thinking>\n\nHi! How can I help?\n\n@You:\n", text(buf))
     assert.equals(20, fin.usage.input_tokens)
     assert.equals(10, fin.usage.cache_read_tokens)
@@ -261,7 +217,7 @@ describe("sending to a provider", function()
     assert.equals("qwen3", req.json.model)
     vim.api.nvim_buf_set_lines(buf, -1, -1, false, { "Echo a and b." })
     press("<C-]>")
-    wait_finished(2)
+    h.wait_finished(2)
     local doc = require("flemma.document").parse(vim.api.nvim_buf_get_lines(buf, 0, -1, false))
     local uses = vim.tbl_filter(function(p)
       return p.kind == "tool_use"
@@ -282,7 +238,7 @@ describe("sending to a provider", function()
       local lines = { "@You:", "Hello" }
       local buf = chat(lines)
       press("<C-]>")
-      local fin = wait_finished(1, 20000)
+      local fin = h.wait_finished(1, 20000)
       if opts and opts.teardown then
         opts.teardown()
       end
@@ -393,7 +349,7 @@ describe("sending to a provider", function()
       return (vim.b[buf].flemma_status or ""):find("retry 1/2", 1, true) ~= nil
     end, 5000, "no retry status")
     assert.truthy(vim.b[buf].flemma_status:find("HTTP 429", 1, true), vim.b[buf].flemma_status)
-    local fin = wait_finished()
+    local fin = h.wait_finished()
     assert.equals("completed", fin.status)
     assert.is_true((vim.uv.hrtime() - t0) / 1e6 >= 950)
     assert.equals(3, #server:requests())
@@ -405,7 +361,7 @@ describe("sending to a provider", function()
     server:script({ { fixture = "anthropic_overloaded.sse" }, { fixture = "anthropic_text.sse" } })
     chat({ "@You:", "Hello" })
     press("<C-]>")
-    assert.equals("completed", wait_finished().status)
+    assert.equals("completed", h.wait_finished().status)
     assert.equals(2, #server:requests())
   end)
 
@@ -425,7 +381,7 @@ describe("sending to a provider", function()
     vim.api.nvim_buf_set_lines(other, 0, -1, false, { "still editable" })
     assert.is_false(vim.bo[buf].modifiable)
     press("<C-c>")
-    local fin = wait_finished()
+    local fin = h.wait_finished()
     assert.equals("cancelled", fin.status)
     helpers.wait_for(function()
       return vim.uv.kill(pid, 0) ~= 0
@@ -444,7 +400,7 @@ describe("sending to a provider", function()
       return vim.b[buf].flemma_status ~= nil
     end, 5000)
     vim.cmd("Flemma cancel")
-    assert.equals("cancelled", wait_finished().status)
+    assert.equals("cancelled", h.wait_finished().status)
     assert.equals(1, #server:requests())
     assert.truthy(text(buf):find("<!-- flemma: cancelled -->", 1, true))
   end)

@@ -3,23 +3,14 @@
 -- replaying the decoder fixtures; the buffer keeps every provider's thinking with its
 -- own signature and every tool pair, and each request carries only its own signatures.
 local helpers = require("spec.support.helpers")
-local server_mod = require("spec.support.llm_server")
 local provider = require("flemma.provider")
 local document = require("flemma.document")
 
 local KEY = "sk-switch-" .. tostring(math.random(1e9))
-local FIXTURES = helpers.root .. "/spec/fixtures/stream/"
 
--- The SSE body of a fixture written as a whole HTTP response.
-local function sse_body(name)
-  local raw = assert(helpers.read_file(FIXTURES .. name))
-  local _, stop = raw:find("\r\n\r\n", 1, true)
-  return raw:sub(stop + 1)
-end
+local sse_body = helpers.sse_body
 
-local function text(buf)
-  return table.concat(vim.api.nvim_buf_get_lines(buf, 0, -1, false), "\n")
-end
+local text = helpers.text
 
 local function send(buf)
   local res
@@ -39,16 +30,11 @@ end
 
 
 describe("a conversation switched between providers mid-file", function()
-  local server, orig_notify, notes
+  local h, server
   before_each(function()
     require("flemma.provider.usage")._reset()
-    orig_notify = vim.notify
-    server = server_mod.start()
-    vim.env.FLEMMA_SPEC_KEY = KEY
-    notes = {}
-    vim.notify = function(msg, level)
-      notes[#notes + 1] = { msg = msg, level = level }
-    end
+    h = helpers.send_harness({ key = KEY })
+    server = h.server
     require("flemma").setup({
       provider = "oai",
       parameters = { cache_retention = "none", max_retries = 0, timeout = 30, vertex = { project_id = "proj-1" } },
@@ -65,22 +51,11 @@ describe("a conversation switched between providers mid-file", function()
     })
   end)
   after_each(function()
-    vim.notify = orig_notify
-    for _, n in ipairs(notes) do
-      assert.is_nil(n.msg:find(KEY, 1, true))
-    end
-    server:stop()
-    vim.env.FLEMMA_SPEC_KEY = nil
-    vim.cmd("silent! %bwipeout!")
-    helpers.cleanup()
-    require("flemma").setup({})
+    h.teardown()
   end)
 
   it("round-trips thinking and tool pairs from openai to vertex to anthropic", function()
-    local dir = helpers.tmpdir()
-    vim.cmd("edit " .. vim.fn.fnameescape(dir .. "/switch.chat"))
-    local buf = vim.api.nvim_get_current_buf()
-    vim.api.nvim_buf_set_lines(buf, 0, -1, false, { "@You:", "Hello" })
+    local buf = helpers.edit(helpers.tmpdir() .. "/switch.chat", { "@You:", "Hello" })
 
     -- 1. openai (Responses API)
     server:script({ { body = sse_body("responses_reasoning_text.http"), content_type = "text/event-stream", chunk_seed = 4, max_chunk = 9 } })
