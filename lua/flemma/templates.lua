@@ -1,7 +1,8 @@
 --- Templates in @System: and @You: text, expanded in what is sent (never in the
 --- buffer): `{{ expression }}` writes a value, `{% statements %}` runs Lua (loops,
 --- conditions), and a `-` inside a tag (`{{-`, `-}}`, `{%-`, `-%}`) removes the
---- whitespace before or after it. The code runs in the isolated interpreter of the
+--- whitespace before or after it. A tag ends at the first closing outside the Lua
+--- strings and comments of its code. The code runs in the isolated interpreter of the
 --- frontmatter (flemma.frontmatter: same environment, same time and memory limits),
 --- with the table the Lua frontmatter returns as variables, `__filename`, `__dirname`
 --- and `include(path)`, which inlines another file (a template too; relative to the
@@ -46,6 +47,59 @@ local function count_nl(s)
   return n
 end
 
+--- Where the tag whose body starts at `from` is closed by `close` ("}}" or "%}"):
+--- the first `close` outside the body's Lua strings ('..', "..", [[..]], [=[..]=])
+--- and long comments; a `--` comment ends at the end of its line or at `close`.
+--- nil when a string or long comment is not closed (the caller then takes the
+--- first `close`, and Lua reports the broken string).
+function H.tag_end(text, from, close)
+  local i = from
+  local stops = "[\"'%[%-" .. close:sub(1, 1):gsub("%%", "%%%%") .. "]"
+  while true do
+    i = text:find(stops, i)
+    if not i then
+      return nil
+    end
+    local c = text:sub(i, i)
+    if text:sub(i, i + 1) == close then
+      return i
+    elseif c == '"' or c == "'" then
+      local j = i + 1
+      while true do
+        j = text:find("[\\\n" .. c .. "]", j)
+        if not j or text:sub(j, j) == "\n" then
+          return nil
+        elseif text:sub(j, j) == "\\" then
+          j = j + 2
+        else
+          break
+        end
+      end
+      i = j + 1
+    elseif c == "[" or (c == "-" and text:sub(i + 1, i + 1) == "-") then
+      local long = c == "[" and text:match("^%[(=*)%[", i) or text:match("^%-%-%[(=*)%[", i)
+      if long then
+        local _, e = text:find("]" .. long .. "]", i, true)
+        if not e then
+          return nil
+        end
+        i = e + 1
+      elseif c == "-" then
+        local nl = text:find("\n", i, true) or (#text + 1)
+        local cs = text:find(close, i + 2, true)
+        if cs and cs < nl then
+          return cs
+        end
+        i = nl
+      else
+        i = i + 1
+      end
+    else
+      i = i + 1
+    end
+  end
+end
+
 --- Compiles template text.
 ---@param text string
 ---@param chunk string the name of the text in error messages
@@ -88,7 +142,7 @@ function M.compile(text, chunk)
     end
     local close = kind == "{" and "}}" or "%}"
     local body_start = e + 1 + (trim_before and 1 or 0)
-    local cs = text:find(close, body_start, true)
+    local cs = H.tag_end(text, body_start, close) or text:find(close, body_start, true)
     if not cs then
       return nil, { line = open_line, message = ("`{%s` is not closed by `%s`"):format(kind, close) }
     end

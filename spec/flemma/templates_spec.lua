@@ -133,6 +133,17 @@ describe("templates", function()
     assert.same({ "items:[1][2][3]\nend xy  z." }, user_texts(body))
   end)
 
+  it("ends a tag at its closing outside Lua strings and comments", function()
+    local buf = chat({
+      "@You:",
+      [[a {{ "}}" }} b {{ '%}' .. "\"}}" }} c {{ [==[x}}]==] }}]],
+      [=[{% local t = { "%}" } -- a comment's "quote %}d {{ t[1] --[[ }} ]] }}]=],
+      [[{{ 1 -- note }}e]],
+    })
+    local body = sent(buf)
+    assert.same({ 'a }} b %}"}} c x}}\nd %}\n1e' }, user_texts(body))
+  end)
+
   it("includes files relative to the including file, recursively, raw on request", function()
     write("prompts/role.md", 'Role: {{ who }}.\n{{ include("parts/tone.md") }}')
     write("prompts/parts/tone.md", "Tone: dry {{ 1 + 1 }}.")
