@@ -4,6 +4,10 @@ local H = {}
 
 M.group = vim.api.nvim_create_augroup("flemma.chat", { clear = true })
 
+H.attached = {} ---@type table<integer, true> buffers attached (read on every change)
+-- A TextChanged this soon after the previous one is part of a burst of changes.
+H.BURST_NS = 8e6
+
 function H.map(bufnr, modes, lhs, rhs, desc, expr)
   if type(lhs) ~= "string" or lhs == "" then
     return
@@ -114,15 +118,17 @@ function M.attach(bufnr)
 
   -- Changes that fire no TextChanged (another window, a plugin writing into
   -- a hidden buffer) reach the previews through the document's on_lines.
+  H.attached[bufnr] = true
   local document = require("flemma.document")
   document.on_change = document.on_change
     or function(buf)
-      if vim.b[buf].flemma_attached and not require("flemma.send").is_active(buf) then
+      if H.attached[buf] and not require("flemma.send").is_active(buf) then
         require("flemma.ui.preview").schedule(buf)
       end
     end
   local refresh = function()
     if not vim.api.nvim_buf_is_valid(bufnr) then
+      H.attached[bufnr] = nil
       return true
     end
     if not require("flemma.native").usable() then
@@ -139,10 +145,31 @@ function M.attach(bufnr)
       require("flemma.util").warn("tool previews unavailable: " .. require("flemma.util").message(err))
     end
   end
-  vim.api.nvim_create_autocmd({ "TextChanged", "InsertLeave", "BufWinEnter" }, {
+  vim.api.nvim_create_autocmd({ "InsertLeave", "BufWinEnter" }, {
     group = M.group,
     buffer = bufnr,
     callback = refresh,
+  })
+  -- TextChanged: the previews of the changed lines are drawn at once, unless
+  -- changes come faster than anyone types (a plugin writing chunk after chunk):
+  -- then the update the document's on_lines scheduled draws them a moment later,
+  -- once for all of them.
+  local last_changed = 0
+  vim.api.nvim_create_autocmd("TextChanged", {
+    group = M.group,
+    buffer = bufnr,
+    callback = function()
+      local now = vim.uv.hrtime()
+      local burst = now - last_changed < H.BURST_NS
+      last_changed = now
+      if burst and vim.api.nvim_buf_is_valid(bufnr) then
+        if not require("flemma.send").is_active(bufnr) then
+          require("flemma.ui.preview").schedule(bufnr)
+        end
+        return
+      end
+      return refresh()
+    end,
   })
   vim.api.nvim_create_autocmd({ "VimResized", "WinResized" }, {
     group = M.group,

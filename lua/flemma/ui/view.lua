@@ -11,6 +11,7 @@ local H = {}
 
 H.attached = {} ---@type table<integer, boolean>
 H.request_version = {} ---@type table<integer, integer> document version when a request started
+H.BURST_MS = 16
 
 function H.cfg()
   return require("flemma.config").get().ui
@@ -74,7 +75,17 @@ function M.attach(buf)
     return
   end
   H.attached[buf] = true
-  local scheduled = false
+  -- The marks of what changed are updated on the next tick, or, when changes
+  -- come in a burst (chunk after chunk), once per H.BURST_MS for all of them.
+  local scheduled, last_run = false, 0
+  local function update_marks()
+    scheduled = false
+    last_run = vim.uv.hrtime()
+    if H.attached[buf] and vim.api.nvim_buf_is_valid(buf) then
+      H.safe(marks.update, buf)
+      H.safe(marks.redraw, buf)
+    end
+  end
   vim.api.nvim_buf_attach(buf, false, {
     on_lines = function(_, b, _, first, _, last_new)
       if not H.attached[b] then
@@ -84,13 +95,11 @@ function M.attach(buf)
       fold.changed(b, first, last_new)
       if not scheduled then
         scheduled = true
-        vim.schedule(function()
-          scheduled = false
-          if H.attached[b] and vim.api.nvim_buf_is_valid(b) then
-            H.safe(marks.update, b)
-            H.safe(marks.redraw, b)
-          end
-        end)
+        if vim.uv.hrtime() - last_run < H.BURST_MS * 1e6 then
+          vim.defer_fn(update_marks, H.BURST_MS)
+        else
+          vim.schedule(update_marks)
+        end
       end
     end,
     on_reload = function(_, b)
