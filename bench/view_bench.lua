@@ -8,15 +8,13 @@
 -- (ui.fold_max_bytes raised): the default folds chats up to 1 MB.
 local gen = dofile(_G.FLEMMA_ROOT .. "/bench/chat_gen.lua")
 
-local st = {}
-
-local function setup()
-  if st.buf then
-    return
-  end
+-- A generated chat of `bytes` in a new buffer, the current one, with filetype chat
+-- (folded: ui.fold_max_bytes raised) and the folds of every line computed: its
+-- buffer, line count, generator info, the line of the first turn from the middle on,
+-- and how long opening it took.
+local function open_chat(bytes)
   require("flemma").setup({ ui = { fold_max_bytes = 64 * 1024 * 1024 } }) -- folded (the default folds chats up to 1 MB)
-  local lines, info = gen.generate(10 * 1024 * 1024)
-  st.n, st.info = #lines, info
+  local lines, info = gen.generate(bytes)
   local buf = vim.api.nvim_create_buf(true, false)
   vim.bo[buf].undolevels = -1
   vim.api.nvim_buf_set_lines(buf, 0, -1, false, lines)
@@ -25,121 +23,97 @@ local function setup()
   local t0 = vim.uv.hrtime()
   vim.bo[buf].filetype = "chat" -- ftplugin: folds computed for every line once
   vim.fn.foldlevel(1)
-  st.open_ms = (vim.uv.hrtime() - t0) / 1e6
+  local open_ms = (vim.uv.hrtime() - t0) / 1e6
   vim.wait(200)
-  st.buf = buf
-  st.mid = math.floor(#lines / 2)
-  while not lines[st.mid]:match("^Turn ") do
-    st.mid = st.mid + 1
+  local mid = math.floor(#lines / 2)
+  while not lines[mid]:match("^Turn ") do
+    mid = mid + 1
   end
-  st.k = 0
+  return { buf = buf, n = #lines, info = info, mid = mid, open_ms = open_ms, k = 0 }
+end
+
+local function close_chat(chat)
+  if chat.buf and vim.api.nvim_buf_is_valid(chat.buf) then
+    vim.api.nvim_buf_delete(chat.buf, { force = true })
+  end
+  collectgarbage()
+end
+
+-- The 10 MB chat.
+local st = {}
+
+local function setup()
+  if not st.buf then
+    st = open_chat(10 * 1024 * 1024)
+  end
 end
 
 local function teardown()
-  if st.buf and vim.api.nvim_buf_is_valid(st.buf) then
-    vim.api.nvim_buf_delete(st.buf, { force = true })
-  end
+  close_chat(st)
   st = {}
-  collectgarbage()
 end
 
 -- A 1 MB chat for the undo benchmarks (undo, redo and J in the middle).
 local u = {}
 
 local function setup_1mb()
-  if u.buf then
-    return
+  if not u.buf then
+    u = open_chat(1024 * 1024)
   end
-  require("flemma").setup({ ui = { fold_max_bytes = 64 * 1024 * 1024 } }) -- folded (the default folds chats up to 1 MB)
-  local lines = gen.generate(1024 * 1024)
-  local buf = vim.api.nvim_create_buf(true, false)
-  vim.bo[buf].undolevels = -1
-  vim.api.nvim_buf_set_lines(buf, 0, -1, false, lines)
-  vim.bo[buf].undolevels = 1000
-  vim.api.nvim_set_current_buf(buf)
-  vim.bo[buf].filetype = "chat"
-  vim.fn.foldlevel(1)
-  vim.wait(200)
-  u.buf, u.n = buf, #lines
-  u.mid = math.floor(#lines / 2)
-  while not lines[u.mid]:match("^Turn ") do
-    u.mid = u.mid + 1
-  end
-  u.k = 0
 end
 
 local function teardown_1mb()
-  if u.buf and vim.api.nvim_buf_is_valid(u.buf) then
-    vim.api.nvim_buf_delete(u.buf, { force = true })
-  end
+  close_chat(u)
   u = {}
-  collectgarbage()
 end
 
--- Keys typed in the middle of the 1 MB chat, timed with what the view does on
--- the next tick (folds of the changed segments, rulers and signs).
-local function keys_ms(keys)
-  local t0 = vim.uv.hrtime()
-  vim.cmd("silent normal! " .. vim.keycode(keys))
-  require("flemma.ui.fold").flush(u.buf)
-  require("flemma.ui.marks").update(u.buf)
-  require("flemma.ui.marks").redraw(u.buf)
-  return (vim.uv.hrtime() - t0) / 1e6
+-- What the view does on the next tick after a change: folds of the changed
+-- segments, rulers and signs.
+local function next_tick(buf)
+  require("flemma.ui.fold").flush(buf)
+  require("flemma.ui.marks").update(buf)
+  require("flemma.ui.marks").redraw(buf)
+end
+
+-- A benchmark of keys typed on the middle turn's line of the 1 MB chat, timed with
+-- the view's next-tick work: `before` untimed ahead of them, `after` untimed behind
+-- them (to undo them), each followed by 20 ms of the event loop.
+local function keys_case(name, before, keys, after, teardown_fn)
+  return {
+    name = name,
+    unit = "ms",
+    target = 5,
+    op = "<=",
+    runs = 11,
+    setup = setup_1mb,
+    teardown = teardown_fn,
+    run = function()
+      vim.api.nvim_win_set_cursor(0, { u.mid, 0 })
+      if before then
+        vim.cmd("silent normal! " .. before)
+        vim.wait(20)
+      end
+      local t0 = vim.uv.hrtime()
+      vim.cmd("silent normal! " .. vim.keycode(keys))
+      next_tick(u.buf)
+      local ms = (vim.uv.hrtime() - t0) / 1e6
+      vim.wait(20)
+      if after then
+        vim.cmd("silent normal! " .. after)
+        vim.wait(20)
+      end
+      return ms
+    end,
+  }
 end
 
 return {
-  {
-    name = "view_undo_1mb",
-    unit = "ms",
-    target = 5,
-    op = "<=",
-    runs = 11,
-    setup = setup_1mb,
-    run = function()
-      -- `u` of a dd in the middle (Neovim folds the undo before on_lines).
-      vim.api.nvim_win_set_cursor(0, { u.mid, 0 })
-      vim.cmd("silent normal! dd")
-      vim.wait(20)
-      local ms = keys_ms("u")
-      vim.wait(20)
-      return ms
-    end,
-  },
-  {
-    name = "view_redo_1mb",
-    unit = "ms",
-    target = 5,
-    op = "<=",
-    runs = 11,
-    setup = setup_1mb,
-    run = function()
-      -- <C-r> of that dd, then `u` again (untimed).
-      vim.api.nvim_win_set_cursor(0, { u.mid, 0 })
-      local ms = keys_ms("<C-r>")
-      vim.wait(20)
-      vim.cmd("silent normal! u")
-      vim.wait(20)
-      return ms
-    end,
-  },
-  {
-    name = "view_join_1mb",
-    unit = "ms",
-    target = 5,
-    op = "<=",
-    runs = 11,
-    setup = setup_1mb,
-    teardown = teardown_1mb,
-    run = function()
-      -- J on the line of the middle turn, then `u` (untimed).
-      vim.api.nvim_win_set_cursor(0, { u.mid, 0 })
-      local ms = keys_ms("J")
-      vim.wait(20)
-      vim.cmd("silent normal! u")
-      vim.wait(20)
-      return ms
-    end,
-  },
+  -- `u` of a dd in the middle (Neovim folds the undo before on_lines).
+  keys_case("view_undo_1mb", "dd", "u"),
+  -- <C-r> of that dd, then `u` again.
+  keys_case("view_redo_1mb", nil, "<C-r>", "u"),
+  -- J on the line of the middle turn, then `u`.
+  keys_case("view_join_1mb", nil, "J", "u", teardown_1mb),
   {
     name = "fold_expr_10mb",
     unit = "us/line",
@@ -200,9 +174,7 @@ return {
       local t0 = vim.uv.hrtime()
       -- The edit itself (Neovim folds the changed line, on_lines feeds the document).
       vim.api.nvim_buf_set_lines(st.buf, row, row + 1, false, { text })
-      require("flemma.ui.fold").flush(st.buf)
-      require("flemma.ui.marks").update(st.buf)
-      require("flemma.ui.marks").redraw(st.buf)
+      next_tick(st.buf)
       return (vim.uv.hrtime() - t0) / 1e6
     end,
   },
