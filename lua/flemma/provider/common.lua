@@ -23,6 +23,29 @@ function M.arguments(input)
   return vim.json.encode(input)
 end
 
+--- The headers of a streamed JSON request, with `authorization: Bearer KEY` when
+--- there is a key (the OpenAI kinds and vertex).
+---@param key string|nil
+---@return table<string, string>
+function M.bearer_headers(key)
+  local headers = { ["content-type"] = "application/json", ["accept"] = "text/event-stream" }
+  if key then
+    headers["authorization"] = "Bearer " .. key
+  end
+  return headers
+end
+
+--- A kind's normalize_usage where the input tokens include the cached ones: they are
+--- taken out, as usage keeps them apart.
+---@param usage table
+---@return table usage
+function M.uncached_input(usage)
+  if usage.input_tokens and usage.cache_read_tokens then
+    usage.input_tokens = math.max(0, usage.input_tokens - usage.cache_read_tokens)
+  end
+  return usage
+end
+
 --- Whether an attached file part (flemma.attachments) is an image the providers take.
 ---@param part { mime: string }
 ---@return boolean

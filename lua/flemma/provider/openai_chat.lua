@@ -157,11 +157,7 @@ function M.build(ctx)
   if effort then
     body.reasoning_effort = effort
   end
-  local headers = { ["content-type"] = "application/json", ["accept"] = "text/event-stream" }
-  if ctx.key then
-    headers["authorization"] = "Bearer " .. ctx.key
-  end
-  return body, headers
+  return body, common.bearer_headers(ctx.key)
 end
 
 --- The message of an error body ({ error = { message, type, code } }, some servers
@@ -187,12 +183,6 @@ function M.error_message(decoded)
 end
 
 --- Prompt tokens include the cached ones here; usage keeps them apart.
----@param usage table
-function M.normalize_usage(usage)
-  if usage.input_tokens and usage.cache_read_tokens then
-    usage.input_tokens = math.max(0, usage.input_tokens - usage.cache_read_tokens)
-  end
-  return usage
-end
+M.normalize_usage = common.uncached_input
 
 return M

@@ -153,11 +153,7 @@ function M.build(ctx)
   if next(gen) then
     body.generationConfig = gen
   end
-  local headers = { ["content-type"] = "application/json", ["accept"] = "text/event-stream" }
-  if ctx.key then
-    headers["authorization"] = "Bearer " .. ctx.key
-  end
-  return body, headers
+  return body, common.bearer_headers(ctx.key)
 end
 
 --- The message of an error body ({ error = { code, message, status } }, or a list of them).
@@ -177,11 +173,6 @@ function M.error_message(decoded)
 end
 
 --- promptTokenCount includes the cached tokens here; usage keeps them apart.
-function M.normalize_usage(usage)
-  if usage.input_tokens and usage.cache_read_tokens then
-    usage.input_tokens = math.max(0, usage.input_tokens - usage.cache_read_tokens)
-  end
-  return usage
-end
+M.normalize_usage = common.uncached_input
 
 return M
