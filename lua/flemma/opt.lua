@@ -256,13 +256,20 @@ local function state(self, method)
   return st
 end
 
---- Adds names at the end (names already present stay where they are).
-function List.append(self, v)
-  local st = state(self, "append")
-  for _, item in ipairs(H.operand(st, v, "append")) do
+-- Adds names, at the end or (front) at the front in their order; names already
+-- present stay where they are, and none stays excluded.
+local function add(self, v, op, front)
+  local st = state(self, op)
+  local pos = front and 1 or nil
+  for _, item in ipairs(H.operand(st, v, op)) do
     st.check(item)
     if not vim.tbl_contains(st.items, item) then
-      table.insert(st.items, item)
+      if pos then
+        table.insert(st.items, pos, item)
+        pos = pos + 1
+      else
+        table.insert(st.items, item)
+      end
     end
     st.excluded = vim.tbl_filter(function(x)
       return x ~= item
@@ -272,22 +279,14 @@ function List.append(self, v)
   return self
 end
 
+--- Adds names at the end (names already present stay where they are).
+function List.append(self, v)
+  return add(self, v, "append", false)
+end
+
 --- Adds names at the front (names already present stay where they are).
 function List.prepend(self, v)
-  local st = state(self, "prepend")
-  local pos = 1
-  for _, item in ipairs(H.operand(st, v, "prepend")) do
-    st.check(item)
-    if not vim.tbl_contains(st.items, item) then
-      table.insert(st.items, pos, item)
-      pos = pos + 1
-    end
-    st.excluded = vim.tbl_filter(function(x)
-      return x ~= item
-    end, st.excluded)
-  end
-  H.changed(st)
-  return self
+  return add(self, v, "prepend", true)
 end
 
 --- Removes names. A tool name is also remembered as excluded, so that a preset still
