@@ -1,18 +1,7 @@
 local helpers = require("spec.support.helpers")
 local commands = require("flemma.commands")
 
--- Captures notifications while fn runs.
-local function notifications(fn)
-  local seen = {}
-  local orig = vim.notify
-  vim.notify = function(msg, level)
-    seen[#seen + 1] = { msg = msg, level = level }
-  end
-  local ok, err = pcall(fn)
-  vim.notify = orig
-  assert(ok, err)
-  return seen
-end
+local notifications = helpers.notifications
 
 describe(":Flemma", function()
   after_each(helpers.cleanup)

@@ -301,6 +301,24 @@ function M.edit(path, lines)
   return buf
 end
 
+--- Runs fn with vim.notify captured (put back even when fn fails, whose error is
+--- raised again); returns what it notified, each { msg, level }.
+---@param fn fun()
+---@return { msg: string, level?: integer }[]
+function M.notifications(fn)
+  local seen = {}
+  local orig = vim.notify
+  vim.notify = function(msg, level)
+    seen[#seen + 1] = { msg = msg, level = level }
+  end
+  local ok, err = pcall(fn)
+  vim.notify = orig
+  if not ok then
+    error(err, 0)
+  end
+  return seen
+end
+
 --- The body of a stream fixture (spec/fixtures/stream/) written as a whole HTTP
 --- response: what follows its headers.
 function M.sse_body(name)

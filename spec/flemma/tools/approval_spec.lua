@@ -33,18 +33,7 @@ local function decisions(bufnr, input)
   return out
 end
 
--- Runs fn with vim.notify captured; returns the messages.
-local function capture_notify(fn)
-  local seen = {}
-  local orig = vim.notify
-  vim.notify = function(msg, level)
-    seen[#seen + 1] = { msg = msg, level = level }
-  end
-  local ok, err = pcall(fn)
-  vim.notify = orig
-  assert(ok, err)
-  return seen
-end
+local capture_notify = helpers.notifications
 
 local A, R, D = "approve", "require_approval", "deny"
 
