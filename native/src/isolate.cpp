@@ -96,6 +96,8 @@ std::string error_text(lua_State* L, int status) {
   return std::string("a ") + lua_typename(L, t) + " was raised as an error";
 }
 
+}  // namespace
+
 void push_json(lua_State* L, const json& v, int depth, bool null_sentinel) {
   if (depth > kMaxDepth) luaL_error(L, "data nested deeper than %d levels", kMaxDepth);
   luaL_checkstack(L, 4, "data nested too deeply");
@@ -137,6 +139,8 @@ void push_json(lua_State* L, const json& v, int depth, bool null_sentinel) {
     default: lua_pushnil(L); return;
   }
 }
+
+namespace {
 
 // Plain data only: nil, booleans, finite numbers, strings, tables of them (a table is an
 // array when its keys are exactly 1..n, else an object with string keys).

@@ -25,6 +25,8 @@
 #include <string_view>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 struct lua_State;
 
 namespace flemma::isolate {
@@ -137,6 +139,10 @@ class Isolate {
 
 // Opens the isolate's library into L (isolate_lib.cpp).
 void open_library(lua_State* L);
+
+// Pushes JSON as Lua data: null as nil, or with null_sentinel as the isolate's null
+// (a NULL light userdata); a Lua error past 64 levels of nesting (isolate.cpp).
+void push_json(lua_State* L, const nlohmann::json& v, int depth, bool null_sentinel);
 
 // The isolate that owns L.
 Isolate& owner(lua_State* L);

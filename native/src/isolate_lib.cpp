@@ -1019,8 +1019,6 @@ int iso_load(lua_State* L) {
   return 1;
 }
 
-void push_decoded(lua_State* L, const nlohmann::json& v, int depth);
-
 // isolate.json_decode(text): the value, with JSON null as isolate.null; nil, message
 // when the text is not JSON.
 int iso_json_decode(lua_State* L) {
@@ -1044,44 +1042,8 @@ int iso_json_decode(lua_State* L) {
     lua_pushlstring(L, err.data(), std::min<size_t>(err.size(), 500));
     return 2;
   }
-  push_decoded(L, v, 0);
+  push_json(L, v, 0, true);
   return 1;
-}
-
-void push_decoded(lua_State* L, const nlohmann::json& v, int depth) {
-  using json = nlohmann::json;
-  if (depth > 64) luaL_error(L, "JSON nested deeper than 64 levels");
-  luaL_checkstack(L, 4, "JSON nested too deeply");
-  switch (v.type()) {
-    case json::value_t::null: lua_pushlightuserdata(L, nullptr); return;
-    case json::value_t::boolean: lua_pushboolean(L, v.get<bool>()); return;
-    case json::value_t::number_integer: lua_pushnumber(L, static_cast<lua_Number>(v.get<int64_t>())); return;
-    case json::value_t::number_unsigned: lua_pushnumber(L, static_cast<lua_Number>(v.get<uint64_t>())); return;
-    case json::value_t::number_float: lua_pushnumber(L, v.get<double>()); return;
-    case json::value_t::string: {
-      const auto& s = v.get_ref<const std::string&>();
-      lua_pushlstring(L, s.data(), s.size());
-      return;
-    }
-    case json::value_t::array: {
-      lua_newtable(L);
-      int i = 1;
-      for (const auto& item : v) {
-        push_decoded(L, item, depth + 1);
-        lua_rawseti(L, -2, i++);
-      }
-      return;
-    }
-    case json::value_t::object:
-      lua_newtable(L);
-      for (auto it = v.begin(); it != v.end(); ++it) {
-        lua_pushlstring(L, it.key().data(), it.key().size());
-        push_decoded(L, it.value(), depth + 1);
-        lua_rawset(L, -3);
-      }
-      return;
-    default: lua_pushnil(L); return;
-  }
 }
 
 void new_lib(lua_State* L, const char* name, const luaL_Reg* fns) {
