@@ -13,13 +13,6 @@ H.allowed = {}
 ---@type table<integer, { real: string, shown: string }[]> paths refused since the last take
 H.wanted = {}
 
-function H.inside(path, root)
-  if root == "/" then
-    return true
-  end
-  return path == root or (path:sub(1, #root) == root and path:sub(#root + 1, #root + 1) == "/")
-end
-
 --- The project roots of a buffer, symlinks resolved.
 ---@param bufnr integer|nil
 ---@return string[]
@@ -44,8 +37,9 @@ end
 function M.check(bufnr, abs, shown)
   local real = vim.uv.fs_realpath(abs) or vim.fs.normalize(abs)
   local roots = M.roots(bufnr)
+  local inside = require("flemma.tools.scope").inside
   for _, root in ipairs(roots) do
-    if H.inside(real, root) then
+    if inside(real, root) then
       return true
     end
   end

@@ -105,7 +105,11 @@ function H.target(project, path)
   return path
 end
 
-function H.inside(path, root)
+--- Whether `path` is `root` or below it (both absolute and normalized).
+---@param path string
+---@param root string
+---@return boolean
+function M.inside(path, root)
   if root == "/" then
     return true
   end
@@ -168,7 +172,7 @@ function M.outside(bufnr, tool_name, input)
       local real = native.sandbox_resolve(target, project.cwd)
       local inside = false
       for _, r in ipairs(project.resolved) do
-        inside = inside or H.inside(real, r)
+        inside = inside or M.inside(real, r)
       end
       if not inside then
         return "outside"
