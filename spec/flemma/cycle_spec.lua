@@ -8,19 +8,10 @@ local cycle = require("flemma.cycle")
 local preview = require("flemma.ui.preview")
 local spinner = require("flemma.ui.spinner")
 
-local function press(keys)
-  vim.api.nvim_feedkeys(vim.api.nvim_replace_termcodes(keys, true, false, true), "mx", false)
-end
-
-local function text(buf)
-  return table.concat(vim.api.nvim_buf_get_lines(buf, 0, -1, false), "\n")
-end
+local press, text = helpers.press, helpers.text
 
 local function chat(lines)
-  local dir = helpers.tmpdir()
-  vim.cmd("edit " .. vim.fn.fnameescape(dir .. "/test.chat"))
-  local buf = vim.api.nvim_get_current_buf()
-  vim.api.nvim_buf_set_lines(buf, 0, -1, false, lines)
+  local buf = helpers.edit(helpers.tmpdir() .. "/test.chat", lines)
   assert.equals("chat", vim.bo[buf].filetype)
   return buf
 end

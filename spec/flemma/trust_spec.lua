@@ -5,13 +5,7 @@ local helpers = require("spec.support.helpers")
 
 local trust = require("flemma.trust")
 
-local function press(keys)
-  vim.api.nvim_feedkeys(vim.api.nvim_replace_termcodes(keys, true, false, true), "mx", false)
-end
-
-local function text(buf)
-  return table.concat(vim.api.nvim_buf_get_lines(buf, 0, -1, false), "\n")
-end
+local press, text = helpers.press, helpers.text
 
 local dir, state, saved, orig_select, orig_notify, asked, messages
 

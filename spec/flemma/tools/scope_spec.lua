@@ -7,13 +7,7 @@ local approval = require("flemma.tools.approval")
 local scope = require("flemma.tools.scope")
 local preview = require("flemma.ui.preview")
 
-local function press(keys)
-  vim.api.nvim_feedkeys(vim.api.nvim_replace_termcodes(keys, true, false, true), "mx", false)
-end
-
-local function text(buf)
-  return table.concat(vim.api.nvim_buf_get_lines(buf, 0, -1, false), "\n")
-end
+local press, text = helpers.press, helpers.text
 
 local function wait_text(buf, pattern)
   helpers.wait_for(function()
@@ -24,9 +18,7 @@ end
 local project, home, elsewhere, saved
 -- A chat file in the project directory (also the cwd) with one tool call.
 local function chat(name, input, file)
-  vim.cmd("edit " .. vim.fn.fnameescape(file or (project .. "/test.chat")))
-  local buf = vim.api.nvim_get_current_buf()
-  vim.api.nvim_buf_set_lines(buf, 0, -1, false, {
+  return helpers.edit(file or (project .. "/test.chat"), {
     "@You:",
     "Go.",
     "",
@@ -37,7 +29,6 @@ local function chat(name, input, file)
     vim.json.encode(input),
     "```",
   })
-  return buf
 end
 
 local function status(buf)

@@ -2,9 +2,7 @@
 -- gf, gd), assertions on the cursor, the buffer text, registers and open files.
 local helpers = require("spec.support.helpers")
 
-local function press(keys)
-  vim.api.nvim_feedkeys(vim.api.nvim_replace_termcodes(keys, true, false, true), "mx", false)
-end
+local press = helpers.press
 
 local function lines(buf)
   return vim.api.nvim_buf_get_lines(buf, 0, -1, false)
@@ -12,9 +10,7 @@ end
 
 local function chat(content, name)
   local dir = helpers.tmpdir()
-  vim.cmd("edit " .. vim.fn.fnameescape(dir .. "/" .. (name or "nav.chat")))
-  local buf = vim.api.nvim_get_current_buf()
-  vim.api.nvim_buf_set_lines(buf, 0, -1, false, content)
+  local buf = helpers.edit(dir .. "/" .. (name or "nav.chat"), content)
   assert.equals("chat", vim.bo[buf].filetype)
   return buf, dir
 end
