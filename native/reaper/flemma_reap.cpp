@@ -1,7 +1,7 @@
 // flemma-reap: the intermediate every tool command runs under on Linux, so that
 // background jobs cannot outlive a cancel, a timeout or Neovim itself.
 //
-//   flemma-reap [--grace-ms MS] [--seccomp-fd N] [--] program [args...]
+//   flemma-reap [--grace-ms MS] [--seccomp-fd N] [--exec PATH] [--] program [args...]
 //
 // The process manager starts this program (R) in a new session. R forks a
 // keeper (K) that becomes a child subreaper in a process group of its own, and
@@ -19,6 +19,9 @@
 //  - Neovim exits, however it ends: K watches it through a pidfd and kills the
 //    tree.
 //
+// --exec PATH is the file to run for `program` (the manager already searched
+// PATH for it): argv[0] stays `program`, and no PATH search is repeated.
+//
 // --seccomp-fd N hands bwrap (`--seccomp N`) the filter that refuses Unix
 // sockets, on descriptor N of the command. The command gets descriptors 0-2
 // (and N) only.
@@ -26,6 +29,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -143,6 +147,7 @@ void close_from_3(int keep) {
 struct Options {
   int64_t grace_ms = 2000;
   int seccomp_fd = -1;
+  const char* exec_path = nullptr;  // --exec: the file to run (else argv[0], searched in PATH)
   char** argv = nullptr;
 };
 
@@ -157,6 +162,12 @@ Options parse(int argc, char** argv) {
     }
     if (a == "--grace-ms" && i + 1 < argc) {
       o.grace_ms = strtoll(argv[++i], nullptr, 10);
+    } else if (a == "--exec" && i + 1 < argc) {
+      o.exec_path = argv[++i];
+      if (o.exec_path[0] != '/') {
+        dprintf(2, "flemma-reap: --exec takes an absolute path\n");
+        _exit(125);
+      }
     } else if (a == "--seccomp-fd" && i + 1 < argc) {
       o.seccomp_fd = atoi(argv[++i]);
       if (o.seccomp_fd < 3) {
@@ -171,37 +182,61 @@ Options parse(int argc, char** argv) {
     }
   }
   if (i >= argc) {
-    dprintf(2, "usage: flemma-reap [--grace-ms MS] [--seccomp-fd N] [--] program [args...]\n");
+    dprintf(2, "usage: flemma-reap [--grace-ms MS] [--seccomp-fd N] [--exec PATH] [--] program [args...]\n");
     _exit(125);
   }
   o.argv = argv + i;
   return o;
 }
 
-[[noreturn]] void run_command(const Options& o, pid_t group) {
+// The seccomp filter in a memfd (close-on-exec; the command gets a copy on
+// --seccomp-fd), made before the command is started.
+int seccomp_memfd() {
+  std::string prog = flemma::seccomp::deny_unix_sockets_program();
+  if (prog.empty()) {
+    dprintf(2, "flemma-reap: no seccomp filter for this architecture: refusing to run the sandbox without it\n");
+    _exit(126);
+  }
+  int fd = static_cast<int>(syscall(SYS_memfd_create, "flemma-seccomp", MFD_CLOEXEC));
+  if (fd < 0) die(126, "memfd_create", errno);
+  if (write(fd, prog.data(), prog.size()) != static_cast<ssize_t>(prog.size())) die(126, "write", errno);
+  lseek(fd, 0, SEEK_SET);
+  return fd;
+}
+
+struct CommandArgs {
+  const Options* o;
+  pid_t group;
+  int filter_fd;
+};
+
+// The command's side of the vfork-style clone: it shares the keeper's memory
+// until execve, so it only makes system calls (no allocation, no stdio) and
+// never returns. Not instrumented by AddressSanitizer, which takes the
+// switch to that stack for a stack overflow.
+__attribute__((no_sanitize("address"))) int run_command(void* arg) {
+  const CommandArgs& a = *static_cast<const CommandArgs*>(arg);
+  const Options& o = *a.o;
+  pid_t group = a.group;
+  int filter_fd = a.filter_fd;
   setpgid(0, group);
   sigset_t none;
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, nullptr);
-  if (o.seccomp_fd >= 0) {
-    std::string prog = flemma::seccomp::deny_unix_sockets_program();
-    if (prog.empty()) {
-      dprintf(2, "flemma-reap: no seccomp filter for this architecture: refusing to run the sandbox without it\n");
+  if (filter_fd >= 0) {
+    // dup2 onto itself would keep close-on-exec: clear it then.
+    if (filter_fd == o.seccomp_fd ? fcntl(filter_fd, F_SETFD, 0) < 0 : dup2(filter_fd, o.seccomp_fd) < 0)
       _exit(126);
-    }
-    int fd = static_cast<int>(syscall(SYS_memfd_create, "flemma-seccomp", 0));
-    if (fd < 0) die(126, "memfd_create", errno);
-    if (write(fd, prog.data(), prog.size()) != static_cast<ssize_t>(prog.size())) die(126, "write", errno);
-    lseek(fd, 0, SEEK_SET);
-    if (fd != o.seccomp_fd) {
-      if (dup2(fd, o.seccomp_fd) < 0) die(126, "dup2", errno);
-      close(fd);
-    }
   }
   close_from_3(o.seccomp_fd);
-  execvp(o.argv[0], o.argv);
+  execvp(o.exec_path ? o.exec_path : o.argv[0], o.argv);
   int err = errno;
-  dprintf(2, "flemma: cannot run `%s`: %s\n", o.argv[0], strerror(err));
+  const char* why = strerror(err);
+  const char* parts[] = {"flemma: cannot run `", o.argv[0], "`: ", why, "\n"};
+  for (const char* part : parts) {
+    ssize_t ignored = write(2, part, strlen(part));
+    (void)ignored;
+  }
   _exit(err == ENOENT ? 127 : 126);
 }
 
@@ -217,9 +252,14 @@ Options parse(int argc, char** argv) {
   for (int s : {SIGCHLD, SIGTERM, SIGINT, SIGHUP, SIGQUIT}) sigaddset(&set, s);
   int sfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
   if (sfd < 0) die(125, "signalfd", errno);
-  pid_t c = fork();
-  if (c < 0) die(125, "fork", errno);
-  if (c == 0) run_command(o, group);
+  CommandArgs args{&o, group, o.seccomp_fd >= 0 ? seccomp_memfd() : -1};
+  // Like vfork (the keeper waits until the command's execve): no copy of the
+  // keeper's page tables and no copy-on-write faults, the costly part of
+  // starting a command. The command runs on a stack of its own.
+  static char stack[64 * 1024] __attribute__((aligned(16)));
+  pid_t c = clone(run_command, stack + sizeof stack, CLONE_VM | CLONE_VFORK | SIGCHLD, &args);
+  if (c < 0) die(125, "clone", errno);
+  if (args.filter_fd >= 0) close(args.filter_fd);
   // Hold none of the command's pipes: the manager sees EOF when the command's
   // own processes close them.
   int null = open("/dev/null", O_RDWR | O_CLOEXEC);

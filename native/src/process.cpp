@@ -889,13 +889,13 @@ struct SpawnAttrs {
 
 namespace {
 
-// Whether `name` would be found by execvp with this PATH (so that a missing
-// program is still a synchronous error when the reaper runs it).
-bool findable(const std::string& name, const std::vector<std::string>& env, const std::string& cwd) {
+// The file execvp would run for `name` with this PATH, "" when there is none
+// (so that a missing program is still a synchronous error when the reaper runs
+// it). A name with a slash is returned as it is (relative to the child's cwd).
+std::string resolve(const std::string& name, const std::vector<std::string>& env, const std::string& cwd) {
   if (name.find('/') != std::string::npos) {
-    // A relative path is relative to the child's working directory.
     std::string full = (name[0] != '/' && !cwd.empty()) ? cwd + "/" + name : name;
-    return ::access(full.c_str(), X_OK) == 0;
+    return ::access(full.c_str(), X_OK) == 0 ? name : std::string();
   }
   std::string path = "/usr/local/bin:/usr/bin:/bin";
   for (const auto& kv : env)
@@ -906,11 +906,25 @@ bool findable(const std::string& name, const std::vector<std::string>& env, cons
     if (j == std::string::npos) j = path.size();
     std::string dir = j > i ? path.substr(i, j - i) : ".";
     std::string full = dir + "/" + name;
+    // A relative entry is relative to the child's working directory.
+    std::string at = (dir[0] != '/' && !cwd.empty()) ? cwd + "/" + full : full;
     struct stat st;
-    if (::stat(full.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(full.c_str(), X_OK) == 0) return true;
+    if (::stat(at.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(at.c_str(), X_OK) == 0) return full;
     i = j + 1;
   }
-  return false;
+  return std::string();
+}
+
+// The reaper's --exec for `name`: the file found in an absolute PATH entry, so
+// that the command's execvp does not search PATH again (a relative entry is
+// left to the search in the child's working directory).
+void add_exec(std::vector<std::string>& out, const std::string& name, const std::vector<std::string>& env,
+              const std::string& cwd) {
+  std::string file = resolve(name, env, cwd);
+  if (file.empty())
+    throw Error(FLEMMA_E_INVALID,
+                "spawn: cannot run `" + name + "`: No such file or directory (is it installed and on PATH?)");
+  if (name.find('/') == std::string::npos && file[0] == '/') out.insert(out.end(), {"--exec", file});
 }
 
 // On Linux every command runs under flemma-reap (native/reaper/), which kills
@@ -929,13 +943,9 @@ std::vector<std::string> under_reaper(const SpawnOptions& opts, const std::vecto
     auto dash = std::find(opts.argv.begin() + 1, opts.argv.end(), std::string("--"));
     if (dash == opts.argv.end() || dash + 1 == opts.argv.end())
       throw Error(FLEMMA_E_INVALID, "spawn: the reaper's command is empty");
-    if (!findable(*(dash + 1), env, opts.cwd))
-      throw Error(FLEMMA_E_INVALID, "spawn: cannot run `" + *(dash + 1) +
-                                        "`: No such file or directory (is it installed and on PATH?)");
+    add_exec(out, *(dash + 1), env, opts.cwd);
   } else {
-    if (!findable(opts.argv[0], env, opts.cwd))
-      throw Error(FLEMMA_E_INVALID, "spawn: cannot run `" + opts.argv[0] +
-                                        "`: No such file or directory (is it installed and on PATH?)");
+    add_exec(out, opts.argv[0], env, opts.cwd);
     out.push_back("--");
   }
   out.insert(out.end(), opts.argv.begin() + static_cast<std::ptrdiff_t>(first), opts.argv.end());

@@ -116,6 +116,27 @@ describe("flemma.process", function()
       assert.equal("from-tool\n", r.output)
     end)
 
+    it("runs a program found in PATH under the name it was given, scripts without #! under sh", function()
+      local dir = helpers.tmpdir()
+      vim.fn.mkdir(dir .. "/bin", "p")
+      vim.fn.mkdir(dir .. "/rel", "p")
+      helpers.write_file(dir .. "/bin/flemma-plain", 'echo "plain $1"\nexit 5\n')
+      vim.uv.fs_chmod(dir .. "/bin/flemma-plain", 493)
+      helpers.write_file(dir .. "/rel/flemma-rel", "#!/bin/sh\necho rel\n")
+      vim.uv.fs_chmod(dir .. "/rel/flemma-rel", 493)
+      local path = dir .. "/bin:rel:" .. vim.env.PATH
+      local r = run({ cmd = { "flemma-plain", "x" }, env = { PATH = path } })
+      assert.equal("plain x\n", r.output)
+      assert.equal(5, r.code)
+      -- argv[0] is the name given, not the file found
+      r = run({ cmd = { "bash", "-c", 'tr "\\0" " " < /proc/$$/cmdline' }, env = { PATH = path } })
+      assert.equal("bash -c tr \"\\0\" \" \" < /proc/$$/cmdline ", r.output)
+      -- a relative PATH entry is searched from the child's working directory
+      r = run({ cmd = { "flemma-rel" }, cwd = dir, env = { PATH = path } })
+      assert.equal("rel\n", r.output)
+      assert.equal(0, r.code)
+    end)
+
     it("runs each child in a session and process group of its own", function()
       local r, h = run({ cmd = { "bash", "-c", "ps -o pid=,pgid=,sid= -p $$" } })
       local pid, pgid, sid = r.output:match("(%d+)%s+(%d+)%s+(%d+)")

@@ -1,0 +1,129 @@
+// flemma-reap run directly: how it starts the command (argv, the file run,
+// descriptors) and how it reports the command's end.
+#include <doctest/doctest.h>
+
+#if defined(__linux__)
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "reaper.hpp"
+
+extern char** environ;
+
+namespace {
+
+struct Run {
+  int status = -1;
+  std::string out;  // stdout and stderr
+};
+
+// Runs `flemma-reap args...` with stdout and stderr on one pipe; waits for it.
+Run reap(std::vector<std::string> args) {
+  Run r;
+  args.insert(args.begin(), flemma::reaper::path());
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  int fds[2];
+  REQUIRE(::pipe2(fds, O_CLOEXEC) == 0);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
+  posix_spawn_file_actions_adddup2(&fa, fds[1], 2);
+  pid_t pid = -1;
+  int rc = ::posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  ::close(fds[1]);
+  REQUIRE(rc == 0);
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::read(fds[0], buf, sizeof buf)) > 0) r.out.append(buf, static_cast<size_t>(n));
+  ::close(fds[0]);
+  REQUIRE(::waitpid(pid, &r.status, 0) == pid);
+  return r;
+}
+
+std::string temp_dir() {
+  char tmpl[] = "/tmp/flemma-reap-test-XXXXXX";
+  REQUIRE(::mkdtemp(tmpl) != nullptr);
+  return tmpl;
+}
+
+}  // namespace
+
+TEST_CASE("flemma-reap") {
+  REQUIRE(flemma::reaper::available());
+
+  SUBCASE("--exec runs the given file with the command's own argv[0]") {
+    Run r = reap({"--exec", "/bin/cat", "--", "my-cat", "/proc/self/cmdline"});
+    CHECK(WIFEXITED(r.status));
+    CHECK(WEXITSTATUS(r.status) == 0);
+    CHECK(r.out == std::string("my-cat\0/proc/self/cmdline\0", 26));
+  }
+  SUBCASE("--exec takes an absolute path only") {
+    Run r = reap({"--exec", "bin/cat", "--", "cat", "/dev/null"});
+    CHECK(WIFEXITED(r.status));
+    CHECK(WEXITSTATUS(r.status) == 125);
+    CHECK(r.out.find("--exec takes an absolute path") != std::string::npos);
+  }
+  SUBCASE("an executable file without #! given to --exec runs under /bin/sh, as execvp does") {
+    std::string dir = temp_dir();
+    std::string script = dir + "/plain";
+    std::ofstream(script) << "echo \"ran $1\"\nexit 3\n";
+    ::chmod(script.c_str(), 0755);
+    Run r = reap({"--exec", script, "--", "plain", "x"});
+    CHECK(WIFEXITED(r.status));
+    CHECK(WEXITSTATUS(r.status) == 3);
+    CHECK(r.out == "ran x\n");
+    ::unlink(script.c_str());
+    ::rmdir(dir.c_str());
+  }
+  SUBCASE("the command's exit code and signal are the reaper's") {
+    Run a = reap({"--", "sh", "-c", "exit 7"});
+    CHECK(WIFEXITED(a.status));
+    CHECK(WEXITSTATUS(a.status) == 7);
+    Run b = reap({"--", "sh", "-c", "kill -USR1 $$"});
+    CHECK(WIFSIGNALED(b.status));
+    CHECK(WTERMSIG(b.status) == SIGUSR1);
+  }
+  SUBCASE("a program that cannot run: 127 when missing, 126 when not executable, with the reason") {
+    Run a = reap({"--", "flemma-no-such-program"});
+    CHECK(WIFEXITED(a.status));
+    CHECK(WEXITSTATUS(a.status) == 127);
+    CHECK(a.out == "flemma: cannot run `flemma-no-such-program`: No such file or directory\n");
+    std::string dir = temp_dir();
+    std::string file = dir + "/not-exec";
+    std::ofstream(file) << "echo no\n";
+    ::chmod(file.c_str(), 0644);
+    Run b = reap({"--exec", file, "--", "not-exec"});
+    CHECK(WIFEXITED(b.status));
+    CHECK(WEXITSTATUS(b.status) == 126);
+    CHECK(b.out == "flemma: cannot run `not-exec`: Permission denied\n");
+    ::unlink(file.c_str());
+    ::rmdir(dir.c_str());
+  }
+  SUBCASE("the command gets descriptors 0-2 and the seccomp filter on --seccomp-fd only") {
+    for (int n : {3, 4, 9}) {
+      CAPTURE(n);
+      std::string fd = std::to_string(n);
+      std::string script = "ls /proc/$$/fd; readlink /proc/$$/fd/" + fd + "; wc -c < /proc/$$/fd/" + fd;
+      Run r = reap({"--seccomp-fd", fd, "--", "bash", "-c", script});
+      CHECK(WIFEXITED(r.status));
+      CHECK(WEXITSTATUS(r.status) == 0);
+      std::string fds = "0\n1\n2\n" + fd + "\n";
+      REQUIRE(r.out.rfind(fds, 0) == 0);
+      CHECK(r.out.find("/memfd:flemma-seccomp") == fds.size());
+      CHECK(std::atoi(r.out.substr(r.out.rfind('\n', r.out.size() - 2) + 1).c_str()) > 0);
+    }
+  }
+}
+#endif
