@@ -60,10 +60,11 @@ function M.show_problems(bufnr, problems)
   util.notify("not sent:\n" .. table.concat(msgs, "\n"), vim.log.levels.ERROR)
 end
 
--- While the problems of a failed validation are shown, every change of the buffer
--- checks the conversation again a moment later (only what changed is checked: see
--- document.validate_for_send), so the diagnostics follow the text: fixed problems
--- go, new ones appear, none stays stale.
+-- While the problems of a refused send are shown, every change of the buffer
+-- checks the conversation again a moment later as the send would (only what changed
+-- is checked: see document.validate_for_send; the templates and files of unchanged
+-- messages are cached), so the diagnostics follow the text: fixed problems go, new
+-- ones appear, none stays stale. A file outside the project is not asked for here.
 H.watching = {} ---@type table<integer, { pending: boolean }>
 H.RECHECK_MS = 30
 
@@ -96,15 +97,31 @@ function H.watch(bufnr)
   })
 end
 
+--- What a send would refuse: the document's problems, else its templates', else
+--- its files' (without asking about files outside the project).
+function H.check(bufnr)
+  local document = require("flemma.document")
+  local doc = document.get(bufnr)
+  local ok, problems = document.validate_for_send(doc)
+  if not ok then
+    return false, problems
+  end
+  local reach = require("flemma.reach")
+  local expanded
+  expanded, problems = require("flemma.templates").expand(bufnr, doc)
+  if expanded then
+    expanded, problems = require("flemma.attachments").expand(bufnr, expanded)
+  end
+  reach.take_wanted(bufnr)
+  return expanded ~= nil, problems
+end
+
 function H.recheck(bufnr)
   if not vim.api.nvim_buf_is_valid(bufnr) then
     H.watching[bufnr] = nil
     return
   end
-  local document = require("flemma.document")
-  local ok_run, ok, problems = pcall(function()
-    return document.validate_for_send(document.get(bufnr))
-  end)
+  local ok_run, ok, problems = pcall(H.check, bufnr)
   if not ok_run then
     return
   end
@@ -150,6 +167,7 @@ function H.refused(bufnr, problems, opts)
   local wanted = reach.take_wanted(bufnr)
   if #wanted == 0 then
     M.show_problems(bufnr, problems)
+    H.watch(bufnr)
     return
   end
   reach.confirm(bufnr, wanted, function(yes)
@@ -160,6 +178,7 @@ function H.refused(bufnr, problems, opts)
       M.send(bufnr, opts)
     else
       M.show_problems(bufnr, problems)
+      H.watch(bufnr)
     end
   end)
 end

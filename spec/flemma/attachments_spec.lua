@@ -330,6 +330,32 @@ describe("sending file references", function()
     end), vim.inspect(notes))
   end)
 
+  it("the diagnostics of a refused send follow the references as they are edited", function()
+    local _, buf = blocked({ "@You:", "Fine @./notes.txt", "", "but not @./gone.txt." })
+    local function shown()
+      local out = {}
+      for _, d in ipairs(vim.diagnostic.get(buf, { namespace = require("flemma.send").ns })) do
+        out[#out + 1] = (d.lnum + 1) .. " " .. d.message:match("^file (%S+)")
+      end
+      table.sort(out)
+      return table.concat(out, "|")
+    end
+    assert.equals("4 @./gone.txt", shown())
+    -- Another missing file on another line: the diagnostic moves there.
+    vim.api.nvim_buf_set_lines(buf, 1, 4, false, { "Fine @./missing.md", "but @./notes.txt." })
+    helpers.wait_for(function()
+      return shown() == "2 @./missing.md"
+    end, 2000, "the diagnostic did not follow: " .. shown())
+    -- Fixed: nothing left, and later edits are not checked any more.
+    vim.api.nvim_buf_set_lines(buf, 1, 2, false, { "Fine @./docs/paper.pdf" })
+    helpers.wait_for(function()
+      return shown() == ""
+    end, 2000, "the diagnostic stayed: " .. shown())
+    vim.api.nvim_buf_set_lines(buf, 1, 2, false, { "@./gone.txt" })
+    vim.wait(100)
+    assert.equals("", shown())
+  end)
+
   it("after templates: a reference a template writes is attached; a problem names the buffer line", function()
     local diags = blocked({ "@You:", "{% for i = 1, 3 do %}", "row {{ i }}", "{% end %}", "then @./gone.txt" })
     assert.equals(1, #diags)

@@ -220,6 +220,27 @@ describe("templates", function()
     assert.matches("line 4: template:", msg)
   end)
 
+  it("keeps the diagnostic of a template error up to date with the text until it is fixed", function()
+    local buf = chat({ "@You:", "a", "{{ nope }}" })
+    local diags = refused(buf)
+    assert.equals(1, #diags)
+    assert.equals(2, diags[1].lnum)
+    vim.api.nvim_buf_set_lines(buf, 1, 1, false, { "{{ }}" })
+    helpers.wait_for(function()
+      local d = vim.diagnostic.get(buf, { namespace = send.ns })
+      return #d == 1 and d[1].lnum == 1
+    end, 2000, "the diagnostic did not follow the new error")
+    vim.api.nvim_buf_set_lines(buf, 1, 2, false, { "{{ 'fixed' }}" })
+    helpers.wait_for(function()
+      return #vim.diagnostic.get(buf, { namespace = send.ns }) == 1
+        and vim.diagnostic.get(buf, { namespace = send.ns })[1].lnum == 3
+    end, 2000, "the diagnostic did not move back to {{ nope }}")
+    vim.api.nvim_buf_set_lines(buf, 3, 4, false, { "{{ 2 }}" })
+    helpers.wait_for(function()
+      return #vim.diagnostic.get(buf, { namespace = send.ns }) == 0
+    end, 2000, "the diagnostic stayed after the fix")
+  end)
+
   it("refuses the kernel's files (the environment holds API keys)", function()
     vim.uv.fs_symlink("/proc/self/environ", dir .. "/env.txt")
     local buf = chat({ "@You:", '{{ include("env.txt", { raw = true }) }}', "@You:", '{{ include("/proc/self/environ") }}' })
