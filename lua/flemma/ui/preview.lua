@@ -87,6 +87,7 @@ H.state = {} ---@type table<integer, { version: integer, width: integer, eol: st
 H.SPAN_NOW = 32 -- changed messages drawn at once; beyond, only the visible ones
 H.DEFER_MS = 20
 H.SLICE_MS = 0.4 -- the longest slice of drawing done later, off the keystroke
+H.TAIL = 2 -- the last segments drawn at once with the visible ones
 
 function H.find_use(L, id)
   local native = require("flemma.native")
@@ -188,6 +189,12 @@ function M.update(bufnr, opts)
     for i = a, b - 1 do
       H.draw_segment(bufnr, L, i, width, eol)
     end
+    -- And the last messages, where the tool cycle's placeholders are (a chat
+    -- opened at its start shows its pending tools' previews without waiting for
+    -- the slices to get there).
+    for i = math.max(lo, b, count - H.TAIL), hi - 1 do
+      H.draw_segment(bufnr, L, i, width, eol)
+    end
     M.schedule(bufnr)
     if not st then
       H.state[bufnr] = { version = -1, width = -1, eol = eol }
@@ -198,12 +205,22 @@ function M.update(bufnr, opts)
   local p = st and st.partial
   if p and p.version == L.version and p.width == width and p.eol == eol and p.lo == lo and p.hi == hi then
     start = p.next -- the segments before it were drawn at this version by an earlier slice
-  elseif full then
-    vim.api.nvim_buf_clear_namespace(bufnr, M.ns, 0, -1)
   end
+  -- Drawing everything: the previews shown meanwhile (few) stay until their
+  -- segment is drawn again, so none disappears while the slices go on.
+  local rows, r = full and H.preview_rows(bufnr, start, hi, L) or nil, 1
   local deadline = opts and opts.budget_ms and vim.uv.hrtime() + opts.budget_ms * 1e6
   for i = start, hi - 1 do
-    H.draw_segment(bufnr, L, i, width, eol, full)
+    local cleared = full
+    if rows and rows[r] then
+      local raw = require("flemma.native").idoc_segment_raw(L.idoc, i)
+      local stop = raw.first_line - 1 + raw.line_count
+      cleared = rows[r] >= stop
+      while rows[r] and rows[r] < stop do
+        r = r + 1
+      end
+    end
+    H.draw_segment(bufnr, L, i, width, eol, cleared)
     if deadline and i + 1 < hi and vim.uv.hrtime() >= deadline then
       if not st then
         st = { version = -1, width = -1, eol = eol }
@@ -215,6 +232,22 @@ function M.update(bufnr, opts)
     end
   end
   H.state[bufnr] = { version = L.version, width = width, eol = eol, timer = st and st.timer, win_width = win_width, lcs = lcs }
+end
+
+--- The rows (0-based, ascending) of the previews shown in segments lo .. hi - 1.
+function H.preview_rows(bufnr, lo, hi, L)
+  if lo >= hi then
+    return nil
+  end
+  local native = require("flemma.native")
+  local first = native.idoc_segment_raw(L.idoc, lo).first_line - 1
+  local last = native.idoc_segment_raw(L.idoc, hi - 1)
+  local stop = last.first_line - 1 + last.line_count
+  local rows = {}
+  for k, m in ipairs(vim.api.nvim_buf_get_extmarks(bufnr, M.ns, { first, 0 }, { stop - 1, -1 }, {})) do
+    rows[k] = m[2]
+  end
+  return rows
 end
 
 --- True when the messages changed since `version` (and the one after them)
