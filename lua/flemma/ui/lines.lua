@@ -101,6 +101,11 @@ function M.segment(bufnr, lnum)
   if not idoc then
     return nil
   end
+  return H.segment(bufnr, idoc, version, lnum)
+end
+
+-- M.segment with the document M.idoc(bufnr, true) gave.
+function H.segment(bufnr, idoc, version, lnum)
   local st = H.state_of(bufnr)
   if st.version ~= version or st.idoc ~= idoc then
     st.version, st.idoc, st.last = version, idoc, nil
@@ -175,8 +180,7 @@ end
 --- above the change: a line equal both ways keeps the side of the lines before
 --- it); the changed lines answer shifted, and are folded again once the
 --- document caught up (flemma.ui.fold).
-function H.shift(bufnr, lnum)
-  local idoc, _, stale = M.idoc(bufnr, true)
+function H.shift(bufnr, lnum, idoc, stale)
   if not stale then
     return 0
   end
@@ -215,8 +219,13 @@ end
 --- nil when the document cannot tell yet.
 ---@return string|nil what, table|nil item, table|nil seg, integer base
 function M.at(bufnr, lnum)
-  local shift = H.shift(bufnr, lnum)
-  local seg = M.segment(bufnr, lnum - shift)
+  -- Asked for every line Neovim folds or draws: the document is looked up once.
+  local idoc, version, stale = M.idoc(bufnr, true)
+  if not idoc then
+    return nil, nil, nil, 0
+  end
+  local shift = H.shift(bufnr, lnum, idoc, stale)
+  local seg = H.segment(bufnr, idoc, version, lnum - shift)
   if not seg then
     return nil, nil, nil, 0
   end
