@@ -8,6 +8,16 @@ vim.g.loaded_flemma = true
 -- that source plugin/ without ftdetect/.
 vim.filetype.add({ extension = { chat = "chat" } })
 
+-- The file a chat buffer was just read from: the live document of a long chat
+-- is first built from that file's text when the buffer still holds it.
+vim.api.nvim_create_autocmd("BufReadPost", {
+  group = vim.api.nvim_create_augroup("flemma.read", { clear = true }),
+  pattern = "*.chat",
+  callback = function(ev)
+    require("flemma.read").note(ev.buf)
+  end,
+})
+
 vim.api.nvim_create_user_command("Flemma", function(opts)
   require("flemma.commands").run(opts)
 end, {

@@ -716,6 +716,37 @@ function M.idoc_edit(d, first, last, lines)
   end
 end
 
+--- Like idoc_edit with the n lines of `text`, each ended by "\n" (the last one
+--- too), without building a string per line. Returns false, changing nothing,
+--- when text does not hold exactly n such lines.
+function M.idoc_edit_text(d, first, last, text, n)
+  local lib = M.lib()
+  if n > H.line_cap then
+    local cap = math.max(n, 2 * H.line_cap, 64)
+    H.line_ptrs = ffi.new("const char *[?]", cap)
+    H.line_lens = ffi.new("size_t[?]", cap)
+    H.line_cap = cap
+  end
+  local ptrs, lens = H.line_ptrs, H.line_lens
+  local base = ffi.cast("const char *", text)
+  local find, pos = string.find, 1
+  for i = 0, n - 1 do
+    local nl = find(text, "\n", pos, true)
+    if not nl then
+      return false
+    end
+    ptrs[i], lens[i] = base + (pos - 1), nl - pos
+    pos = nl + 1
+  end
+  if pos ~= #text + 1 then
+    return false
+  end
+  if lib.flemma_idoc_edit(d, first, last, ptrs, lens, n) ~= 0 then
+    util.error("cannot update the document: " .. M.last_error())
+  end
+  return true
+end
+
 --- Version (edits applied), line count and segment count.
 function M.idoc_info(d)
   local lib = M.lib()
