@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -26,8 +27,9 @@ struct Run {
   std::string out;  // stdout and stderr
 };
 
-// Runs `flemma-reap args...` with stdout and stderr on one pipe; waits for it.
-Run reap(std::vector<std::string> args) {
+// Runs `flemma-reap args...` with stdout and stderr on one pipe (and env
+// instead of this process's environment when given); waits for it.
+Run reap(std::vector<std::string> args, std::vector<std::string> env = {}) {
   Run r;
   args.insert(args.begin(), flemma::reaper::path());
   std::vector<char*> argv;
@@ -40,7 +42,10 @@ Run reap(std::vector<std::string> args) {
   posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
   posix_spawn_file_actions_adddup2(&fa, fds[1], 2);
   pid_t pid = -1;
-  int rc = ::posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ);
+  std::vector<char*> envp;
+  for (auto& kv : env) envp.push_back(kv.data());
+  envp.push_back(nullptr);
+  int rc = ::posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), env.empty() ? environ : envp.data());
   posix_spawn_file_actions_destroy(&fa);
   ::close(fds[1]);
   REQUIRE(rc == 0);
@@ -94,6 +99,39 @@ TEST_CASE("flemma-reap") {
     Run b = reap({"--", "sh", "-c", "kill -USR1 $$"});
     CHECK(WIFSIGNALED(b.status));
     CHECK(WTERMSIG(b.status) == SIGUSR1);
+  }
+  SUBCASE("a signal ignored where the reaper was started still ends it as it ended the command") {
+    // The reaper inherits SIGUSR1 ignored; the command restores the default.
+    struct sigaction ign {}, old {};
+    ign.sa_handler = SIG_IGN;
+    ::sigaction(SIGUSR1, &ign, &old);
+    Run r = reap({"--", "perl", "-e", "$SIG{USR1} = 'DEFAULT'; kill 'USR1', $$; sleep 5"});
+    ::sigaction(SIGUSR1, &old, nullptr);
+    CHECK(WIFSIGNALED(r.status));
+    CHECK(WTERMSIG(r.status) == SIGUSR1);
+  }
+  SUBCASE("without --exec, PATH is searched as execvp does") {
+    std::string dir = temp_dir();
+    ::mkdir((dir + "/a").c_str(), 0755);
+    ::mkdir((dir + "/b").c_str(), 0755);
+    std::ofstream(dir + "/a/tool") << "#!/bin/sh\necho a\n";
+    ::chmod((dir + "/a/tool").c_str(), 0644);  // not executable: skipped
+    std::ofstream(dir + "/b/tool") << "echo \"b $1\"\n";  // no #!: run by /bin/sh
+    ::chmod((dir + "/b/tool").c_str(), 0755);
+    Run r = reap({"--", "tool", "x"}, {"PATH=" + dir + "/nowhere:" + dir + "/a:" + dir + "/b"});
+    CHECK(WIFEXITED(r.status));
+    CHECK(WEXITSTATUS(r.status) == 0);
+    CHECK(r.out == "b x\n");
+    // Only a file that is not executable: permission denied, 126.
+    Run d = reap({"--", "tool"}, {"PATH=" + dir + "/a"});
+    CHECK(WIFEXITED(d.status));
+    CHECK(WEXITSTATUS(d.status) == 126);
+    CHECK(d.out == "flemma: cannot run `tool`: Permission denied\n");
+    // An empty entry is the working directory: there is no `tool` here.
+    Run e = reap({"--", "tool"}, {"PATH=:" + dir + "/nowhere"});
+    CHECK(WIFEXITED(e.status));
+    CHECK(WEXITSTATUS(e.status) == 127);
+    std::filesystem::remove_all(dir);
   }
   SUBCASE("a program that cannot run: 127 when missing, 126 when not executable, with the reason") {
     Run a = reap({"--", "flemma-no-such-program"});
