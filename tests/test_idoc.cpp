@@ -372,3 +372,129 @@ TEST_CASE("incremental document: edits inside a long message") {
     }
   }
 }
+
+namespace {
+
+// What each line (0-based) of the document is: the kind of the block or
+// frontmatter holding it and whether it is its first or last line, "marker" on a
+// role marker's line, else "-" (text and the lines between parts read the same
+// for folds whichever run holds them).
+std::vector<std::string> line_kinds(const Incremental& d) {
+  const int32_t below = d.line_count();
+  std::vector<std::string> out(static_cast<size_t>(std::max(below, 0)), "-");
+  for (size_t k = 0; k < d.segment_count(); ++k) {
+    const int32_t base = d.segment_start(k);
+    for (const auto& it : d.segment(k).doc.items) {
+      const int32_t first = base + it.first_line - 1, last = base + it.last_line - 1;
+      if (it.kind == FLEMMA_DOC_TEXT) continue;
+      if (it.kind == FLEMMA_DOC_MESSAGE) {
+        if (first < below) out[static_cast<size_t>(first)] = "marker";
+        continue;
+      }
+      for (int32_t x = first; x <= last && x < below; ++x)
+        out[static_cast<size_t>(x)] = std::to_string(it.kind) + (x == first ? "F" : "") + (x == last ? "L" : "");
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("incremental document: the lines parsed again") {
+  SUBCASE("an edit deep in a long message is parsed again from a checkpoint just above it") {
+    Incremental d;
+    load(d, long_message(2000));
+    const uint64_t v = d.version();
+    edit(d, 1003, 1004, {"an edited line"});
+    int32_t line = -1, end = -1;
+    CHECK(d.reparsed(v, line, end));
+    CHECK(line <= 1003);
+    CHECK(line >= 1003 - 2 * kCheckpointEvery - 40);
+    CHECK(end >= 1004);
+    CHECK(end <= 1004 + 2 * kCheckpointEvery + 40);
+    CHECK(d.reparsed(d.version(), line, end));
+    CHECK(line == d.line_count());
+    CHECK(end == d.line_count());
+  }
+
+  SUBCASE("a marker written at the end of a long answer: parsed again from near the end") {
+    Incremental d;
+    std::string text = long_message(3000);
+    load(d, text.substr(0, text.rfind("\n\n@You:")));
+    const uint64_t v = d.version();
+    const int32_t n = d.line_count();
+    edit(d, n - 1, n, {"thanks", "", "@You:", ""});
+    int32_t line = -1, end = -1;
+    CHECK(d.reparsed(v, line, end));
+    CHECK(line >= n - 1 - 2 * kCheckpointEvery - 40);
+    CHECK(end == d.line_count());
+  }
+
+  SUBCASE("through the C ABI, and too old a version") {
+    flemma_idoc* d = flemma_idoc_new();
+    const char* lines[] = {"@You:", "a", "@Assistant:", "b"};
+    size_t lens[] = {5, 1, 11, 1};
+    REQUIRE(flemma_idoc_edit(d, 0, 0, lines, lens, 4) == FLEMMA_OK);
+    const char* more[] = {"c"};
+    size_t more_len[] = {1};
+    REQUIRE(flemma_idoc_edit(d, 4, 4, more, more_len, 1) == FLEMMA_OK);
+    int32_t first = 0, last = 0;
+    CHECK(flemma_idoc_reparsed(d, 1, &first, &last) == 1);
+    CHECK(first >= 1);
+    CHECK(first <= 5);
+    CHECK(last == 5);
+    CHECK(flemma_idoc_reparsed(d, 2, &first, &last) == 1);
+    CHECK(first == 6);
+    CHECK(last == 5);
+    CHECK(flemma_idoc_reparsed(nullptr, 0, &first, &last) < 0);
+    flemma_idoc_free(d);
+  }
+
+  SUBCASE("random edits: the lines outside them read the same before and after") {
+    std::mt19937 rng(4242);
+    for (int32_t every : {1, 3, 16}) {
+      Incremental d;
+      d.set_checkpoint_every(every);
+      load(d, "```lua\nx = 1\n```\n" + long_message(120) + "\n\n@Assistant:\n" + long_message(80).substr(6));
+      std::vector<uint64_t> versions;
+      std::vector<std::vector<std::string>> kinds;
+      for (int step = 0; step < 400; ++step) {
+        versions.push_back(d.version());
+        kinds.push_back(line_kinds(d));
+        const int32_t n = d.line_count();
+        if (rng() % 4 == 0) {
+          append_chunk(d, (rng() % 2 ? "\n" : "") + random_line(rng));
+        } else {
+          int32_t first = static_cast<int32_t>(rng() % static_cast<uint32_t>(n + 1));
+          int32_t last = std::min(n, first + static_cast<int32_t>(rng() % 3));
+          std::vector<std::string> lines;
+          int added = static_cast<int>(rng() % 3);
+          for (int k = 0; k < added; ++k) lines.push_back(random_line(rng));
+          edit(d, first, last, lines);
+        }
+        const std::vector<std::string> after = line_kinds(d);
+        // Since the last version, and since one 1 to 4 edits back.
+        for (size_t back : {size_t{1}, size_t{1} + rng() % 4}) {
+          if (back > versions.size()) continue;
+          const std::vector<std::string>& before = kinds[kinds.size() - back];
+          int32_t line = -1, end = -1;
+          REQUIRE(d.reparsed(versions[versions.size() - back], line, end));
+          INFO("cp every " << every << " step " << step << " back " << back << " parsed again " << line << ".." << end
+                           << "\n" << d.text());
+          REQUIRE(line <= end);
+          REQUIRE(line <= static_cast<int32_t>(before.size()));
+          const int32_t delta = d.line_count() - static_cast<int32_t>(before.size());
+          for (int32_t x = 0; x < line; ++x) {
+            INFO("line " << x);
+            REQUIRE(before[static_cast<size_t>(x)] == after[static_cast<size_t>(x)]);
+          }
+          for (int32_t x = end; x < d.line_count(); ++x) {
+            INFO("line " << x);
+            REQUIRE(x - delta >= 0);
+            REQUIRE(before[static_cast<size_t>(x - delta)] == after[static_cast<size_t>(x)]);
+          }
+        }
+      }
+    }
+  }
+}

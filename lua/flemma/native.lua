@@ -9,7 +9,7 @@ local M = {}
 local H = {}
 
 --- The ABI version this binding was written for (FLEMMA_ABI_VERSION).
-M.ABI_VERSION = 6
+M.ABI_VERSION = 7
 
 -- The declarations of flemma.h, section by section, in the header's order.
 -- spec/flemma/native_spec.lua checks that they match the header.
@@ -121,6 +121,7 @@ int32_t flemma_idoc_segment_count(const flemma_idoc *doc);
 int32_t flemma_idoc_segment_at(const flemma_idoc *doc, int32_t line);
 int flemma_idoc_get_segment(const flemma_idoc *doc, int32_t index, flemma_idoc_segment *out);
 int flemma_idoc_changes(const flemma_idoc *doc, uint64_t since, int32_t *lo, int32_t *hi);
+int flemma_idoc_reparsed(const flemma_idoc *doc, uint64_t since, int32_t *first, int32_t *last);
 int32_t flemma_idoc_diagnostics(flemma_idoc *doc, const flemma_doc_diag **out);
 const char *flemma_idoc_diag_arena(const flemma_idoc *doc);
 int flemma_idoc_find_tool_use(const flemma_idoc *doc, const char *id, size_t len, int32_t *segment, int32_t *item);
@@ -760,6 +761,15 @@ H.i32a = ffi.new("int32_t[2]")
 ---@return boolean exact, integer lo, integer hi
 function M.idoc_changes(d, since)
   local r = M.lib().flemma_idoc_changes(d, since, H.i32a, H.i32a + 1)
+  return r == 1, H.i32a[0], H.i32a[1]
+end
+
+--- The lines (1-based, first .. last) whose parse may differ from that of
+--- version `since` (the lines above and below are parsed the same); `exact` is
+--- false when the document cannot tell (then all of them).
+---@return boolean exact, integer first, integer last
+function M.idoc_reparsed(d, since)
+  local r = M.lib().flemma_idoc_reparsed(d, since, H.i32a, H.i32a + 1)
   return r == 1, H.i32a[0], H.i32a[1]
 end
 

@@ -86,6 +86,15 @@ FLEMMA_API int flemma_idoc_changes(const flemma_idoc* doc, uint64_t since, int32
   return exact ? 1 : 0;
 }
 
+FLEMMA_API int flemma_idoc_reparsed(const flemma_idoc* doc, uint64_t since, int32_t* first, int32_t* last) {
+  if (!doc || !first || !last) return FLEMMA_E_INVALID;
+  int32_t line = 0, end = 0;
+  bool exact = doc->doc.reparsed(since, line, end);
+  *first = line + 1;
+  *last = end;
+  return exact ? 1 : 0;
+}
+
 FLEMMA_API int32_t flemma_idoc_diagnostics(flemma_idoc* doc, const flemma_doc_diag** out) {
   if (out) *out = nullptr;
   if (!doc || !out) return FLEMMA_E_INVALID;

@@ -504,7 +504,8 @@ bool Incremental::edit_within(int32_t first, int32_t last, const std::vector<sv>
   nlines_ += dl;
   ++version_;
   ++stats_.within;
-  log_.push_back({version_, a, 1, 1 + added});
+  const int32_t end_line = s0 + (cut >= 0 || !r.stopped ? n + dl : r.state.line);
+  log_.push_back({version_, a, 1, 1 + added, s0 + at.line, end_line, first, last, m});
   if (log_.size() > 2048) log_.erase(log_.begin(), log_.begin() + 1024);
   return true;
 }
@@ -617,7 +618,8 @@ void Incremental::edit(int32_t first, int32_t last, const std::vector<sv>& lines
   }
   nlines_ += static_cast<int32_t>(lines.size()) - (last - first);
   ++version_;
-  log_.push_back({version_, a, b - a, added});
+  log_.push_back({version_, a, b - a, added, r0, r0 + static_cast<int32_t>(reg.size()), first, last,
+                  static_cast<int32_t>(lines.size())});
   if (log_.size() > 2048) log_.erase(log_.begin(), log_.begin() + 1024);
 }
 
@@ -645,6 +647,32 @@ bool Incremental::changes(uint64_t since, size_t& lo, size_t& hi) const {
     }
     hi = std::max(hi, bn);
     lo = std::min(lo, c.at);
+  }
+  return true;
+}
+
+bool Incremental::reparsed(uint64_t since, int32_t& line, int32_t& end) const {
+  line = end = nlines_;
+  if (since >= version_) return true;
+  if (log_.empty() || log_.front().version > since + 1) {
+    line = 0;
+    return false;
+  }
+  bool any = false;
+  for (const Change& c : log_) {
+    if (c.version <= since) continue;
+    if (any) {
+      // The range so far, in the lines after this edit.
+      const int32_t dl = c.count - (c.last - c.first);
+      if (line >= c.last) line += dl; else if (line > c.first) line = c.first;
+      if (end >= c.last) end += dl; else if (end > c.first) end = c.first + c.count;
+      line = std::min(line, c.line);
+      end = std::max(end, c.end);
+    } else {
+      line = c.line;
+      end = c.end;
+      any = true;
+    }
   }
   return true;
 }

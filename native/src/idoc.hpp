@@ -85,6 +85,15 @@ class Incremental {
   // Returns false when `since` is too old to tell (then lo = 0, hi = count).
   bool changes(uint64_t since, size_t& lo, size_t& hi) const;
 
+  // The 0-based lines [line, end) whose parse may differ from that of version
+  // `since`: the lines above and below read the same (the same items, the
+  // ones below shifted) in both versions; line = end = line_count() when
+  // nothing changed. Edits are parsed again from a checkpoint or a segment
+  // start a few lines above the first changed line, to where the scan state
+  // matches the old one again (or the end of the message). Returns false when
+  // `since` is too old to tell (then the whole document).
+  bool reparsed(uint64_t since, int32_t& line, int32_t& end) const;
+
   // Every diagnostic of the document as parse would report it (absolute
   // lines, messages in diag_arena()); valid until the next edit.
   const std::vector<flemma_doc_diag>& diagnostics();
@@ -119,6 +128,8 @@ class Incremental {
   struct Change {
     uint64_t version;
     size_t at, removed, added;
+    int32_t line, end;  // the lines parsed again [line, end) (0-based, after this edit)
+    int32_t first, last, count;  // the edit: lines [first, last) replaced by count lines
   };
 
   std::vector<std::unique_ptr<Segment>> segs_;

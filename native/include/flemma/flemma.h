@@ -31,7 +31,7 @@ extern "C" {
 #endif
 
 /* Bumped whenever a declaration below changes in an incompatible way. */
-#define FLEMMA_ABI_VERSION 6
+#define FLEMMA_ABI_VERSION 7
 
 /* Status codes. */
 #define FLEMMA_OK 0
@@ -276,6 +276,16 @@ FLEMMA_API int flemma_idoc_get_segment(const flemma_idoc *doc, int32_t index, fl
  * change in line count. Returns 1, or 0 when `since` is too old to tell (then
  * *lo = 0 and *hi = the segment count); negative on bad arguments. */
 FLEMMA_API int flemma_idoc_changes(const flemma_idoc *doc, uint64_t since, int32_t *lo, int32_t *hi);
+
+/* The lines *first .. *last (1-based) whose parse may differ from that of
+ * version `since`: the lines above and below them have the same items in both
+ * versions (those below shifted by the change in line count). An edit is parsed
+ * again from a checkpoint or a message start a few lines above its first
+ * changed line to where the scan matches the old one again, or the end of its
+ * message. When nothing changed, *first = line count + 1 and *last = line
+ * count. Returns 1, or 0 when `since` is too old to tell (then the whole
+ * document); negative on bad arguments. */
+FLEMMA_API int flemma_idoc_reparsed(const flemma_idoc *doc, uint64_t since, int32_t *first, int32_t *last);
 
 /* All diagnostics, ordered by line, with absolute lines, as flemma_doc_diags
  * reports them for the same lines (including the tool id checks); message
