@@ -199,36 +199,32 @@ function M.update(bufnr, top, bot)
   if p.version and p.version ~= version then
     local exact, lo, hi = native.idoc_changes(idoc, p.version)
     local lagged = p.idoc ~= idoc or require("flemma.document").lagged_since(bufnr, p.version)
-    if exact and not lagged and hi - lo <= 1 and count == p.count then
-      -- Within one message, followed by the document before Neovim's own fold
-      -- update (typing, dd, p, a streamed chunk): Neovim folded the changed lines
-      -- and those below them; the parse of the lines above the change did not
-      -- change (the parser reads top-down), and their levels neither, except the
-      -- first line of the block holding the change (a one-line block that grew
-      -- starts a fold now). So that line and the changed ones: a long answer
-      -- growing chunk by chunk is not folded again in full each time.
-      local ok, what, item, _, base = pcall(lines.at, bufnr, top + 1)
-      if ok and what == "part" and item and lines.BLOCKS[item.kind] then
-        local first = item.first + base - 1
-        if first < top then
-          for _, win in ipairs(wins) do
-            vim._foldupdate(win, first, first + 1)
-          end
-        end
-      end
-      lo, hi = 0, 0
+    if not exact then
+      top, bot = 0, vim.api.nvim_buf_line_count(bufnr)
+    elseif not lagged then
+      -- Followed by the document before Neovim's own fold update (typing, dd,
+      -- p, a streamed chunk, a marker written at the end): Neovim folded the
+      -- changed lines with the current document, from the line above them,
+      -- but stopped below them where a level matched the old folds. The lines
+      -- the document parsed again (from a checkpoint or the message's start a
+      -- few lines above the change to where its scan matched the old one) may
+      -- read otherwise: a tool header above whose fence was deleted, a header
+      -- written above a fence, a block that lost its end. Those are folded
+      -- again with the changed lines; the lines above and below read the same
+      -- and keep their levels: a long answer is not folded again in full when
+      -- the next @You: is appended.
+      local _, first, last = native.idoc_reparsed(idoc, p.version)
+      top, bot = math.min(top, first - 1), math.max(bot, last)
     else
       -- With the segments around: Neovim folded the change with the lagging
       -- document, which may have moved the boundary of a neighbour.
       lo, hi = math.max(lo - 1, 0), math.min(hi + 1, count)
-    end
-    if exact and hi > lo then
-      local a = native.idoc_segment_raw(idoc, lo).first_line - 1
-      local last = native.idoc_segment_raw(idoc, hi - 1)
-      local b = last.first_line - 1 + last.line_count
-      top, bot = math.min(top, a), math.max(bot, b)
-    elseif not exact then
-      top, bot = 0, vim.api.nvim_buf_line_count(bufnr)
+      if hi > lo then
+        local a = native.idoc_segment_raw(idoc, lo).first_line - 1
+        local last = native.idoc_segment_raw(idoc, hi - 1)
+        local b = last.first_line - 1 + last.line_count
+        top, bot = math.min(top, a), math.max(bot, b)
+      end
     end
   end
   p.version, p.idoc, p.count = version, idoc, count

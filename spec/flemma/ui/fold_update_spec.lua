@@ -1,0 +1,113 @@
+-- The folds computed again after a change the live document followed before
+-- Neovim's own fold update: the changed lines and those the document parsed
+-- again, not whole messages.
+local helpers = require("spec.support.helpers")
+
+local function open_chat(lines)
+  local path = helpers.tmpdir() .. "/update.chat"
+  helpers.write_file(path, table.concat(lines, "\n") .. "\n")
+  vim.cmd("edit " .. vim.fn.fnameescape(path))
+  vim.wait(20)
+  vim.cmd("normal! zR")
+  return vim.api.nvim_get_current_buf()
+end
+
+local function all_levels()
+  local out = {}
+  for l = 1, vim.api.nvim_buf_line_count(0) do
+    out[l] = vim.fn.foldlevel(l)
+  end
+  return out
+end
+
+-- The levels a new window on the buffer computes from scratch.
+local function fresh_levels(buf)
+  local win = vim.api.nvim_get_current_win()
+  vim.cmd("split")
+  vim.api.nvim_win_set_buf(0, buf)
+  vim.wo.foldmethod = "manual"
+  require("flemma.ui.fold").setup_window(0)
+  local out = all_levels()
+  vim.cmd("close")
+  vim.api.nvim_set_current_win(win)
+  return out
+end
+
+-- Runs the event loop until what this tick scheduled has run.
+local function next_tick()
+  local done = false
+  vim.schedule(function()
+    done = true
+  end)
+  vim.wait(1000, function()
+    return done
+  end, 1)
+end
+
+local function long_answer(n)
+  local lines = { "@You:", "write a long answer", "", "@Assistant:" }
+  for i = 1, n do
+    lines[#lines + 1] = ("Line %d of the answer, with some words in it."):format(i)
+  end
+  return lines
+end
+
+describe("flemma.ui fold updates", function()
+  local fold, orig, calls
+  before_each(function()
+    require("flemma").setup({})
+    fold = require("flemma.ui.fold")
+    orig, calls = fold.expr, 0
+    fold.expr = function(l)
+      calls = calls + 1
+      return orig(l)
+    end
+  end)
+  after_each(function()
+    fold.expr = orig
+    vim.cmd("silent! %bwipeout!")
+    helpers.cleanup()
+  end)
+
+  it("give a tool header above the change its level (a line typed between it and its fence)", function()
+    local buf = open_chat({
+      "@You:",
+      "List the files.",
+      "",
+      "@Assistant:",
+      "Let me look.",
+      "",
+      "**Tool Use:** `bash` (`toolu_01`)",
+      "",
+      "```json",
+      '{ "command": "ls" }',
+      "```",
+      "",
+      "@You:",
+      "ok",
+    })
+    assert.equals(2, vim.fn.foldlevel(7))
+    -- The header no longer has its fence right below it: plain text now.
+    vim.api.nvim_win_set_cursor(0, { 9, 0 })
+    vim.cmd("silent normal! Omore words here\27")
+    next_tick()
+    assert.equals(1, vim.fn.foldlevel(7))
+    assert.same(fresh_levels(buf), all_levels())
+    -- And back.
+    vim.cmd("silent normal! dd")
+    next_tick()
+    assert.equals(2, vim.fn.foldlevel(7))
+    assert.same(fresh_levels(buf), all_levels())
+  end)
+
+  it("do not fold a long answer again when the next @You: is written after it", function()
+    local buf = open_chat(long_answer(3000))
+    local n = vim.api.nvim_buf_line_count(buf)
+    vim.api.nvim_buf_set_lines(buf, n, n, false, { "", "@You:", "" })
+    vim.fn.foldlevel(n + 1) -- Neovim's own update of the changed lines, if it waited
+    calls = 0
+    next_tick()
+    assert.is_true(calls < 100, ("the fold expression ran for %d lines after the marker"):format(calls))
+    assert.same(fresh_levels(buf), all_levels())
+  end)
+end)
