@@ -216,13 +216,16 @@ function M.update(bufnr, top, bot)
       local _, first, last = native.idoc_reparsed(idoc, p.version)
       top, bot = math.min(top, first - 1), math.max(bot, last)
     else
-      -- With the segments around: Neovim folded the change with the lagging
-      -- document, which may have moved the boundary of a neighbour.
-      lo, hi = math.max(lo - 1, 0), math.min(hi + 1, count)
+      -- Neovim folded the change with the lagging document (an undo, a redo,
+      -- a J: lines.at answers each line for the old line with its text): the
+      -- changed messages are folded again in full, with the lines the document
+      -- parsed again (a fence closed in a message below takes it in).
+      local _, first, last = native.idoc_reparsed(idoc, p.version)
+      top, bot = math.min(top, first - 1), math.max(bot, last)
       if hi > lo then
         local a = native.idoc_segment_raw(idoc, lo).first_line - 1
-        local last = native.idoc_segment_raw(idoc, hi - 1)
-        local b = last.first_line - 1 + last.line_count
+        local seg = native.idoc_segment_raw(idoc, hi - 1)
+        local b = seg.first_line - 1 + seg.line_count
         top, bot = math.min(top, a), math.max(bot, b)
       end
     end

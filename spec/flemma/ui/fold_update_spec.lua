@@ -110,4 +110,25 @@ describe("flemma.ui fold updates", function()
     assert.is_true(calls < 100, ("the fold expression ran for %d lines after the marker"):format(calls))
     assert.same(fresh_levels(buf), all_levels())
   end)
+
+  it("fold an undo again in the changed message, not in the messages around it", function()
+    local lines = {}
+    for m = 1, 5 do
+      lines[#lines + 1] = m % 2 == 1 and "@You:" or "@Assistant:"
+      for i = 1, 400 do
+        lines[#lines + 1] = ("Message %d, line %d."):format(m, i)
+      end
+    end
+    local buf = open_chat(lines)
+    vim.api.nvim_win_set_cursor(0, { 2 * 401 + 200, 0 })
+    vim.cmd("silent normal! dd")
+    next_tick()
+    calls = 0
+    vim.cmd("silent normal! u")
+    next_tick()
+    -- The changed message (401 lines) once; its two neighbours were folded too (1,208).
+    assert.is_true(calls < 600, ("the fold expression ran for %d lines after u"):format(calls))
+    assert.same(fresh_levels(buf), all_levels())
+    assert.same(lines, vim.api.nvim_buf_get_lines(buf, 0, -1, false))
+  end)
 end)
