@@ -94,8 +94,9 @@ describe("a burst of changes", function()
         append(buf, chunk)
       end
     end)
-    -- One immediate update for the first change; the others wait for the burst.
-    assert.is_true(updates <= 20, ("%d preview updates for %d changes"):format(updates, #chunks))
+    -- One immediate update for the first change; the others wait for the burst
+    -- (a loaded machine may pause between two changes: far fewer than one each).
+    assert.is_true(updates < #chunks / 3, ("%d preview updates for %d changes"):format(updates, #chunks))
     helpers.wait_for(function()
       return #preview.shown(buf) == 2
     end, 100, "the new placeholder has no preview 100 ms after the burst: " .. vim.inspect(preview.shown(buf)))
@@ -119,7 +120,8 @@ describe("a burst of changes", function()
         vim.wait(0) -- a tick between changes, as a stream's chunks come
       end
     end)
-    assert.is_true(updates <= 30, ("%d mark updates for %d changes"):format(updates, #chunks))
+    -- At most one per 16 ms (however long the loop takes: far fewer than one each).
+    assert.is_true(updates < #chunks / 3, ("%d mark updates for %d changes"):format(updates, #chunks))
     vim.wait(50)
     -- The streamed @Assistant: message now has a tool use without a result: its sign.
     local got = marked(buf)
