@@ -78,6 +78,13 @@ function H.idle_blocking()
   return xs[3]
 end
 
+-- The middle value of xs (the lower of the two middle ones), 0 for none.
+function H.median(xs)
+  local s = vim.deepcopy(xs)
+  table.sort(s)
+  return s[math.ceil(#s / 2)] or 0
+end
+
 -- Wall time of fn, in ms.
 function H.time(fn)
   local t0 = vim.uv.hrtime()
@@ -154,11 +161,9 @@ function H.edit_case(name, bytes, target)
       return blocking
     end,
     note = function()
-      local w = vim.deepcopy(st.work)
-      table.sort(w)
       return (
         "%.1f MB, %d lines, %d tool uses; edits x, dd, p, u in the middle third; the edit and its TextChanged take %.2f ms (median, deferred work not included); idle blocking on this machine %.2f ms"
-      ):format(st.info.bytes / 1e6, st.n, st.info.tools, w[math.ceil(#w / 2)] or 0, st.idle or 0)
+      ):format(st.info.bytes / 1e6, st.n, st.info.tools, H.median(st.work), st.idle or 0)
     end,
   }
 end
@@ -270,8 +275,6 @@ local cases = {
       return total * (5000 / APPEND_N)
     end,
     note = function()
-      local b = vim.deepcopy(append.blockings)
-      table.sort(b)
       return (
         "%d chunks at 1 ms; main-thread CPU time over the stream and 400 ms after, less an idle Neovim's (%.0f ms of CPU in %.0f ms, idle %.3f ms/ms; last run); in the edit callbacks (set_text, on_lines, TextChanged) %.0f ms; timer lateness summed %.0f ms (idle: %.0f ms over as long); longest blocking %.1f ms (median; last run after chunk %s); idle blocking on this machine %.2f ms"
       ):format(
@@ -282,7 +285,7 @@ local cases = {
         append.edit_ms or 0,
         append.busy or 0,
         (append.idle_busy_rate or 0) * (append.wall or 0),
-        b[math.ceil(#b / 2)] or 0,
+        H.median(append.blockings),
         tostring(append.max_at),
         append.idle or 0
       )
