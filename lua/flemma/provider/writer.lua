@@ -18,7 +18,10 @@ M.cancelled_line = "<!-- flemma: cancelled -->"
 ---@class flemma.provider.Writer
 ---@field bufnr integer
 ---@field provider string the label written on signatures ("anthropic")
----@field pending string[] text not yet in the buffer
+---@field pending string[] text not yet in the buffer: entries head .. tail (a queue)
+---@field head integer
+---@field tail integer
+---@field pending_nl integer newlines in the pending text
 ---@field block? { index: integer, kind: string } the open text/thinking block
 ---@field tools table<integer, { id: string, name: string, json: string[] }> open tool uses by index
 ---@field wrote boolean content was written (or is pending)
@@ -36,6 +39,9 @@ function M.new(bufnr, opts)
     provider = opts.provider or "anthropic",
     label = opts.label or "",
     pending = {},
+    head = 1,
+    tail = 0,
+    pending_nl = 0,
     tools = {},
     wrote = false,
     last_flush = 0,
@@ -126,19 +132,24 @@ function Writer:push(s)
   if s == "" then
     return
   end
-  self.pending[#self.pending + 1] = s
+  self.tail = self.tail + 1
+  self.pending[self.tail] = s
+  if s:find("\n", 1, true) then
+    local _, k = s:gsub("\n", "")
+    self.pending_nl = self.pending_nl + k
+  end
   self.wrote = true
   self:schedule()
 end
 
+--- Whether text waits to be written.
+function Writer:has_pending()
+  return self.head <= self.tail
+end
+
 --- The 0-based row the next pushed text starts on.
 function Writer:next_row()
-  local n = 0
-  for _, s in ipairs(self.pending) do
-    local _, k = s:gsub("\n", "")
-    n = n + k
-  end
-  return self.row + n
+  return self.row + self.pending_nl
 end
 
 function Writer:schedule()
@@ -194,21 +205,43 @@ function H.cut(text, limit)
   return at
 end
 
+--- Takes the text to write now from the front of the queue: at most `limit` bytes
+--- (cut as H.cut does), else all of it. Only what is taken is joined and copied,
+--- however much waits behind it.
+function Writer:take(limit)
+  local q, i, n = self.pending, self.head, 0
+  local parts = {}
+  while i <= self.tail and n < limit do
+    parts[#parts + 1] = q[i]
+    n = n + #q[i]
+    q[i] = nil
+    i = i + 1
+  end
+  local text = table.concat(parts)
+  if n > limit then
+    -- What passes the limit goes back to the front of the queue.
+    local at = H.cut(text, limit)
+    i = i - 1
+    q[i] = text:sub(at + 1)
+    text = text:sub(1, at)
+  end
+  self.head = i
+  if i > self.tail then
+    self.pending, self.head, self.tail = {}, 1, 0
+  end
+  return text
+end
+
 --- Writes the pending text into the buffer (one change). With `all` unset, at most
 --- `max_flush` bytes go in now and the rest at the next tick, so no single change
 --- holds the main loop long however fast the answer arrives.
 function Writer:flush(all)
-  if #self.pending == 0 or not vim.api.nvim_buf_is_valid(self.bufnr) then
+  if not self:has_pending() or not vim.api.nvim_buf_is_valid(self.bufnr) then
     return
   end
-  local text = table.concat(self.pending)
-  self.pending = {}
-  if not all and #text > M.max_flush then
-    local at = H.cut(text, M.max_flush)
-    self.pending[1] = text:sub(at + 1)
-    text = text:sub(1, at)
-  end
+  local text = self:take(all and math.huge or M.max_flush)
   local lines = vim.split(text, "\n", { plain = true })
+  self.pending_nl = self.pending_nl - (#lines - 1)
   local row, col = self.row, self.col
   self:edit(function()
     vim.api.nvim_buf_set_text(self.bufnr, row, col, row, col, lines)
@@ -220,7 +253,7 @@ function Writer:flush(all)
     self.col = #lines[#lines]
   end
   self.last_flush = vim.uv.now()
-  if #self.pending > 0 then
+  if self:has_pending() then
     self:schedule()
   elseif self.drained then
     local cb = self.drained
@@ -233,7 +266,7 @@ end
 --- never in one large change).
 ---@param cb fun()
 function Writer:when_drained(cb)
-  if #self.pending == 0 then
+  if not self:has_pending() then
     cb()
   else
     self.drained = cb

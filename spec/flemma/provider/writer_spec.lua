@@ -90,7 +90,7 @@ describe("flemma.provider.writer", function()
     local written = #table.concat(helpers.lines(buf), "\n")
     assert.is_true(written < 4096 + 100, written)
     helpers.wait_for(function()
-      return #w.pending == 0
+      return not w:has_pending()
     end, 5000)
     w:finish("completed")
     writer.max_flush = saved
@@ -170,6 +170,31 @@ describe("flemma.provider.writer", function()
     assert.equals("Let me think about it.\nIt is 4.", parts[1].text)
     assert.is_true(parts[2].redacted)
     assert.equals("UkVEQUNURUQ=", parts[2].text)
+  end)
+
+  it("puts a signature on its thinking tag while slices of earlier text still wait", function()
+    local saved = writer.max_flush
+    writer.max_flush = 64
+    local buf = chat({ "@You:", "go" })
+    local w = writer.new(buf, { provider = "anthropic" })
+    for i = 1, 40 do
+      w:apply({ type = "text", index = 0, text = ("text line %02d\n"):format(i) })
+    end
+    w:flush() -- one slice of 64 bytes written, the rest waits
+    assert.is_true(w:has_pending())
+    feed(w, {
+      { type = "thinking", index = 1, text = "hmm\nyes" },
+      { type = "thinking_signature", index = 1, signature = "c2ln" },
+      { type = "text", index = 2, text = "done" },
+    })
+    w:finish("completed")
+    writer.max_flush = saved
+    local lines = helpers.lines(buf)
+    assert.equals("@Assistant:", lines[4])
+    for i = 1, 40 do
+      assert.equals(("text line %02d"):format(i), lines[4 + i])
+    end
+    assert.same({ "", "", '<thinking anthropic:signature="c2ln">', "hmm", "yes", "</thinking>", "", "done" }, vim.list_slice(lines, 45, 52))
   end)
 
   it("writes each tool use once its input is complete, parallel ones in order, fences longer than backtick runs", function()
