@@ -1112,26 +1112,52 @@ function H.opt_string(ptr, len)
   return len and ffi.string(ptr, len) or ffi.string(ptr)
 end
 
---- Resets the descriptor and returns the waiting events as Lua tables.
----@return table[]
-function M.proc_events()
+--- Resets the descriptor and returns the waiting events as Lua tables: all of
+--- them, or once about `max_bytes` of decoded stream events were taken (their
+--- text, and 64 bytes for each event), those so far and `more` = true (others
+--- may wait: call again; the descriptor was reset). A batch of decoded events, or
+--- a long text in one, is split where the budget ends and continued at the next
+--- call (see M.stream_slice).
+---@param max_bytes? integer
+---@return table[] events
+---@return boolean more
+function M.proc_events(max_bytes)
   if not H.procmgr then
-    return {}
+    return {}, false
   end
   local lib = M.lib()
   local mgr = H.procmgr
   lib.flemma_procmgr_ack(mgr)
   local events = {}
+  local budget = max_bytes or math.huge
   while true do
-    local e = lib.flemma_procmgr_next_event(mgr)
-    if e == nil then
-      break
+    if budget <= 0 then
+      return events, true
+    end
+    local e, i, off = H.partial_event, H.partial_i, H.partial_off
+    if e ~= nil then
+      H.partial_event = nil
+    else
+      e, i, off = lib.flemma_procmgr_next_event(mgr), 0, 0
+      if e == nil then
+        break
+      end
     end
     local ev
     if e.kind == 3 then
-      ev = { id = tonumber(e.id), kind = "stream", events = M.stream_events(e.stream_events, tonumber(e.stream_event_count)) }
-      lib.flemma_proc_event_free(e)
-      events[#events + 1] = ev
+      local count = tonumber(e.stream_event_count)
+      local out
+      if max_bytes then
+        out, i, off, budget = M.stream_slice(e.stream_events, count, i, off, budget)
+      else
+        out, i = M.stream_events(e.stream_events, count), count
+      end
+      events[#events + 1] = { id = tonumber(e.id), kind = "stream", events = out }
+      if i < count then
+        H.partial_event, H.partial_i, H.partial_off = e, i, off
+      else
+        lib.flemma_proc_event_free(e)
+      end
       goto continue
     end
     ev = {
@@ -1167,7 +1193,7 @@ function M.proc_events()
     events[#events + 1] = ev
     ::continue::
   end
-  return events
+  return events, false
 end
 
 -- ---------------------------------------------------------------------------
@@ -1298,14 +1324,60 @@ H.STREAM_TYPES = {
 }
 H.USAGE_FIELDS = { "input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "thinking_tokens" }
 
---- Lua tables for `count` flemma_stream_event structs at `evs` (the shapes of
---- STREAM_API.md; `index` is the provider's 0-based content block index).
+-- The events whose text may be cut (text, thinking, tool input) and their field.
+H.SPLIT_FIELDS = { [3] = "text", [4] = "text", [8] = "json" }
+
+--- Lua tables for the events at `evs` from index i (from byte `off` of its text)
+--- on, until about `budget` bytes were taken (their text, and 64 bytes for each
+--- event). A text, thinking or tool input longer than what is left is cut on a
+--- UTF-8 boundary: its first bytes now as an event of their own, the rest later,
+--- as if the provider had sent it in two deltas.
+---@return table[] out
+---@return integer i the next event
+---@return integer off the byte of its text to go on from
+---@return integer budget what is left of it
+function M.stream_slice(evs, count, i, off, budget)
+  local out = {}
+  while i < count and budget > 0 do
+    local e = evs[i]
+    local field = H.SPLIT_FIELDS[e.type]
+    local left = tonumber(e.a_len) - off
+    if field and (left > budget or off > 0) then
+      local n = left
+      if left > budget then
+        local bytes = ffi.cast("const uint8_t *", e.a)
+        n = math.max(budget, 1)
+        -- Not inside a UTF-8 sequence: back off its continuation bytes.
+        while n > 1 and bit.band(bytes[off + n], 0xC0) == 0x80 do
+          n = n - 1
+        end
+      end
+      out[#out + 1] = { type = H.STREAM_TYPES[e.type], index = e.index, [field] = ffi.string(e.a + off, n) }
+      budget = budget - n - 64
+      if n < left then
+        off = off + n
+        break
+      end
+      i, off = i + 1, 0
+    else
+      out[#out + 1] = M.stream_events(evs, i + 1, i)[1]
+      budget = budget - left - tonumber(e.b_len) - 64
+      i, off = i + 1, 0
+    end
+  end
+  return out, i, off, budget
+end
+
+--- Lua tables for the flemma_stream_event structs at `evs` from index `from`
+--- (default 0) up to `count` (the shapes of STREAM_API.md; `index` is the
+--- provider's 0-based content block index).
 ---@return table[]
-function M.stream_events(evs, count)
+function M.stream_events(evs, count, from)
+  from = from or 0
   local ffi_string = ffi.string
   local TYPES, USAGE = H.STREAM_TYPES, H.USAGE_FIELDS
-  local out = H.table_new(count, 0)
-  for i = 0, count - 1 do
+  local out = H.table_new(count - from, 0)
+  for i = from, count - 1 do
     local e = evs[i]
     local t = e.type
     local a = e.a ~= nil and ffi_string(e.a, e.a_len) or ""
@@ -1350,7 +1422,7 @@ function M.stream_events(evs, count)
     else
       ev = { type = "unknown", code = t }
     end
-    out[i + 1] = ev
+    out[i - from + 1] = ev
   end
   return out
 end

@@ -185,20 +185,36 @@ function H.ensure_poll()
   end
   local fd = native.proc_fd()
   local poll = assert(vim.uv.new_poll(fd))
+  H.drain_timer = assert(vim.uv.new_timer())
   poll:start("r", function(err)
     if err then
       return
     end
-    -- Fast context: take the events now (keeps the descriptor drained), handle
-    -- them where the API is allowed.
-    local events = native.proc_events()
-    if #events > 0 then
-      vim.schedule(function()
-        H.dispatch(events)
-      end)
-    end
+    H.drain()
   end)
   H.poll = poll
+end
+
+-- Decoded stream events taken in one turn of the loop (bytes of text, see
+-- native.proc_events): a fast stream (a model answering megabytes at once) is
+-- handled in slices of a millisecond or two, with the loop running (timers,
+-- input, redraws) between them.
+H.DRAIN_BYTES = 256 * 1024
+
+-- Fast context: takes events now (keeps the descriptor drained) and handles them
+-- where the API is allowed, in order; once they are handled, the rest of a long
+-- run is taken on the next turn of the loop.
+function H.drain()
+  local events, more = native.proc_events(H.DRAIN_BYTES)
+  if #events == 0 and not more then
+    return
+  end
+  vim.schedule(function()
+    H.dispatch(events)
+    if more and not H.drain_timer:is_active() then
+      H.drain_timer:start(0, 0, H.drain)
+    end
+  end)
 end
 
 function H.result(ev, merged)

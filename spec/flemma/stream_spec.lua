@@ -221,6 +221,47 @@ describe("flemma.native stream", function()
       end
     end)
 
+    it("hands a long answer over in slices of whole UTF-8 characters, in order, before on_exit", function()
+      -- 1.5 MB of text in 2 KB deltas of 1-, 2-, 3- and 4-byte characters, written at once.
+      local piece = string.rep("aé日🌍", 205) -- 2,050 bytes
+      local http = {
+        "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\n",
+        'event: message_start\ndata: {"type":"message_start","message":{"id":"m","model":"x","usage":{"input_tokens":1,"output_tokens":1}}}\n\n',
+        'event: content_block_start\ndata: {"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}\n\n',
+      }
+      local n = 750
+      for _ = 1, n do
+        http[#http + 1] = 'event: content_block_delta\ndata: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"'
+          .. piece
+          .. '"}}\n\n'
+      end
+      http[#http + 1] = 'event: content_block_stop\ndata: {"type":"content_block_stop","index":0}\n\n'
+      http[#http + 1] = 'event: message_delta\ndata: {"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":9}}\n\n'
+      http[#http + 1] = 'event: message_stop\ndata: {"type":"message_stop"}\n\n'
+      local path = helpers.tmpdir() .. "/long.http"
+      helpers.write_file(path, table.concat(http))
+      local _, wait = run({ cmd = { "cat", path }, decoder = "anthropic" })
+      -- The main loop busy meanwhile: the whole answer is decoded before Lua takes any.
+      vim.uv.sleep(500)
+      local log, result, batches = wait()
+      assert.equal(0, result.code)
+      local texts = of_type(log, "text")
+      assert.equal(string.rep(piece, n), table.concat(vim.tbl_map(function(e)
+        return e.text
+      end, texts)))
+      assert.is_true(batches >= 5, "batches: " .. batches)
+      for i, e in ipairs(texts) do
+        assert.is_true(#e.text <= 256 * 1024, "text event " .. i .. " has " .. #e.text .. " bytes")
+        assert.is_nil(e.text:find("^[\128-\191]"), "text event " .. i .. " starts inside a character")
+        local lead, cont = e.text:match("([\192-\255])([\128-\191]*)$")
+        if lead then
+          local want = lead:byte() >= 240 and 3 or lead:byte() >= 224 and 2 or 1
+          assert.equal(want, #cont, "text event " .. i .. " ends inside a character")
+        end
+      end
+      assert.same({ "stop", "end" }, { log[#log - 1].type, log[#log].type })
+    end)
+
     it("ends a cancelled stream with an incomplete end event, then on_exit", function()
       local h, wait, live = run({
         cmd = { "bash", "-c", 'head -c 1100 "$1"; exec sleep 30', "-", FIXTURES .. "anthropic_text.http" },
