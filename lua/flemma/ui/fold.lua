@@ -150,12 +150,13 @@ end
 --- Makes window `win` fold the chat buffer it shows (window-local options).
 function M.setup_window(win)
   local wo = vim.wo[win][0]
+  local buf = vim.api.nvim_win_get_buf(win)
   if wo.foldmethod == "expr" and wo.foldexpr == M.EXPR then
+    H.folding[buf] = true
     return
   end
   -- Neovim computes the fold level of every line when 'foldmethod' becomes "expr"
   -- (about 75 ms per MB here): larger chats are not folded, so they open at once.
-  local buf = vim.api.nvim_win_get_buf(win)
   local max = require("flemma.config").get().ui.fold_max_bytes
   if vim.api.nvim_buf_get_offset(buf, vim.api.nvim_buf_line_count(buf)) > max then
     return
@@ -167,7 +168,12 @@ function M.setup_window(win)
   wo.foldtext = M.TEXT
   wo.foldlevel = 99
   wo.foldmethod = "expr"
+  H.folding[buf] = true
 end
+
+-- Buffers a window was set up to fold: changes of the others (a chat too large
+-- to fold, written to chunk after chunk) cost nothing here.
+H.folding = {}
 
 -- Per buffer: the pending range of lines to fold again (0-based [top, bot)) and
 -- the document version the last update saw.
@@ -281,6 +287,9 @@ end
 --- Records a change of lines first .. last_new - 1 (0-based) and schedules the
 --- update of their folds.
 function M.changed(bufnr, first, last_new)
+  if not H.folding[bufnr] then
+    return
+  end
   local p = H.pending[bufnr]
   if not p then
     p = {}
@@ -291,9 +300,11 @@ function M.changed(bufnr, first, last_new)
     return
   end
   p.top, p.bot = first, math.max(last_new, first + 1)
-  vim.schedule(function()
+  -- On a later turn of the loop than the change (not right after it, as
+  -- vim.schedule would run it): the edit and this work block the loop apart.
+  vim.defer_fn(function()
     H.flush(bufnr)
-  end)
+  end, 0)
 end
 
 --- Remembers the document version folds reflect now (after a full computation).
@@ -307,6 +318,7 @@ end
 
 function M.forget(bufnr)
   H.pending[bufnr] = nil
+  H.folding[bufnr] = nil
 end
 
 -- Whether a block is "completed": a thinking block closed by its tag, a tool

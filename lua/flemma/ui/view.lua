@@ -75,7 +75,8 @@ function M.attach(buf)
     return
   end
   H.attached[buf] = true
-  -- The marks of what changed are updated on the next tick, or, when changes
+  -- The marks of what changed are updated on the next turn of the loop (a timer:
+  -- not in the same turn as the change, as vim.schedule would), or, when changes
   -- come in a burst (chunk after chunk), once per H.BURST_MS for all of them.
   local scheduled, last_run = false, 0
   local function update_marks()
@@ -98,7 +99,7 @@ function M.attach(buf)
         if vim.uv.hrtime() - last_run < H.BURST_MS * 1e6 then
           vim.defer_fn(update_marks, H.BURST_MS)
         else
-          vim.schedule(update_marks)
+          vim.defer_fn(update_marks, 0)
         end
       end
     end,

@@ -144,13 +144,13 @@ local function fresh_levels(win)
   return out
 end
 
--- Runs the event loop until what this tick scheduled (the folds of the change)
--- has run.
+-- Runs the event loop until the folds of the change (deferred to the next turn
+-- of the loop by a 0 ms timer) have been computed.
 local function next_tick()
   local done = false
-  vim.schedule(function()
+  vim.defer_fn(function()
     done = true
-  end)
+  end, 0)
   vim.wait(1000, function()
     return done
   end, 1)

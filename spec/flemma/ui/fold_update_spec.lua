@@ -33,12 +33,13 @@ local function fresh_levels(buf)
   return out
 end
 
--- Runs the event loop until what this tick scheduled has run.
+-- Runs the event loop until what this tick scheduled or deferred to the next
+-- turn of the loop (a 0 ms timer, as the fold updates are) has run.
 local function next_tick()
   local done = false
-  vim.schedule(function()
+  vim.defer_fn(function()
     done = true
-  end)
+  end, 0)
   vim.wait(1000, function()
     return done
   end, 1)
