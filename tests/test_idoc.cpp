@@ -1,6 +1,10 @@
 #include <doctest/doctest.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdlib>
+#include <tuple>
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -497,4 +501,58 @@ TEST_CASE("incremental document: the lines parsed again") {
       }
     }
   }
+}
+
+TEST_CASE("incremental document: lines read from a file") {
+  char tmpl[] = "/tmp/flemma_idoc_file_XXXXXX";
+  int fd = mkstemp(tmpl);
+  REQUIRE(fd >= 0);
+  close(fd);
+  const std::string text = "@You:\nhello\n\n@Assistant:\nhi there\n";
+  {
+    std::ofstream f(tmpl, std::ios::binary);
+    f << text;
+  }
+  const int64_t size = static_cast<int64_t>(text.size());
+  // Samples as a buffer would give them: line 2 at offset 6, line 5 at 25.
+  const int64_t offsets[] = {6, 25};
+  const char* lines[] = {"hello", "hi there"};
+  const size_t lens[] = {5, 8};
+  auto load = [&](int64_t sz, int32_t count, const char* const* ls, const size_t* lns, size_t ns) {
+    flemma_idoc* d = flemma_idoc_new();
+    int inserted = -1;
+    REQUIRE(flemma_idoc_edit_file(d, 0, 0, tmpl, sz, count, offsets, ls, lns, ns, &inserted) == FLEMMA_OK);
+    const int32_t n = flemma_idoc_line_count(d);
+    const int32_t segs = flemma_idoc_segment_count(d);
+    flemma_idoc_free(d);
+    return std::make_tuple(inserted, n, segs);
+  };
+  SUBCASE("the same file: its lines, parsed") {
+    auto [inserted, n, segs] = load(size, 5, lines, lens, 2);
+    CHECK(inserted == 1);
+    CHECK(n == 5);
+    CHECK(segs == 2);
+  }
+  SUBCASE("another size, line count or sample: nothing changed") {
+    CHECK(std::get<0>(load(size - 1, 5, lines, lens, 2)) == 0);
+    CHECK(std::get<0>(load(size + 1, 5, lines, lens, 2)) == 0);
+    CHECK(std::get<0>(load(size, 4, lines, lens, 2)) == 0);
+    CHECK(std::get<0>(load(size, 6, lines, lens, 2)) == 0);
+    const char* other[] = {"hellO", "hi there"};
+    auto [inserted, n, segs] = load(size, 5, other, lens, 2);
+    CHECK(inserted == 0);
+    CHECK(n == 0);
+    const size_t longer[] = {6, 8};  // "hello\n" is not followed by a line end
+    CHECK(std::get<0>(load(size, 5, lines, longer, 2)) == 0);
+  }
+  SUBCASE("no final newline, or no file: nothing changed") {
+    {
+      std::ofstream f(tmpl, std::ios::binary | std::ios::trunc);
+      f.write(text.data(), static_cast<std::streamsize>(text.size() - 1));
+    }
+    CHECK(std::get<0>(load(size - 1, 5, lines, lens, 2)) == 0);
+    unlink(tmpl);
+    CHECK(std::get<0>(load(size, 5, lines, lens, 2)) == 0);
+  }
+  unlink(tmpl);
 }

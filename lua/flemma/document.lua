@@ -215,9 +215,9 @@ end
 H.FILE_MIN_BYTES = 64 * 1024
 H.SAMPLES = 64
 
---- Builds the document of a long chat just read from its file from the file's
---- text (one string) instead of a string per buffer line (a 10 MB chat has
---- 300,000 lines). Only when the buffer surely holds that text: not changed since
+--- Builds the document of a long chat just read from its file from the file,
+--- read and split natively, instead of a string per buffer line (a 10 MB chat
+--- has 300,000 lines). Only when the buffer surely holds that text: not changed since
 --- it was read (flemma.read), the file not changed since (size, modification
 --- time), read without conversion (unix line ends, UTF-8, no BOM, a final
 --- newline); then the buffer's line count and size must be the text's, and
@@ -245,27 +245,19 @@ function H.load_file(bufnr, idoc)
   if not st or st.type ~= "file" or st.size ~= read.size or st.mtime.sec ~= read.sec or st.mtime.nsec ~= read.nsec then
     return false
   end
-  local fd = vim.uv.fs_open(name, "r", 0)
-  if not fd then
-    return false
-  end
-  local text = vim.uv.fs_read(fd, st.size + 1, 0) -- one byte more: a file grown since
-  vim.uv.fs_close(fd)
   local count = vim.api.nvim_buf_line_count(bufnr)
-  if type(text) ~= "string" or #text ~= st.size or text:sub(-1) ~= "\n" or vim.api.nvim_buf_get_offset(bufnr, count) ~= #text then
+  if vim.api.nvim_buf_get_offset(bufnr, count) ~= st.size then
     return false
   end
-  -- Lines spread over the buffer, the first and last ones among them: the same
-  -- text at the same offset, followed by a line end.
+  -- Lines spread over the buffer, the first and last ones among them: the file
+  -- must hold the same text at the same offset, followed by a line end.
+  local samples = {}
   for k = 0, H.SAMPLES do
     local row = math.floor((count - 1) * k / H.SAMPLES)
     local line = vim.api.nvim_buf_get_lines(bufnr, row, row + 1, false)[1]
-    local off = vim.api.nvim_buf_get_offset(bufnr, row)
-    if text:sub(off + 1, off + #line + 1) ~= line .. "\n" then
-      return false
-    end
+    samples[#samples + 1] = { vim.api.nvim_buf_get_offset(bufnr, row), line }
   end
-  return native.idoc_edit_text(idoc, 0, 0, text, count)
+  return native.idoc_edit_file(idoc, 0, 0, name, st.size, count, samples)
 end
 
 function H.forget(bufnr)

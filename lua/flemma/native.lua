@@ -9,7 +9,7 @@ local M = {}
 local H = {}
 
 --- The ABI version this binding was written for (FLEMMA_ABI_VERSION).
-M.ABI_VERSION = 7
+M.ABI_VERSION = 8
 
 -- The declarations of flemma.h, section by section, in the header's order.
 -- spec/flemma/native_spec.lua checks that they match the header.
@@ -115,6 +115,7 @@ typedef struct flemma_idoc_segment {
 flemma_idoc *flemma_idoc_new(void);
 void flemma_idoc_free(flemma_idoc *doc);
 int flemma_idoc_edit(flemma_idoc *doc, int32_t first, int32_t last, const char *const *lines, const size_t *lens, size_t count);
+int flemma_idoc_edit_file(flemma_idoc *doc, int32_t first, int32_t last, const char *path, int64_t size, int32_t count, const int64_t *offsets, const char *const *lines, const size_t *lens, size_t nsamples, int *inserted);
 int32_t flemma_idoc_line_count(const flemma_idoc *doc);
 uint64_t flemma_idoc_version(const flemma_idoc *doc);
 int32_t flemma_idoc_segment_count(const flemma_idoc *doc);
@@ -717,35 +718,27 @@ function M.idoc_edit(d, first, last, lines)
   end
 end
 
---- Like idoc_edit with the n lines of `text`, each ended by "\n" (the last one
---- too), without building a string per line. Returns false, changing nothing,
---- when text does not hold exactly n such lines.
-function M.idoc_edit_text(d, first, last, text, n)
+--- Like idoc_edit with the lines of the file at `path`, read and split natively,
+--- when the file still is what the buffer was read from: `size` bytes, `count`
+--- lines each ended by "\n", and each sample { offset, line } at its byte offset.
+--- Returns false, changing nothing, otherwise.
+---@param samples { [1]: integer, [2]: string }[]
+---@return boolean
+function M.idoc_edit_file(d, first, last, path, size, count, samples)
   local lib = M.lib()
-  if n > H.line_cap then
-    local cap = math.max(n, 2 * H.line_cap, 64)
-    H.line_ptrs = ffi.new("const char *[?]", cap)
-    H.line_lens = ffi.new("size_t[?]", cap)
-    H.line_cap = cap
+  local n = #samples
+  local offsets = ffi.new("int64_t[?]", math.max(n, 1))
+  local ptrs = ffi.new("const char *[?]", math.max(n, 1))
+  local lens = ffi.new("size_t[?]", math.max(n, 1))
+  for k, s in ipairs(samples) do
+    offsets[k - 1], ptrs[k - 1], lens[k - 1] = s[1], s[2], #s[2]
   end
-  local ptrs, lens = H.line_ptrs, H.line_lens
-  local base = ffi.cast("const char *", text)
-  local find, pos = string.find, 1
-  for i = 0, n - 1 do
-    local nl = find(text, "\n", pos, true)
-    if not nl then
-      return false
-    end
-    ptrs[i], lens[i] = base + (pos - 1), nl - pos
-    pos = nl + 1
-  end
-  if pos ~= #text + 1 then
-    return false
-  end
-  if lib.flemma_idoc_edit(d, first, last, ptrs, lens, n) ~= 0 then
+  local inserted = ffi.new("int[1]")
+  -- `samples` keeps the sample strings alive during the call.
+  if lib.flemma_idoc_edit_file(d, first, last, path, size, count, offsets, ptrs, lens, n, inserted) ~= 0 then
     util.error("cannot update the document: " .. M.last_error())
   end
-  return true
+  return inserted[0] == 1
 end
 
 --- Version (edits applied), line count and segment count.

@@ -1,7 +1,7 @@
 --- The file a chat buffer was just read from: its size and modification time,
 --- and whether the buffer's text changed since (any change, seen by on_bytes).
 --- plugin/flemma.lua notes it at BufReadPost; the live document of a long chat
---- is first built from that file's text when nothing changed (flemma.document).
+--- is first built from that file, read natively, when nothing changed (flemma.document).
 local M = {}
 
 M.records = {} ---@type table<integer, { size: integer, sec: integer, nsec: integer, changed: boolean }>

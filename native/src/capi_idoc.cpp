@@ -1,5 +1,10 @@
 // C ABI of the incremental document: thin forwarders into
 // flemma::document::Incremental.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -40,6 +45,63 @@ FLEMMA_API int flemma_idoc_edit(flemma_idoc* doc, int32_t first, int32_t last, c
     }
     doc->doc.edit(first, last, v);
     v.clear();
+    return FLEMMA_OK;
+  });
+}
+
+FLEMMA_API int flemma_idoc_edit_file(flemma_idoc* doc, int32_t first, int32_t last, const char* path, int64_t size,
+                                     int32_t count, const int64_t* offsets, const char* const* lines,
+                                     const size_t* lens, size_t nsamples, int* inserted) {
+  return flemma::guard([&] {
+    if (!doc || !path || !inserted) throw flemma::Error(FLEMMA_E_INVALID, "flemma_idoc_edit_file: a pointer is NULL");
+    if (nsamples > 0 && (!offsets || !lines || !lens))
+      throw flemma::Error(FLEMMA_E_INVALID, "flemma_idoc_edit_file: samples are NULL but nsamples is not 0");
+    *inserted = 0;
+    if (size <= 0 || count <= 0 || static_cast<uint64_t>(size) >= (uint64_t{1} << 40)) return FLEMMA_OK;
+    const auto n = static_cast<size_t>(size);
+    int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return FLEMMA_OK;
+    std::vector<char> text(n + 1);  // one byte more: a file grown since shows
+    size_t got = 0;
+    while (got < text.size()) {
+      ssize_t r = ::read(fd, text.data() + got, text.size() - got);
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) break;
+      got += static_cast<size_t>(r);
+    }
+    ::close(fd);
+    if (got != n || text[n - 1] != '\n') return FLEMMA_OK;
+    for (size_t k = 0; k < nsamples; ++k) {
+      if (offsets[k] < 0 || (lens[k] > 0 && !lines[k])) return FLEMMA_OK;
+      const auto off = static_cast<uint64_t>(offsets[k]);
+      if (off + lens[k] >= n || std::memcmp(text.data() + off, lines[k], lens[k]) != 0 || text[off + lens[k]] != '\n')
+        return FLEMMA_OK;
+    }
+    auto& v = doc->scratch;
+    v.clear();
+    v.reserve(static_cast<size_t>(count));
+    const char* p = text.data();
+    const char* end = p + n;
+    while (p < end) {
+      auto* nl = static_cast<const char*>(std::memchr(p, '\n', static_cast<size_t>(end - p)));
+      if (!nl || v.size() == static_cast<size_t>(count)) {
+        v.clear();
+        return FLEMMA_OK;
+      }
+      if (static_cast<size_t>(nl - p) >= flemma::document::kMaxInput) {
+        v.clear();
+        return FLEMMA_OK;
+      }
+      v.emplace_back(p, static_cast<size_t>(nl - p));
+      p = nl + 1;
+    }
+    if (v.size() != static_cast<size_t>(count)) {
+      v.clear();
+      return FLEMMA_OK;
+    }
+    doc->doc.edit(first, last, v);
+    v.clear();
+    *inserted = 1;
     return FLEMMA_OK;
   });
 }

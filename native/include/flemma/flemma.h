@@ -31,7 +31,7 @@ extern "C" {
 #endif
 
 /* Bumped whenever a declaration below changes in an incompatible way. */
-#define FLEMMA_ABI_VERSION 7
+#define FLEMMA_ABI_VERSION 8
 
 /* Status codes. */
 #define FLEMMA_OK 0
@@ -253,6 +253,16 @@ FLEMMA_API void flemma_idoc_free(flemma_idoc *doc);
  * may be inconsistent: free it and build a new one. */
 FLEMMA_API int flemma_idoc_edit(flemma_idoc *doc, int32_t first, int32_t last, const char *const *lines,
                                 const size_t *lens, size_t count);
+
+/* Like flemma_idoc_edit with the lines of the file at `path`, read and split
+ * here (no string per line on the caller's side), when the file still is what
+ * the caller read into its buffer: exactly `size` bytes of `count` lines, each
+ * ended by "\n", and line k of the `nsamples` samples (lens[k] bytes at
+ * lines[k]) at byte offsets[k], followed by "\n". *inserted is 1 when the
+ * edit was made, 0 when the file differs or cannot be read (nothing changed). */
+FLEMMA_API int flemma_idoc_edit_file(flemma_idoc *doc, int32_t first, int32_t last, const char *path, int64_t size,
+                                     int32_t count, const int64_t *offsets, const char *const *lines,
+                                     const size_t *lens, size_t nsamples, int *inserted);
 
 /* The number of lines; 0 for NULL. */
 FLEMMA_API int32_t flemma_idoc_line_count(const flemma_idoc *doc);
