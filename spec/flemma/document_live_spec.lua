@@ -2,31 +2,11 @@
 -- native incremental document fed by nvim_buf_attach). These specs edit real
 -- buffers with nvim_buf_set_lines and compare with a fresh full parse.
 local document = require("flemma.document")
+local helpers = require("spec.support.helpers")
 
 local FIXTURES = FLEMMA_ROOT .. "/spec/fixtures/chat/"
 
--- A plain copy of a model with every field read (lazy inputs decoded).
-local function plain(doc)
-  local out = { frontmatter = doc.frontmatter and vim.deepcopy(doc.frontmatter), messages = {}, diagnostics = {} }
-  for i, m in ipairs(doc.messages) do
-    local parts = {}
-    for j, p in ipairs(m.parts) do
-      local q = {}
-      for _, k in ipairs({
-        "kind", "first_line", "last_line", "text", "id", "name", "input", "input_error", "status", "is_error",
-        "content", "fence_line", "info", "legacy", "signature", "provider", "redacted",
-      }) do
-        q[k] = p[k]
-      end
-      parts[j] = q
-    end
-    out.messages[i] = { role = m.role, first_line = m.first_line, last_line = m.last_line, parts = parts }
-  end
-  for i, d in ipairs(doc.diagnostics) do
-    out.diagnostics[i] = { line = d.line, severity = d.severity, message = d.message }
-  end
-  return out
-end
+local plain = helpers.plain_model
 
 -- Lines that change the structure most.
 local POOL = {

@@ -4,28 +4,7 @@
 local document = require("flemma.document")
 local helpers = require("spec.support.helpers")
 
--- A plain copy of a model with every field read (lazy inputs decoded).
-local function plain(doc)
-  local out = { frontmatter = doc.frontmatter and vim.deepcopy(doc.frontmatter), messages = {}, diagnostics = {} }
-  for i, m in ipairs(doc.messages) do
-    local parts = {}
-    for j, p in ipairs(m.parts) do
-      local q = {}
-      for _, k in ipairs({
-        "kind", "first_line", "last_line", "text", "id", "name", "input", "input_error", "status", "is_error",
-        "content", "fence_line", "info", "legacy", "signature", "provider", "redacted",
-      }) do
-        q[k] = p[k]
-      end
-      parts[j] = q
-    end
-    out.messages[i] = { role = m.role, first_line = m.first_line, last_line = m.last_line, parts = parts }
-  end
-  for i, d in ipairs(doc.diagnostics) do
-    out.diagnostics[i] = { line = d.line, severity = d.severity, message = d.message }
-  end
-  return out
-end
+local plain = helpers.plain_model
 
 -- About 72 KB of chat text (over the size read from the file), "\n"-joined.
 local function long_text(status)
@@ -79,13 +58,8 @@ local function fresh(buf)
 end
 
 describe("flemma.document of a long chat just read", function()
-  before_each(function()
-    require("flemma").setup({})
-  end)
-  after_each(function()
-    vim.cmd("silent! %bwipeout!")
-    helpers.cleanup()
-  end)
+  before_each(helpers.setup_flemma)
+  after_each(helpers.wipe)
 
   it("is built from the file's text, and equals a full parse of the buffer", function()
     local path = helpers.tmpdir() .. "/long.chat"

@@ -301,6 +301,94 @@ function M.edit(path, lines)
   return buf
 end
 
+--- Writes `lines` to a .chat file `name` (default "test.chat") in a fresh
+--- temporary directory and edits it in the current window (a chat buffer, its
+--- first parse done); returns the buffer.
+---@param lines string[]
+---@param name? string
+---@return integer
+function M.open_chat(lines, name)
+  local path = M.tmpdir() .. "/" .. (name or "test.chat")
+  M.write_file(path, table.concat(lines, "\n") .. "\n")
+  vim.cmd("edit " .. vim.fn.fnameescape(path))
+  vim.wait(20)
+  return vim.api.nvim_get_current_buf()
+end
+
+--- Runs the event loop until what was scheduled or deferred to the next turn of
+--- the loop (a 0 ms timer, as the fold updates and the marks after a change are)
+--- has run.
+function M.next_turn()
+  local done = false
+  vim.defer_fn(function()
+    done = true
+  end, 0)
+  vim.wait(1000, function()
+    return done
+  end, 1)
+end
+
+--- The fold level of every line of the current window's buffer.
+---@return integer[]
+function M.fold_levels()
+  local out = {}
+  for l = 1, vim.api.nvim_buf_line_count(0) do
+    out[l] = vim.fn.foldlevel(l)
+  end
+  return out
+end
+
+--- The fold levels a new window on buf computes from scratch (Flemma's fold
+--- expression set up in it); the current window stays current.
+---@param buf integer
+---@return integer[]
+function M.fresh_fold_levels(buf)
+  local win = vim.api.nvim_get_current_win()
+  vim.cmd("split")
+  vim.api.nvim_win_set_buf(0, buf)
+  vim.wo.foldmethod = "manual"
+  require("flemma.ui.fold").setup_window(0)
+  local out = M.fold_levels()
+  vim.cmd("close")
+  vim.api.nvim_set_current_win(win)
+  return out
+end
+
+--- A plain copy of a document model with every field read (lazy tool inputs
+--- decoded), to compare two models with assert.same.
+function M.plain_model(doc)
+  local out = { frontmatter = doc.frontmatter and vim.deepcopy(doc.frontmatter), messages = {}, diagnostics = {} }
+  for i, m in ipairs(doc.messages) do
+    local parts = {}
+    for j, p in ipairs(m.parts) do
+      local q = {}
+      for _, k in ipairs({
+        "kind", "first_line", "last_line", "text", "id", "name", "input", "input_error", "status", "is_error",
+        "content", "fence_line", "info", "legacy", "signature", "provider", "redacted",
+      }) do
+        q[k] = p[k]
+      end
+      parts[j] = q
+    end
+    out.messages[i] = { role = m.role, first_line = m.first_line, last_line = m.last_line, parts = parts }
+  end
+  for i, d in ipairs(doc.diagnostics) do
+    out.diagnostics[i] = { line = d.line, severity = d.severity, message = d.message }
+  end
+  return out
+end
+
+--- For before_each: Flemma set up with its defaults.
+function M.setup_flemma()
+  require("flemma").setup({})
+end
+
+--- For after_each: every buffer and temporary directory gone.
+function M.wipe()
+  vim.cmd("silent! %bwipeout!")
+  M.cleanup()
+end
+
 --- Runs fn with vim.notify captured (put back even when fn fails, whose error is
 --- raised again); returns what it notified, each { msg, level }.
 ---@param fn fun()

@@ -69,13 +69,8 @@ local function marked(buf)
 end
 
 describe("a burst of changes", function()
-  before_each(function()
-    require("flemma").setup({})
-  end)
-  after_each(function()
-    vim.cmd("silent! %bwipeout!")
-    helpers.cleanup()
-  end)
+  before_each(helpers.setup_flemma)
+  after_each(helpers.wipe)
 
   it("updates the previews once after the burst, and they show the new placeholder", function()
     local buf = open_chat()

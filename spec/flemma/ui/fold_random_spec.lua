@@ -105,11 +105,7 @@ local function fixture(name)
 end
 
 local function open_chat(lines)
-  local path = helpers.tmpdir() .. "/random.chat"
-  helpers.write_file(path, table.concat(lines, "\n") .. "\n")
-  vim.cmd("edit " .. vim.fn.fnameescape(path))
-  vim.wait(20)
-  return vim.api.nvim_get_current_buf()
+  return helpers.open_chat(lines, "random.chat")
 end
 
 -- What the folds of window `win` are: each line's level, and with 'foldlevel'
@@ -144,17 +140,7 @@ local function fresh_levels(win)
   return out
 end
 
--- Runs the event loop until the folds of the change (deferred to the next turn
--- of the loop by a 0 ms timer) have been computed.
-local function next_tick()
-  local done = false
-  vim.defer_fn(function()
-    done = true
-  end, 0)
-  vim.wait(1000, function()
-    return done
-  end, 1)
-end
+local next_tick = helpers.next_turn
 
 -- One random edit in the current window; returns its description.
 local function edit(r, buf)
@@ -312,13 +298,8 @@ local SEED = tonumber(os.getenv("FLEMMA_FOLD_SEED") or "")
 local describe_if = os.getenv("FLEMMA_FOLD_RANDOM") == "1" and describe or function() end
 
 describe_if("flemma.ui folds after random edits", function()
-  before_each(function()
-    require("flemma").setup({})
-  end)
-  after_each(function()
-    vim.cmd("silent! %bwipeout!")
-    helpers.cleanup()
-  end)
+  before_each(helpers.setup_flemma)
+  after_each(helpers.wipe)
 
   local fixtures = {
     "basic",

@@ -32,44 +32,16 @@ local function long_chat()
 end
 
 local function open_chat(lines)
-  local path = helpers.tmpdir() .. "/undo.chat"
-  helpers.write_file(path, table.concat(lines, "\n") .. "\n")
-  vim.cmd("edit " .. vim.fn.fnameescape(path))
-  vim.wait(20)
+  local buf = helpers.open_chat(lines, "undo.chat")
   vim.cmd("normal! zR")
-  return vim.api.nvim_get_current_buf()
+  return buf
 end
 
-local function all_levels()
-  local out = {}
-  for l = 1, vim.api.nvim_buf_line_count(0) do
-    out[l] = vim.fn.foldlevel(l)
-  end
-  return out
-end
-
--- The fold levels a new window on the buffer computes from scratch.
-local function fresh_levels(buf)
-  local win = vim.api.nvim_get_current_win()
-  vim.cmd("split")
-  vim.api.nvim_win_set_buf(0, buf)
-  local fold = require("flemma.ui.fold")
-  vim.wo.foldmethod = "manual"
-  fold.setup_window(0)
-  local out = all_levels()
-  vim.cmd("close")
-  vim.api.nvim_set_current_win(win)
-  return out
-end
+local all_levels, fresh_levels = helpers.fold_levels, helpers.fresh_fold_levels
 
 describe("flemma.ui folds after undo, redo and J", function()
-  before_each(function()
-    require("flemma").setup({})
-  end)
-  after_each(function()
-    vim.cmd("silent! %bwipeout!")
-    helpers.cleanup()
-  end)
+  before_each(helpers.setup_flemma)
+  after_each(helpers.wipe)
 
   it("are evaluated only around the change and equal a fresh window's", function()
     local lines = long_chat()

@@ -4,46 +4,12 @@
 local helpers = require("spec.support.helpers")
 
 local function open_chat(lines)
-  local path = helpers.tmpdir() .. "/update.chat"
-  helpers.write_file(path, table.concat(lines, "\n") .. "\n")
-  vim.cmd("edit " .. vim.fn.fnameescape(path))
-  vim.wait(20)
+  local buf = helpers.open_chat(lines, "update.chat")
   vim.cmd("normal! zR")
-  return vim.api.nvim_get_current_buf()
+  return buf
 end
 
-local function all_levels()
-  local out = {}
-  for l = 1, vim.api.nvim_buf_line_count(0) do
-    out[l] = vim.fn.foldlevel(l)
-  end
-  return out
-end
-
--- The levels a new window on the buffer computes from scratch.
-local function fresh_levels(buf)
-  local win = vim.api.nvim_get_current_win()
-  vim.cmd("split")
-  vim.api.nvim_win_set_buf(0, buf)
-  vim.wo.foldmethod = "manual"
-  require("flemma.ui.fold").setup_window(0)
-  local out = all_levels()
-  vim.cmd("close")
-  vim.api.nvim_set_current_win(win)
-  return out
-end
-
--- Runs the event loop until what this tick scheduled or deferred to the next
--- turn of the loop (a 0 ms timer, as the fold updates are) has run.
-local function next_tick()
-  local done = false
-  vim.defer_fn(function()
-    done = true
-  end, 0)
-  vim.wait(1000, function()
-    return done
-  end, 1)
-end
+local all_levels, fresh_levels, next_tick = helpers.fold_levels, helpers.fresh_fold_levels, helpers.next_turn
 
 local function long_answer(n)
   local lines = { "@You:", "write a long answer", "", "@Assistant:" }
