@@ -150,7 +150,8 @@ function M.attach(bufnr)
     buffer = bufnr,
     callback = refresh,
   })
-  -- TextChanged: the previews of the changed lines are drawn at once, unless
+  -- TextChanged: the previews of the changed lines are drawn on the next turn of
+  -- the loop (apart from the change, which blocks the loop on its own), unless
   -- changes come faster than anyone types (a plugin writing chunk after chunk):
   -- then the update the document's on_lines scheduled draws them a moment later,
   -- once for all of them.
@@ -168,7 +169,7 @@ function M.attach(bufnr)
         end
         return
       end
-      return refresh()
+      vim.defer_fn(refresh, 0)
     end,
   })
   vim.api.nvim_create_autocmd({ "VimResized", "WinResized" }, {
