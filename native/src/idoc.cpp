@@ -50,12 +50,7 @@ void Incremental::index_uses(const Segment& s, bool add) {
     if (add) {
       uses_[key].push_back(&s);
     } else {
-      auto found = uses_.find(key);
-      if (found == uses_.end()) continue;
-      auto& v = found->second;
-      auto at = std::find(v.begin(), v.end(), &s);
-      if (at != v.end()) v.erase(at);
-      if (v.empty()) uses_.erase(found);
+      unindex_use(s, key);
     }
   }
 }
@@ -170,15 +165,17 @@ std::vector<std::unique_ptr<Segment>> Incremental::split(const std::string& text
   return out;
 }
 
+void Incremental::unindex_use(const Segment& s, const std::string& key) {
+  auto found = uses_.find(key);
+  if (found == uses_.end()) return;
+  auto& v = found->second;
+  auto at = std::find(v.begin(), v.end(), &s);
+  if (at != v.end()) v.erase(at);
+  if (v.empty()) uses_.erase(found);
+}
+
 void Incremental::unindex_uses(const Segment& s, const std::vector<std::string>& keys) {
-  for (const auto& key : keys) {
-    auto found = uses_.find(key);
-    if (found == uses_.end()) continue;
-    auto& v = found->second;
-    auto at = std::find(v.begin(), v.end(), &s);
-    if (at != v.end()) v.erase(at);
-    if (v.empty()) uses_.erase(found);
-  }
+  for (const auto& key : keys) unindex_use(s, key);
 }
 
 namespace {

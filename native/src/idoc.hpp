@@ -149,6 +149,7 @@ class Incremental {
   std::vector<std::unique_ptr<Segment>> split(const std::string& text, const std::vector<size_t>& line_offs,
                                               Document&& doc);
   bool edit_within(int32_t first, int32_t last, const std::vector<std::string_view>& lines);
+  void unindex_use(const Segment& s, const std::string& key);
   void unindex_uses(const Segment& s, const std::vector<std::string>& keys);
   void index_uses(const Segment& s, bool add);
 };
