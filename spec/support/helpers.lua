@@ -354,6 +354,41 @@ function M.fresh_fold_levels(buf)
   return out
 end
 
+--- The lines of a chat of `turns` messages, alternately @You: (a question, the
+--- extra lines given, a blank line) and @Assistant: (a closed thinking block and
+--- an answer; every fourth turn also a tool use and its result).
+---@param turns integer
+---@param question_extra? string[]
+---@return string[]
+function M.turns_chat(turns, question_extra)
+  local lines = {}
+  for i = 1, turns do
+    if i % 2 == 1 then
+      lines[#lines + 1] = "@You:"
+      lines[#lines + 1] = "question " .. i
+      vim.list_extend(lines, question_extra or {})
+      lines[#lines + 1] = ""
+    else
+      vim.list_extend(lines, { "@Assistant:", "<thinking>", "hm " .. i, "</thinking>", "", "answer " .. i, "" })
+      if i % 4 == 0 then
+        vim.list_extend(lines, {
+          "**Tool Use:** `bash` (`t" .. i .. "`)",
+          "```json",
+          '{"command": "ls"}',
+          "```",
+          "",
+          "**Tool Result:** `t" .. i .. "`",
+          "```",
+          "out " .. i,
+          "```",
+          "",
+        })
+      end
+    end
+  end
+  return lines
+end
+
 --- A plain copy of a document model with every field read (lazy tool inputs
 --- decoded), to compare two models with assert.same.
 function M.plain_model(doc)

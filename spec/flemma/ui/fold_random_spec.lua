@@ -73,29 +73,7 @@ local CHUNKS = {
 }
 
 local function long_chat()
-  local lines = {}
-  for i = 1, 40 do
-    if i % 2 == 1 then
-      vim.list_extend(lines, { "@You:", "question " .. i, "" })
-    else
-      vim.list_extend(lines, { "@Assistant:", "<thinking>", "hm " .. i, "</thinking>", "", "answer " .. i, "" })
-      if i % 4 == 0 then
-        vim.list_extend(lines, {
-          "**Tool Use:** `bash` (`t" .. i .. "`)",
-          "```json",
-          '{"command": "ls"}',
-          "```",
-          "",
-          "**Tool Result:** `t" .. i .. "`",
-          "```",
-          "out " .. i,
-          "```",
-          "",
-        })
-      end
-    end
-  end
-  return lines
+  return helpers.turns_chat(40)
 end
 
 local function fixture(name)

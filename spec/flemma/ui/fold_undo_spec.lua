@@ -6,29 +6,7 @@
 local helpers = require("spec.support.helpers")
 
 local function long_chat()
-  local lines = {}
-  for i = 1, 150 do
-    if i % 2 == 1 then
-      vim.list_extend(lines, { "@You:", "question " .. i, "second line", "" })
-    else
-      vim.list_extend(lines, { "@Assistant:", "<thinking>", "hm " .. i, "</thinking>", "", "answer " .. i, "" })
-      if i % 4 == 0 then
-        vim.list_extend(lines, {
-          "**Tool Use:** `bash` (`t" .. i .. "`)",
-          "```json",
-          '{"command": "ls"}',
-          "```",
-          "",
-          "**Tool Result:** `t" .. i .. "`",
-          "```",
-          "out " .. i,
-          "```",
-          "",
-        })
-      end
-    end
-  end
-  return lines
+  return helpers.turns_chat(150, { "second line" })
 end
 
 local function open_chat(lines)
