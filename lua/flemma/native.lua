@@ -1353,7 +1353,7 @@ function M.stream_slice(evs, count, i, off, budget)
       end
       i, off = i + 1, 0
     else
-      out[#out + 1] = M.stream_events(evs, i + 1, i)[1]
+      out[#out + 1] = H.stream_event(e)
       budget = budget - left - tonumber(e.b_len) - 64
       i, off = i + 1, 0
     end
@@ -1361,61 +1361,65 @@ function M.stream_slice(evs, count, i, off, budget)
   return out, i, off, budget
 end
 
+--- The Lua table of one flemma_stream_event (the shapes of STREAM_API.md;
+--- `index` is the provider's 0-based content block index).
+function H.stream_event(e)
+  local ffi_string = ffi.string
+  local TYPES, USAGE = H.STREAM_TYPES, H.USAGE_FIELDS
+  local t = e.type
+  local a = e.a ~= nil and ffi_string(e.a, e.a_len) or ""
+  local ev
+  if t == 3 or t == 4 then
+    ev = { type = TYPES[t], index = e.index, text = a }
+  elseif t == 8 then
+    ev = { type = "tool_input_delta", index = e.index, json = a }
+  elseif t == 7 then
+    ev = { type = "tool_use_start", index = e.index, id = a, name = e.b ~= nil and ffi_string(e.b, e.b_len) or "" }
+  elseif t == 9 then
+    ev = { type = "tool_use_stop", index = e.index }
+  elseif t == 5 then
+    ev = { type = "thinking_signature", index = e.index, signature = a }
+  elseif t == 6 then
+    ev = { type = "redacted_thinking", index = e.index, data = a }
+  elseif t == 10 then
+    ev = { type = "usage" }
+    local flags = e.flags
+    for k = 0, 4 do
+      if bit.band(flags, bit.lshift(1, k)) ~= 0 then
+        ev[USAGE[k + 1]] = tonumber(e.usage[k])
+      end
+    end
+  elseif t == 11 then
+    ev = { type = "stop", reason = a }
+  elseif t == 12 then
+    ev = { type = "error", error_type = a, message = e.b ~= nil and ffi_string(e.b, e.b_len) or "" }
+  elseif t == 13 then
+    ev = { type = "end", complete = e.status == 1 }
+    if bit.band(e.flags, 1) ~= 0 then
+      ev.body = a
+    end
+  elseif t == 2 then
+    ev = { type = "message_start", id = a, model = e.b ~= nil and ffi_string(e.b, e.b_len) or "" }
+  elseif t == 1 then
+    local headers = {}
+    for name, value in a:gmatch("([^\n:]+): ([^\n]*)\n") do
+      headers[name] = value
+    end
+    ev = { type = "http", status = e.status, headers = headers }
+  else
+    ev = { type = "unknown", code = t }
+  end
+  return ev
+end
+
 --- Lua tables for the flemma_stream_event structs at `evs` from index `from`
---- (default 0) up to `count` (the shapes of STREAM_API.md; `index` is the
---- provider's 0-based content block index).
+--- (default 0) up to `count` (see H.stream_event).
 ---@return table[]
 function M.stream_events(evs, count, from)
   from = from or 0
-  local ffi_string = ffi.string
-  local TYPES, USAGE = H.STREAM_TYPES, H.USAGE_FIELDS
   local out = H.table_new(count - from, 0)
   for i = from, count - 1 do
-    local e = evs[i]
-    local t = e.type
-    local a = e.a ~= nil and ffi_string(e.a, e.a_len) or ""
-    local ev
-    if t == 3 or t == 4 then
-      ev = { type = TYPES[t], index = e.index, text = a }
-    elseif t == 8 then
-      ev = { type = "tool_input_delta", index = e.index, json = a }
-    elseif t == 7 then
-      ev = { type = "tool_use_start", index = e.index, id = a, name = e.b ~= nil and ffi_string(e.b, e.b_len) or "" }
-    elseif t == 9 then
-      ev = { type = "tool_use_stop", index = e.index }
-    elseif t == 5 then
-      ev = { type = "thinking_signature", index = e.index, signature = a }
-    elseif t == 6 then
-      ev = { type = "redacted_thinking", index = e.index, data = a }
-    elseif t == 10 then
-      ev = { type = "usage" }
-      local flags = e.flags
-      for k = 0, 4 do
-        if bit.band(flags, bit.lshift(1, k)) ~= 0 then
-          ev[USAGE[k + 1]] = tonumber(e.usage[k])
-        end
-      end
-    elseif t == 11 then
-      ev = { type = "stop", reason = a }
-    elseif t == 12 then
-      ev = { type = "error", error_type = a, message = e.b ~= nil and ffi_string(e.b, e.b_len) or "" }
-    elseif t == 13 then
-      ev = { type = "end", complete = e.status == 1 }
-      if bit.band(e.flags, 1) ~= 0 then
-        ev.body = a
-      end
-    elseif t == 2 then
-      ev = { type = "message_start", id = a, model = e.b ~= nil and ffi_string(e.b, e.b_len) or "" }
-    elseif t == 1 then
-      local headers = {}
-      for name, value in a:gmatch("([^\n:]+): ([^\n]*)\n") do
-        headers[name] = value
-      end
-      ev = { type = "http", status = e.status, headers = headers }
-    else
-      ev = { type = "unknown", code = t }
-    end
-    out[i - from + 1] = ev
+    out[i - from + 1] = H.stream_event(evs[i])
   end
   return out
 end
