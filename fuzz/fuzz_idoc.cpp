@@ -9,7 +9,9 @@
 // byte 1 has its high bit set the rest is appended to the last line instead
 // (cut at its "\n", as a streamed answer is written). Checkpoints are set 1,
 // 2, 3 or 16 lines apart by the input's size, so edits inside short messages
-// also resume at checkpoints.
+// also resume at checkpoints. After every edit, the places edited since the
+// load (touched) must be ordered, disjoint ranges inside the document, at most
+// the cap asked for, and merged into one give the lines reparsed reports.
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -44,6 +46,25 @@ void expect_same(flemma::document::Incremental& d) {
   }
 }
 
+void fail(const char* what) {
+  std::fprintf(stderr, "touched: %s\n", what);
+  std::abort();
+}
+
+void expect_ranges(const flemma::document::Incremental& d, uint64_t since, size_t cap) {
+  std::vector<flemma::document::Incremental::LineRange> r;
+  if (!d.touched(since, cap, r)) fail("the log does not reach the load");
+  if (r.size() > cap) fail("more ranges than the cap");
+  for (size_t k = 0; k < r.size(); ++k) {
+    if (r[k].first < 0 || r[k].first > r[k].end || r[k].end > d.line_count()) fail("a range outside the document");
+    if (k > 0 && r[k - 1].end >= r[k].first) fail("ranges out of order or overlapping");
+  }
+  int32_t line = 0, end = 0;
+  d.reparsed(since, line, end);
+  if (r.empty() ? line != d.line_count() || end != d.line_count() : line != r.front().first || end != r.back().end)
+    fail("not the lines reparsed reports");
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -64,6 +85,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   d.set_checkpoint_every(kEvery[size % 4]);
   d.edit(0, 0, split(chunks[0]));
   expect_same(d);
+  const uint64_t loaded = d.version();
   for (size_t c = 1; c < chunks.size() && c <= 64; ++c) {
     std::string_view e = chunks[c];
     const int32_t n = d.line_count();
@@ -73,6 +95,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       std::string last = (nl == std::string::npos ? text : text.substr(nl + 1)) + std::string(e.substr(2));
       d.edit(n - 1, n, split(last));
       expect_same(d);
+      expect_ranges(d, loaded, 1 + c % 5);
       continue;
     }
     const int32_t first = e.empty() ? n : static_cast<int32_t>(static_cast<uint8_t>(e[0]) % static_cast<uint32_t>(n + 1));
@@ -82,6 +105,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (e.size() > 2) lines = split(e.substr(2));
     d.edit(first, last, lines);
     expect_same(d);
+    expect_ranges(d, loaded, 1 + c % 5);
   }
   return 0;
 }

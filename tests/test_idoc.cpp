@@ -503,6 +503,136 @@ TEST_CASE("incremental document: the lines parsed again") {
   }
 }
 
+TEST_CASE("incremental document: the places edited, one range each") {
+  using Range = Incremental::LineRange;
+  SUBCASE("two edits far apart: two ranges, each around its edit, in the lines after both") {
+    Incremental d;
+    load(d, long_message(3000));
+    const uint64_t v = d.version();
+    edit(d, 2500, 2501, {"late"});
+    edit(d, 400, 401, {"early", "and one more line"});
+    std::vector<Range> r;
+    CHECK(d.touched(v, 32, r));
+    REQUIRE(r.size() == 2);
+    CHECK(r[0].first <= 400);
+    CHECK(r[0].end >= 402);
+    CHECK(r[0].end < 1000);
+    CHECK(r[1].first > 1000);
+    CHECK(r[1].first <= 2501);  // moved down by the line the edit above added
+    CHECK(r[1].end >= 2502);
+    // One range at most: the union, as reparsed gives it.
+    std::vector<Range> one;
+    CHECK(d.touched(v, 1, one));
+    REQUIRE(one.size() == 1);
+    int32_t line = -1, end = -1;
+    CHECK(d.reparsed(v, line, end));
+    CHECK(one[0].first == line);
+    CHECK(one[0].end == end);
+    CHECK(one[0].first == r[0].first);
+    CHECK(one[0].end == r[1].end);
+    // Nothing since the last version; everything when too old.
+    CHECK(d.touched(d.version(), 32, r));
+    CHECK(r.empty());
+  }
+
+  SUBCASE("more places than the cap: the closest ones merged") {
+    Incremental d;
+    load(d, long_message(4000));
+    const uint64_t v = d.version();
+    for (int32_t at : {500, 1500, 1540, 3000}) edit(d, at, at + 1, {"x"});
+    std::vector<Range> r;
+    CHECK(d.touched(v, 3, r));
+    REQUIRE(r.size() == 3);
+    CHECK(r[0].end < 1400);
+    CHECK(r[1].first <= 1500);
+    CHECK(r[1].end >= 1541);
+    CHECK(r[2].first > 1600);
+  }
+
+  SUBCASE("through the C ABI") {
+    flemma_idoc* d = flemma_idoc_new();
+    const std::string text = long_message(2000);
+    std::vector<std::string> lines = split(text);
+    std::vector<const char*> ptrs;
+    std::vector<size_t> lens;
+    for (const auto& l : lines) {
+      ptrs.push_back(l.data());
+      lens.push_back(l.size());
+    }
+    REQUIRE(flemma_idoc_edit(d, 0, 0, ptrs.data(), lens.data(), ptrs.size()) == FLEMMA_OK);
+    const char* one[] = {"y"};
+    size_t one_len[] = {1};
+    REQUIRE(flemma_idoc_edit(d, 1800, 1801, one, one_len, 1) == FLEMMA_OK);
+    REQUIRE(flemma_idoc_edit(d, 100, 101, one, one_len, 1) == FLEMMA_OK);
+    int32_t ranges[8] = {0};
+    CHECK(flemma_idoc_touched(d, 1, ranges, 4) == 2);
+    CHECK(ranges[0] <= 101);  // 1-based, inclusive
+    CHECK(ranges[1] >= 101);
+    CHECK(ranges[2] > ranges[1] + 1000);
+    CHECK(ranges[2] <= 1801);
+    CHECK(ranges[3] >= 1801);
+    CHECK(flemma_idoc_touched(d, 3, ranges, 4) == 0);
+    CHECK(flemma_idoc_touched(d, 1, ranges, 0) < 0);
+    CHECK(flemma_idoc_touched(nullptr, 1, ranges, 4) < 0);
+    flemma_idoc_free(d);
+  }
+
+  SUBCASE("random edits: every line outside the ranges reads as the line it was") {
+    std::mt19937 rng(777);
+    for (int32_t every : {1, 16}) {
+      Incremental d;
+      d.set_checkpoint_every(every);
+      load(d, "```lua\nx = 1\n```\n" + long_message(200) + "\n\n@Assistant:\n" + long_message(150).substr(6));
+      struct Edit {
+        int32_t first, last, count;
+      };
+      std::vector<uint64_t> versions;
+      std::vector<std::vector<std::string>> kinds;
+      std::vector<Edit> edits;
+      for (int step = 0; step < 300; ++step) {
+        versions.push_back(d.version());
+        kinds.push_back(line_kinds(d));
+        const int32_t n = d.line_count();
+        int32_t first = static_cast<int32_t>(rng() % static_cast<uint32_t>(n + 1));
+        int32_t last = std::min(n, first + static_cast<int32_t>(rng() % 3));
+        std::vector<std::string> lines;
+        const int added = static_cast<int>(rng() % 3);
+        for (int k = 0; k < added; ++k) lines.push_back(random_line(rng));
+        edit(d, first, last, lines);
+        edits.push_back({first, last, added});
+        const std::vector<std::string> after = line_kinds(d);
+        for (size_t back : {size_t{1}, size_t{1} + rng() % 6}) {
+          if (back > versions.size()) continue;
+          const std::vector<std::string>& before = kinds[kinds.size() - back];
+          std::vector<Range> r;
+          const size_t cap = 1 + rng() % 4;
+          REQUIRE(d.touched(versions[versions.size() - back], cap, r));
+          REQUIRE(r.size() <= cap);
+          for (size_t k = 0; k < r.size(); ++k) {
+            REQUIRE(r[k].first <= r[k].end);
+            if (k > 0) REQUIRE(r[k - 1].end < r[k].first);
+          }
+          size_t k = 0;
+          for (int32_t x = 0; x < d.line_count(); ++x) {
+            while (k < r.size() && r[k].end <= x) ++k;
+            if (k < r.size() && r[k].first <= x) continue;
+            // Back through the edits, newest first, to the line it was.
+            int32_t old = x;
+            for (size_t e = edits.size(); e-- > edits.size() - back;) {
+              const Edit& ed = edits[e];
+              INFO("line " << x << " is a line edit " << e << " wrote, outside every range");
+              REQUIRE(!(old >= ed.first && old < ed.first + ed.count));
+              if (old >= ed.first + ed.count) old -= ed.count - (ed.last - ed.first);
+            }
+            INFO("cp every " << every << " step " << step << " back " << back << " line " << x << " was " << old);
+            REQUIRE(before[static_cast<size_t>(old)] == after[static_cast<size_t>(x)]);
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("incremental document: lines read from a file") {
   char tmpl[] = "/tmp/flemma_idoc_file_XXXXXX";
   int fd = mkstemp(tmpl);

@@ -9,7 +9,7 @@ local M = {}
 local H = {}
 
 --- The ABI version this binding was written for (FLEMMA_ABI_VERSION).
-M.ABI_VERSION = 8
+M.ABI_VERSION = 9
 
 -- The declarations of flemma.h, section by section, in the header's order.
 -- spec/flemma/native_spec.lua checks that they match the header.
@@ -123,6 +123,7 @@ int32_t flemma_idoc_segment_at(const flemma_idoc *doc, int32_t line);
 int flemma_idoc_get_segment(const flemma_idoc *doc, int32_t index, flemma_idoc_segment *out);
 int flemma_idoc_changes(const flemma_idoc *doc, uint64_t since, int32_t *lo, int32_t *hi);
 int flemma_idoc_reparsed(const flemma_idoc *doc, uint64_t since, int32_t *first, int32_t *last);
+int32_t flemma_idoc_touched(const flemma_idoc *doc, uint64_t since, int32_t *ranges, int32_t cap);
 int32_t flemma_idoc_diagnostics(flemma_idoc *doc, const flemma_doc_diag **out);
 const char *flemma_idoc_diag_arena(const flemma_idoc *doc);
 int flemma_idoc_find_tool_use(const flemma_idoc *doc, const char *id, size_t len, int32_t *segment, int32_t *item);
@@ -764,6 +765,26 @@ end
 function M.idoc_reparsed(d, since)
   local r = M.lib().flemma_idoc_reparsed(d, since, H.i32a, H.i32a + 1)
   return r == 1, H.i32a[0], H.i32a[1]
+end
+
+H.TOUCHED_CAP = 32
+
+--- The same lines place by place: a list of { first, last } (1-based), in
+--- order and disjoint, one per place edited since `since` (at most 32: the
+--- closest merged); empty when nothing changed, the whole document when
+--- `since` is too old to tell.
+---@return integer[][]
+function M.idoc_touched(d, since)
+  H.touched = H.touched or ffi.new("int32_t[?]", 2 * H.TOUCHED_CAP)
+  local n = M.lib().flemma_idoc_touched(d, since, H.touched, H.TOUCHED_CAP)
+  if n < 0 then
+    util.error("cannot read the document: " .. M.last_error())
+  end
+  local out = {}
+  for k = 0, n - 1 do
+    out[k + 1] = { H.touched[2 * k], H.touched[2 * k + 1] }
+  end
+  return out
 end
 
 H.seg = nil

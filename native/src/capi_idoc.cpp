@@ -157,6 +157,19 @@ FLEMMA_API int flemma_idoc_reparsed(const flemma_idoc* doc, uint64_t since, int3
   return exact ? 1 : 0;
 }
 
+FLEMMA_API int32_t flemma_idoc_touched(const flemma_idoc* doc, uint64_t since, int32_t* ranges, int32_t cap) {
+  if (!doc || !ranges || cap < 1) return FLEMMA_E_INVALID;
+  return flemma::guard([&]() -> int32_t {
+    std::vector<flemma::document::Incremental::LineRange> out;
+    doc->doc.touched(since, static_cast<size_t>(cap), out);
+    for (size_t k = 0; k < out.size(); ++k) {
+      ranges[2 * k] = out[k].first + 1;
+      ranges[2 * k + 1] = out[k].end;
+    }
+    return static_cast<int32_t>(out.size());
+  });
+}
+
 FLEMMA_API int32_t flemma_idoc_diagnostics(flemma_idoc* doc, const flemma_doc_diag** out) {
   if (out) *out = nullptr;
   if (!doc || !out) return FLEMMA_E_INVALID;

@@ -649,26 +649,53 @@ bool Incremental::changes(uint64_t since, size_t& lo, size_t& hi) const {
 }
 
 bool Incremental::reparsed(uint64_t since, int32_t& line, int32_t& end) const {
+  std::vector<LineRange> ranges;
+  const bool exact = touched(since, 1, ranges);
   line = end = nlines_;
+  if (!ranges.empty()) {
+    line = ranges.front().first;
+    end = ranges.front().end;
+  }
+  return exact;
+}
+
+bool Incremental::touched(uint64_t since, size_t cap, std::vector<LineRange>& out) const {
+  out.clear();
   if (since >= version_) return true;
   if (log_.empty() || log_.front().version > since + 1) {
-    line = 0;
+    out.push_back({0, nlines_});
     return false;
   }
-  bool any = false;
+  cap = std::max<size_t>(cap, 1);
   for (const Change& c : log_) {
     if (c.version <= since) continue;
-    if (any) {
-      // The range so far, in the lines after this edit.
-      const int32_t dl = c.count - (c.last - c.first);
-      if (line >= c.last) line += dl; else if (line > c.first) line = c.first;
-      if (end >= c.last) end += dl; else if (end > c.first) end = c.first + c.count;
-      line = std::min(line, c.line);
-      end = std::max(end, c.end);
-    } else {
-      line = c.line;
-      end = c.end;
-      any = true;
+    // The ranges so far, in the lines after this edit: a bound inside the
+    // replaced lines moves to the edge of the new ones (the range grows).
+    const int32_t dl = c.count - (c.last - c.first);
+    for (LineRange& r : out) {
+      if (r.first >= c.last) r.first += dl; else if (r.first > c.first) r.first = c.first;
+      if (r.end >= c.last) r.end += dl; else if (r.end > c.first) r.end = c.first + c.count;
+    }
+    out.push_back({std::min(c.line, c.first), std::max(c.end, c.first + c.count)});
+    std::sort(out.begin(), out.end(), [](const LineRange& x, const LineRange& y) { return x.first < y.first; });
+    size_t k = 0;
+    for (size_t i = 1; i < out.size(); ++i) {
+      if (out[i].first <= out[k].end) {
+        out[k].end = std::max(out[k].end, out[i].end);
+      } else {
+        out[++k] = out[i];
+      }
+    }
+    out.resize(k + 1);
+    // Too many: the two closest neighbours become one range (with the lines
+    // between them) until they fit.
+    while (out.size() > cap) {
+      size_t best = 0;
+      for (size_t i = 1; i + 1 < out.size(); ++i) {
+        if (out[i + 1].first - out[i].end < out[best + 1].first - out[best].end) best = i;
+      }
+      out[best].end = out[best + 1].end;
+      out.erase(out.begin() + static_cast<std::ptrdiff_t>(best) + 1);
     }
   }
   return true;

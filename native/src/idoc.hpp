@@ -94,6 +94,18 @@ class Incremental {
   // `since` is too old to tell (then the whole document).
   bool reparsed(uint64_t since, int32_t& line, int32_t& end) const;
 
+  // The same lines as disjoint ranges of 0-based lines [first, end), in order:
+  // one per place edited since version `since` (what each edit replaced and
+  // parsed again, moved by the edits after it), at most `cap` of them (the
+  // closest ones merged, with the lines between). Edits far apart give ranges
+  // far apart, not one range over everything between them. Nothing when
+  // nothing changed; returns false when `since` is too old to tell (then one
+  // range, the whole document).
+  struct LineRange {
+    int32_t first, end;
+  };
+  bool touched(uint64_t since, size_t cap, std::vector<LineRange>& out) const;
+
   // Every diagnostic of the document as parse would report it (absolute
   // lines, messages in diag_arena()); valid until the next edit.
   const std::vector<flemma_doc_diag>& diagnostics();

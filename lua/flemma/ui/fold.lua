@@ -191,7 +191,7 @@ function H.windows(bufnr)
   return out
 end
 
---- Recomputes the folds of lines top .. bot - 1 (0-based) and of the segments
+--- Recomputes the folds of lines top .. bot - 1 (0-based) and of the places
 --- that changed since the last update, in every window folding the buffer.
 function M.update(bufnr, top, bot)
   if not vim.api.nvim_buf_is_valid(bufnr) then
@@ -209,48 +209,82 @@ function M.update(bufnr, top, bot)
   local p = H.pending[bufnr] or {}
   H.pending[bufnr] = p
   local _, _, count = native.idoc_info(idoc)
-  if p.version and p.version ~= version then
-    local exact, lo, hi = native.idoc_changes(idoc, p.version)
-    local lagged = p.idoc ~= idoc or require("flemma.document").lagged_since(bufnr, p.version)
-    if not exact then
-      top, bot = 0, vim.api.nvim_buf_line_count(bufnr)
-    elseif not lagged then
-      -- Followed by the document before Neovim's own fold update (typing, dd,
-      -- p, a streamed chunk, a marker written at the end): Neovim folded the
-      -- changed lines with the current document, from the line above them,
-      -- but stopped below them where a level matched the old folds. The lines
-      -- the document parsed again (from a checkpoint or the message's start a
-      -- few lines above the change to where its scan matched the old one) may
-      -- read otherwise: a tool header above whose fence was deleted, a header
-      -- written above a fence, a block that lost its end. Those are folded
-      -- again with the changed lines; the lines above and below read the same
-      -- and keep their levels: a long answer is not folded again in full when
-      -- the next @You: is appended.
-      local _, first, last = native.idoc_reparsed(idoc, p.version)
-      top, bot = math.min(top, first - 1), math.max(bot, last)
-    else
+  local ranges = { { top, bot } }
+  if p.version and p.version ~= version and p.idoc == idoc then
+    -- Place by place (an undo of edits far apart refolds each, not every line
+    -- between them): the lines each edit replaced and the document parsed again
+    -- (from a checkpoint or the message's start a few lines above the change
+    -- to where its scan matched the old one), in today's line numbers.
+    ranges = {}
+    for k, r in ipairs(native.idoc_touched(idoc, p.version)) do
+      ranges[k] = { r[1] - 1, r[2] }
+    end
+    if require("flemma.document").lagged_since(bufnr, p.version) then
       -- Neovim folded the change with the lagging document (an undo, a redo,
       -- a J: lines.at answers each line for the old line with its text): the
-      -- changed messages are folded again in full, with the lines the document
-      -- parsed again (a fence closed in a message below takes it in).
-      local _, first, last = native.idoc_reparsed(idoc, p.version)
-      top, bot = math.min(top, first - 1), math.max(bot, last)
-      if hi > lo then
-        local a = native.idoc_segment_raw(idoc, lo).first_line - 1
-        local seg = native.idoc_segment_raw(idoc, hi - 1)
-        local b = seg.first_line - 1 + seg.line_count
-        top, bot = math.min(top, a), math.max(bot, b)
+      -- changed messages are folded again in full.
+      for _, r in ipairs(ranges) do
+        H.whole_messages(idoc, r)
+      end
+    end
+    -- Otherwise the document followed the change before Neovim's own fold update
+    -- (typing, dd, p, a streamed chunk, a marker written at the end): Neovim
+    -- folded the changed lines with the current document, from the line above
+    -- them, but stopped below them where a level matched the old folds. The
+    -- lines the document parsed again may read otherwise: a tool header above
+    -- whose fence was deleted, a header written above a fence, a block that
+    -- lost its end. Those are folded again with the changed lines; the lines
+    -- above and below read the same and keep their levels: a long answer is not
+    -- folded again in full when the next @You: is appended.
+  elseif p.version and p.version ~= version then
+    -- The document was built again: the lines of the changes seen, in full messages.
+    H.whole_messages(idoc, ranges[1])
+  end
+  p.version, p.idoc, p.count = version, idoc, count
+  local nlines = vim.api.nvim_buf_line_count(bufnr)
+  for _, r in ipairs(H.merge(ranges)) do
+    local a, b = r[1], math.min(r[2], nlines)
+    if b > a then
+      for _, win in ipairs(wins) do
+        vim._foldupdate(win, a, b)
       end
     end
   end
-  p.version, p.idoc, p.count = version, idoc, count
-  bot = math.min(bot, vim.api.nvim_buf_line_count(bufnr))
-  if bot <= top then
+end
+
+-- Widens range r (0-based lines [r[1], r[2])) to the messages holding its ends.
+function H.whole_messages(idoc, r)
+  local native = require("flemma.native")
+  local _, nlines = native.idoc_info(idoc)
+  if nlines == 0 then
     return
   end
-  for _, win in ipairs(wins) do
-    vim._foldupdate(win, top, bot)
+  local lo = native.idoc_segment_at(idoc, math.min(r[1] + 1, nlines))
+  local hi = native.idoc_segment_at(idoc, math.min(math.max(r[2], r[1] + 1), nlines))
+  if lo then
+    r[1] = math.min(r[1], native.idoc_segment_raw(idoc, lo).first_line - 1)
   end
+  if hi then
+    local seg = native.idoc_segment_raw(idoc, hi)
+    r[2] = math.max(r[2], seg.first_line - 1 + seg.line_count)
+  end
+end
+
+-- Ranges sorted by their first line, overlapping or adjacent ones joined.
+function H.merge(ranges)
+  table.sort(ranges, function(x, y)
+    return x[1] < y[1]
+  end)
+  local out = {}
+  for _, r in ipairs(ranges) do
+    local last = out[#out]
+    if last and r[1] <= last[2] then
+      last[2] = math.max(last[2], r[2])
+    else
+      out[#out + 1] = { r[1], r[2] }
+    end
+  end
+  return out
 end
 
 function H.flush(bufnr)

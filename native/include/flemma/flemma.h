@@ -31,7 +31,7 @@ extern "C" {
 #endif
 
 /* Bumped whenever a declaration below changes in an incompatible way. */
-#define FLEMMA_ABI_VERSION 8
+#define FLEMMA_ABI_VERSION 9
 
 /* Status codes. */
 #define FLEMMA_OK 0
@@ -296,6 +296,15 @@ FLEMMA_API int flemma_idoc_changes(const flemma_idoc *doc, uint64_t since, int32
  * count. Returns 1, or 0 when `since` is too old to tell (then the whole
  * document); negative on bad arguments. */
 FLEMMA_API int flemma_idoc_reparsed(const flemma_idoc *doc, uint64_t since, int32_t *first, int32_t *last);
+
+/* The same lines, place by place: up to `cap` disjoint ranges, in order, as
+ * pairs ranges[2k] .. ranges[2k + 1] (1-based first and last line), one per
+ * place edited since version `since` (the closest places merged, with the
+ * lines between them, when there are more than `cap`). Edits far apart give
+ * ranges far apart. Returns the number of ranges (0 when nothing changed; one
+ * range over the whole document when `since` is too old to tell); negative on
+ * bad arguments. ABI 9. */
+FLEMMA_API int32_t flemma_idoc_touched(const flemma_idoc *doc, uint64_t since, int32_t *ranges, int32_t cap);
 
 /* All diagnostics, ordered by line, with absolute lines, as flemma_doc_diags
  * reports them for the same lines (including the tool id checks); message

@@ -98,4 +98,35 @@ describe("flemma.ui fold updates", function()
     assert.same(fresh_levels(buf), all_levels())
     assert.same(lines, vim.api.nvim_buf_get_lines(buf, 0, -1, false))
   end)
+
+  it("fold an undo of edits far apart again at each edit, not in the messages between them", function()
+    local lines = {}
+    for m = 1, 60 do
+      lines[#lines + 1] = m % 2 == 1 and "@You:" or "@Assistant:"
+      for i = 1, 20 do
+        lines[#lines + 1] = ("Message %d, line %d."):format(m, i)
+      end
+      lines[#lines + 1] = ""
+    end
+    local buf = open_chat(lines)
+    -- One undo step for three edits (made from one callback, as a plugin
+    -- would): in the 5th, 30th and 55th messages, 25 messages apart.
+    vim.bo[buf].undolevels = vim.bo[buf].undolevels
+    for _, m in ipairs({ 5, 30, 55 }) do
+      vim.api.nvim_win_set_cursor(0, { (m - 1) * 22 + 10, 0 })
+      vim.cmd("silent normal! dd")
+    end
+    next_tick()
+    assert.equals(#lines - 3, vim.api.nvim_buf_line_count(buf))
+    vim.bo[buf].undolevels = vim.bo[buf].undolevels
+    calls = 0
+    vim.cmd("silent normal! u")
+    next_tick()
+    -- Each of the three messages (22 lines) once, with Neovim's own update of
+    -- the changed lines; the 48 messages between them (1,056 lines) were all
+    -- folded again before.
+    assert.is_true(calls < 300, ("the fold expression ran for %d lines after u"):format(calls))
+    assert.same(fresh_levels(buf), all_levels())
+    assert.same(lines, vim.api.nvim_buf_get_lines(buf, 0, -1, false))
+  end)
 end)
