@@ -124,7 +124,7 @@ function H.edit_case(name, bytes, target)
     target = target,
     op = "<=",
     runs = 11,
-    warmup = 1,
+    warmup = 4, -- one of each edit: JIT traces of each path recorded before the measured runs
     setup = function()
       local lines, info = gen.generate(bytes)
       st.info, st.n = info, #lines
@@ -151,6 +151,10 @@ function H.edit_case(name, bytes, target)
       local line = st.targets[(st.i - 1) % #st.targets + 1]
       local kind = kinds[(st.i - 1) % #kinds + 1]
       local blocking = H.measure(function(done)
+        -- Each edit is its own undo step, as when typed (edits made from Lua
+        -- callbacks would otherwise join one undo block, and `u` would undo
+        -- every edit since the last one, far apart).
+        vim.bo[st.buf].undolevels = vim.bo[st.buf].undolevels
         st.work[#st.work + 1] = H.time(function()
           vim.api.nvim_win_set_cursor(0, { line, 3 })
           vim.cmd("silent normal! " .. kind)
