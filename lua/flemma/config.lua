@@ -62,6 +62,9 @@ H.defaults = {
     -- :Flemma switch warns when the model's output price is above this many dollars
     -- per million tokens.
     high_cost_threshold = 30,
+    -- Ask before the first send of a chat whose frontmatter chose a provider and model
+    -- above high_cost_threshold (or of unknown price on a hosted endpoint).
+    confirm_frontmatter_cost = true,
     -- Close the folds of completed tool results and thinking blocks when a chat is
     -- shown and when a response or a tool writes them.
     fold_completed = true,

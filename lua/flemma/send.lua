@@ -225,6 +225,14 @@ function M.send(bufnr, opts)
     end
   end
 
+  -- A provider and model chosen by the frontmatter that cost more than
+  -- ui.high_cost_threshold: the first send asks (flemma.cost), and sends after a yes.
+  if not require("flemma.cost").settle(bufnr, function()
+    M.send(bufnr, opts)
+  end) then
+    return false
+  end
+
   -- Templates ({{ }}, {% %}, include()) are expanded in what is sent, never in the buffer.
   local reach = require("flemma.reach")
   reach.take_wanted(bufnr)

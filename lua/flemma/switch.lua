@@ -265,7 +265,7 @@ function M.describe(spec, params)
   if info then
     msg = msg .. (" · %s in / %s out per million tokens"):format(H.money(info.input), H.money(info.output))
     local limit = config.ui.high_cost_threshold
-    if info.output > limit or info.input > limit then
+    if require("flemma.cost").above(info, limit) then
       warning = ("%s costs %s per million output tokens, above ui.high_cost_threshold (%s)"):format(
         spec.model,
         H.money(info.output),

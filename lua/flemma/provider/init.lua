@@ -126,10 +126,13 @@ function H.vertex_endpoint(template, model, vp)
 end
 
 --- Whether an endpoint's host is this machine (a key is optional there).
-function H.is_loopback(endpoint)
+---@param endpoint string
+---@return boolean
+function M.is_loopback(endpoint)
   local host = endpoint:match("^%a[%w+.-]*://%[?([^/%]:]+)")
   return host == "127.0.0.1" or host == "localhost" or host == "::1" or (host and host:match("^127%.") ~= nil)
 end
+H.is_loopback = M.is_loopback
 
 --- The API key of a provider, looked up without waiting: nil (none needed, or a
 --- loopback server without one) or the key (a key that flemma.secrets resolved and
