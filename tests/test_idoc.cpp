@@ -633,6 +633,41 @@ TEST_CASE("incremental document: the places edited, one range each") {
   }
 }
 
+TEST_CASE("incremental document: a line compared in place") {
+  flemma_idoc* d = flemma_idoc_new();
+  std::vector<std::string> lines = {"@You:", "first", "", "@Assistant:", "alpha", "beta", "gamma"};
+  std::vector<const char*> ptrs;
+  std::vector<size_t> lens;
+  for (const auto& l : lines) {
+    ptrs.push_back(l.data());
+    lens.push_back(l.size());
+  }
+  REQUIRE(flemma_idoc_edit(d, 0, 0, ptrs.data(), lens.data(), ptrs.size()) == FLEMMA_OK);
+  auto is = [&](int32_t line, const std::string& text) { return flemma_idoc_line_is(d, line, text.data(), text.size()); };
+  // In order, across the two segments, then backwards and at random.
+  for (int32_t l = 1; l <= 7; ++l) CHECK(is(l, lines[static_cast<size_t>(l - 1)]) == 1);
+  for (int32_t l = 7; l >= 1; --l) CHECK(is(l, lines[static_cast<size_t>(l - 1)]) == 1);
+  CHECK(is(6, "beta") == 1);
+  CHECK(is(5, "alpha") == 1);
+  CHECK(is(6, "bet") == 0);
+  CHECK(is(6, "betaa") == 0);
+  CHECK(is(3, "") == 1);
+  CHECK(is(2, "") == 0);
+  CHECK(is(0, "@You:") == 0);
+  CHECK(is(8, "") == 0);
+  // After an edit the segment it changed is read anew.
+  const char* more[] = {"delta", "beta"};
+  size_t more_len[] = {5, 4};
+  REQUIRE(flemma_idoc_edit(d, 5, 6, more, more_len, 2) == FLEMMA_OK);
+  CHECK(is(6, "delta") == 1);
+  CHECK(is(7, "beta") == 1);
+  CHECK(is(8, "gamma") == 1);
+  CHECK(is(2, "first") == 1);
+  CHECK(flemma_idoc_line_is(nullptr, 1, "x", 1) < 0);
+  CHECK(flemma_idoc_line_is(d, 1, nullptr, 3) < 0);
+  flemma_idoc_free(d);
+}
+
 TEST_CASE("incremental document: lines read from a file") {
   char tmpl[] = "/tmp/flemma_idoc_file_XXXXXX";
   int fd = mkstemp(tmpl);

@@ -9,7 +9,7 @@ local M = {}
 local H = {}
 
 --- The ABI version this binding was written for (FLEMMA_ABI_VERSION).
-M.ABI_VERSION = 9
+M.ABI_VERSION = 10
 
 -- The declarations of flemma.h, section by section, in the header's order.
 -- spec/flemma/native_spec.lua checks that they match the header.
@@ -124,6 +124,7 @@ int flemma_idoc_get_segment(const flemma_idoc *doc, int32_t index, flemma_idoc_s
 int flemma_idoc_changes(const flemma_idoc *doc, uint64_t since, int32_t *lo, int32_t *hi);
 int flemma_idoc_reparsed(const flemma_idoc *doc, uint64_t since, int32_t *first, int32_t *last);
 int32_t flemma_idoc_touched(const flemma_idoc *doc, uint64_t since, int32_t *ranges, int32_t cap);
+int flemma_idoc_line_is(flemma_idoc *doc, int32_t line, const char *text, size_t len);
 int32_t flemma_idoc_diagnostics(flemma_idoc *doc, const flemma_doc_diag **out);
 const char *flemma_idoc_diag_arena(const flemma_idoc *doc);
 int flemma_idoc_find_tool_use(const flemma_idoc *doc, const char *id, size_t len, int32_t *segment, int32_t *item);
@@ -811,6 +812,16 @@ function M.idoc_segment_lines(d, i)
     return nil
   end
   return out
+end
+
+--- Whether line `line` (1-based) of the document is `text`, compared in the
+--- document's memory: no Lua string is made for the line or its segment (lines
+--- asked in order are found from where the last one was).
+---@param line integer
+---@param text string
+---@return boolean
+function M.idoc_line_is(d, line, text)
+  return M.lib().flemma_idoc_line_is(d, line, text, #text) == 1
 end
 
 --- The 0-based index of the segment holding 1-based line, or nil.

@@ -16,6 +16,13 @@
 struct flemma_idoc {
   flemma::document::Incremental doc;
   std::vector<std::string_view> scratch;  // the lines of the edit being applied
+  // Where flemma_idoc_line_is last stopped: segment (by id: never reused),
+  // its line there (0-based) and that line's first byte.
+  struct {
+    uint64_t id = 0;
+    int32_t line = 0;
+    size_t off = 0;
+  } cursor;
 };
 
 extern "C" {
@@ -168,6 +175,31 @@ FLEMMA_API int32_t flemma_idoc_touched(const flemma_idoc* doc, uint64_t since, i
     }
     return static_cast<int32_t>(out.size());
   });
+}
+
+FLEMMA_API int flemma_idoc_line_is(flemma_idoc* doc, int32_t line, const char* text, size_t len) {
+  if (!doc || (!text && len > 0)) return FLEMMA_E_INVALID;
+  const auto& d = doc->doc;
+  if (line < 1 || line > d.line_count()) return 0;
+  const size_t i = d.segment_at(line - 1);
+  const auto& seg = d.segment(i);
+  const int32_t k = line - 1 - d.segment_start(i);
+  auto& c = doc->cursor;
+  if (c.id != seg.id || k < c.line) {
+    c.id = seg.id;
+    c.line = 0;
+    c.off = 0;
+  }
+  const std::string& t = seg.text;
+  while (c.line < k) {
+    const size_t nl = t.find('\n', c.off);
+    if (nl == std::string::npos) return 0;
+    c.off = nl + 1;
+    ++c.line;
+  }
+  size_t end = t.find('\n', c.off);
+  if (end == std::string::npos) end = t.size();
+  return end - c.off == len && (len == 0 || std::memcmp(t.data() + c.off, text, len) == 0) ? 1 : 0;
 }
 
 FLEMMA_API int32_t flemma_idoc_diagnostics(flemma_idoc* doc, const flemma_doc_diag** out) {

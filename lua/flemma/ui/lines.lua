@@ -144,32 +144,6 @@ function M.segment_index(bufnr, i)
   return H.outline(st, idoc, i)
 end
 
--- Segment texts split in lines, per segment id (read while the document lags).
-H.MAX_TEXTS = 64
-
--- Line dl (1-based) of the lagging document, or nil.
-function H.doc_line(st, idoc, dl)
-  if dl < 1 or dl > st.nlines then
-    return nil
-  end
-  local i = native.idoc_segment_at(idoc, dl)
-  if not i then
-    return nil
-  end
-  local raw = native.idoc_segment_raw(idoc, i)
-  local id, first = tonumber(raw.id), raw.first_line
-  st.texts = st.texts or { n = 0 }
-  local t = st.texts[id]
-  if t == nil then
-    if st.texts.n >= H.MAX_TEXTS then
-      st.texts = { n = 0 }
-    end
-    t = native.idoc_segment_lines(idoc, i) or false
-    st.texts[id], st.texts.n = t, st.texts.n + 1
-  end
-  return t and t[dl - first + 1]
-end
-
 --- How many lines buffer line lnum lies below the line of the lagging document
 --- that holds the same text: 0, or the buffer's line count minus the
 --- document's (delta) once past the change. Neovim folds an undo, a redo or a
@@ -197,9 +171,9 @@ function H.shift(bufnr, lnum, idoc, stale)
   local s
   if text == nil then
     s = prefer
-  elseif H.doc_line(st, idoc, lnum - prefer) == text then
+  elseif native.idoc_line_is(idoc, lnum - prefer, text) then
     s = prefer
-  elseif H.doc_line(st, idoc, lnum - other) == text then
+  elseif native.idoc_line_is(idoc, lnum - other, text) then
     s = other
   else
     s = delta

@@ -31,7 +31,7 @@ extern "C" {
 #endif
 
 /* Bumped whenever a declaration below changes in an incompatible way. */
-#define FLEMMA_ABI_VERSION 9
+#define FLEMMA_ABI_VERSION 10
 
 /* Status codes. */
 #define FLEMMA_OK 0
@@ -305,6 +305,13 @@ FLEMMA_API int flemma_idoc_reparsed(const flemma_idoc *doc, uint64_t since, int3
  * range over the whole document when `since` is too old to tell); negative on
  * bad arguments. ABI 9. */
 FLEMMA_API int32_t flemma_idoc_touched(const flemma_idoc *doc, uint64_t since, int32_t *ranges, int32_t cap);
+
+/* Whether line `line` (1-based) of the document is the `len` bytes at `text`:
+ * 1 when it is, 0 when not (or there is no such line); negative on bad
+ * arguments. The document remembers where the last line asked was: lines
+ * asked in order cost what they hold, not what comes before them in their
+ * segment. ABI 10. */
+FLEMMA_API int flemma_idoc_line_is(flemma_idoc *doc, int32_t line, const char *text, size_t len);
 
 /* All diagnostics, ordered by line, with absolute lines, as flemma_doc_diags
  * reports them for the same lines (including the tool id checks); message
