@@ -192,8 +192,9 @@ function H.windows(bufnr)
 end
 
 --- Recomputes the folds of lines top .. bot - 1 (0-based) and of the places
---- that changed since the last update, in every window folding the buffer.
-function M.update(bufnr, top, bot)
+--- that changed since the last update, in every window folding the buffer: at
+--- most `budget` lines now (all without), the rest on the next turns of the loop.
+function M.update(bufnr, top, bot, budget)
   if not vim.api.nvim_buf_is_valid(bufnr) then
     return
   end
@@ -240,17 +241,73 @@ function M.update(bufnr, top, bot)
     -- The document was built again: the lines of the changes seen, in full messages.
     H.whole_messages(idoc, ranges[1])
   end
-  p.version, p.idoc, p.count = version, idoc, count
+  p.rest = nil
+  H.fold_ranges(bufnr, wins, p, { version = version, idoc = idoc, count = count, ranges = H.merge(ranges) }, budget)
+end
+
+-- Folds the ranges of `job` ({ version, idoc, count, ranges }) again, at most
+-- `budget` lines (all without one); what is left is done on the next turns of
+-- the loop, and meanwhile p.version stays that of the last complete update: a
+-- change before the end computes everything again from there.
+function H.fold_ranges(bufnr, wins, p, job, budget)
   local nlines = vim.api.nvim_buf_line_count(bufnr)
-  for _, r in ipairs(H.merge(ranges)) do
+  local left = budget or math.huge
+  local ranges = job.ranges
+  while #ranges > 0 and left > 0 do
+    local r = ranges[1]
     local a, b = r[1], math.min(r[2], nlines)
+    if b - a > left then
+      b = a + left
+      r[1] = b
+    else
+      table.remove(ranges, 1)
+    end
     if b > a then
       for _, win in ipairs(wins) do
         vim._foldupdate(win, a, b)
       end
+      left = left - (b - a)
     end
   end
+  if #ranges > 0 then
+    p.rest = job
+    vim.defer_fn(function()
+      H.resume(bufnr)
+    end, 0)
+    return
+  end
+  p.version, p.idoc, p.count = job.version, job.idoc, job.count
 end
+
+-- The next slice of an update spread over turns of the loop (H.fold_ranges),
+-- unless the buffer changed meanwhile (then the flush of that change computes
+-- it all again from the last complete update).
+function H.resume(bufnr, budget)
+  local p = H.pending[bufnr]
+  local job = p and p.rest
+  if not job or not vim.api.nvim_buf_is_valid(bufnr) then
+    return
+  end
+  p.rest = nil
+  local idoc, version = lines.idoc(bufnr)
+  if idoc ~= job.idoc or version ~= job.version then
+    return
+  end
+  if vim.api.nvim_get_mode().mode:match("^i") then
+    -- Once Insert mode is left, with the changes made in it.
+    p.top, p.bot = job.ranges[1][1], job.ranges[1][1] + 1
+    H.flush(bufnr)
+    return
+  end
+  local wins = H.windows(bufnr)
+  if #wins > 0 then
+    H.fold_ranges(bufnr, wins, p, job, budget or H.SLICE_LINES)
+  end
+end
+
+-- Lines folded again per turn of the loop after a change (about 1 ms): an undo
+-- in a message of thousands of lines does not hold the loop for all of them.
+H.SLICE_LINES = 400
 
 -- Widens range r (0-based lines [r[1], r[2])) to the messages holding its ends.
 function H.whole_messages(idoc, r)
@@ -287,7 +344,7 @@ function H.merge(ranges)
   return out
 end
 
-function H.flush(bufnr)
+function H.flush(bufnr, budget)
   local p = H.pending[bufnr]
   if not p or not p.top then
     return
@@ -301,7 +358,7 @@ function H.flush(bufnr)
         once = true,
         callback = function()
           p.insert_wait = nil
-          H.flush(bufnr)
+          H.flush(bufnr, H.SLICE_LINES)
         end,
       })
     end
@@ -309,13 +366,14 @@ function H.flush(bufnr)
   end
   local top, bot = p.top, p.bot
   p.top, p.bot = nil, nil
-  M.update(bufnr, top, bot)
+  M.update(bufnr, top, bot, budget)
 end
 
---- Computes the folds of pending changes now (they are otherwise computed on
---- the next tick).
+--- Computes the folds of pending changes now, all of them (they are otherwise
+--- computed on the next turns of the loop).
 function M.flush(bufnr)
   H.flush(bufnr)
+  H.resume(bufnr, math.huge)
 end
 
 --- Records a change of lines first .. last_new - 1 (0-based) and schedules the
@@ -337,7 +395,7 @@ function M.changed(bufnr, first, last_new)
   -- On a later turn of the loop than the change (not right after it, as
   -- vim.schedule would run it): the edit and this work block the loop apart.
   vim.defer_fn(function()
-    H.flush(bufnr)
+    H.flush(bufnr, H.SLICE_LINES)
   end, 0)
 end
 

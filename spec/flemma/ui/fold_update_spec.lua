@@ -99,6 +99,33 @@ describe("flemma.ui fold updates", function()
     assert.same(lines, vim.api.nvim_buf_get_lines(buf, 0, -1, false))
   end)
 
+  it("fold an undo in a message of 3,000 lines again over several turns of the loop", function()
+    local lines = long_answer(3000)
+    vim.list_extend(lines, { "", "@You:", "thanks" })
+    local buf = open_chat(lines)
+    vim.bo[buf].undolevels = vim.bo[buf].undolevels
+    vim.api.nvim_win_set_cursor(0, { 1500, 0 })
+    vim.cmd("silent normal! dd")
+    next_tick()
+    vim.bo[buf].undolevels = vim.bo[buf].undolevels
+    calls = 0
+    vim.cmd("silent normal! u")
+    assert.is_true(calls < 50, ("the fold expression ran for %d lines in u"):format(calls))
+    -- The changed message is folded again in full (the document lagged behind
+    -- Neovim's fold update), at most 400 lines per turn of the loop.
+    local turns, most, total = 0, 0, 0
+    repeat
+      calls = 0
+      next_tick()
+      turns, most, total = turns + 1, math.max(most, calls), total + calls
+    until calls == 0 or turns > 50
+    assert.is_true(total >= 3000, ("%d lines folded again"):format(total))
+    assert.is_true(most <= 450, ("%d lines folded again in one turn"):format(most))
+    assert.is_true(turns >= 8, ("done in %d turns"):format(turns))
+    assert.same(fresh_levels(buf), all_levels())
+    assert.same(lines, vim.api.nvim_buf_get_lines(buf, 0, -1, false))
+  end)
+
   it("fold an undo of edits far apart again at each edit, not in the messages between them", function()
     local lines = {}
     for m = 1, 60 do
