@@ -510,7 +510,11 @@ function M.get(bufnr)
   return H.assemble(L)
 end
 
-H.owner = setmetatable({}, { __mode = "k" }) -- model -> the live state it was assembled from
+-- Model -> the live state it was assembled from. Weak values too: the live
+-- state holds its model (L.doc), and LuaJIT's weak keys are not ephemerons, so
+-- with weak keys alone the entry kept both (and the native document) alive
+-- after the buffer was wiped. The live state itself lives in H.live.
+H.owner = setmetatable({}, { __mode = "kv" })
 
 --- Assembles the model of the live state's version from the previous one: the
 --- entries of the segments changed since are placed (built when new), those

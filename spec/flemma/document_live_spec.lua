@@ -23,6 +23,35 @@ local function chat_buffer(lines)
 end
 
 describe("flemma.document.get (live model)", function()
+  it("frees the model and the native document of a wiped chat", function()
+    require("flemma").setup({})
+    local lines = {}
+    for i = 1, 200 do
+      lines[#lines + 1] = i % 2 == 1 and "@You:" or "@Assistant:"
+      lines[#lines + 1] = "message " .. i
+      lines[#lines + 1] = ""
+    end
+    local buf = chat_buffer(lines)
+    vim.api.nvim_set_current_buf(buf)
+    vim.bo[buf].filetype = "chat"
+    vim.wait(50)
+    local weak = setmetatable({}, { __mode = "v" })
+    weak.doc = document.get(buf)
+    weak.message = weak.doc.messages[100]
+    vim.api.nvim_buf_set_lines(buf, 10, 11, false, { "an edit" })
+    weak.doc2 = document.get(buf)
+    assert.is_not_nil(weak.doc2)
+    vim.api.nvim_buf_delete(buf, { force = true })
+    vim.wait(50)
+    collectgarbage()
+    collectgarbage()
+    -- Before: the model stayed reachable from a weak-keyed table whose value (the
+    -- live state) held it, with the native document, until Neovim exited.
+    assert.is_nil(weak.doc2, "the model of the wiped buffer is still referenced")
+    assert.is_nil(weak.doc)
+    assert.is_nil(weak.message)
+  end)
+
   it("equals a full parse after thousands of random line edits on the fixture chats", function()
     local files = vim.fn.glob(FIXTURES .. "*.chat", false, true)
     table.sort(files)
