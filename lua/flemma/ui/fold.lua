@@ -411,6 +411,9 @@ end
 function M.forget(bufnr)
   H.pending[bufnr] = nil
   H.folding[bufnr] = nil
+  for _, per_buf in pairs(H.folded) do
+    per_buf[bufnr] = nil -- the blocks closed once in each window
+  end
 end
 
 -- Whether a block is "completed": a thinking block closed by its tag, a tool
