@@ -70,6 +70,9 @@ return {
       buf = vim.api.nvim_create_buf(true, false)
       vim.api.nvim_set_current_buf(buf)
     end,
+    teardown = function()
+      pcall(vim.api.nvim_buf_delete, buf, { force = true })
+    end,
     run = function()
       vim.api.nvim_buf_set_lines(buf, 0, -1, false, conversation())
       local t0 = vim.uv.hrtime()
@@ -128,6 +131,9 @@ return {
       assert(errors == REJECTED, ("expected %d error results, found %d"):format(REJECTED, errors))
       assert(not text:find("status=rejected", 1, true), "a placeholder was left")
       return ms
+    end,
+    teardown = function()
+      pcall(vim.api.nvim_buf_delete, rejected_buf, { force = true })
     end,
   },
 }

@@ -63,6 +63,8 @@ for _, file in ipairs(files) do
         if b.teardown then
           b.teardown()
         end
+        -- What this benchmark left behind is not the next one's to sweep.
+        collectgarbage()
         local m = median(xs)
         local op = b.op or "<="
         local pass = (op == "<=" and m <= b.target) or (op == ">=" and m >= b.target)
