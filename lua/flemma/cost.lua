@@ -77,11 +77,6 @@ function H.money(x)
   return (("$%.3f"):format(x):gsub("0+$", ""))
 end
 
-function H.name(bufnr)
-  local name = vim.api.nvim_buf_get_name(bufnr)
-  return name ~= "" and vim.fn.fnamemodify(name, ":~:.") or ("buffer " .. bufnr)
-end
-
 --- The question's text.
 function M.prompt(bufnr, q)
   local spec, info = q.spec, q.info
@@ -96,7 +91,7 @@ function M.prompt(bufnr, q)
     price = ("price unknown (not in the model table), at %s"):format(spec.endpoint)
   end
   return ("The frontmatter of %s chose %s %s%s: %s. Send with it?"):format(
-    H.name(bufnr),
+    util.buffer_name(bufnr),
     spec.name,
     spec.model,
     q.selection.preset and (" (" .. q.selection.preset .. ")") or "",
@@ -104,20 +99,10 @@ function M.prompt(bufnr, q)
   )
 end
 
--- Whether vim.ui.select can ask someone: a UI is attached, or a plugin (or a spec)
--- replaced the built-in one, which would block on inputlist() without a UI.
-function H.can_ask()
-  if #vim.api.nvim_list_uis() > 0 then
-    return true
-  end
-  local info = debug.getinfo(vim.ui.select, "S")
-  return not (info and info.source and info.source:match("[/\\]vim[/\\]ui%.lua$"))
-end
-
 function H.refused(bufnr, q, why, can_retry)
   util.warn(
     ("not sent: the frontmatter of %s chose %s %s and %s; edit `flemma.opt.provider` / `flemma.opt.model` in the frontmatter (without them the buffer uses your own choice, see :Flemma switch)%s, or set ui.confirm_frontmatter_cost = false"):format(
-      H.name(bufnr),
+      util.buffer_name(bufnr),
       q.spec.name,
       q.spec.model,
       why,
@@ -144,7 +129,7 @@ function M.settle(bufnr, resume)
     util.notify("not sent: answer the question about the frontmatter's model first")
     return false
   end
-  if not H.can_ask() then
+  if not util.can_ask() then
     H.refused(bufnr, q, "there is no UI to ask whether to use it")
     return false
   end

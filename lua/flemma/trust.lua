@@ -135,11 +135,6 @@ function M.is_trusted(bufnr)
   return M.state(bufnr) == "trusted"
 end
 
-function H.name(bufnr)
-  local name = vim.api.nvim_buf_get_name(bufnr)
-  return name ~= "" and vim.fn.fnamemodify(name, ":~:.") or ("buffer " .. bufnr)
-end
-
 --- Remembers an answer for the buffer's frontmatter; nil forgets it (ask again).
 ---@param bufnr? integer
 ---@param state flemma.trust.State|nil
@@ -240,7 +235,7 @@ function M.ignored(bufnr, tool_name)
   local why = M.state(bufnr) == "denied" and "you did not trust it" or "it is not trusted"
   util.warn(
     ("the frontmatter of %s approves `%s`, but %s, so the call waits for you (:Flemma trust to let it approve)"):format(
-      H.name(bufnr),
+      util.buffer_name(bufnr),
       tool_name,
       why
     )
@@ -250,16 +245,6 @@ end
 ---------------------------------------------------------------------------------------
 -- Asking
 ---------------------------------------------------------------------------------------
-
--- Whether vim.ui.select can ask someone: a UI is attached, or a plugin (or a spec)
--- replaced the built-in one, which would block on inputlist() without a UI.
-function H.can_ask()
-  if #vim.api.nvim_list_uis() > 0 then
-    return true
-  end
-  local info = debug.getinfo(vim.ui.select, "S")
-  return not (info and info.source and info.source:match("[/\\]vim[/\\]ui%.lua$"))
-end
 
 M.CHOICES = { "Trust this frontmatter", "Do not trust it" }
 
@@ -279,12 +264,12 @@ function M.settle(bufnr, opts, resume)
     util.notify("answer whether to trust this frontmatter first (or use :Flemma trust / :Flemma untrust)")
     return false
   end
-  if not resume or not H.can_ask() then
+  if not resume or not util.can_ask() then
     return true -- not asked: the widening is ignored (M.ignored says so)
   end
   local hash = M.hash(bufnr)
   H.asking[bufnr] = true
-  local prompt = ("The frontmatter of %s %s. Trust it?"):format(H.name(bufnr), H.describe(w))
+  local prompt = ("The frontmatter of %s %s. Trust it?"):format(util.buffer_name(bufnr), H.describe(w))
   local answered = false
   local ok, err = pcall(vim.ui.select, M.CHOICES, { prompt = prompt, kind = "flemma.trust" }, function(choice)
     if answered then
@@ -298,12 +283,12 @@ function M.settle(bufnr, opts, resume)
       end
       if choice == M.CHOICES[1] then
         M.set(bufnr, "trusted")
-        util.notify("trusted the frontmatter of " .. H.name(bufnr))
+        util.notify("trusted the frontmatter of " .. util.buffer_name(bufnr))
       elseif choice == M.CHOICES[2] then
         M.set(bufnr, "denied")
         util.notify(
           ("not trusted: the frontmatter of %s approves nothing beyond your configuration (its narrowing still applies; :Flemma trust to change it)"):format(
-            H.name(bufnr)
+            util.buffer_name(bufnr)
           )
         )
       else
@@ -337,11 +322,11 @@ function H.command(state)
   local w = M.widening(opts)
   if state == "trusted" then
     util.notify(
-      ("trusted the frontmatter of %s%s"):format(H.name(bufnr), w and (": it " .. H.describe(w)) or " (it only narrows the policy)")
+      ("trusted the frontmatter of %s%s"):format(util.buffer_name(bufnr), w and (": it " .. H.describe(w)) or " (it only narrows the policy)")
     )
   else
     util.notify(
-      ("the frontmatter of %s is not trusted: it approves nothing beyond your configuration"):format(H.name(bufnr))
+      ("the frontmatter of %s is not trusted: it approves nothing beyond your configuration"):format(util.buffer_name(bufnr))
     )
   end
 end

@@ -53,6 +53,26 @@ function M.safe(fn, what)
   end
 end
 
+--- How a buffer is named in messages: its file relative to the cwd (or ~), else
+--- "buffer N".
+---@param bufnr integer
+---@return string
+function M.buffer_name(bufnr)
+  local name = vim.api.nvim_buf_get_name(bufnr)
+  return name ~= "" and vim.fn.fnamemodify(name, ":~:.") or ("buffer " .. bufnr)
+end
+
+--- Whether vim.ui.select can ask someone: a UI is attached, or a plugin (or a
+--- spec) replaced the built-in one, which would block on inputlist() without a UI.
+---@return boolean
+function M.can_ask()
+  if #vim.api.nvim_list_uis() > 0 then
+    return true
+  end
+  local info = debug.getinfo(vim.ui.select, "S")
+  return not (info and info.source and info.source:match("[/\\]vim[/\\]ui%.lua$"))
+end
+
 --- The plugin's root directory (the folder holding lua/, plugin/ and build/).
 ---@return string
 function M.root()
