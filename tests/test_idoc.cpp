@@ -41,6 +41,17 @@ void edit(Incremental& d, int32_t first, int32_t last, const std::vector<std::st
 
 void load(Incremental& d, const std::string& text) { edit(d, 0, 0, split(text)); }
 
+// The same edit through the C ABI.
+int capi_edit(flemma_idoc* d, int32_t first, int32_t last, const std::vector<std::string>& lines) {
+  std::vector<const char*> ptrs;
+  std::vector<size_t> lens;
+  for (const auto& l : lines) {
+    ptrs.push_back(l.data());
+    lens.push_back(l.size());
+  }
+  return flemma_idoc_edit(d, first, last, ptrs.data(), lens.data(), ptrs.size());
+}
+
 std::string read_file(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   std::stringstream ss;
@@ -553,13 +564,7 @@ TEST_CASE("incremental document: the places edited, one range each") {
     flemma_idoc* d = flemma_idoc_new();
     const std::string text = long_message(2000);
     std::vector<std::string> lines = split(text);
-    std::vector<const char*> ptrs;
-    std::vector<size_t> lens;
-    for (const auto& l : lines) {
-      ptrs.push_back(l.data());
-      lens.push_back(l.size());
-    }
-    REQUIRE(flemma_idoc_edit(d, 0, 0, ptrs.data(), lens.data(), ptrs.size()) == FLEMMA_OK);
+    REQUIRE(capi_edit(d, 0, 0, lines) == FLEMMA_OK);
     const char* one[] = {"y"};
     size_t one_len[] = {1};
     REQUIRE(flemma_idoc_edit(d, 1800, 1801, one, one_len, 1) == FLEMMA_OK);
@@ -636,13 +641,7 @@ TEST_CASE("incremental document: the places edited, one range each") {
 TEST_CASE("incremental document: a line compared in place") {
   flemma_idoc* d = flemma_idoc_new();
   std::vector<std::string> lines = {"@You:", "first", "", "@Assistant:", "alpha", "beta", "gamma"};
-  std::vector<const char*> ptrs;
-  std::vector<size_t> lens;
-  for (const auto& l : lines) {
-    ptrs.push_back(l.data());
-    lens.push_back(l.size());
-  }
-  REQUIRE(flemma_idoc_edit(d, 0, 0, ptrs.data(), lens.data(), ptrs.size()) == FLEMMA_OK);
+  REQUIRE(capi_edit(d, 0, 0, lines) == FLEMMA_OK);
   auto is = [&](int32_t line, const std::string& text) { return flemma_idoc_line_is(d, line, text.data(), text.size()); };
   // In order, across the two segments, then backwards and at random.
   for (int32_t l = 1; l <= 7; ++l) CHECK(is(l, lines[static_cast<size_t>(l - 1)]) == 1);
