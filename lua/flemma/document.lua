@@ -467,6 +467,14 @@ function M.live(bufnr)
   return L
 end
 
+--- The native document of a buffer (attached on first use), without bringing
+--- the Lua entries up to date: for what reads the native document only (folds,
+--- highlights), on the path of every change.
+---@param bufnr integer
+function M.idoc(bufnr)
+  return H.live_of(bufnr).idoc
+end
+
 --- Entry i (0-based segment index) of a live state, with current line numbers.
 function M.entry(L, i)
   return H.place(L, i)

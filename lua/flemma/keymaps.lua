@@ -150,8 +150,8 @@ function M.attach(bufnr)
     buffer = bufnr,
     callback = refresh,
   })
-  -- TextChanged: the previews of the changed lines are drawn on the next turn of
-  -- the loop (apart from the change, which blocks the loop on its own), unless
+  -- TextChanged: the previews of the changed lines are drawn on a later turn of
+  -- the loop (apart from the change and its folds and marks: flemma.ui.after), unless
   -- changes come faster than anyone types (a plugin writing chunk after chunk):
   -- then the update the document's on_lines scheduled draws them a moment later,
   -- once for all of them.
@@ -169,7 +169,7 @@ function M.attach(bufnr)
         end
         return
       end
-      vim.defer_fn(refresh, 0)
+      require("flemma.ui.after").run("previews " .. bufnr, refresh)
     end,
   })
   vim.api.nvim_create_autocmd({ "VimResized", "WinResized" }, {

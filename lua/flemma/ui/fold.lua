@@ -271,9 +271,9 @@ function H.fold_ranges(bufnr, wins, p, job, budget)
   end
   if #ranges > 0 then
     p.rest = job
-    vim.defer_fn(function()
+    require("flemma.ui.after").run("fold slice " .. bufnr, function()
       H.resume(bufnr)
-    end, 0)
+    end)
     return
   end
   p.version, p.idoc, p.count = job.version, job.idoc, job.count
@@ -392,11 +392,11 @@ function M.changed(bufnr, first, last_new)
     return
   end
   p.top, p.bot = first, math.max(last_new, first + 1)
-  -- On a later turn of the loop than the change (not right after it, as
-  -- vim.schedule would run it): the edit and this work block the loop apart.
-  vim.defer_fn(function()
+  -- On a later turn of the loop than the change (flemma.ui.after): the edit and
+  -- this work block the loop apart.
+  require("flemma.ui.after").run("fold " .. bufnr, function()
     H.flush(bufnr, H.SLICE_LINES)
-  end, 0)
+  end)
 end
 
 --- Remembers the document version folds reflect now (after a full computation).

@@ -42,13 +42,13 @@ function M.idoc(bufnr, loose)
   local st = H.state[bufnr]
   if not (st and st.tick == tick) then
     st = H.state_of(bufnr)
-    local ok, L = pcall(document.live, bufnr)
-    if not ok or not L or not L.idoc then
+    local ok, idoc = pcall(document.idoc, bufnr)
+    if not ok or not idoc then
       return nil, 0
     end
-    local version, nlines = native.idoc_info(L.idoc)
+    local version, nlines = native.idoc_info(idoc)
     local count = vim.api.nvim_buf_line_count(bufnr)
-    st.tick, st.live, st.live_version, st.nlines = tick, L.idoc, version, nlines
+    st.tick, st.live, st.live_version, st.nlines = tick, idoc, version, nlines
     st.stale = nlines ~= count and not (nlines == 0 and count == 1)
   end
   if st.stale and not loose then

@@ -1,6 +1,7 @@
 --- How a chat buffer looks: highlights (flemma.ui.highlight), folds
 --- (flemma.ui.fold), rulers and signs (flemma.ui.marks). attach() is called by
 --- ftplugin/chat.lua; work after a change is proportional to what changed.
+local after = require("flemma.ui.after")
 local fold = require("flemma.ui.fold")
 local highlight = require("flemma.ui.highlight")
 local lines = require("flemma.ui.lines")
@@ -75,9 +76,9 @@ function M.attach(buf)
     return
   end
   H.attached[buf] = true
-  -- The marks of what changed are updated on the next turn of the loop (a timer:
-  -- not in the same turn as the change, as vim.schedule would), or, when changes
-  -- come in a burst (chunk after chunk), once per H.BURST_MS for all of them.
+  -- The marks of what changed are updated on a later turn of the loop (after its
+  -- folds: flemma.ui.after), or, when changes come in a burst (chunk after
+  -- chunk), once per H.BURST_MS for all of them.
   local scheduled, last_run = false, 0
   local function update_marks()
     scheduled = false
@@ -99,7 +100,7 @@ function M.attach(buf)
         if vim.uv.hrtime() - last_run < H.BURST_MS * 1e6 then
           vim.defer_fn(update_marks, H.BURST_MS)
         else
-          vim.defer_fn(update_marks, 0)
+          after.run("marks " .. b, update_marks)
         end
       end
     end,

@@ -1,0 +1,62 @@
+--- The work that follows a change of a chat buffer (its folds, its rulers and
+--- signs, its tool previews) runs one piece per turn of the loop, a millisecond
+--- after the one before: the change and each piece hold the loop apart, and
+--- Neovim's timers, input and redraws take their turn in between. A change's
+--- pieces are all done a few milliseconds after it.
+local M = {}
+local H = {}
+
+H.queue = {} ---@type { key: string, fn: fun() }[]
+H.queued = {} ---@type table<string, boolean>
+H.armed = false
+-- Between two pieces (ms): with less, pieces due together run in one turn.
+H.GAP_MS = 1
+
+function H.step()
+  local job = table.remove(H.queue, 1)
+  if job then
+    H.queued[job.key] = nil
+    local ok, err = pcall(job.fn)
+    if not ok then
+      require("flemma.log").debug("after a change: " .. tostring(err))
+    end
+  end
+  if #H.queue > 0 then
+    H.arm()
+  else
+    H.armed = false
+  end
+end
+
+function H.arm()
+  H.armed = true
+  if not H.timer or H.timer:is_closing() then
+    H.timer = vim.uv.new_timer()
+    H.fire = vim.schedule_wrap(H.step)
+  end
+  H.timer:start(H.GAP_MS, 0, H.fire)
+end
+
+--- Runs fn on a later turn of the loop, after the pieces queued before it. A
+--- piece still queued under `key` is not queued again.
+---@param key string
+---@param fn fun()
+function M.run(key, fn)
+  if H.queued[key] then
+    return
+  end
+  H.queued[key] = true
+  H.queue[#H.queue + 1] = { key = key, fn = fn }
+  if not H.armed then
+    H.arm()
+  end
+end
+
+--- Whether a piece is queued under `key`.
+---@param key string
+---@return boolean
+function M.pending(key)
+  return H.queued[key] == true
+end
+
+return M
