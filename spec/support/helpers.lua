@@ -315,10 +315,18 @@ function M.open_chat(lines, name)
   return vim.api.nvim_get_current_buf()
 end
 
---- Runs the event loop until what was scheduled or deferred to the next turn of
---- the loop (a 0 ms timer, as the fold updates and the marks after a change are)
---- has run.
+--- Runs the event loop until the next piece of the work after a change
+--- (flemma.ui.after) has run, or, when none is queued, what was deferred to the
+--- next turn of the loop (a 0 ms timer).
 function M.next_turn()
+  -- The next piece of the work after a change (flemma.ui.after), if any is queued.
+  local busy, ran = require("flemma.ui.after").state()
+  if busy then
+    vim.wait(1000, function()
+      return select(2, require("flemma.ui.after").state()) > ran
+    end, 1)
+    return
+  end
   local done = false
   vim.defer_fn(function()
     done = true
@@ -326,6 +334,15 @@ function M.next_turn()
   vim.wait(1000, function()
     return done
   end, 1)
+end
+
+--- Runs the event loop until the work after the changes made so far (folds,
+--- marks, previews: flemma.ui.after) has all run.
+function M.settle()
+  vim.wait(1000, function()
+    return not require("flemma.ui.after").state()
+  end, 1)
+  M.next_turn()
 end
 
 --- The fold level of every line of the current window's buffer.

@@ -9,6 +9,7 @@ local H = {}
 H.queue = {} ---@type { key: string, fn: fun() }[]
 H.queued = {} ---@type table<string, boolean>
 H.armed = false
+H.ran = 0
 -- Between two pieces (ms): with less, pieces due together run in one turn.
 H.GAP_MS = 1
 
@@ -16,6 +17,7 @@ function H.step()
   local job = table.remove(H.queue, 1)
   if job then
     H.queued[job.key] = nil
+    H.ran = H.ran + 1
     local ok, err = pcall(job.fn)
     if not ok then
       require("flemma.log").debug("after a change: " .. tostring(err))
@@ -52,11 +54,10 @@ function M.run(key, fn)
   end
 end
 
---- Whether a piece is queued under `key`.
----@param key string
----@return boolean
-function M.pending(key)
-  return H.queued[key] == true
+--- Whether pieces are queued, and how many ran so far (tests wait for the next).
+---@return boolean busy, integer ran
+function M.state()
+  return H.armed, H.ran
 end
 
 return M

@@ -118,7 +118,7 @@ local function fresh_levels(win)
   return out
 end
 
-local next_tick = helpers.next_turn
+local next_tick = helpers.settle
 
 -- One random edit in the current window; returns its description.
 local function edit(r, buf)
