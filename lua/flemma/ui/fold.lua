@@ -227,6 +227,18 @@ function M.update(bufnr, top, bot, budget)
       for _, r in ipairs(ranges) do
         H.whole_messages(idoc, r)
       end
+    else
+      -- Neovim's own update can leave a nested fold of the message as it was
+      -- (a tool block that a changed fence or tag ended or extended, below the
+      -- lines it evaluated): a message of up to H.WHOLE_LINES lines is folded
+      -- again in full, within one slice.
+      for _, r in ipairs(ranges) do
+        local w = { r[1], r[2] }
+        H.whole_messages(idoc, w)
+        if w[2] - w[1] <= H.WHOLE_LINES then
+          r[1], r[2] = w[1], w[2]
+        end
+      end
     end
     -- Otherwise the document followed the change before Neovim's own fold update
     -- (typing, dd, p, a streamed chunk, a marker written at the end): Neovim
@@ -308,6 +320,8 @@ end
 -- Lines folded again per turn of the loop after a change (about 1 ms): an undo
 -- in a message of thousands of lines does not hold the loop for all of them.
 H.SLICE_LINES = 400
+-- Messages up to this long are folded again in full after a change in them.
+H.WHOLE_LINES = 400
 
 -- Widens range r (0-based lines [r[1], r[2])) to the messages holding its ends.
 function H.whole_messages(idoc, r)
