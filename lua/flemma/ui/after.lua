@@ -36,6 +36,9 @@ function H.arm()
     H.timer = vim.uv.new_timer()
     H.fire = vim.schedule_wrap(H.step)
   end
+  -- From now: the loop's clock was read at the start of its turn, before the
+  -- change, and the piece would otherwise come due with the timers due then.
+  vim.uv.update_time()
   H.timer:start(H.GAP_MS, 0, H.fire)
 end
 
