@@ -349,6 +349,69 @@ local cases = {
   },
 }
 
+-- document.get() after one edit in the middle third of the 10 MB chat (what a
+-- send, the cycle or the validation shown after a refused send reads): the
+-- messages the edit touched are built again, the others kept. `x` leaves the
+-- line count as it was; `dd` moves the line numbers of every message below
+-- (plain fields of the model, CONTRACT §3), so its cost grows with them.
+function H.get_case(name, kind, target)
+  local st = {}
+  return {
+    name = name,
+    unit = "ms",
+    target = target,
+    op = "<=",
+    runs = 11,
+    warmup = 2,
+    setup = function()
+      local lines, info = gen.generate(10 * 1000 * 1000)
+      st.info, st.n = info, #lines
+      st.buf = H.chat_buffer(lines)
+      lines = nil -- luacheck: ignore 311 (the bench's own garbage: see H.edit_case)
+      collectgarbage()
+      require("flemma.document").get(st.buf)
+      st.i, st.below = 0, {}
+    end,
+    teardown = function()
+      H.wipe(st.buf)
+    end,
+    run = function()
+      st.i = st.i + 1
+      local row = math.floor(st.n * (0.35 + 0.3 * ((st.i * 7) % 13) / 13))
+      vim.bo[st.buf].undolevels = vim.bo[st.buf].undolevels
+      vim.api.nvim_win_set_cursor(0, { row, 0 })
+      vim.cmd("silent normal! " .. kind)
+      local document = require("flemma.document")
+      local doc
+      local ms = H.time(function()
+        doc = document.get(st.buf)
+      end)
+      local below = 0
+      for k = #doc.messages, 1, -1 do
+        if doc.messages[k].first_line <= row then
+          break
+        end
+        below = below + 1
+      end
+      st.below[#st.below + 1] = below
+      vim.cmd("silent normal! u") -- the chat as generated for the next run
+      document.get(st.buf)
+      return ms
+    end,
+    note = function()
+      return ("%.1f MB, %d lines; `%s` in the middle third, then document.get(); messages below the edit: %d (median)"):format(
+        st.info.bytes / 1e6,
+        st.n,
+        kind,
+        H.median(st.below)
+      )
+    end,
+  }
+end
+
+cases[#cases + 1] = H.get_case("get_10mb_after_x", "x", 0.5)
+cases[#cases + 1] = H.get_case("get_10mb_after_dd", "dd", 5)
+
 -- Opening the 10 MB chat from disk: from BufReadPre to the first tool preview.
 local open = {}
 cases[#cases + 1] = {

@@ -64,7 +64,7 @@ std::string read_file(const std::string& path) {
 const char* const kPool[] = {
     "```",       "````",         "~~~",       "```json",  "```lua",   "````markdown", "`````",
     "@You:",     "@Assistant:",  "@System:",  "",         "",         "text",         "more text here",
-    "**Tool Use:** `bash` (`t1`)", "**Tool Use:** `read` (`t2`)", "**Tool Result:** `t1`", "**Tool Result:** `t2` (error)",
+    "**Tool Use:** `bash` (`t1`)", "**Tool Use:** `read` (`t2`)", "**Tool Result:** `t1`", "**Tool Result:** `t2` (error)", "**Tool Result:** `t3`",
     "```flemma:tool status=pending", "```flemma:tool status=approved", "{\"command\": \"ls\"}", "{\"a\": [1, 2",
     "<thinking>", "</thinking>", "<thinking redacted>", "```lua\r", "text\r", "  ```", "~~~~ x",
 };
@@ -150,6 +150,31 @@ TEST_CASE("incremental document") {
     CHECK(seg == 0);
     CHECK(d.segment(seg).doc.items[item].kind == FLEMMA_DOC_TOOL_USE);
     CHECK_FALSE(d.find_tool_use("b", seg, item));
+  }
+
+  SUBCASE("id diagnostics come and go as uses and results are added and removed in other messages") {
+    Incremental d;
+    const std::string use = "**Tool Use:** `x` (`a`)\n\n```json\n{}\n```\n";
+    load(d, "@Assistant:\n" + use + "@You:\nhi\n@Assistant:\nplain\n@You:\n**Tool Result:** `a`\n\n```\nok\n```");
+    CHECK(d.diagnostics().empty());
+    edit(d, 9, 10, split(use + "x"));  // the second assistant message uses `a` too
+    CHECK(d.check() == "");
+    REQUIRE(d.diagnostics().size() == 1);
+    CHECK(d.diagnostics()[0].line == 10);
+    edit(d, 0, 6, {"@Assistant:", "gone"});  // the first use goes: no duplicate left
+    CHECK(d.check() == "");
+    CHECK(d.diagnostics().empty());
+    edit(d, 3, 3, {"**Tool Result:** `a`", "", "```", "second", "```"});  // a second result, above the use
+    CHECK(d.check() == "");
+    REQUIRE(d.diagnostics().size() == 1);
+    CHECK(d.diag_arena().find("already has a result on line 4") != std::string::npos);
+    const int32_t n = d.line_count();
+    edit(d, 0, n, {"@You:", "nothing"});  // every use and result deleted
+    CHECK(d.check() == "");
+    CHECK(d.diagnostics().empty());
+    edit(d, 2, 2, {"**Tool Result:** `a`", "", "```", "orphan", "```"});
+    CHECK(d.check() == "");
+    CHECK(d.diagnostics().size() == 1);
   }
 
   SUBCASE("changes since an old version cover every edit since") {

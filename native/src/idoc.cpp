@@ -43,16 +43,46 @@ size_t Incremental::segment_at(int32_t line) const {
   return static_cast<size_t>(it - starts_.begin() - 1);
 }
 
-void Incremental::index_uses(const Segment& s, bool add) {
-  for (const auto& it : s.doc.items) {
-    if (it.kind != FLEMMA_DOC_TOOL_USE) continue;
-    std::string key(str_of(s, it.key));
-    if (add) {
-      uses_[key].push_back(&s);
-    } else {
-      unindex_use(s, key);
-    }
+Incremental::IdKeys Incremental::id_keys(const Segment& s) {
+  IdKeys keys;
+  for (const auto& it : s.doc.items)
+    if (it.kind == FLEMMA_DOC_TOOL_USE || it.kind == FLEMMA_DOC_TOOL_RESULT)
+      keys.emplace_back(it.kind, std::string(str_of(s, it.key)));
+  return keys;
+}
+
+void Incremental::index_id(const Segment& s, int kind, const std::string& key, bool add) {
+  auto found = ids_.find(key);
+  if (found == ids_.end()) {
+    if (!add) return;
+    found = ids_.emplace(key, IdRefs{}).first;
   }
+  IdRefs& r = found->second;
+  auto& v = kind == FLEMMA_DOC_TOOL_USE ? r.uses : r.results;
+  if (add) {
+    v.push_back(&s);
+  } else {
+    auto at = std::find(v.begin(), v.end(), &s);
+    if (at != v.end()) v.erase(at);
+  }
+  if (r.uses.empty() && r.results.empty()) {
+    ids_.erase(found);
+    id_problems_.erase(key);
+  } else if (r.uses.size() > 1 || r.results.size() > 1 || (r.uses.empty() && !r.results.empty())) {
+    id_problems_.insert(key);
+  } else {
+    id_problems_.erase(key);
+  }
+}
+
+void Incremental::index_ids(const Segment& s, bool add) {
+  for (const auto& it : s.doc.items)
+    if (it.kind == FLEMMA_DOC_TOOL_USE || it.kind == FLEMMA_DOC_TOOL_RESULT)
+      index_id(s, it.kind, std::string(str_of(s, it.key)), add);
+}
+
+void Incremental::unindex_ids(const Segment& s, const IdKeys& keys) {
+  for (const auto& [kind, key] : keys) index_id(s, kind, key, false);
 }
 
 // Cuts the parse of a region (its text, the byte offset of each of its lines)
@@ -165,19 +195,6 @@ std::vector<std::unique_ptr<Segment>> Incremental::split(const std::string& text
   return out;
 }
 
-void Incremental::unindex_use(const Segment& s, const std::string& key) {
-  auto found = uses_.find(key);
-  if (found == uses_.end()) return;
-  auto& v = found->second;
-  auto at = std::find(v.begin(), v.end(), &s);
-  if (at != v.end()) v.erase(at);
-  if (v.empty()) uses_.erase(found);
-}
-
-void Incremental::unindex_uses(const Segment& s, const std::vector<std::string>& keys) {
-  for (const auto& key : keys) unindex_use(s, key);
-}
-
 namespace {
 
 // Rewrites the arena of d with only the strings its items and diagnostics use.
@@ -259,9 +276,7 @@ bool Incremental::edit_within(int32_t first, int32_t last, const std::vector<sv>
     repl.append(x);
     repl.push_back('\n');
   }
-  std::vector<std::string> old_keys;
-  for (const auto& it : s.doc.items)
-    if (it.kind == FLEMMA_DOC_TOOL_USE) old_keys.emplace_back(str_of(s, it.key));
+  const IdKeys old_keys = id_keys(s);
   // text + "\n" has the lines [f, l) at [A, B).
   std::string removed;
   text.push_back('\n');
@@ -465,7 +480,7 @@ bool Incremental::edit_within(int32_t first, int32_t last, const std::vector<sv>
   stats_.last_parsed_lines = (r.stopped ? r.state.line : n + dl) - at.line;
   if (cut >= 0) stats_.last_parsed_lines += n + dl - cut;
   // Commit.
-  unindex_uses(s, old_keys);
+  unindex_ids(s, old_keys);
   open_fences_ -= s.doc.unclosed.size();
   s.doc = std::move(nd);
   if (compacted) s.arena_base = s.doc.arena.size();
@@ -481,7 +496,7 @@ bool Incremental::edit_within(int32_t first, int32_t last, const std::vector<sv>
     if (s.min_open[c] == 0 || u.len < s.min_open[c]) s.min_open[c] = u.len;
   }
   open_fences_ += s.doc.unclosed.size();
-  index_uses(s, true);
+  index_ids(s, true);
   for (size_t k = a + 1; k < segs_.size(); ++k) starts_[k] += dl;
   const size_t added = fresh.size();
   if (added > 0) {
@@ -490,7 +505,7 @@ bool Incremental::edit_within(int32_t first, int32_t last, const std::vector<sv>
     for (const auto& fs : fresh) {
       fresh_starts.push_back(at_line);
       at_line += fs->nlines;
-      index_uses(*fs, true);
+      index_ids(*fs, true);
       open_fences_ += fs->doc.unclosed.size();
     }
     segs_.insert(segs_.begin() + static_cast<std::ptrdiff_t>(a) + 1, std::make_move_iterator(fresh.begin()),
@@ -590,7 +605,7 @@ void Incremental::edit(int32_t first, int32_t last, const std::vector<sv>& lines
   segs_.reserve(nseg - (b - a) + fresh.size());
   starts_.reserve(nseg - (b - a) + fresh.size());
   for (size_t k = a; k < b; ++k) {
-    index_uses(*segs_[k], false);
+    index_ids(*segs_[k], false);
     open_fences_ -= segs_[k]->doc.unclosed.size();
   }
   segs_.erase(segs_.begin() + static_cast<std::ptrdiff_t>(a), segs_.begin() + static_cast<std::ptrdiff_t>(b));
@@ -601,7 +616,7 @@ void Incremental::edit(int32_t first, int32_t last, const std::vector<sv>& lines
   for (const auto& s : fresh) {
     fresh_starts.push_back(at);
     at += s->nlines;
-    index_uses(*s, true);
+    index_ids(*s, true);
     open_fences_ += s->doc.unclosed.size();
   }
   const size_t added = fresh.size();
@@ -710,17 +725,37 @@ const std::vector<flemma_doc_diag>& Incremental::diagnostics() {
     diag_arena_.append(msg);
     return {-o - 1, static_cast<int32_t>(msg.size())};
   };
-  std::vector<IdLine> uses, results;
   for (size_t k = 0; k < segs_.size(); ++k) {
     const Segment& s = *segs_[k];
     const int32_t base = starts_[k];
     for (const auto& g : s.doc.diags) diags_.push_back({g.line + base, g.severity, keep(str_of(s, g.message))});
-    for (const auto& it : s.doc.items) {
-      if (it.kind == FLEMMA_DOC_TOOL_USE) uses.push_back({str_of(s, it.key), it.first_line + base});
-      if (it.kind == FLEMMA_DOC_TOOL_RESULT) results.push_back({str_of(s, it.key), it.first_line + base});
-    }
   }
-  check_ids(uses, results, [&](int32_t line, int sev, std::string msg) { diags_.push_back({line, sev, keep(msg)}); });
+  // The ids the index says give a diagnostic: all their uses and results, in the
+  // document's order, checked as parse checks all of them (the other ids give none).
+  if (!id_problems_.empty()) {
+    std::vector<IdLine> uses, results;
+    std::vector<const Segment*> segs;
+    auto collect = [&](const std::string& key, const std::vector<const Segment*>& from, int kind,
+                       std::vector<IdLine>& out) {
+      segs.assign(from.begin(), from.end());
+      std::sort(segs.begin(), segs.end());
+      segs.erase(std::unique(segs.begin(), segs.end()), segs.end());
+      for (const Segment* s : segs) {
+        const int32_t base = starts_[s->index];
+        for (const auto& it : s->doc.items)
+          if (it.kind == kind && str_of(*s, it.key) == key) out.push_back({str_of(*s, it.key), it.first_line + base});
+      }
+    };
+    for (const auto& key : id_problems_) {
+      const IdRefs& r = ids_.at(key);
+      collect(key, r.uses, FLEMMA_DOC_TOOL_USE, uses);
+      collect(key, r.results, FLEMMA_DOC_TOOL_RESULT, results);
+    }
+    auto by_line = [](const IdLine& x, const IdLine& y) { return x.line < y.line; };
+    std::sort(uses.begin(), uses.end(), by_line);
+    std::sort(results.begin(), results.end(), by_line);
+    check_ids(uses, results, [&](int32_t line, int sev, std::string msg) { diags_.push_back({line, sev, keep(msg)}); });
+  }
   std::stable_sort(diags_.begin(), diags_.end(),
                    [](const flemma_doc_diag& x, const flemma_doc_diag& y) { return x.line < y.line; });
   diags_version_ = version_;
@@ -728,10 +763,10 @@ const std::vector<flemma_doc_diag>& Incremental::diagnostics() {
 }
 
 bool Incremental::find_tool_use(sv id, size_t& seg, size_t& item) const {
-  auto found = uses_.find(std::string(id));
-  if (found == uses_.end() || found->second.empty()) return false;
+  auto found = ids_.find(std::string(id));
+  if (found == ids_.end() || found->second.uses.empty()) return false;
   const Segment* best = nullptr;
-  for (const Segment* s : found->second)
+  for (const Segment* s : found->second.uses)
     if (!best || s->index > best->index) best = s;
   for (size_t i = best->doc.items.size(); i-- > 0;) {
     const auto& it = best->doc.items[i];

@@ -25,6 +25,8 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "document.hpp"
@@ -151,7 +153,14 @@ class Incremental {
   uint64_t next_id_ = 1;
   size_t open_fences_ = 0;  // unclosed fences over all segments
   std::vector<Change> log_;
-  std::unordered_map<std::string, std::vector<const Segment*>> uses_;  // tool use id -> segments
+  // Tool use and result ids -> the segments holding them, once per item; and the ids
+  // that give a diagnostic (used twice, two results, a result without a use), so
+  // that diagnostics() reads only those instead of every item of the document.
+  struct IdRefs {
+    std::vector<const Segment*> uses, results;
+  };
+  std::unordered_map<std::string, IdRefs> ids_;
+  std::unordered_set<std::string> id_problems_;
   std::vector<flemma_doc_diag> diags_;
   std::string diag_arena_;
   uint64_t diags_version_ = UINT64_MAX;
@@ -161,9 +170,11 @@ class Incremental {
   std::vector<std::unique_ptr<Segment>> split(const std::string& text, const std::vector<size_t>& line_offs,
                                               Document&& doc);
   bool edit_within(int32_t first, int32_t last, const std::vector<std::string_view>& lines);
-  void unindex_use(const Segment& s, const std::string& key);
-  void unindex_uses(const Segment& s, const std::vector<std::string>& keys);
-  void index_uses(const Segment& s, bool add);
+  using IdKeys = std::vector<std::pair<int, std::string>>;  // item kind, id
+  static IdKeys id_keys(const Segment& s);
+  void index_id(const Segment& s, int kind, const std::string& key, bool add);
+  void index_ids(const Segment& s, bool add);
+  void unindex_ids(const Segment& s, const IdKeys& keys);
 };
 
 }  // namespace flemma::document
