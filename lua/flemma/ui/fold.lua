@@ -240,6 +240,14 @@ function M.update(bufnr, top, bot, budget)
         H.whole_messages(idoc, w)
         if w[2] - w[1] <= H.WHOLE_LINES then
           r[1], r[2] = w[1], w[2]
+          -- And the messages around it while short: Neovim's update also drops
+          -- the one-line fold of an empty message next to the change, and can
+          -- start the frontmatter's fold a line late.
+          H.prev_message(idoc, w)
+          H.next_message(idoc, w)
+          if w[2] - w[1] <= H.WHOLE_LINES then
+            r[1], r[2] = w[1], w[2]
+          end
         end
       end
     end
@@ -253,8 +261,12 @@ function M.update(bufnr, top, bot, budget)
     -- above and below read the same and keep their levels: a long answer is not
     -- folded again in full when the next @You: is appended.
   elseif p.version and p.version ~= version then
-    -- The document was built again: the lines of the changes seen, in full messages.
+    -- The document was built again (Neovim folded the change with the old one):
+    -- the lines of the changes seen, in full messages, with the messages around them.
     H.whole_messages(idoc, ranges[1])
+    H.prev_message(idoc, ranges[1])
+    H.next_message(idoc, ranges[1])
+    H.small_chat(idoc, ranges)
   end
   p.rest = nil
   H.fold_ranges(bufnr, wins, p, { version = version, idoc = idoc, count = count, ranges = H.merge(ranges) }, budget)
@@ -325,6 +337,9 @@ end
 H.SLICE_LINES = 400
 -- Messages up to this long are folded again in full after a change in them.
 H.WHOLE_LINES = 400
+-- Chats up to this long are folded again in full after the document was built
+-- again (which read all of it already).
+H.WHOLE_BUFFER_LINES = 1200
 
 -- Widens range r (0-based lines [r[1], r[2])) to the messages holding its ends.
 function H.whole_messages(idoc, r)
@@ -341,6 +356,35 @@ function H.whole_messages(idoc, r)
   if hi then
     local seg = native.idoc_segment_raw(idoc, hi)
     r[2] = math.max(r[2], seg.first_line - 1 + seg.line_count)
+  end
+end
+
+-- After a change that Neovim folded with a document built again since (an
+-- undo of several changes the document could not follow: Neovim folds them
+-- change by change, each with the document of another moment, and its fold
+-- tree can keep a stale nested fold even above them): a chat of up to
+-- H.WHOLE_BUFFER_LINES lines is folded again in full (in slices); `ranges`
+-- becomes the whole document.
+function H.small_chat(idoc, ranges)
+  local _, nlines = require("flemma.native").idoc_info(idoc)
+  if nlines <= H.WHOLE_BUFFER_LINES then
+    for k = #ranges, 2, -1 do
+      ranges[k] = nil
+    end
+    ranges[1] = { 0, nlines }
+  end
+end
+
+-- Extends range r (0-based lines [r[1], r[2])) to the start of the message
+-- before it.
+function H.prev_message(idoc, r)
+  if r[1] <= 0 then
+    return
+  end
+  local native = require("flemma.native")
+  local i = native.idoc_segment_at(idoc, r[1])
+  if i then
+    r[1] = math.min(r[1], native.idoc_segment_raw(idoc, i).first_line - 1)
   end
 end
 
