@@ -321,6 +321,10 @@ function H.finish(req, status, err)
   if H.active[req.bufnr] == req then
     H.active[req.bufnr] = nil
   end
+  if req.unload_au then
+    pcall(vim.api.nvim_del_autocmd, req.unload_au)
+    req.unload_au = nil
+  end
   if req.retry_timer then
     req.retry_timer:stop()
     req.retry_timer:close()
@@ -668,7 +672,10 @@ function M.send(bufnr, request, done, extra)
   }
   req.writer = require("flemma.provider.writer").new(bufnr, { provider = spec.kind, label = spec.name })
   H.active[bufnr] = req
-  vim.api.nvim_create_autocmd({ "BufUnload", "BufWipeout" }, {
+  -- Removed when the request finishes (H.finish): left in place, it kept every
+  -- finished request of the buffer (its body: the whole conversation) alive
+  -- until the buffer was unloaded.
+  req.unload_au = vim.api.nvim_create_autocmd({ "BufUnload", "BufWipeout" }, {
     buffer = bufnr,
     once = true,
     callback = function()

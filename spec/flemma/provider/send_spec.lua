@@ -365,6 +365,38 @@ describe("sending to a provider", function()
     assert.equals(2, #server:requests())
   end)
 
+  it("keeps nothing of a finished request: no autocmd per send is left on the buffer", function()
+    local function unload_autocmds(buf)
+      return #vim.api.nvim_get_autocmds({ buffer = buf, event = { "BufUnload", "BufWipeout" } })
+    end
+    local buf = chat({ "@You:", "Hello" })
+    local before -- after the first send: the buffer's own (the cycle's state) are set up once
+    for round = 1, 4 do
+      server:script({ { fixture = "anthropic_text.sse" } })
+      if round > 1 then
+        local n = vim.api.nvim_buf_line_count(buf)
+        vim.api.nvim_buf_set_lines(buf, n - 1, n, false, { "@You:", "Again " .. round })
+      end
+      press("<C-]>")
+      assert.equals("completed", h.wait_finished(round).status)
+      -- Each send left one, holding the request (its body is the whole conversation).
+      before = before or unload_autocmds(buf)
+      assert.equals(before, unload_autocmds(buf), "after send " .. round)
+      assert.equals(1, #server:requests()) -- this round's (a script starts a new log)
+    end
+    assert.same({}, errors())
+  end)
+
+  it("cancels a running request when its buffer is wiped", function()
+    server:script({ { fixture = "anthropic_text.sse", chunk_seed = 1, max_chunk = 7, delay_ms = 100 } })
+    local buf = chat({ "@You:", "Hello" })
+    press("<C-]>")
+    assert.is_truthy(provider.active(buf))
+    vim.api.nvim_buf_delete(buf, { force = true })
+    assert.equals("cancelled", h.wait_finished().status)
+    assert.is_nil(provider.active(buf))
+  end)
+
   it("cancels mid-stream with <C-c>: curl stops at once, the text stays, a cancelled line is left", function()
     server:script({ { fixture = "anthropic_tools_parallel.sse", chunk_seed = 7, max_chunk = 40, delay_ms = 30 } })
     local buf = chat({ "@You:", "Go" })
