@@ -199,7 +199,7 @@ end
 -- native.proc_events): a fast stream (a model answering megabytes at once) is
 -- handled in slices of a millisecond or two, with the loop running (timers,
 -- input, redraws) between them.
-H.DRAIN_BYTES = 256 * 1024
+H.DRAIN_BYTES = 64 * 1024
 
 -- Fast context: takes events now (keeps the descriptor drained) and handles them
 -- where the API is allowed, in order; once they are handled, the rest of a long
