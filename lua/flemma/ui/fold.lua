@@ -211,6 +211,7 @@ function M.update(bufnr, top, bot, budget)
   H.pending[bufnr] = p
   local _, _, count = native.idoc_info(idoc)
   local ranges = { { top, bot } }
+  local verify = false
   if p.version and p.version ~= version and p.idoc == idoc then
     -- Place by place (an undo of edits far apart refolds each, not every line
     -- between them): the lines each edit replaced and the document parsed again
@@ -234,7 +235,8 @@ function M.update(bufnr, top, bot, budget)
       -- Neovim's own update can leave a nested fold of the message as it was
       -- (a tool block that a changed fence or tag ended or extended, below the
       -- lines it evaluated): a message of up to H.WHOLE_LINES lines is folded
-      -- again in full, within one slice.
+      -- again in full, within one slice, and its levels checked (H.repair).
+      verify = true
       for _, r in ipairs(ranges) do
         local w = { r[1], r[2] }
         H.whole_messages(idoc, w)
@@ -269,7 +271,7 @@ function M.update(bufnr, top, bot, budget)
     H.small_chat(idoc, ranges)
   end
   p.rest = nil
-  H.fold_ranges(bufnr, wins, p, { version = version, idoc = idoc, count = count, ranges = H.merge(ranges) }, budget)
+  H.fold_ranges(bufnr, wins, p, { version = version, idoc = idoc, count = count, ranges = H.merge(ranges), verify = verify }, budget)
 end
 
 -- Folds the ranges of `job` ({ version, idoc, count, ranges }) again, at most
@@ -292,6 +294,9 @@ function H.fold_ranges(bufnr, wins, p, job, budget)
     if b > a then
       for _, win in ipairs(wins) do
         vim._foldupdate(win, a, b)
+        if job.verify and b - a <= H.WHOLE_LINES then
+          H.repair(win, a, b)
+        end
       end
       left = left - (b - a)
     end
@@ -304,6 +309,77 @@ function H.fold_ranges(bufnr, wins, p, job, budget)
     return
   end
   p.version, p.idoc, p.count = job.version, job.idoc, job.count
+end
+
+-- The level a line has by the fold expression's answer `s` (nil for "=": the
+-- level of the line above, whatever it is).
+function H.level_of(s)
+  local c = s:sub(1, 1)
+  if c == ">" or c == "<" then
+    return tonumber(s:sub(2))
+  end
+  return tonumber(s)
+end
+
+--- Neovim's update can keep a nested fold that no line asks for any more (a
+--- tool block's fold inside a message whose lines are all of level 1 again,
+--- after a fence closed further down), even through a refold of every line or
+--- 'foldmethod' set again; only deleting that fold clears it. So after an edit
+--- the document followed (typing, a streamed chunk: not an undo, whose messages
+--- may be long), the levels of lines a .. b - 1 (0-based, at most
+--- H.WHOLE_LINES) just folded again in window win are compared with the
+--- expression's: where a line lies deeper than it says, the extra folds
+--- holding it are deleted (with |zd| in manual folding, which keeps the other
+--- folds and whether they are open), and the window folds with the expression
+--- again (every line: seldom needed). Only in Normal mode (|zd| acts on a
+--- Visual area).
+function H.repair(win, a, b)
+  local bad = vim.api.nvim_win_call(win, function()
+    local out
+    for l = a + 1, b do
+      local want = H.level_of(M.expr(l))
+      if want and vim.fn.foldlevel(l) > want then
+        out = out or {}
+        out[#out + 1] = { l, want }
+      end
+    end
+    return out
+  end)
+  if not bad or vim.api.nvim_get_mode().mode ~= "n" then
+    return
+  end
+  local wo = vim.wo[win][0]
+  wo.foldmethod = "manual"
+  vim.api.nvim_win_call(win, function()
+    local view = vim.fn.winsaveview()
+    for _, x in ipairs(bad) do
+      local l, want = x[1], x[2]
+      -- On a line in a closed fold, |zd| deletes that fold: the closed folds
+      -- holding it are opened for the deletion and closed again after it.
+      local reopened = {}
+      for _ = 1, 20 do
+        local c = vim.fn.foldclosed(l)
+        if c == -1 then
+          break
+        end
+        reopened[#reopened + 1] = c
+        vim.cmd(c .. "foldopen")
+      end
+      for _ = 1, 20 do
+        if vim.fn.foldlevel(l) <= want then
+          break
+        end
+        vim.api.nvim_win_set_cursor(0, { l, 0 })
+        vim.cmd("silent! normal! zd")
+      end
+      for k = #reopened, 1, -1 do
+        pcall(vim.cmd, reopened[k] .. "foldclose")
+      end
+    end
+    vim.fn.winrestview(view)
+  end)
+  wo.foldmethod = "expr"
+  H.repairs = (H.repairs or 0) + 1
 end
 
 -- The next slice of an update spread over turns of the loop (H.fold_ranges),
