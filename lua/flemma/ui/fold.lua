@@ -345,7 +345,7 @@ function H.repair(win, a, b)
     end
     return out
   end)
-  if not bad or vim.api.nvim_get_mode().mode ~= "n" then
+  if not bad or vim.api.nvim_get_mode().mode ~= "n" or H.no_repair[win] then
     return
   end
   local wo = vim.wo[win][0]
@@ -379,8 +379,23 @@ function H.repair(win, a, b)
     vim.fn.winrestview(view)
   end)
   wo.foldmethod = "expr"
-  H.repairs = (H.repairs or 0) + 1
+  -- Setting the method folded every line again: should a line still lie too
+  -- deep, this window is not repaired again (each repair would cost that).
+  local still = vim.api.nvim_win_call(win, function()
+    for _, x in ipairs(bad) do
+      if vim.fn.foldlevel(x[1]) > x[2] then
+        return true
+      end
+    end
+    return false
+  end)
+  if still then
+    H.no_repair[win] = true
+  end
 end
+
+-- Windows not repaired again (H.repair), forgotten with the window (M.forget_window).
+H.no_repair = {}
 
 -- The next slice of an update spread over turns of the loop (H.fold_ranges),
 -- unless the buffer changed meanwhile (then the flush of that change computes
@@ -639,6 +654,7 @@ H.folded = {}
 --- Forgets what was closed in a window (it was closed).
 function M.forget_window(win)
   H.folded[win] = nil
+  H.no_repair[win] = nil
 end
 
 return M
