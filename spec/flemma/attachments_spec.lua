@@ -306,6 +306,25 @@ describe("sending file references", function()
     assert.equals(1, #document.get(buf).messages[1].parts)
   end)
 
+  it("lets go of the files read for a chat once its buffer is wiped", function()
+    setup("anthropic", "/v1/messages")
+    local document = require("flemma.document")
+    -- 4 MB of PDF: 5.3 MB of base64 kept for the next send while the chat is open.
+    helpers.write_file(dir .. "/big.pdf", "%PDF-1.4\n" .. string.rep("pdf bytes 0123456789 ", 200000))
+    local buf = chat({ "@You:", "Read @./big.pdf" })
+    local out = assert(attachments.expand(buf, document.get(buf)))
+    assert.equals("file", out.messages[1].parts[2].kind)
+    out = nil -- luacheck: ignore 311
+    collectgarbage()
+    collectgarbage()
+    local open_kb = collectgarbage("count")
+    vim.api.nvim_buf_delete(buf, { force = true })
+    collectgarbage()
+    collectgarbage()
+    local freed_mb = (open_kb - collectgarbage("count")) / 1024
+    assert.is_true(freed_mb > 4, ("only %.1f MB freed after the wipe"):format(freed_mb))
+  end)
+
   local function blocked(lines, setup_extra)
     setup("anthropic", "/v1/messages", setup_extra)
     local buf = chat(lines)
