@@ -76,9 +76,7 @@ void Incremental::index_id(const Segment& s, int kind, const std::string& key, b
 }
 
 void Incremental::index_ids(const Segment& s, bool add) {
-  for (const auto& it : s.doc.items)
-    if (it.kind == FLEMMA_DOC_TOOL_USE || it.kind == FLEMMA_DOC_TOOL_RESULT)
-      index_id(s, it.kind, std::string(str_of(s, it.key)), add);
+  for (const auto& [kind, key] : id_keys(s)) index_id(s, kind, key, add);
 }
 
 void Incremental::unindex_ids(const Segment& s, const IdKeys& keys) {
