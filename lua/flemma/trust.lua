@@ -1,10 +1,15 @@
 --- Trusting a chat file's frontmatter, in the spirit of vim.secure.trust: a chat file
 --- must not approve its own tool calls. Frontmatter may narrow the approval policy
 --- freely; what widens it (approves a call the global policy would not, or any
---- auto_approve function) holds only once the user trusts that frontmatter. The
---- answer is remembered by the SHA-256 of the frontmatter text in
---- stdpath("state")/flemma/trust, so editing the conversation keeps it and editing
---- the frontmatter asks again.
+--- auto_approve function) holds only once the user trusts that frontmatter in that
+--- file. An answer is remembered for the chat file's real path (symlinks resolved)
+--- together with the SHA-256 of its frontmatter text, in stdpath("state")/flemma/trust:
+--- editing the conversation keeps it; editing the frontmatter, or the same text in
+--- another file (a copy, a stranger's chat, the file moved or renamed), asks again.
+--- A buffer without a file (unnamed) is answered for that buffer only, until Neovim
+--- exits: nothing is written, and nothing carries over to a file it is saved as.
+--- Entries of the older store, keyed by the text alone, no longer grant trust and are
+--- dropped at the next write.
 local util = require("flemma.util")
 
 local M = {}
@@ -12,9 +17,12 @@ local H = {}
 
 ---@alias flemma.trust.State "trusted"|"denied"
 
--- Answers of this session that are not written (a prompt dismissed): hash -> state.
+-- The line format of the store: `v2 STATE HASH PATH` (one line per path).
+H.VERSION = "v2"
+-- Answers of this session that are not written (a prompt dismissed, or an unnamed
+-- buffer): id -> state.
 H.session = {}
--- The store as last read: { mtime, size, entries = hash -> state }.
+-- The store as last read: { mtime, size, entries = path -> { state, hash } }.
 H.store = nil
 -- Per buffer: the frontmatter hash whose ignored widenings were reported, and which.
 H.noticed = {}
@@ -51,6 +59,43 @@ function M.hash(bufnr)
   return vim.fn.sha256(tostring(fm.lang) .. "\n" .. fm.code)
 end
 
+--- The real path of the buffer's file (symlinks resolved; for a file not written yet,
+--- its directory's real path and its name), or nil for a buffer without a file.
+---@param bufnr? integer
+---@return string|nil
+function M.path(bufnr)
+  bufnr = H.bufnr(bufnr)
+  if not vim.api.nvim_buf_is_valid(bufnr) or vim.bo[bufnr].buftype ~= "" then
+    return nil
+  end
+  local name = vim.api.nvim_buf_get_name(bufnr)
+  if name == "" or name:find("^%a[%w+.-]*://") then
+    return nil
+  end
+  local abs = vim.fs.normalize(vim.fn.fnamemodify(name, ":p"))
+  local real = vim.uv.fs_realpath(abs)
+  if not real then
+    local dir = vim.uv.fs_realpath(vim.fs.dirname(abs))
+    real = dir and vim.fs.joinpath(dir, vim.fs.basename(abs)) or abs
+  end
+  return real
+end
+
+--- What an answer about the buffer is kept under: { hash, path? , id }, or nil when
+--- the buffer has no frontmatter. `id` names the pair in this session.
+function H.key(bufnr)
+  local hash = M.hash(bufnr)
+  if not hash then
+    return nil
+  end
+  local path = M.path(bufnr)
+  if path and path:find("[\r\n]") then
+    path = nil -- cannot be written on one line: answered for this buffer only
+  end
+  local id = path and ("file\0" .. path .. "\0" .. hash) or ("buffer\0" .. bufnr .. "\0" .. hash)
+  return { hash = hash, path = path, id = id }
+end
+
 function H.read()
   local path = M.file()
   local stat = vim.uv.fs_stat(path)
@@ -65,9 +110,10 @@ function H.read()
   local f = io.open(path, "r")
   if f then
     for line in f:lines() do
-      local hash, state = line:match("^(%x+) (%a+)")
-      if hash and #hash == 64 and (state == "trusted" or state == "denied") then
-        entries[hash] = state
+      -- Lines of another format (the text-only hashes of older versions) are ignored.
+      local version, state, hash, file = line:match("^(%S+) (%a+) (%x+) (.+)$")
+      if version == H.VERSION and #hash == 64 and (state == "trusted" or state == "denied") then
+        entries[file] = { state = state, hash = hash }
       end
     end
     f:close()
@@ -76,29 +122,18 @@ function H.read()
   return entries
 end
 
--- Writes one answer (nil removes it), merged with what other Neovims wrote meanwhile.
-function H.write(hash, state, name)
+-- Writes the answer for a path (nil removes it), merged with what other Neovims wrote
+-- meanwhile.
+function H.write(file, hash, state)
   local entries = vim.deepcopy(H.read())
-  entries[hash] = state
-  local names = {}
-  local path = M.file()
-  local old = io.open(path, "r")
-  if old then
-    for line in old:lines() do
-      local h, rest = line:match("^(%x+) %a+ ?(.*)$")
-      if h then
-        names[h] = rest
-      end
-    end
-    old:close()
-  end
-  names[hash] = name or names[hash] or ""
-  local hashes = vim.tbl_keys(entries)
-  table.sort(hashes)
+  entries[file] = state and { state = state, hash = hash } or nil
+  local paths = vim.tbl_keys(entries)
+  table.sort(paths)
   local lines = {}
-  for _, h in ipairs(hashes) do
-    lines[#lines + 1] = ("%s %s %s"):format(h, entries[h], names[h] or "")
+  for _, p in ipairs(paths) do
+    lines[#lines + 1] = ("%s %s %s %s"):format(H.VERSION, entries[p].state, entries[p].hash, p)
   end
+  local path = M.file()
   vim.fn.mkdir(vim.fs.dirname(path), "p")
   local tmp = path .. ".tmp" .. vim.uv.os_getpid()
   local f, err = io.open(tmp, "w")
@@ -119,13 +154,18 @@ end
 ---@param bufnr? integer
 ---@return flemma.trust.State|nil
 function M.state(bufnr)
-  local hash = M.hash(bufnr)
-  if not hash then
+  local key = H.key(H.bufnr(bufnr))
+  if not key then
     return nil
   end
-  local ok, entries = pcall(H.read)
-  local stored = ok and entries[hash] or nil
-  return stored or H.session[hash]
+  if key.path then
+    local ok, entries = pcall(H.read)
+    local stored = ok and entries[key.path] or nil
+    if stored and stored.hash == key.hash then
+      return stored.state
+    end
+  end
+  return H.session[key.id]
 end
 
 --- Whether the buffer's frontmatter is trusted to widen the approval policy.
@@ -141,16 +181,19 @@ end
 ---@return string|nil hash nil when the buffer has no frontmatter
 function M.set(bufnr, state)
   bufnr = H.bufnr(bufnr)
-  local hash = M.hash(bufnr)
-  if not hash then
+  local key = H.key(bufnr)
+  if not key then
     return nil
   end
-  H.session[hash] = nil
-  local path = vim.api.nvim_buf_get_name(bufnr)
-  H.write(hash, state, path ~= "" and vim.fn.fnamemodify(path, ":p"):gsub("[\r\n]", " ") or nil)
+  if key.path then
+    H.session[key.id] = nil
+    H.write(key.path, key.hash, state)
+  else
+    H.session[key.id] = state -- a buffer without a file: this buffer, this session
+  end
   H.noticed[bufnr] = nil
   H.asking[bufnr] = nil -- an answer given by command ends a prompt left open
-  return hash
+  return key.hash
 end
 
 ---------------------------------------------------------------------------------------
@@ -217,15 +260,16 @@ function H.describe(w)
   ))
 end
 
---- Says once per frontmatter text that an approval it gave was ignored (not trusted).
+--- Says once per frontmatter text and file that an approval it gave was ignored (not trusted).
 ---@param bufnr integer|nil
 ---@param tool_name string
 function M.ignored(bufnr, tool_name)
   bufnr = H.bufnr(bufnr)
-  local hash = M.hash(bufnr) or ""
+  local key = H.key(bufnr)
+  local id = key and key.id or ""
   local n = H.noticed[bufnr]
-  if not n or n.hash ~= hash then
-    n = { hash = hash, tools = {} }
+  if not n or n.id ~= id then
+    n = { id = id, tools = {} }
     H.noticed[bufnr] = n
   end
   if n.tools[tool_name] then
@@ -267,7 +311,7 @@ function M.settle(bufnr, opts, resume)
   if not resume or not util.can_ask() then
     return true -- not asked: the widening is ignored (M.ignored says so)
   end
-  local hash = M.hash(bufnr)
+  local key = H.key(bufnr)
   H.asking[bufnr] = true
   local prompt = ("The frontmatter of %s %s. Trust it?"):format(util.buffer_name(bufnr), H.describe(w))
   local answered = false
@@ -278,8 +322,9 @@ function M.settle(bufnr, opts, resume)
     answered = true
     vim.schedule(function()
       H.asking[bufnr] = nil
-      if not vim.api.nvim_buf_is_valid(bufnr) or M.hash(bufnr) ~= hash then
-        return -- the frontmatter changed meanwhile: the answer was about another text
+      local now = vim.api.nvim_buf_is_valid(bufnr) and H.key(bufnr) or nil
+      if not now or not key or now.id ~= key.id then
+        return -- the frontmatter or the file changed meanwhile: the answer was about another
       end
       if choice == M.CHOICES[1] then
         M.set(bufnr, "trusted")
@@ -292,7 +337,7 @@ function M.settle(bufnr, opts, resume)
           )
         )
       else
-        H.session[hash] = "denied" -- dismissed: not asked again in this session
+        H.session[key.id] = "denied" -- dismissed: not asked again in this session
       end
       resume()
     end)

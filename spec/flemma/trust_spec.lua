@@ -120,14 +120,109 @@ describe("trusting a chat file's frontmatter", function()
     end, 5000)
     assert.equals(1, #asked)
     assert.equals("trusted", trust.state(buf))
-    -- The answer is in stdpath("state"), by the frontmatter's hash.
+    -- The answer is in stdpath("state"), by the chat file's real path and the
+    -- frontmatter's hash.
     local stored = helpers.read_file(state .. "/nvim/flemma/trust")
-    assert.truthy(stored:find(trust.hash(buf) .. " trusted", 1, true), stored)
+    local real = vim.uv.fs_realpath(dir) .. "/test.chat"
+    assert.equals("v2 trusted " .. trust.hash(buf) .. " " .. real .. "\n", stored)
     vim.api.nvim_buf_set_lines(buf, -1, -1, false, { "", "@You:", "thanks" })
     assert.equals("trusted", trust.state(buf))
     -- Editing the frontmatter asks again.
     vim.api.nvim_buf_set_lines(buf, 1, 1, false, { "-- edited" })
     assert.is_nil(trust.state(buf))
+  end)
+
+  it("trusts the file, not the text: a copy elsewhere is not trusted, a renamed file asks again", function()
+    answer(1)
+    local a = chat({ 'flemma.opt.tools.auto_approve = { "bash" }' }, "a.chat")
+    vim.cmd("silent write")
+    press("<C-]>")
+    helpers.wait_for(function()
+      return vim.uv.fs_stat(dir .. "/marker") ~= nil
+    end, 5000, "bash did not run after trusting chat A")
+    helpers.wait_for(function()
+      return #require("flemma.cycle").running(a) == 0
+    end, 5000)
+    assert.equals(1, #asked)
+    assert.equals("trusted", trust.state(a))
+    os.remove(dir .. "/marker")
+
+    -- The same bytes at another path (a stranger's chat, a copy): not trusted, asked,
+    -- and declining leaves the call pending.
+    local other = helpers.tmpdir()
+    local lines = vim.fn.readfile(dir .. "/a.chat")
+    vim.fn.writefile(lines, other .. "/b.chat")
+    vim.cmd("edit " .. vim.fn.fnameescape(other .. "/b.chat"))
+    local b = vim.api.nvim_get_current_buf()
+    assert.equals(trust.hash(a), trust.hash(b))
+    assert.is_nil(trust.state(b))
+    answer(2)
+    press("<C-]>")
+    settle()
+    assert.is_nil(vim.uv.fs_stat(dir .. "/marker"), "bash ran for the copy")
+    assert.equals("pending", status(b), text(b))
+    assert.equals(2, #asked)
+    assert.truthy(asked[2].prompt:find("b.chat", 1, true), asked[2].prompt)
+    assert.equals("denied", trust.state(b))
+    -- Chat A is still trusted.
+    assert.equals("trusted", trust.state(a))
+
+    -- A symlink to chat A is chat A.
+    vim.uv.fs_symlink(dir .. "/a.chat", other .. "/link.chat")
+    vim.cmd("edit " .. vim.fn.fnameescape(other .. "/link.chat"))
+    assert.equals("trusted", trust.state(vim.api.nvim_get_current_buf()))
+
+    -- Chat A moved: asked again (declined: the call stays pending).
+    vim.cmd("silent! %bwipeout!")
+    assert.is_true(vim.uv.fs_rename(dir .. "/a.chat", dir .. "/moved.chat"))
+    vim.cmd("edit " .. vim.fn.fnameescape(dir .. "/moved.chat"))
+    local moved = vim.api.nvim_get_current_buf()
+    assert.is_nil(trust.state(moved))
+    press("<C-]>")
+    settle()
+    assert.equals(3, #asked)
+    assert.is_nil(vim.uv.fs_stat(dir .. "/marker"), "bash ran for the moved file")
+    assert.equals("pending", status(moved), text(moved))
+  end)
+
+  it("an entry of the older store, keyed by the text alone, grants no trust", function()
+    answer(2)
+    local buf = chat({ 'flemma.opt.tools.auto_approve = { "bash" }' })
+    vim.fn.mkdir(state .. "/nvim/flemma", "p")
+    local name = vim.api.nvim_buf_get_name(buf)
+    vim.fn.writefile({ trust.hash(buf) .. " trusted " .. name }, state .. "/nvim/flemma/trust")
+    assert.is_nil(trust.state(buf))
+    press("<C-]>")
+    settle()
+    assert.equals(1, #asked)
+    assert.is_nil(vim.uv.fs_stat(dir .. "/marker"), "bash ran")
+    assert.equals("pending", status(buf))
+    -- The answer replaced the old line.
+    local stored = vim.fn.readfile(state .. "/nvim/flemma/trust")
+    assert.equals(1, #stored)
+    assert.matches("^v2 denied %x+ .*test%.chat$", stored[1])
+  end)
+
+  it("answers for a buffer without a file hold for that buffer only, and are not written", function()
+    answer(1)
+    vim.cmd("enew")
+    local buf = vim.api.nvim_get_current_buf()
+    vim.bo[buf].filetype = "chat"
+    vim.api.nvim_buf_set_lines(buf, 0, -1, false, chat_lines({ 'flemma.opt.tools.auto_approve = { "bash" }' }, dir .. "/marker"))
+    press("<C-]>")
+    helpers.wait_for(function()
+      return vim.uv.fs_stat(dir .. "/marker") ~= nil
+    end, 5000, "bash did not run after trusting the unnamed buffer")
+    assert.equals("trusted", trust.state(buf))
+    assert.is_nil(vim.uv.fs_stat(state .. "/nvim/flemma/trust"))
+    -- Another unnamed buffer with the same text is not trusted.
+    vim.cmd("enew")
+    local buf2 = vim.api.nvim_get_current_buf()
+    vim.api.nvim_buf_set_lines(buf2, 0, -1, false, vim.api.nvim_buf_get_lines(buf, 0, -1, false))
+    assert.is_nil(trust.state(buf2))
+    -- Saved as a file: asked again.
+    vim.cmd("silent saveas " .. vim.fn.fnameescape(dir .. "/saved.chat"))
+    assert.is_nil(trust.state(buf2))
   end)
 
   it("asks once while an asynchronous prompt is open, then goes on after the answer", function()
