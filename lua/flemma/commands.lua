@@ -8,6 +8,7 @@ local M = {}
 ---@field run fun(args: string[], opts: table)
 ---@field complete? fun(arglead: string, args: string[]): string[]
 ---@field desc? string
+---@field chat? boolean it reads or writes the conversation of the current buffer: refused unless that buffer's filetype is `chat`
 
 ---@type table<string, flemma.Subcommand>
 local subcommands = {}
@@ -83,6 +84,16 @@ function M.run(opts)
     )
     return
   end
+  if sub.chat and vim.bo.filetype ~= "chat" then
+    util.notify(
+      ("`:Flemma %s` works on chat buffers only; this buffer's filetype is %s"):format(
+        name,
+        vim.bo.filetype == "" and "empty" or ("`" .. vim.bo.filetype .. "`")
+      ),
+      vim.log.levels.ERROR
+    )
+    return
+  end
   local ok, err = pcall(sub.run, args, opts)
   if not ok then
     util.notify(util.message(err), vim.log.levels.ERROR)
@@ -104,6 +115,7 @@ function M.complete(arglead, cmdline, _)
 end
 
 M.register("status", {
+  chat = true,
   desc = "show the buffer's effective provider, model, parameters, sandbox, tools, approval and autopilot, and where each came from",
   run = function()
     require("flemma.status").show(vim.api.nvim_get_current_buf())

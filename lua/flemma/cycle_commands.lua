@@ -22,6 +22,7 @@ local function target_placeholder(bufnr)
 end
 
 commands.register("send", {
+  chat = true,
   desc = "next step of the tool cycle, or send",
   run = function()
     cycle().advance(0)
@@ -29,6 +30,7 @@ commands.register("send", {
 })
 
 commands.register("cancel", {
+  chat = true,
   desc = "cancel the request or the running tools",
   run = function()
     if require("flemma.send").cancel(0) then
@@ -48,6 +50,7 @@ commands.register("usage", {
 })
 
 commands.register("tool:execute", {
+  chat = true,
   desc = "execute or resolve the tool block under the cursor",
   run = function()
     cycle().execute_at_cursor(0)
@@ -55,6 +58,7 @@ commands.register("tool:execute", {
 })
 
 commands.register("tool:approve", {
+  chat = true,
   desc = "approve the placeholder under the cursor (or the first pending one)",
   run = function()
     local bufnr = vim.api.nvim_get_current_buf()
@@ -70,6 +74,7 @@ commands.register("tool:approve", {
 })
 
 commands.register("tool:reject", {
+  chat = true,
   desc = "reject the placeholder under the cursor (or the first pending one), with an optional message",
   run = function(args)
     local bufnr = vim.api.nvim_get_current_buf()
@@ -86,6 +91,7 @@ commands.register("tool:reject", {
 })
 
 commands.register("tool:cancel", {
+  chat = true,
   desc = "cancel the running tool under the cursor (or all when not on one)",
   run = function()
     local bufnr = vim.api.nvim_get_current_buf()
@@ -105,6 +111,7 @@ commands.register("tool:cancel", {
 })
 
 commands.register("tool:cancel-all", {
+  chat = true,
   desc = "cancel every running tool of the buffer",
   run = function()
     local n = cycle().cancel(0)
@@ -131,6 +138,7 @@ commands.register("tool:list", {
 
 for _, verb in ipairs({ "enable", "disable", "status" }) do
   commands.register("autopilot:" .. verb, {
+    chat = true,
     desc = verb .. " autopilot for this buffer",
     run = function()
       local bufnr = vim.api.nvim_get_current_buf()

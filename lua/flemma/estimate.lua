@@ -204,6 +204,7 @@ function M.estimate(bufnr, cb)
 end
 
 require("flemma.commands").register("usage:estimate", {
+  chat = true,
   desc = "count the buffer's input tokens with the provider's token-counting endpoint and show the estimated cost before sending",
   run = function()
     local bufnr = vim.api.nvim_get_current_buf()

@@ -657,6 +657,7 @@ function M.preview(bufnr)
 end
 
 require("flemma.commands").register("preview", {
+  chat = true,
   desc = "show the conversation as it would be sent, templates expanded, in a scratch split",
   run = function()
     M.preview(vim.api.nvim_get_current_buf())

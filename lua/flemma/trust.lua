@@ -378,12 +378,14 @@ end
 
 local commands = require("flemma.commands")
 commands.register("trust", {
+  chat = true,
   desc = "let this buffer's frontmatter approve tool calls beyond your configuration",
   run = function()
     H.command("trusted")
   end,
 })
 commands.register("untrust", {
+  chat = true,
   desc = "stop trusting this buffer's frontmatter (its approvals beyond your configuration are ignored)",
   run = function()
     H.command("denied")
