@@ -198,7 +198,33 @@ function H.decide(bufnr, use)
   return "pending"
 end
 
---- Injects placeholders for every tool use without a result. Returns the counts.
+--- Why a tool call cannot run in this buffer, as its error result: a name no tool has
+--- (`bsh` for `bash`), or a tool this buffer does not have (disabled, or left out by
+--- the frontmatter's selection). nil when the tool is there, and while async tool
+--- sources are still loading (the name may yet appear) or the frontmatter fails (the
+--- gate says so).
+---@return string|nil
+function H.unavailable(bufnr, name)
+  local tools = require("flemma.tools")
+  if not tools.is_ready() then
+    return nil
+  end
+  local available, err = tools.for_buffer(bufnr)
+  if err or vim.tbl_contains(available, name) then
+    return nil
+  end
+  local list = #available > 0 and table.concat(available, ", ") or "none"
+  if vim.tbl_contains(tools.list(), name) then
+    -- The words of tools.execute, which says the same when such a call is run.
+    return ("tool `%s` is not enabled in this buffer (flemma.opt.tools selects: %s)"):format(name, list)
+  elseif tools.get(name) then
+    return ('tool "%s" is disabled; available: %s'):format(name, list)
+  end
+  return ('unknown tool "%s"; available: %s'):format(name, list)
+end
+
+--- Injects placeholders for every tool use without a result (an error result at once
+--- for a tool the buffer does not have). Returns the counts.
 ---@return { approved: integer, pending: integer, denied: integer }|nil
 function M.categorize(bufnr)
   local document = require("flemma.document")
@@ -217,13 +243,18 @@ function M.categorize(bufnr)
   local block = {}
   local statuses = {}
   for i, use in ipairs(missing) do
-    local status = H.decide(bufnr, use)
+    local unavailable = H.unavailable(bufnr, use.name)
+    local status = unavailable and "denied" or H.decide(bufnr, use)
     statuses[use.id] = status
     counts[status] = counts[status] + 1
     if i > 1 then
       block[#block + 1] = ""
     end
-    vim.list_extend(block, document.render_placeholder(use.id, status))
+    if unavailable then
+      vim.list_extend(block, document.render_result(use.id, unavailable, true))
+    else
+      vim.list_extend(block, document.render_placeholder(use.id, status))
+    end
   end
 
   local lines = vim.api.nvim_buf_get_lines(bufnr, 0, -1, false)
