@@ -42,7 +42,7 @@ function H.set_diagnostic(bufnr, err)
       lnum = M.error_line(err) - 1,
       col = 0,
       severity = vim.diagnostic.severity.ERROR,
-      message = err,
+      message = util.redact(err),
       source = "flemma",
     },
   })

@@ -23,56 +23,12 @@ function M.level()
   return H.level
 end
 
--- Values of the environment that look like secrets, longest first (so a key that
--- contains another is replaced whole).
-function H.secret_values()
-  local values = {}
-  for name, value in pairs(vim.uv.os_environ()) do
-    local upper = name:upper()
-    if
-      type(value) == "string"
-      and #value >= 8
-      and (upper:match("_API_KEY$") or upper:match("_TOKEN$") or upper:match("_SECRET$") or upper:match("_ACCESS_KEY$"))
-    then
-      values[#values + 1] = value
-    end
-  end
-  local secrets = package.loaded["flemma.secrets"]
-  if secrets then
-    vim.list_extend(values, secrets.known_values())
-  end
-  table.sort(values, function(a, b)
-    return #a > #b
-  end)
-  return values
-end
-
---- Removes secrets from a text: the values of `*_API_KEY`, `*_TOKEN`, `*_SECRET`
---- variables of the environment, and the values of authentication headers.
+--- Removes secrets from a text (util.redact: every key Flemma resolved, the values of
+--- `*_API_KEY`, `*_TOKEN`, `*_SECRET` variables of the environment, and the values of
+--- authentication headers).
 ---@param text string
 ---@return string
-function M.redact(text)
-  for _, value in ipairs(H.secret_values()) do
-    local from = 1
-    while true do
-      local s, e = text:find(value, from, true)
-      if not s then
-        break
-      end
-      text = text:sub(1, s - 1) .. "[redacted]" .. text:sub(e + 1)
-      from = s + #"[redacted]"
-    end
-  end
-  local function header(name)
-    -- `name: value` and curl config `header = "name: value"`
-    text = text:gsub("([Hh][Ee][Aa][Dd][Ee][Rr]%s*=%s*\"%s*" .. name .. "%s*:%s*)[^\"\n]*", "%1[redacted]")
-    text = text:gsub("(" .. name .. "%s*:%s*)[^\r\n\"]*", "%1[redacted]")
-  end
-  header("[Xx]%-[Aa][Pp][Ii]%-[Kk][Ee][Yy]")
-  header("[Aa][Uu][Tt][Hh][Oo][Rr][Ii][Zz][Aa][Tt][Ii][Oo][Nn]")
-  header("[Xx]%-[Gg][Oo][Oo][Gg]%-[Aa][Pp][Ii]%-[Kk][Ee][Yy]")
-  return text
-end
+M.redact = util.redact
 
 function H.write(level, msg)
   local f = io.open(M.path(), "a")

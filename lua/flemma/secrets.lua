@@ -38,7 +38,7 @@ M.default_priority = 75
 H.resolvers = {}
 ---@type table<string, { key: string, source: string, expires: number }>
 H.cache = {}
---- Every key handed out this session (for log redaction); weak on nothing, values only.
+--- Every key handed out this session (also registered with util.add_secret).
 H.seen = {}
 
 function H.now()
@@ -135,11 +135,13 @@ function M.peek(provider)
   local v = provider.api_key_env and H.clean(vim.env[provider.api_key_env])
   if v then
     H.seen[v] = true
+    util.add_secret(v)
   end
   return v
 end
 
---- The keys handed out this session (log.redact removes them from every line).
+--- The keys handed out this session (util.redact removes them from every message and
+--- log line).
 ---@return string[]
 function M.known_values()
   return vim.tbl_keys(H.seen)
@@ -205,6 +207,7 @@ function M.resolve(provider, cb)
         local k = H.clean(key)
         if k then
           H.seen[k] = true
+          util.add_secret(k)
           if r.name ~= "env" then
             H.cache[provider.name] = { key = k, source = r.name, expires = H.now() + M.ttl }
           end

@@ -43,7 +43,7 @@ function H.diagnostics(problems)
       lnum = math.max(0, (p.line or 1) - 1),
       col = 0,
       severity = vim.diagnostic.severity.ERROR,
-      message = p.message,
+      message = util.redact(p.message),
       source = "flemma",
     }
   end

@@ -625,7 +625,7 @@ function M.preview(bufnr)
         lnum = math.max(0, p.line - 1),
         col = 0,
         severity = vim.diagnostic.severity.ERROR,
-        message = p.message,
+        message = util.redact(p.message),
         source = "flemma",
       }
       msgs[#msgs + 1] = ("line %d: %s"):format(p.line, p.message)

@@ -9,11 +9,118 @@ function M.error(msg)
   error(PREFIX .. msg, 0)
 end
 
---- Notifies the user with the plugin's prefix. Safe to call from fast callbacks.
+-- ---------------------------------------------------------------------------
+-- Redaction: secrets never reach a message, a notification, a diagnostic or a log
+-- line. M.redact is the one function doing it; M.notify and the log writer apply
+-- it, and so does every place that turns a provider's answer into text the user
+-- sees (errors, statuses, diagnostics).
+-- ---------------------------------------------------------------------------
+
+--- Shortest value M.add_secret keeps (a shorter one would blank ordinary words).
+M.SECRET_MIN = 4
+
+---@type table<string, true> every form of every secret value registered
+local secret_forms = {}
+---@type string[]|nil the forms, longest first (rebuilt after a change)
+local secret_sorted = nil
+
+--- Registers a secret value (a resolved API key or token) so that M.redact removes it,
+--- in the form it has and in the forms a server echoing it may give it (JSON-escaped,
+--- percent-encoded), until Neovim exits.
+---@param value string
+function M.add_secret(value)
+  if type(value) ~= "string" or #value < M.SECRET_MIN or secret_forms[value] then
+    return
+  end
+  secret_forms[value] = true
+  local ok, json = pcall(vim.json.encode, value)
+  if ok and type(json) == "string" then
+    secret_forms[json:sub(2, -2)] = true
+  end
+  secret_forms[(value:gsub("[^%w%-%._~]", function(c)
+    return ("%%%02X"):format(c:byte())
+  end))] = true
+  secret_sorted = nil
+end
+
+-- Values of the environment that look like secrets (names ending in _API_KEY,
+-- _TOKEN, _SECRET, _ACCESS_KEY; 8 bytes or more).
+local function env_secrets(out)
+  for name, value in pairs(vim.uv.os_environ()) do
+    local upper = name:upper()
+    if
+      type(value) == "string"
+      and #value >= 8
+      and (upper:match("_API_KEY$") or upper:match("_TOKEN$") or upper:match("_SECRET$") or upper:match("_ACCESS_KEY$"))
+    then
+      out[#out + 1] = value
+    end
+  end
+end
+
+local function replace_all(text, value)
+  local from = 1
+  local parts = nil
+  while true do
+    local s, e = text:find(value, from, true)
+    if not s then
+      break
+    end
+    parts = parts or {}
+    parts[#parts + 1] = text:sub(from, s - 1)
+    parts[#parts + 1] = "[redacted]"
+    from = e + 1
+  end
+  if not parts then
+    return text
+  end
+  parts[#parts + 1] = text:sub(from)
+  return table.concat(parts)
+end
+
+--- A text without secrets: each registered secret (M.add_secret: every key Flemma
+--- resolved) and each value of a secret-looking environment variable, longest first,
+--- becomes `[redacted]`, as does the value of an authentication header
+--- (`Authorization:`, `x-api-key:`, `x-goog-api-key:`, also in curl's config syntax).
+---@param text string
+---@return string
+function M.redact(text)
+  if type(text) ~= "string" then
+    return text
+  end
+  if not secret_sorted then
+    secret_sorted = vim.tbl_keys(secret_forms)
+    table.sort(secret_sorted, function(a, b)
+      return #a > #b
+    end)
+  end
+  local values = {}
+  env_secrets(values)
+  vim.list_extend(values, secret_sorted)
+  table.sort(values, function(a, b)
+    return #a > #b
+  end)
+  for _, value in ipairs(values) do
+    text = replace_all(text, value)
+  end
+  local function header(name)
+    -- `name: value` and curl config `header = "name: value"`
+    text = text:gsub("([Hh][Ee][Aa][Dd][Ee][Rr]%s*=%s*\"%s*" .. name .. "%s*:%s*)[^\"\n]*", "%1[redacted]")
+    text = text:gsub("(" .. name .. "%s*:%s*)[^\r\n\"]*", "%1[redacted]")
+  end
+  header("[Xx]%-[Aa][Pp][Ii]%-[Kk][Ee][Yy]")
+  header("[Aa][Uu][Tt][Hh][Oo][Rr][Ii][Zz][Aa][Tt][Ii][Oo][Nn]")
+  header("[Xx]%-[Gg][Oo][Oo][Gg]%-[Aa][Pp][Ii]%-[Kk][Ee][Yy]")
+  return text
+end
+
+--- Notifies the user with the plugin's prefix, secrets redacted (M.redact). Safe to
+--- call from fast callbacks.
 ---@param msg string
 ---@param level? integer vim.log.levels.*
 function M.notify(msg, level)
   level = level or vim.log.levels.INFO
+  msg = M.redact(type(msg) == "string" and msg or tostring(msg))
   if vim.in_fast_event() then
     vim.schedule(function()
       vim.notify(PREFIX .. msg, level)

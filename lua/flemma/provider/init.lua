@@ -304,6 +304,7 @@ function M.cancel(bufnr)
 end
 
 function H.set_status(req, text)
+  text = text and util.redact(text)
   if vim.api.nvim_buf_is_valid(req.bufnr) then
     vim.b[req.bufnr].flemma_status = text
   end
@@ -318,6 +319,7 @@ function H.finish(req, status, err)
     return
   end
   req.finished = true
+  err = err and util.redact(err)
   if H.active[req.bufnr] == req then
     H.active[req.bufnr] = nil
   end
@@ -497,8 +499,10 @@ function H.on_events(req, a, events)
       a.headers = ev.headers or {}
       a.sse = (a.headers["content-type"] or ""):find("text/event%-stream") ~= nil
     elseif t == "error" then
-      a.error_type = ev.error_type
-      a.error_message = ev.message
+      -- What a server says is redacted where it arrives (a server may echo the key),
+      -- before any of it is cut short or shown.
+      a.error_type = util.redact(ev.error_type)
+      a.error_message = util.redact(ev.message)
     elseif t == "usage" then
       for k, v in pairs(ev) do
         if k ~= "type" then
@@ -511,7 +515,7 @@ function H.on_events(req, a, events)
       a.stop_reason = ev.reason
     elseif t == "end" then
       a.complete = ev.complete
-      a.body = ev.body
+      a.body = util.redact(ev.body)
     elseif not a.status or a.status < 300 then
       if t == "text" or t == "thinking" or t == "thinking_signature" or t == "redacted_thinking" or t:find("^tool_") then
         if not a.streamed then
@@ -531,7 +535,7 @@ function H.on_exit(req, a, result)
   end
   req.handle = nil
   a.curl_code = result.code
-  a.stderr = result.stderr
+  a.stderr = util.redact(result.stderr)
   if result.cancelled then
     return H.finish(req, "cancelled")
   end
