@@ -3,8 +3,10 @@
 --- (those of the tools: the cwd and the chat file's directory, or the sandbox's
 --- writable roots while the sandbox is on) are read freely. A file outside them
 --- (after symlinks) is sent only once the user confirmed it for this buffer: a chat
---- file from someone else cannot send ~/.ssh/id_rsa with one keypress. A confirmed
---- path stays allowed for the buffer until Neovim exits.
+--- file from someone else cannot send ~/.ssh/id_rsa with one keypress. A secret file
+--- (flemma.secret_paths: ~/.ssh, ~/.aws, `.env*`, `*.pem`...) asks the same way even
+--- inside the project. A confirmed path stays allowed for the buffer until Neovim
+--- exits. Without a UI to ask, nothing is sent.
 local M = {}
 local H = {}
 
@@ -27,8 +29,9 @@ function M.roots(bufnr)
   return out
 end
 
---- Whether the text of bufnr may have the file at `abs` read and sent. When not, the
---- path is remembered (see M.take_wanted) and the second value says why.
+--- Whether the text of bufnr may have the file at `abs` read and sent: inside the
+--- project and not a secret, or allowed by the user. When not, the path is
+--- remembered (see M.take_wanted) and the second value says why.
 ---@param bufnr integer|nil
 ---@param abs string absolute path of an existing file
 ---@param shown string the path as the chat names it (for messages)
@@ -36,15 +39,18 @@ end
 ---@return string|nil err
 function M.check(bufnr, abs, shown)
   local real = vim.uv.fs_realpath(abs) or vim.fs.normalize(abs)
-  local roots = M.roots(bufnr)
-  local inside = require("flemma.tools.scope").inside
-  for _, root in ipairs(roots) do
-    if inside(real, root) then
-      return true
-    end
-  end
   if bufnr and H.allowed[bufnr] and H.allowed[bufnr][real] then
     return true
+  end
+  local secret = require("flemma.secret_paths").check(abs, real)
+  local roots = M.roots(bufnr)
+  if not secret then
+    local inside = require("flemma.tools.scope").inside
+    for _, root in ipairs(roots) do
+      if inside(real, root) then
+        return true
+      end
+    end
   end
   if bufnr then
     local list = H.wanted[bufnr] or {}
@@ -54,8 +60,16 @@ function M.check(bufnr, abs, shown)
       known = known or w.real == real
     end
     if not known then
-      list[#list + 1] = { real = real, shown = shown }
+      list[#list + 1] = { real = real, shown = shown, secret = secret }
     end
+  end
+  if secret then
+    return false,
+      ("%s is a secret file (%s, %s): Flemma sends a secret file only after you confirm it when sending"):format(
+        shown,
+        vim.fn.fnamemodify(real, ":~"),
+        secret
+      )
   end
   local where = #roots > 0 and table.concat(
       vim.tbl_map(function(r)
@@ -100,24 +114,42 @@ function M.reset(bufnr)
   end
 end
 
---- Asks whether to send the files outside the project; cb(true) when the user agreed
---- (the paths are then allowed for the buffer).
----@param bufnr integer
----@param wanted { real: string, shown: string }[]
----@param cb fun(ok: boolean)
-function M.confirm(bufnr, wanted, cb)
-  local names = {}
-  for _, w in ipairs(wanted) do
-    names[#names + 1] = ("%s (%s)"):format(w.shown, vim.fn.fnamemodify(w.real, ":~"))
+M.CHOICES = { "Send", "Do not send" }
+
+-- One file of a question: how the chat names it, where it leads and why it asks.
+function H.describe(w)
+  local where = vim.fn.fnamemodify(w.real, ":~")
+  if w.secret then
+    return ("%s (%s: secret file, %s)"):format(w.shown, where, w.secret)
   end
-  local prompt = ("This chat sends %d file%s from outside the project to the model: %s. Send %s?"):format(
+  return ("%s (%s)"):format(w.shown, where)
+end
+
+--- Asks whether to send the files outside the project or secret; cb(true) when the
+--- user agreed (the paths are then allowed for the buffer), cb(false, why) when not:
+--- why is "declined", or "no_ui" when there is no one to ask (one line said what to
+--- do). While a question waits, another send only says so (cb is not called).
+---@param bufnr integer
+---@param wanted { real: string, shown: string, secret?: string }[]
+---@param cb fun(ok: boolean, why?: "declined"|"no_ui")
+function M.confirm(bufnr, wanted, cb)
+  local names, secrets = {}, 0
+  for _, w in ipairs(wanted) do
+    names[#names + 1] = H.describe(w)
+    secrets = secrets + (w.secret and 1 or 0)
+  end
+  local what = secrets == 0 and "from outside the project"
+    or secrets == #wanted and (#wanted == 1 and "that holds secrets" or "that hold secrets")
+    or (#wanted == 1 and "that holds secrets or is outside the project" or "that hold secrets or are outside the project")
+  local prompt = ("This chat sends %d file%s %s to the model: %s. Send %s?"):format(
     #wanted,
     #wanted == 1 and "" or "s",
+    what,
     table.concat(names, ", "),
     #wanted == 1 and "it" or "them"
   )
-  vim.ui.select({ "Send", "Do not send" }, { prompt = prompt, kind = "flemma.reach" }, function(choice)
-    if choice == "Send" then
+  local state, err = require("flemma.util").ask(bufnr, "flemma.reach", prompt, M.CHOICES, function(choice)
+    if choice == M.CHOICES[1] then
       local reals = {}
       for _, w in ipairs(wanted) do
         reals[#reals + 1] = w.real
@@ -125,9 +157,26 @@ function M.confirm(bufnr, wanted, cb)
       M.allow(bufnr, reals)
       cb(true)
     else
-      cb(false)
+      cb(false, "declined")
     end
   end)
+  local util = require("flemma.util")
+  if state == "busy" then
+    util.notify("not sent: answer the question about the files this chat sends first")
+  elseif state == "no_ui" or state == "failed" then
+    util.warn(
+      ("not sent: %s %s %s, and %s to ask whether to send %s: remove the reference, or send from a Neovim with a UI"):format(
+        table.concat(names, ", "),
+        #wanted == 1 and "is" or "are",
+        secrets == 0 and "outside the project"
+          or secrets == #wanted and (#wanted == 1 and "a secret file" or "secret files")
+          or "secret or outside the project",
+        state == "no_ui" and "there is no UI" or ("it was not possible (" .. tostring(err) .. ")"),
+        #wanted == 1 and "it" or "them"
+      )
+    )
+    cb(false, "no_ui")
+  end
 end
 
 return M

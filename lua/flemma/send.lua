@@ -170,12 +170,16 @@ function H.refused(bufnr, problems, opts)
     H.watch(bufnr)
     return
   end
-  reach.confirm(bufnr, wanted, function(yes)
+  reach.confirm(bufnr, wanted, function(yes, why)
     if not vim.api.nvim_buf_is_valid(bufnr) then
       return
     end
     if yes then
       M.send(bufnr, opts)
+    elseif why == "no_ui" then
+      -- reach said in one line what to do; the problems stay on their lines.
+      vim.diagnostic.set(M.ns, bufnr, H.diagnostics(problems))
+      H.watch(bufnr)
     else
       M.show_problems(bufnr, problems)
       H.watch(bufnr)

@@ -180,6 +180,52 @@ function M.can_ask()
   return not (info and info.source and info.source:match("[/\\]vim[/\\]ui%.lua$"))
 end
 
+-- The questions waiting for an answer, by kind and buffer.
+local asking = {}
+
+--- Asks the user one question about a buffer (vim.ui.select) and calls
+--- `on_answer(choice)` once, scheduled, with the item chosen (nil when dismissed),
+--- only while the buffer is still valid. Nothing is asked, and "busy" is returned,
+--- while a question of the same kind for that buffer waits; "no_ui" when there is
+--- no one to ask (M.can_ask); "failed" (and the error) when vim.ui.select raised.
+--- "asked" otherwise.
+---@param bufnr integer
+---@param kind string e.g. "flemma.reach"
+---@param prompt string
+---@param choices string[]
+---@param on_answer fun(choice: string|nil)
+---@return "asked"|"busy"|"no_ui"|"failed" state
+---@return string|nil err
+function M.ask(bufnr, kind, prompt, choices, on_answer)
+  local key = kind .. "\0" .. tostring(bufnr)
+  if asking[key] then
+    return "busy"
+  end
+  if not M.can_ask() then
+    return "no_ui"
+  end
+  asking[key] = true
+  local answered = false
+  local ok, err = pcall(vim.ui.select, choices, { prompt = prompt, kind = kind }, function(choice)
+    if answered then
+      return
+    end
+    answered = true
+    vim.schedule(function()
+      asking[key] = nil
+      if vim.api.nvim_buf_is_valid(bufnr) then
+        on_answer(choice)
+      end
+    end)
+  end)
+  if not ok then
+    asking[key] = nil
+    answered = true
+    return "failed", M.message(err)
+  end
+  return "asked"
+end
+
 --- The plugin's root directory (the folder holding lua/, plugin/ and build/).
 ---@return string
 function M.root()

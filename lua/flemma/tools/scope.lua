@@ -6,6 +6,12 @@
 --- folded, then symlinks followed by the native resolver (as is_path_writable does).
 --- Writes are also refused on the protected paths inside a root (.git/hooks,
 --- .git/config, shell start-up files).
+---
+--- `/` and $HOME (or a directory holding $HOME) are never project roots: Neovim
+--- started in the home directory does not make every file of it part of the project.
+--- With such a cwd the project is the chat file's directory when that lies below
+--- $HOME, else there is none. Secret files (flemma.secret_paths) are never inside
+--- the project: a call that names one waits for the user even within a root.
 local M = {}
 local H = {}
 
@@ -15,7 +21,7 @@ local H = {}
 
 ---@class flemma.tools.OutsidePath
 ---@field path string the path as the tool input gives it
----@field reason "outside"|"protected"|"unknown"
+---@field reason "outside"|"protected"|"secret"|"unknown"
 
 function H.bufnr(bufnr)
   if type(bufnr) ~= "number" or bufnr == 0 or not vim.api.nvim_buf_is_valid(bufnr) then
@@ -30,19 +36,69 @@ end
 ---@return string[]
 function M.roots(bufnr)
   bufnr = H.bufnr(bufnr)
-  local sandbox = require("flemma.sandbox")
-  if sandbox.is_enabled() then
-    return sandbox.policy(bufnr).rw_paths
-  end
-  local roots = { vim.fs.normalize(vim.fn.getcwd()) }
+  local cwd = vim.fs.normalize(vim.fn.getcwd())
+  local dir
   local name = vim.api.nvim_buf_get_name(bufnr)
   if name ~= "" and vim.bo[bufnr].buftype == "" then
-    local dir = vim.fs.dirname(vim.fs.normalize(vim.fn.fnamemodify(name, ":p")))
-    if dir ~= roots[1] then
-      roots[#roots + 1] = dir
+    dir = vim.fs.dirname(vim.fs.normalize(vim.fn.fnamemodify(name, ":p")))
+  end
+  local candidates
+  local sandbox = require("flemma.sandbox")
+  if sandbox.is_enabled() then
+    candidates = sandbox.policy(bufnr).rw_paths
+  else
+    candidates = { cwd }
+    if dir then
+      candidates[2] = dir
+    end
+  end
+  local home = H.home()
+  -- Started in $HOME (or /): the chat file's directory is the project only when it
+  -- lies below $HOME.
+  local homeless = H.too_wide(cwd, home)
+  local roots, seen = {}, {}
+  for _, r in ipairs(candidates) do
+    if type(r) == "string" and r ~= "" and not seen[r] and not H.too_wide(r, home) then
+      local keep = true
+      if homeless and r == dir then
+        keep = home ~= nil and M.inside(H.real(r), home.real) and H.real(r) ~= home.real
+      end
+      if keep then
+        seen[r] = true
+        roots[#roots + 1] = r
+      end
     end
   end
   return roots
+end
+
+-- $HOME, as written and resolved, or nil (unset, or `/`).
+function H.home()
+  local path = require("flemma.secret_paths").home()
+  if not path then
+    return nil
+  end
+  return { path = path, real = H.real(path) }
+end
+
+function H.real(path)
+  return vim.uv.fs_realpath(path) or vim.fs.normalize(path)
+end
+
+--- Whether a directory is too wide to be a project root: `/`, $HOME, or one that
+--- holds $HOME.
+---@param dir string
+---@param home? { path: string, real: string }
+---@return boolean
+function H.too_wide(dir, home)
+  local real = H.real(dir)
+  if real == "/" or dir == "/" then
+    return true
+  end
+  if home then
+    return M.inside(home.real, real) or M.inside(home.path, vim.fs.normalize(dir))
+  end
+  return false
 end
 
 -- The project of a buffer as the checks need it: { roots, resolved roots, the
@@ -170,6 +226,10 @@ function M.outside(bufnr, tool_name, input)
       -- The path the tool opens (ctx.path.resolve), then where it really leads.
       local target = H.target(project, use.path)
       local real = native.sandbox_resolve(target, project.cwd)
+      -- A secret file waits for the user wherever it is.
+      if require("flemma.secret_paths").check(target, real) then
+        return "secret"
+      end
       local inside = false
       for _, r in ipairs(project.resolved) do
         inside = inside or M.inside(real, r)
@@ -208,6 +268,7 @@ H.REASONS = {
   outside = "(outside the project)",
   protected = "(protected path)",
   unknown = "(cannot tell where it leads)",
+  secret = "(secret file: approve explicitly)",
 }
 
 --- A preview marked with where its paths lead: `~/.bashrc (outside the project) (12 B)`.
