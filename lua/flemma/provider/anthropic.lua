@@ -16,16 +16,9 @@ M.budgets = { minimal = 1024, low = 4096, medium = 10000, high = 20000, max = 32
 --- The default max_tokens when neither `parameters.max_tokens` nor the model table says.
 M.default_max_tokens = 8192
 
-H.empty = vim.empty_dict
-
 H.schema = common.schema
 
-function H.input(input)
-  if type(input) ~= "table" or next(input) == nil then
-    return H.empty()
-  end
-  return input
-end
+H.input = common.input
 
 --- The thinking budget for a `parameters.thinking` value (nil: thinking off).
 ---@param thinking any

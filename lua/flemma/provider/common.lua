@@ -1,26 +1,94 @@
 --- Small request-building helpers shared by the provider kinds.
 local M = {}
+local H = {}
 
---- A tool's input schema as JSON wants it: a copy (nil: an object schema), with an
---- empty `properties` encoded as `{}` rather than `[]`.
+-- JSON Schema keywords by the shape of their value (Lua cannot tell an empty object
+-- from an empty array: the schema's own structure says which one is meant).
+H.SCHEMA_MAPS = { properties = true, patternProperties = true, ["$defs"] = true, definitions = true, dependentSchemas = true }
+H.SCHEMA_LISTS = { allOf = true, anyOf = true, oneOf = true, prefixItems = true }
+H.SCHEMA_ONE = {
+  items = true, additionalProperties = true, additionalItems = true, unevaluatedProperties = true,
+  unevaluatedItems = true, contains = true, propertyNames = true, ["not"] = true, ["if"] = true,
+  ["then"] = true, ["else"] = true, contentSchema = true,
+}
+H.VALUES = { default = true, const = true }
+
+--- A schema's `default` or `const` value: an empty one is `{}` unless the schema's
+--- type is "array".
+function H.value(v, json_type)
+  if type(v) == "table" and next(v) == nil and getmetatable(v) == nil and json_type ~= "array" then
+    return vim.empty_dict()
+  end
+  return vim.deepcopy(v)
+end
+
+--- A JSON Schema node: every empty table in a schema position is `{}`.
+function H.schema_node(s)
+  if type(s) ~= "table" then
+    return s -- true / false schemas
+  end
+  if next(s) == nil then
+    return vim.empty_dict()
+  end
+  if vim.islist(s) then
+    -- `items` as a list of schemas (tuple form of older drafts).
+    return vim.tbl_map(H.schema_node, s)
+  end
+  local out = {}
+  for k, v in pairs(s) do
+    if H.SCHEMA_MAPS[k] and type(v) == "table" then
+      local m = {}
+      for name, sub in pairs(v) do
+        m[name] = H.schema_node(sub)
+      end
+      out[k] = next(m) == nil and vim.empty_dict() or m
+    elseif H.SCHEMA_LISTS[k] and type(v) == "table" then
+      out[k] = vim.tbl_map(H.schema_node, v)
+    elseif H.SCHEMA_ONE[k] then
+      out[k] = H.schema_node(v)
+    elseif H.VALUES[k] then
+      out[k] = H.value(v, s.type)
+    elseif k == "examples" and type(v) == "table" then
+      out[k] = vim.tbl_map(function(x)
+        return H.value(x, s.type)
+      end, v)
+    else
+      -- required, enum, type, strings, numbers, extension keywords: as they are.
+      out[k] = vim.deepcopy(v)
+    end
+  end
+  return out
+end
+
+--- A tool's input schema as JSON wants it: a copy (nil: an object schema) in which
+--- every empty table that stands for an object (a schema, `properties`, `$defs`,
+--- `additionalProperties`, an object `default`, at any depth) is encoded as `{}`
+--- rather than `[]`; `required`, `enum` and the like stay arrays. The one helper all
+--- provider kinds use for schemas.
 ---@param schema table|nil
 ---@return table
 function M.schema(schema)
-  local s = vim.deepcopy(schema or { type = "object" })
-  if type(s.properties) == "table" and next(s.properties) == nil then
-    s.properties = vim.empty_dict()
+  return H.schema_node(schema or { type = "object" })
+end
+
+--- A tool call's input as the request holds it: always an object (`{}` for none or
+--- an empty one). Inside, an input decoded from the chat keeps its `{}` and `[]`
+--- apart (a decoded empty object carries vim.empty_dict's metatable). The one helper
+--- all provider kinds use for inputs.
+---@param input table|nil
+---@return table
+function M.input(input)
+  if type(input) ~= "table" or next(input) == nil then
+    return vim.empty_dict()
   end
-  return s
+  return input
 end
 
 --- A tool call's input as a JSON text ("{}" for none or an empty one).
 ---@param input table|nil
 ---@return string
 function M.arguments(input)
-  if type(input) ~= "table" or next(input) == nil then
-    return "{}"
-  end
-  return vim.json.encode(input)
+  return vim.json.encode(M.input(input))
 end
 
 --- The headers of a streamed JSON request, with `authorization: Bearer KEY` when

@@ -49,12 +49,7 @@ function M.thinking_config(value, model)
   return { thinkingBudget = M.budgets[value], includeThoughts = true }
 end
 
-function H.args(input)
-  if type(input) ~= "table" or next(input) == nil then
-    return vim.empty_dict()
-  end
-  return input
-end
+H.args = common.input
 
 H.schema = common.schema
 
