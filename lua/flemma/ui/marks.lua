@@ -100,11 +100,18 @@ function H.placed_of(buf, version)
   return p
 end
 
--- The lines (0-based, end exclusive) of segments lo .. hi - 1.
-function H.span(idoc, lo, hi)
+-- The lines (0-based, end exclusive) of segments lo .. hi - 1, as the range of
+-- nvim_buf_clear_namespace: to the end (-1) for the last segment, so that a mark
+-- left past the last line (its line deleted at the end of the buffer: a failed
+-- send's empty `@Assistant:`) goes too.
+function H.span(buf, idoc, lo, hi)
   local first = native.idoc_segment_raw(idoc, lo).first_line - 1
   local last = native.idoc_segment_raw(idoc, hi - 1)
-  return first, last.first_line - 1 + last.line_count
+  local stop = last.first_line - 1 + last.line_count
+  if stop >= vim.api.nvim_buf_line_count(buf) then
+    stop = -1
+  end
+  return first, stop
 end
 
 --- Takes the marks of segments lo .. hi - 1 (0-based) away; they are placed
@@ -118,7 +125,7 @@ function M.invalidate(buf, lo, hi)
   local p = H.placed_of(buf, version)
   lo, hi = math.max(lo or 0, 0), math.min(hi or count, count)
   if lo < hi then
-    local first, stop = H.span(idoc, lo, hi)
+    local first, stop = H.span(buf, idoc, lo, hi)
     vim.api.nvim_buf_clear_namespace(buf, M.ns, first, stop)
     for i = lo, hi - 1 do
       p.ids[tonumber(native.idoc_segment_raw(idoc, i).id)] = nil
@@ -171,8 +178,8 @@ function M.ensure(buf, top, bot)
     local raw = native.idoc_segment_raw(idoc, i)
     local id = tonumber(raw.id)
     if not p.ids[id] then
-      local first = raw.first_line - 1
-      vim.api.nvim_buf_clear_namespace(buf, M.ns, first, first + raw.line_count)
+      local first, stop = H.span(buf, idoc, i, i + 1)
+      vim.api.nvim_buf_clear_namespace(buf, M.ns, first, stop)
       if cfg.ruler.enabled or cfg.signs.enabled then
         local lnum, sign = M.state(buf, i, count)
         if lnum then
