@@ -31,6 +31,13 @@ function M.attach(buf)
   require("flemma.ui.view").attach(buf)
 end
 
+--- Whether buffer buf has its highlights, folds and marks (attached since its last load).
+---@param buf integer
+---@return boolean
+function M.attached(buf)
+  return require("flemma.ui.view").attached(buf)
+end
+
 function M.detach(buf)
   require("flemma.ui.view").detach(buf)
 end

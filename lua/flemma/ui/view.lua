@@ -141,6 +141,12 @@ function M.attach(buf)
   end)
 end
 
+---@param buf integer
+---@return boolean
+function M.attached(buf)
+  return H.attached[buf] == true
+end
+
 function M.detach(buf)
   if not H.attached[buf] then
     return
