@@ -6,7 +6,6 @@ JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 SPEC       ?=
 BENCH      ?=
 FUZZ_TIME  ?= 60
-LIBUV      := .deps/libuv/build/libuv_a.a
 SHELL      := /bin/bash
 # Neovim is not built with sanitizers: their runtimes are preloaded (and dropped
 # from the environment at startup, so child processes do not inherit them).
@@ -18,24 +17,25 @@ ASAN_SPECS = spec/flemma/process_spec.lua spec/flemma/sandbox_spec.lua spec/flem
 
 all: build
 
-# Build (Release). Builds the position-independent libuv first if it is missing.
-build: $(LIBUV)
-	@cmake -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=Release >/dev/null
+# Build (Release): the library and its helper (libuv, Lua 5.1 and nlohmann/json come
+# from third_party/; nothing else is needed but CMake and a C++20 compiler). The doctest
+# suite is built only for `make test` (FLEMMA_TESTS=ON below).
+FLEMMA_TESTS ?= OFF
+build:
+	@cmake -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=Release -DFLEMMA_TESTS=$(FLEMMA_TESTS) >/dev/null
 	@cmake --build $(BUILD_DIR) -j$(JOBS) -- --no-print-directory >/dev/null || cmake --build $(BUILD_DIR) -j1
 
-$(LIBUV):
-	@bash scripts/deps.sh --libuv-only
-
-# Build and test packages (apt-get), Neovim 0.10.4 and 0.12.4 in .deps/, PIC libuv.
+# What the tests need (not the build): packages (apt-get), Neovim 0.10.4 and 0.12.4 in .deps/.
 deps:
 	@bash scripts/deps.sh
 
+test: FLEMMA_TESTS = ON
 test: deps build
 	@SPEC="$(SPEC)" bash scripts/test.sh
 
 # The native suite with AddressSanitizer and UndefinedBehaviorSanitizer.
 asan: deps
-	@cmake -S . -B $(ASAN_DIR) -DCMAKE_BUILD_TYPE=Debug -DFLEMMA_SANITIZE=ON >/dev/null
+	@cmake -S . -B $(ASAN_DIR) -DCMAKE_BUILD_TYPE=Debug -DFLEMMA_SANITIZE=ON -DFLEMMA_TESTS=ON >/dev/null
 	@cmake --build $(ASAN_DIR) -j$(JOBS)
 	@cd $(ASAN_DIR) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
 		ctest --output-on-failure -j2
@@ -62,7 +62,7 @@ bench: deps build
 # invariants: no crash, matching ends within its step budget.
 FUZZ_CXX   ?= clang++-14
 FUZZ_FLAGS := -std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-	-Inative/include -Inative/src
+	-Inative/include -Inative/src -Ithird_party/nlohmann/include
 fuzz:
 	@mkdir -p $(FUZZ_DIR)/corpus-document $(FUZZ_DIR)/corpus-idoc
 	@cp -n spec/fixtures/chat/*.chat $(FUZZ_DIR)/corpus-document/ 2>/dev/null || true

@@ -389,7 +389,10 @@ TEST_CASE("incremental document: edits inside a long message") {
         if (rng() % 4 == 0) {
           std::string chunk;
           int parts = 1 + static_cast<int>(rng() % 3);
-          for (int k = 0; k < parts; ++k) chunk += (rng() % 3 == 0 ? "\n" : "") + random_line(rng);
+          for (int k = 0; k < parts; ++k) {
+            if (rng() % 3 == 0) chunk += '\n';
+            chunk += random_line(rng);
+          }
           append_chunk(d, chunk);
         } else {
           // Mostly inside messages: a line away from the markers, few lines changed.
@@ -503,7 +506,9 @@ TEST_CASE("incremental document: the lines parsed again") {
         kinds.push_back(line_kinds(d));
         const int32_t n = d.line_count();
         if (rng() % 4 == 0) {
-          append_chunk(d, (rng() % 2 ? "\n" : "") + random_line(rng));
+          std::string chunk(rng() % 2 ? "\n" : "");
+          chunk += random_line(rng);
+          append_chunk(d, chunk);
         } else {
           int32_t first = static_cast<int32_t>(rng() % static_cast<uint32_t>(n + 1));
           int32_t last = std::min(n, first + static_cast<int32_t>(rng() % 3));

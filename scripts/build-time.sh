@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# The clean build a new user runs: `make` in a fresh clone of this checkout's HEAD,
+# timed, with its compiler warnings counted. One line in the benchmarks' format:
+#   bench build_clean: <seconds> s (target <= 60 s) PASS|MISS (<n> compiler warnings, ...)
+# PASS needs the time within the target and no warning. Before it, `#` lines say what
+# the machine was doing (a build's time is only as good as the load around it).
+#
+# The build runs as on a system that is not Debian: no .deps/ (a clone has none), and,
+# where bubblewrap can, the system's nlohmann/json, doctest and libuv headers and
+# pkg-config files hidden (FLEMMA_BUILD_BARE=0 builds with them in sight). Afterwards
+# the compiler's dependency files must name no system copy of them, and the plain build
+# must not have built the doctest suite.
+#   FLEMMA_BUILD_KEEP=1  keep the clone (its path is printed)
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+TARGET=60
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/flemma-build.XXXXXX")
+[ "${FLEMMA_BUILD_KEEP:-0}" = 1 ] || trap 'rm -rf "$tmp"' EXIT
+fail() { echo "build-time: $*" >&2; exit 1; }
+
+git clone --quiet --no-hardlinks "$ROOT" "$tmp/flemma"
+cd "$tmp/flemma"
+[ ! -e .deps ] || fail "the clone has a .deps"
+(cd third_party && sha256sum -c --quiet SHA256SUMS) || fail "third_party/ differs from third_party/SHA256SUMS"
+
+run=(make)
+bare="no (bubblewrap missing or FLEMMA_BUILD_BARE=0)"
+if [ "${FLEMMA_BUILD_BARE:-1}" = 1 ] && command -v bwrap >/dev/null 2>&1; then
+  hide=()
+  for d in /usr/include/nlohmann /usr/include/doctest /usr/include/uv /usr/share/doctest \
+    /usr/lib/cmake/doctest /usr/share/cmake/nlohmann_json /usr/lib/cmake/nlohmann_json; do
+    [ -d "$d" ] && hide+=(--tmpfs "$d")
+  done
+  for f in /usr/include/uv.h /usr/lib/*/pkgconfig/libuv*.pc /usr/share/pkgconfig/nlohmann_json.pc \
+    /usr/lib/*/libuv.so /usr/lib/*/libuv.a /usr/lib/*/libuv_a.a; do
+    [ -e "$f" ] && hide+=(--ro-bind /dev/null "$f")
+  done
+  if bwrap --dev-bind / / "${hide[@]}" true 2>/dev/null; then
+    run=(bwrap --dev-bind / / "${hide[@]}" --chdir "$tmp/flemma" make)
+    bare="yes (hidden: ${#hide[@]} system paths of nlohmann/json, doctest, libuv)"
+  fi
+fi
+
+cpu=$(awk -F': ' '/^model name/{print $2; exit}' /proc/cpuinfo 2>/dev/null || sysctl -n machdep.cpu.brand_string 2>/dev/null || echo unknown)
+load_before=$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || uptime | sed 's/.*averages*: //')
+echo "# machine: $cpu; cores: $(nproc); $(cmake --version | head -n 1); $(c++ --version | head -n 1)"
+echo "# no Debian system copies in sight: $bare"
+echo "# load average before: $load_before"
+
+start=$(date +%s.%N)
+if ! "${run[@]}" > "$tmp/build.log" 2>&1; then
+  tail -n 40 "$tmp/build.log" >&2
+  fail "make failed (log above)"
+fi
+end=$(date +%s.%N)
+load_after=$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || uptime | sed 's/.*averages*: //')
+echo "# load average after: $load_after"
+
+[ -f build/libflemma_core.so ] || [ -f build/libflemma_core.dylib ] || fail "make built no library"
+[ ! -e build/flemma_tests ] || fail "the plain make built the doctest suite"
+if grep -rlE '/usr/(local/)?include/(nlohmann|doctest|uv\.h|uv/)' build --include='*.d' --include='depend.make' --include='compiler_depend.make' >/dev/null 2>&1; then
+  fail "the build read a system copy of nlohmann/json, doctest or libuv"
+fi
+warnings=$(grep -c 'warning:' "$tmp/build.log" || true)
+if [ "$warnings" -gt 0 ]; then grep -A3 'warning:' "$tmp/build.log" | head -n 40 >&2; fi
+secs=$(awk -v s="$start" -v e="$end" 'BEGIN { printf "%.1f", e - s }')
+verdict=$(awk -v t="$secs" -v m="$TARGET" -v w="$warnings" 'BEGIN { print (t <= m && w == 0) ? "PASS" : "MISS" }')
+echo "bench build_clean: $secs s (target <= $TARGET s) $verdict ($warnings compiler warnings)"
