@@ -31,9 +31,11 @@ if [ "${FLEMMA_BUILD_BARE:-1}" = 1 ] && command -v bwrap >/dev/null 2>&1; then
     /usr/lib/cmake/doctest /usr/share/cmake/nlohmann_json /usr/lib/cmake/nlohmann_json; do
     [ -d "$d" ] && hide+=(--tmpfs "$d")
   done
+  # (Not the shared libuv: CMake itself may be linked with it. Symlinks are left alone,
+  # as binding over one binds over its target.)
   for f in /usr/include/uv.h /usr/lib/*/pkgconfig/libuv*.pc /usr/share/pkgconfig/nlohmann_json.pc \
-    /usr/lib/*/libuv.so /usr/lib/*/libuv.a /usr/lib/*/libuv_a.a; do
-    [ -e "$f" ] && hide+=(--ro-bind /dev/null "$f")
+    /usr/lib/*/libuv.a /usr/lib/*/libuv_a.a; do
+    [ -e "$f" ] && [ ! -L "$f" ] && hide+=(--ro-bind /dev/null "$f")
   done
   if bwrap --dev-bind / / "${hide[@]}" true 2>/dev/null; then
     run=(bwrap --dev-bind / / "${hide[@]}" --chdir "$tmp/flemma" make)
