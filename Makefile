@@ -21,9 +21,16 @@ all: build
 # from third_party/; nothing else is needed but CMake and a C++20 compiler). The doctest
 # suite is built only for `make test` (FLEMMA_TESTS=ON below).
 FLEMMA_TESTS ?= OFF
+# One progress line per file compiled (the compiler's own messages pass unfiltered).
+PROGRESS := awk '/^\[ *[0-9]+%\] (Building|Linking)/ { pct = substr($$0, 1, index($$0, "]")); \
+	n = split($$NF, p, "/"); f = p[n]; sub(/\.o$$/, "", f); \
+	print "[flemma] " pct ($$0 ~ /Linking/ ? " linking " : " ") f; fflush() }'
 build:
+	@echo "[flemma] configuring $(BUILD_DIR)/ with CMake"
 	@cmake -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=Release -DFLEMMA_TESTS=$(FLEMMA_TESTS) >/dev/null
-	@cmake --build $(BUILD_DIR) -j$(JOBS) -- --no-print-directory >/dev/null || cmake --build $(BUILD_DIR) -j1
+	@set -o pipefail; cmake --build $(BUILD_DIR) -j$(JOBS) -- --no-print-directory | $(PROGRESS) \
+		|| cmake --build $(BUILD_DIR) -j1
+	@echo "[flemma] built $(BUILD_DIR)/libflemma_core$(if $(filter Darwin,$(shell uname -s)),.dylib,.so)"
 
 # What the tests need (not the build): packages (apt-get), Neovim 0.10.4 and 0.12.4 in .deps/.
 deps:

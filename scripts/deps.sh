@@ -11,7 +11,7 @@ mkdir -p "$DEPS"
 log() { printf '[deps] %s\n' "$*"; }
 
 PKGS=(g++ cmake make libluajit-5.1-dev luajit lua-busted bubblewrap curl clang-14
-      libclang-rt-14-dev tmux dpkg-dev patchelf python3 git)
+      libclang-rt-14-dev tmux dpkg-dev patchelf python3)
 
 if ! command -v apt-get >/dev/null 2>&1; then
   cat <<MSG
