@@ -19,15 +19,16 @@ all: build
 
 # Build (Release): the library and its helper (libuv, Lua 5.1 and nlohmann/json come
 # from third_party/; nothing else is needed but CMake and a C++20 compiler). The doctest
-# suite is built only for `make test` (FLEMMA_TESTS=ON below).
-FLEMMA_TESTS ?= OFF
+# suite is built only for `make test` (FLEMMA_TESTS=ON below) or `make FLEMMA_TESTS=ON`;
+# unset, a build directory keeps what it was configured with (a new one: OFF).
+FLEMMA_TESTS ?=
 # One progress line per file compiled (the compiler's own messages pass unfiltered).
 PROGRESS := awk '/^\[ *[0-9]+%\] (Building|Linking)/ { pct = substr($$0, 1, index($$0, "]")); \
 	n = split($$NF, p, "/"); f = p[n]; sub(/\.o$$/, "", f); \
 	print "[flemma] " pct ($$0 ~ /Linking/ ? " linking " : " ") f; fflush() }'
 build:
 	@echo "[flemma] configuring $(BUILD_DIR)/ with CMake"
-	@cmake -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=Release -DFLEMMA_TESTS=$(FLEMMA_TESTS) >/dev/null
+	@cmake -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=Release $(if $(FLEMMA_TESTS),-DFLEMMA_TESTS=$(FLEMMA_TESTS)) >/dev/null
 	@set -o pipefail; cmake --build $(BUILD_DIR) -j$(JOBS) -- --no-print-directory | $(PROGRESS) \
 		|| cmake --build $(BUILD_DIR) -j1
 	@echo "[flemma] built $(BUILD_DIR)/libflemma_core$(if $(filter Darwin,$(shell uname -s)),.dylib,.so)"
