@@ -342,6 +342,7 @@ function H.merge(base, over)
 end
 
 H.current = vim.deepcopy(H.defaults)
+H.key_configured = {}
 
 --- Applies user options on top of the defaults.
 ---@param opts? table
@@ -360,6 +361,16 @@ function M.setup(opts)
     util.error(("`provider` should be one of %s, not %s"):format(table.concat(names, ", "), vim.inspect(merged.provider)))
   end
   require("flemma.switch").check_presets(merged.presets, merged)
+  -- Entries whose key variable the user named: their key may go to their endpoint
+  -- (flemma.secrets.destination); the variable of a built-in entry goes only to
+  -- the hosts it belongs to.
+  local configured = {}
+  for name, entry in pairs(type(opts) == "table" and type(opts.providers) == "table" and opts.providers or {}) do
+    if type(entry) == "table" and entry.api_key_env ~= nil then
+      configured[name] = true
+    end
+  end
+  H.key_configured = configured
   H.current = merged
   H.session = nil
   H.effective = nil
@@ -393,6 +404,14 @@ function M.get()
     H.effective = eff
   end
   return H.effective
+end
+
+--- Whether setup() named `api_key_env` for the provider entry `name` (then its key
+--- may go to the entry's endpoint; else only to the hosts the variable belongs to).
+---@param name string
+---@return boolean
+function M.key_configured(name)
+  return H.key_configured[name] == true
 end
 
 --- setup()'s options without the session layer.

@@ -7,14 +7,13 @@
 --- Neovim exits; anything else sends nothing. Off with `ui.confirm_frontmatter_cost
 --- = false`.
 local util = require("flemma.util")
+local consent = require("flemma.consent")
 
 local M = {}
 local H = {}
 
----@type table<integer, table<string, true>> approved "provider\0model" per buffer
-H.approved = {}
----@type table<integer, true> buffers with a question open
-H.asking = {}
+-- Answers are kept by flemma.consent under this topic, as "provider\0model" per buffer.
+H.TOPIC = "cost"
 
 M.CHOICES = { "Send", "Do not send" }
 
@@ -55,7 +54,7 @@ function M.question(bufnr)
   if own and own.name == spec.name and own.model == spec.model then
     return nil -- the frontmatter repeats the user's own choice
   end
-  if H.approved[bufnr] and H.approved[bufnr][H.key(spec)] then
+  if consent.approved(bufnr, H.TOPIC, H.key(spec)) then
     return nil
   end
   local limit = config.ui.high_cost_threshold
@@ -125,59 +124,32 @@ function M.settle(bufnr, resume)
   if not q then
     return true
   end
-  if H.asking[bufnr] then
-    util.notify("not sent: answer the question about the frontmatter's model first")
-    return false
-  end
-  if not util.can_ask() then
-    H.refused(bufnr, q, "there is no UI to ask whether to use it")
-    return false
-  end
-  local key = H.key(q.spec)
-  H.asking[bufnr] = true
-  local answered = false
-  local called, err = pcall(vim.ui.select, M.CHOICES, { prompt = M.prompt(bufnr, q), kind = "flemma.cost" }, function(choice)
-    if answered then
-      return
-    end
-    answered = true
-    vim.schedule(function()
-      H.asking[bufnr] = nil
-      if not vim.api.nvim_buf_is_valid(bufnr) then
-        return
-      end
-      if choice == M.CHOICES[1] then
-        H.approved[bufnr] = H.approved[bufnr] or {}
-        H.approved[bufnr][key] = true
-        resume() -- asks again if the frontmatter chose another expensive model meanwhile
+  consent.ask(bufnr, {
+    topic = H.TOPIC,
+    key = H.key(q.spec),
+    prompt = M.prompt(bufnr, q),
+    choices = M.CHOICES,
+    kind = "flemma.cost",
+    resume = resume, -- asks again if the frontmatter chose another expensive model meanwhile
+    refuse = function(reason, err)
+      if reason == "busy" then
+        util.notify("not sent: answer the question about the frontmatter's model first")
+      elseif reason == "no_ui" then
+        H.refused(bufnr, q, "there is no UI to ask whether to use it")
+      elseif reason == "failed" then
+        util.notify("not sent: cannot ask whether to use the frontmatter's model: " .. tostring(err), vim.log.levels.ERROR)
       else
         H.refused(bufnr, q, "you did not confirm it", true)
       end
-    end)
-  end)
-  if not called then
-    H.asking[bufnr] = nil
-    answered = true
-    util.notify("not sent: cannot ask whether to use the frontmatter's model: " .. util.message(err), vim.log.levels.ERROR)
-  end
+    end,
+  })
   return false
 end
 
 --- Forgets the approvals (of bufnr, or of every buffer).
 ---@param bufnr? integer
 function M.reset(bufnr)
-  if bufnr then
-    H.approved[bufnr], H.asking[bufnr] = nil, nil
-  else
-    H.approved, H.asking = {}, {}
-  end
+  consent.reset(H.TOPIC, bufnr)
 end
-
-vim.api.nvim_create_autocmd("BufWipeout", {
-  group = vim.api.nvim_create_augroup("flemma.cost", { clear = true }),
-  callback = function(ev)
-    M.reset(ev.buf)
-  end,
-})
 
 return M

@@ -153,6 +153,15 @@ function M.estimate(bufnr, cb)
     end
     return cb({ error = "nothing counted: the conversation cannot be sent as it is:\n" .. table.concat(msgs, "\n") })
   end
+  -- A key that the frontmatter's provider would send to a new host: asked first
+  -- (flemma.keyhost), counted after a yes.
+  if not require("flemma.keyhost").settle(bufnr, function()
+    M.estimate(bufnr, cb)
+  end, function(message)
+    cb({ error = (message:gsub("^not sent: ", "nothing counted: ")) })
+  end) then
+    return
+  end
   provider.resolve_key(spec, function(key, kerr)
     if kerr then
       return cb({ error = kerr })

@@ -73,8 +73,15 @@ function H.providers()
       local env = entry.api_key_env
       local loopback = type(entry.endpoint) == "string"
         and (entry.endpoint:match("^%a+://127%.") or entry.endpoint:match("^%a+://localhost[:/]") or entry.endpoint:match("^%a+://%[::1%]"))
+      local withheld
+      if env and type(entry.endpoint) == "string" then
+        local host, why = require("flemma.secrets").destination(env, entry.endpoint, require("flemma.config").key_configured(name), name)
+        withheld = not host and why or nil
+      end
       if not env then
         vim.health.ok(where .. ": no key needed")
+      elseif withheld then
+        vim.health.ok(("%s: no key is sent: %s"):format(where, withheld))
       elseif vim.env[env] ~= nil and vim.env[env] ~= "" then
         vim.health.ok(("%s: key present in $%s"):format(where, env))
       elseif loopback then

@@ -336,6 +336,108 @@ M.register("gcloud", {
   end,
 })
 
+-- ---------------------------------------------------------------------------
+-- Where a key may go
+-- ---------------------------------------------------------------------------
+
+--- The hosts each well-known key variable belongs to (a leading `*.` or `*-`
+--- matches any name before it). The key of a built-in entry goes only there,
+--- whatever endpoint the entry is given, unless the user named the variable for
+--- that entry in setup() (M.destination's `configured`).
+M.homes = {
+  ANTHROPIC_API_KEY = { "api.anthropic.com" },
+  OPENAI_API_KEY = { "api.openai.com" },
+  VERTEX_ACCESS_TOKEN = { "aiplatform.googleapis.com", "*-aiplatform.googleapis.com" },
+  OPENROUTER_API_KEY = { "openrouter.ai" },
+  MOONSHOT_API_KEY = { "api.moonshot.ai", "api.moonshot.cn" },
+  DEEPSEEK_API_KEY = { "api.deepseek.com" },
+}
+
+--- The scheme and host (both lower case) of a URL, or nil when the host cannot be
+--- told for sure (user info before an `@`, a backslash, spaces or escapes in the
+--- authority): such an endpoint never gets a key.
+---@param url string
+---@return string|nil scheme
+---@return string|nil host
+function M.url_host(url)
+  if type(url) ~= "string" then
+    return nil
+  end
+  local scheme, rest = url:match("^(%a[%w+.-]*)://(.*)$")
+  if not scheme then
+    return nil
+  end
+  local authority = rest:match("^[^/?#]*")
+  local host, tail = authority:match("^%[([%x:.]+)%](.*)$")
+  if not host then
+    host, tail = authority:match("^([%w.-]+)(.*)$")
+  end
+  if not host or host == "" or not (tail == "" or tail:match("^:%d+$")) then
+    return nil
+  end
+  return scheme:lower(), host:lower()
+end
+
+--- Whether a host is this machine.
+---@param host string|nil
+---@return boolean
+function M.is_loopback_host(host)
+  return host == "localhost" or host == "::1" or (host ~= nil and host:match("^127%.%d+%.%d+%.%d+$") ~= nil)
+end
+
+--- Whether `host` is one that the key variable `env` belongs to (M.homes).
+---@param env string|nil
+---@param host string|nil
+---@return boolean
+function M.is_home(env, host)
+  for _, pattern in ipairs(env and M.homes[env] or {}) do
+    local wild = pattern:match("^%*([.-].+)$")
+    if host == pattern or (wild and #host > #wild and host:sub(-#wild) == wild and host:sub(1, -#wild - 1):match("^[%w-]+$")) then
+      return true
+    end
+  end
+  return false
+end
+
+--- Where the key of a provider entry may be sent: the endpoint's host, or nil and why
+--- not (nil and nil when the entry takes no key). A key goes
+---   never over http:// to another machine (only https, or http to this machine);
+---   to any host when the user named `api_key_env` for this entry in setup()
+---     (`configured`);
+---   else (a variable of a built-in entry) only to the hosts it belongs to (M.homes).
+---@param env string|nil the entry's api_key_env
+---@param endpoint string
+---@param configured boolean whether setup() named api_key_env for this entry
+---@param name? string the entry's name (for the message)
+---@return string|nil host
+---@return string|nil why
+function M.destination(env, endpoint, configured, name)
+  if env == nil then
+    return nil
+  end
+  local scheme, host = M.url_host(endpoint)
+  if not host then
+    return nil, ("the key in $%s is not sent: the host of %s cannot be told for sure"):format(env, tostring(endpoint))
+  end
+  if scheme ~= "https" and not M.is_loopback_host(host) then
+    return nil,
+      ("the key in $%s is not sent: a key never goes over %s:// to another machine (%s); use https"):format(env, scheme, host)
+  end
+  if configured or M.is_home(env, host) then
+    return host
+  end
+  local homes = M.homes[env]
+  return nil,
+    ("the key in $%s is not sent to %s: %s; to send it there, name it for this entry in setup(): providers.%s.api_key_env = %q"):format(
+      env,
+      host,
+      homes and ("it is the key of " .. table.concat(homes, ", ") .. " and goes only there")
+        or "it belongs to a built-in entry",
+      name or "<name>",
+      env
+    )
+end
+
 --- Names that look like a key in setup() or frontmatter: refused there.
 M.forbidden = { api_key = true, apikey = true, key = true, token = true, access_token = true, secret = true, password = true }
 

@@ -237,6 +237,15 @@ function M.send(bufnr, opts)
     return false
   end
 
+  -- A provider chosen by the frontmatter that would send a key to a host neither
+  -- its own service nor the user's own choice sends it to: the first send asks
+  -- (flemma.keyhost), and sends after a yes.
+  if not require("flemma.keyhost").settle(bufnr, function()
+    M.send(bufnr, opts)
+  end) then
+    return false
+  end
+
   -- Templates ({{ }}, {% %}, include()) are expanded in what is sent, never in the buffer.
   local reach = require("flemma.reach")
   reach.take_wanted(bufnr)

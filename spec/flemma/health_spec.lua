@@ -37,6 +37,12 @@ describe("health", function()
     assert.matches("`anthropic` (anthropic, https://api.anthropic.com/v1/messages) (active): key present in $ANTHROPIC_API_KEY", text, 1, true)
     assert.matches("`openrouter` %(openai_chat, [^)]*%): no key: %$OPENROUTER_API_KEY is not set", text)
     assert.matches("`ollama` (openai_chat, http://127.0.0.1:11434/v1/chat/completions): no key needed", text, 1, true)
+    assert.matches(
+      "`openai_chat` (openai_chat, http://127.0.0.1:11434/v1/chat/completions): no key is sent: the key in $OPENAI_API_KEY is not sent to 127.0.0.1: it is the key of api.openai.com and goes only there",
+      text,
+      1,
+      true
+    )
     assert.matches("curl TLS: %S+ %(https supported%)", text)
     assert.is_nil(text:find("sk-ant-health-secret", 1, true))
   end)

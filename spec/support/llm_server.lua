@@ -6,13 +6,17 @@ M.__index = M
 local here = debug.getinfo(1, "S").source:sub(2)
 local script_path = vim.fs.dirname(vim.fn.fnamemodify(here, ":p")) .. "/llm_server.py"
 
---- Starts a server; stop it with :stop().
-function M.start()
+--- Starts a server; stop it with :stop(). `opts.host`: the address it listens on and
+--- its URLs name (default 127.0.0.1).
+---@param opts? { host?: string }
+function M.start(opts)
   local dir = vim.fn.tempname()
   vim.fn.mkdir(dir, "p")
-  local self = setmetatable({ dir = dir }, M)
+  local host = opts and opts.host or "127.0.0.1"
+  local self = setmetatable({ dir = dir, host = host }, M)
   local out, err = {}, {}
   self.proc = vim.system({ "python3", script_path, dir }, {
+    env = { LLM_SERVER_HOST = host },
     stdout = function(_, data)
       if data then
         out[#out + 1] = data
@@ -42,7 +46,7 @@ end
 
 --- The URL of a path on the server.
 function M:url(path)
-  return ("http://127.0.0.1:%d%s"):format(self.port, path or "/v1/messages")
+  return ("http://%s:%d%s"):format(self.host, self.port, path or "/v1/messages")
 end
 
 --- Sets the answers of the next requests (a list of entries, see llm_server.py).

@@ -3,7 +3,7 @@
 
     python3 llm_server.py DIR
 
-Listens on 127.0.0.1 (a free port) and prints "PORT <n>" on stdout. Each request
+Listens on 127.0.0.1 (or $LLM_SERVER_HOST; a free port) and prints "PORT <n>" on stdout. Each request
 takes the first entry of DIR/script.json (a JSON list, written back without it; the
 last entry is reused once the list has one left) and answers with it; each request
 (method, path, headers with lower-cased names, body) is appended as one JSON line to
@@ -164,7 +164,7 @@ class Handler(BaseHTTPRequestHandler):
 
 
 def main():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server = ThreadingHTTPServer((os.environ.get("LLM_SERVER_HOST", "127.0.0.1"), 0), Handler)
     server.daemon_threads = True
     print("PORT %d" % server.server_address[1], flush=True)
     try:

@@ -129,8 +129,9 @@ end
 ---@param endpoint string
 ---@return boolean
 function M.is_loopback(endpoint)
-  local host = endpoint:match("^%a[%w+.-]*://%[?([^/%]:]+)")
-  return host == "127.0.0.1" or host == "localhost" or host == "::1" or (host and host:match("^127%.") ~= nil)
+  local secrets = require("flemma.secrets")
+  local _, host = secrets.url_host(endpoint)
+  return secrets.is_loopback_host(host)
 end
 H.is_loopback = M.is_loopback
 
@@ -160,9 +161,26 @@ function M.key(spec)
   )
 end
 
---- Whether a provider takes a key at all (an entry with `api_key_env`).
+--- Where the key of a provider goes: the endpoint's host, or nil (no key is sent)
+--- and why not (nil too when the entry takes no key). See flemma.secrets.destination:
+--- a key never goes over http:// to another machine, and the variable of a built-in
+--- entry goes only to the hosts it belongs to unless setup() named it for the entry.
+---@param spec flemma.provider.Spec
+---@return string|nil host
+---@return string|nil why
+function M.key_destination(spec)
+  return require("flemma.secrets").destination(
+    spec.api_key_env,
+    spec.endpoint,
+    require("flemma.config").key_configured(spec.name),
+    spec.name
+  )
+end
+
+--- Whether a provider is sent a key (an entry with `api_key_env` whose key may go to
+--- its endpoint's host).
 function H.needs_key(spec)
-  return spec.api_key_env ~= nil
+  return M.key_destination(spec) ~= nil
 end
 
 --- What flemma.secrets resolvers are told about a provider.
@@ -397,6 +415,10 @@ function H.hint(req, status, message)
   local spec = req.spec
   local m = (message or ""):lower()
   if status == 401 or status == 403 then
+    local host, withheld = M.key_destination(spec)
+    if not host and withheld then
+      return withheld
+    end
     if spec.api_key_env then
       return ("check the key in %s"):format(spec.api_key_env)
     end
