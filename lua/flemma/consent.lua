@@ -1,7 +1,7 @@
 --- Asking once before something a chat file chose goes out: the one helper behind
 --- the questions of flemma.cost (an expensive provider and model) and flemma.keyhost
---- (a key sent to a new host). A question is asked with vim.ui.select, at most one
---- open per topic and buffer; "yes" (the first choice) is remembered for the buffer
+--- (a key sent to a new host). A question is asked with util.ask (vim.ui.select, at
+--- most one open per kind and buffer, as flemma.reach asks); "yes" (the first choice) is remembered for the buffer
 --- and the question's key until Neovim exits (or the buffer is wiped), and the
 --- caller's `resume` runs (scheduled) to go on. Anything else, or nobody to ask (no
 --- UI, headless), or a question that fails, refuses: the caller sends nothing.
@@ -12,8 +12,6 @@ local H = {}
 
 ---@type table<string, table<integer, table<string, true>>> topic -> bufnr -> approved keys
 H.approved = {}
----@type table<string, table<integer, true>> topic -> buffers with a question open
-H.asking = {}
 
 --- Whether the user said yes to `key` of `topic` for bufnr in this session.
 ---@param bufnr integer
@@ -46,60 +44,36 @@ end
 ---@field resume fun() called (scheduled) after a yes, to go on
 ---@field refuse fun(reason: flemma.consent.Refusal, err?: string) says why nothing goes out
 
---- Asks the question for bufnr. Returns nothing useful: the caller stops now, and
---- goes on only through q.resume; q.refuse is called (at once or after the answer)
---- when the answer is not yes.
+--- Asks the question for bufnr (util.ask: one open question per kind and buffer).
+--- Returns nothing useful: the caller stops now, and goes on only through q.resume;
+--- q.refuse is called (at once or after the answer) when the answer is not yes.
 ---@param bufnr integer
 ---@param q flemma.consent.Question
 function M.ask(bufnr, q)
-  H.asking[q.topic] = H.asking[q.topic] or {}
-  local asking = H.asking[q.topic]
-  if asking[bufnr] then
-    return q.refuse("busy")
-  end
-  if not util.can_ask() then
-    return q.refuse("no_ui")
-  end
-  asking[bufnr] = true
-  local answered = false
-  local called, err = pcall(vim.ui.select, q.choices, { prompt = q.prompt, kind = q.kind }, function(choice)
-    if answered then
-      return
+  local state, err = util.ask(bufnr, q.kind or ("flemma." .. q.topic), q.prompt, q.choices, function(choice)
+    if choice == q.choices[1] then
+      M.approve(bufnr, q.topic, q.key)
+      q.resume()
+    else
+      q.refuse("declined")
     end
-    answered = true
-    vim.schedule(function()
-      asking[bufnr] = nil
-      if not vim.api.nvim_buf_is_valid(bufnr) then
-        return
-      end
-      if choice == q.choices[1] then
-        M.approve(bufnr, q.topic, q.key)
-        q.resume()
-      else
-        q.refuse("declined")
-      end
-    end)
   end)
-  if not called then
-    asking[bufnr] = nil
-    answered = true
-    q.refuse("failed", util.message(err))
+  if state ~= "asked" then
+    q.refuse(state, err)
   end
 end
 
---- Forgets the answers and open questions of a topic (every topic when nil), of
---- bufnr (every buffer when nil).
+--- Forgets the answers of a topic (every topic when nil), of bufnr (every buffer
+--- when nil).
 ---@param topic? string
 ---@param bufnr? integer
 function M.reset(topic, bufnr)
-  for _, store in ipairs({ H.approved, H.asking }) do
-    for t, per_buf in pairs(store) do
-      if topic == nil or t == topic then
-        if bufnr then
-          per_buf[bufnr] = nil
-        else
-          store[t] = nil
-        end
+  for t, per_buf in pairs(H.approved) do
+    if topic == nil or t == topic then
+      if bufnr then
+        per_buf[bufnr] = nil
+      else
+        H.approved[t] = nil
       end
     end
   end
