@@ -66,7 +66,8 @@ bench: deps build
 # seeded from spec/fixtures/chat (and spec/fixtures/stream). A crash leaves its input in $(FUZZ_DIR)/: add it
 # as a regression case to tests/test_document.cpp (tests/test_idoc.cpp for fuzz_idoc,
 # whose inputs are a text and an edit script: see fuzz/fuzz_idoc.cpp; tests/test_stream.cpp
-# for fuzz_stream). The frontmatter's pattern matcher (fuzz_lpattern) checks its own
+# for fuzz_stream, tests/test_escape.cpp for fuzz_escape, whose first byte seeds where
+# the text is cut). The frontmatter's pattern matcher (fuzz_lpattern) checks its own
 # invariants: no crash, matching ends within its step budget.
 FUZZ_CXX   ?= clang++-14
 FUZZ_FLAGS := -std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
@@ -91,6 +92,14 @@ fuzz:
 		-o $(FUZZ_DIR)/fuzz_stream
 	cd $(FUZZ_DIR) && ./fuzz_stream -max_total_time=$(FUZZ_TIME) -max_len=16384 -timeout=10 \
 		-print_final_stats=1 corpus-stream
+	@mkdir -p $(FUZZ_DIR)/corpus-escape
+	@printf '\007@You:\n**Tool Use:** `bash` (`x`)\n```flemma:tool status=approved\n```py\n</thinking>\n' \
+		> $(FUZZ_DIR)/corpus-escape/markers
+	@printf '\003\\\\@Assistant:\r\n   ~~~ \tflemma:x\n<thinking>\n' > $(FUZZ_DIR)/corpus-escape/escaped
+	$(FUZZ_CXX) $(FUZZ_FLAGS) fuzz/fuzz_escape.cpp native/src/escape.cpp native/src/document.cpp native/src/capi_core.cpp \
+		-o $(FUZZ_DIR)/fuzz_escape
+	cd $(FUZZ_DIR) && ./fuzz_escape -max_total_time=$(FUZZ_TIME) -max_len=4096 -timeout=10 \
+		-print_final_stats=1 corpus-escape
 	@mkdir -p $(FUZZ_DIR)/corpus-lpattern
 	@printf '\006%%b()x(a(b)c)y' > $(FUZZ_DIR)/corpus-lpattern/balance
 	@printf '\010(.-)%%1bxaaaaaaaab' > $(FUZZ_DIR)/corpus-lpattern/backref

@@ -9,7 +9,7 @@ local M = {}
 local H = {}
 
 --- The ABI version this binding was written for (FLEMMA_ABI_VERSION).
-M.ABI_VERSION = 10
+M.ABI_VERSION = 11
 
 -- The declarations of flemma.h, section by section, in the header's order.
 -- spec/flemma/native_spec.lua checks that they match the header.
@@ -242,6 +242,15 @@ void flemma_stream_free(flemma_stream *stream);
 int flemma_stream_feed(flemma_stream *stream, const char *data, size_t len, const flemma_stream_event **events, size_t *count);
 int flemma_stream_finish(flemma_stream *stream, const flemma_stream_event **events, size_t *count);
 ]],
+  escape = [[
+typedef struct flemma_escaper flemma_escaper;
+flemma_escaper *flemma_escaper_new(void);
+void flemma_escaper_free(flemma_escaper *escaper);
+int flemma_escaper_feed(flemma_escaper *escaper, const char *data, size_t len, int final, const char **out, size_t *out_len);
+int flemma_escaper_fence(const flemma_escaper *escaper, char *ch, int64_t *len);
+int flemma_escaper_reset(flemma_escaper *escaper);
+int flemma_unescape(const char *text, size_t len, char *out, size_t *out_len);
+]],
   isolate = [[
 typedef struct flemma_isolate flemma_isolate;
 int flemma_isolate_new(const char *modules_json, size_t len, const char *main, flemma_isolate **out);
@@ -250,7 +259,7 @@ int64_t flemma_isolate_peak(const flemma_isolate *iso);
 void flemma_isolate_free(flemma_isolate *iso);
 ]],
 }
-H.order = { "core", "truncate", "document", "idoc", "process", "sandbox", "stream", "isolate" }
+H.order = { "core", "truncate", "document", "idoc", "process", "sandbox", "stream", "escape", "isolate" }
 
 --- All declarations, as passed to ffi.cdef.
 ---@return string
@@ -552,7 +561,7 @@ H.inputs_buf = nil
 
 -- `src` is unused but keeps a string source referenced while its bytes are read.
 function H.convert_document(lib, doc, src) -- luacheck: ignore src
-  local ffi_string, band, table_new = ffi.string, bit.band, H.table_new
+  local ffi_string, band, table_new, unescape = ffi.string, bit.band, H.table_new, M.unescape
   local base = lib.flemma_doc_text(doc)
   local arena = lib.flemma_doc_arena(doc)
   local ROLES, STATUSES = H.ROLES, H.STATUSES
@@ -582,7 +591,7 @@ function H.convert_document(lib, doc, src) -- luacheck: ignore src
       local text = off >= 0 and ffi_string(base + off, len) or ffi_string(arena + (-off - 1), len)
       if kind == 3 then
         nparts = nparts + 1
-        parts[nparts] = { kind = "text", first_line = it.first_line, last_line = it.last_line, text = text }
+        parts[nparts] = { kind = "text", first_line = it.first_line, last_line = it.last_line, text = unescape(text) }
       else
         local key, label = it.key, it.label
         off, len = key.off, key.len
@@ -642,7 +651,7 @@ function H.convert_document(lib, doc, src) -- luacheck: ignore src
             kind = "thinking",
             first_line = it.first_line,
             last_line = it.last_line,
-            text = text,
+            text = unescape(text),
             redacted = band(flags, 4) ~= 0,
           }
           if k ~= "" then
@@ -965,7 +974,7 @@ function M.idoc_segment(d, i)
     else
       local p
       if kind == 3 then
-        p = { kind = "text", first_line = first, last_line = last, text = str(it.body) }
+        p = { kind = "text", first_line = first, last_line = last, text = M.unescape(str(it.body)) }
       elseif kind == 4 then
         p = { kind = "tool_use", first_line = first, last_line = last, id = str(it.key), name = str(it.label), fence_line = fence_line }
         if band(it.flags, 8) == 0 then
@@ -993,7 +1002,7 @@ function M.idoc_segment(d, i)
           fence_line = fence_line,
         }
       elseif kind == 6 then
-        p = { kind = "thinking", first_line = first, last_line = last, text = str(it.body), redacted = band(it.flags, 4) ~= 0 }
+        p = { kind = "thinking", first_line = first, last_line = last, text = M.unescape(str(it.body)), redacted = band(it.flags, 4) ~= 0 }
         local k2, l2 = str(it.key), str(it.label)
         if k2 ~= "" then
           p.signature = k2
@@ -1515,6 +1524,89 @@ function M.stream_new(kind)
     return nil, M.last_error()
   end
   return setmetatable({ _s = ffi.gc(s, lib.flemma_stream_free) }, H.Stream)
+end
+
+---------------------------------------------------------------------------------------
+-- Escaping of model text (:help flemma-escaping)
+---------------------------------------------------------------------------------------
+
+H.Escaper = {}
+H.Escaper.__index = H.Escaper
+H.esc_out = nil
+H.esc_len = nil
+
+--- Escapes the next piece of streamed text; returns what can be written now (the
+--- start of a line that may still become a marker is held back). With `final`
+--- the text ends here: what is held is written as a complete line.
+---@param text string
+---@param final? boolean
+---@return string
+function H.Escaper:feed(text, final)
+  local lib = M.lib()
+  H.esc_out = H.esc_out or ffi.new("const char *[1]")
+  H.esc_len = H.esc_len or ffi.new("size_t[1]")
+  if lib.flemma_escaper_feed(self._e, text, #text, final and 1 or 0, H.esc_out, H.esc_len) ~= 0 then
+    util.error("escape: " .. M.last_error())
+  end
+  local n = tonumber(H.esc_len[0])
+  return n > 0 and ffi.string(H.esc_out[0], n) or ""
+end
+
+--- The code fence the escaped text leaves open: its closing line ("```"), or nil.
+---@return string|nil
+function H.Escaper:open_fence()
+  local ch, len = ffi.new("char[1]"), ffi.new("int64_t[1]")
+  if M.lib().flemma_escaper_fence(self._e, ch, len) ~= 0 then
+    util.error("escape: " .. M.last_error())
+  end
+  if ch[0] == 0 then
+    return nil
+  end
+  return string.rep(string.char(ch[0]), tonumber(len[0]))
+end
+
+--- Starts afresh: no held text, no open fence.
+function H.Escaper:reset()
+  M.lib().flemma_escaper_reset(self._e)
+end
+
+--- A streaming escaper of model text: text fed in pieces split anywhere is written
+--- as the whole would be, and never has the shape of structure.
+---@return { feed: fun(self, text: string, final?: boolean): string, open_fence: fun(self): string|nil, reset: fun(self) }
+function M.escaper_new()
+  local lib = M.lib()
+  local e = lib.flemma_escaper_new()
+  if e == nil then
+    util.error("escape: " .. M.last_error())
+  end
+  return setmetatable({ _e = ffi.gc(e, lib.flemma_escaper_free) }, H.Escaper)
+end
+
+H.unescape_buf, H.unescape_cap = nil, 0
+H.unescape_len = nil
+
+--- The text of a message as the model or user meant it: one backslash removed from
+--- each line that has the shape of structure after one or more backslashes.
+--- Text without a line starting with a backslash is returned as it is.
+---@param text string
+---@return string
+function M.unescape(text)
+  if text:byte(1) ~= 92 and not text:find("\n\\", 1, true) then
+    return text
+  end
+  local n = #text
+  if H.unescape_cap < n then
+    H.unescape_buf, H.unescape_cap = ffi.new("char[?]", n), n
+  end
+  H.unescape_len = H.unescape_len or ffi.new("size_t[1]")
+  if M.lib().flemma_unescape(text, n, H.unescape_buf, H.unescape_len) ~= 0 then
+    util.error("unescape: " .. M.last_error())
+  end
+  local out = ffi.string(H.unescape_buf, tonumber(H.unescape_len[0]))
+  if H.unescape_cap > 1024 * 1024 then
+    H.unescape_buf, H.unescape_cap = nil, 0
+  end
+  return out
 end
 
 ---------------------------------------------------------------------------------------

@@ -4,7 +4,13 @@
 --- signature, each tool use as a complete block once its input is complete, and a
 --- fresh `@You:` at the end. The buffer is non-modifiable meanwhile; `finish`
 --- restores it on every exit path.
+---
+--- Text and thinking the provider streams never become structure: they pass a
+--- streaming escaper (`:help flemma-escaping`), and a code fence the model's text
+--- leaves open is closed before the writer's own structure (a tool use, a thinking
+--- block, `@You:`) follows, so that structure is never read as text.
 local document = require("flemma.document")
+local native = require("flemma.native")
 
 local M = {}
 local H = {}
@@ -44,6 +50,7 @@ function M.new(bufnr, opts)
     pending_nl = 0,
     tools = {},
     wrote = false,
+    esc = native.escaper_new(),
     last_flush = 0,
     started = vim.uv.now(),
     frame = 1,
@@ -285,15 +292,33 @@ function Writer:separate()
   end
 end
 
+--- Pushes text the provider streamed, escaped (the start of a line that may still
+--- become a marker waits for the rest of its line, or for `final`).
+function Writer:push_model(text, final)
+  local out = self.esc:feed(text, final)
+  if out ~= "" then
+    self.at_bol = out:byte(-1) == 10
+    self:push(out)
+  end
+end
+
 function Writer:close_block()
   local b = self.block
   if not b then
     return
   end
   self.block = nil
+  self:push_model("", true)
   if b.kind == "thinking" then
     self:push("\n</thinking>")
+  else
+    -- A fence the model's text left open would swallow what the writer adds next.
+    local fence = self.esc:open_fence()
+    if fence then
+      self:push((self.at_bol and "" or "\n") .. fence)
+    end
   end
+  self.esc:reset()
 end
 
 function Writer:open_block(index, kind)
@@ -319,12 +344,12 @@ function Writer:apply(ev)
   if t == "text" then
     if ev.text ~= "" then
       self:open_block(ev.index or 0, "text")
-      self:push(ev.text)
+      self:push_model(ev.text)
     end
   elseif t == "thinking" then
     if ev.text ~= "" then
       self:open_block(ev.index or 0, "thinking")
-      self:push(ev.text)
+      self:push_model(ev.text)
     end
   elseif t == "thinking_signature" then
     local b = self.block
@@ -345,7 +370,9 @@ function Writer:apply(ev)
   elseif t == "redacted_thinking" then
     self:close_block()
     self:separate()
-    self:push("<thinking redacted>\n" .. (ev.data or "") .. "\n</thinking>")
+    local data = self.esc:feed(ev.data or "", true)
+    self.esc:reset()
+    self:push("<thinking redacted>\n" .. data .. "\n</thinking>")
   elseif t == "tool_use_start" then
     self:close_block()
     self.tools[ev.index or 0] = { id = ev.id, name = ev.name, json = {} }
@@ -381,6 +408,7 @@ function Writer:write_tool(tool)
   if name == "" then
     name = "unknown"
   end
+  self:close_block()
   local lines
   if input then
     lines = document.render_tool_use(id, name, input)

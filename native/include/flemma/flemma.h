@@ -31,7 +31,7 @@ extern "C" {
 #endif
 
 /* Bumped whenever a declaration below changes in an incompatible way. */
-#define FLEMMA_ABI_VERSION 10
+#define FLEMMA_ABI_VERSION 11
 
 /* Status codes. */
 #define FLEMMA_OK 0
@@ -566,6 +566,46 @@ FLEMMA_API int flemma_stream_feed(flemma_stream *stream, const char *data, size_
 /* Ends the stream; the events (as for feed) always end with an END event.
  * Feeding or finishing again afterwards is FLEMMA_E_STATE. */
 FLEMMA_API int flemma_stream_finish(flemma_stream *stream, const flemma_stream_event **events, size_t *count);
+
+/* ==========================================================================
+ * Escaping of model text (:help flemma-escaping)
+ * ========================================================================== */
+
+/* A line whose start has the shape of .chat structure after zero or more
+ * backslashes (@You:, @Assistant:, @System:, **Tool Use:**, **Tool Result:**,
+ * <thinking, </thinking, or up to 3 spaces, a fence of 3+ ` or ~, blanks and
+ * flemma:) is written with one more backslash at its start; unescaping removes
+ * exactly one from lines of that shape. Unescape(escape(t)) == t for every t.
+ * A streaming escaper gives the same output however its input is split, and
+ * follows the code fences of what it wrote, as the parser pairs them. */
+typedef struct flemma_escaper flemma_escaper;
+
+/* A new escaper at the start of a line. The caller owns it: free it with
+ * flemma_escaper_free. */
+FLEMMA_API flemma_escaper *flemma_escaper_new(void);
+
+/* Frees an escaper and its output. NULL is a no-op. */
+FLEMMA_API void flemma_escaper_free(flemma_escaper *escaper);
+
+/* Escapes len bytes (data may be NULL when len is 0). The start of a line that
+ * may still become structure is held back until it is decided; with final != 0
+ * the text ends here: the held start is written as a complete line and the
+ * next byte starts a new line. *out points to *out_len bytes owned by the
+ * escaper, valid until the next call on it. */
+FLEMMA_API int flemma_escaper_feed(flemma_escaper *escaper, const char *data, size_t len, int final, const char **out,
+                                   size_t *out_len);
+
+/* The code fence the text written so far leaves open: *ch is '`' or '~' (0
+ * when none is open), *len its length. A line of *len times *ch closes it. */
+FLEMMA_API int flemma_escaper_fence(const flemma_escaper *escaper, char *ch, int64_t *len);
+
+/* Forgets the fence state and any held text: the escaper starts afresh. */
+FLEMMA_API int flemma_escaper_reset(flemma_escaper *escaper);
+
+/* Writes the unescaped form of text to out, which the caller owns and which
+ * must hold len bytes (unescaping never grows a text); *out_len is set to the
+ * bytes written. */
+FLEMMA_API int flemma_unescape(const char *text, size_t len, char *out, size_t *out_len);
 
 /* ==========================================================================
  * Isolated Lua interpreter (frontmatter)
