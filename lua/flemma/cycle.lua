@@ -141,6 +141,26 @@ function H.unlock(bufnr)
   end
 end
 
+--- b:flemma_status while tools run: "running bash, read"; cleared when the last one
+--- ended (a request's own status is left alone).
+function H.tool_status(bufnr)
+  if not vim.api.nvim_buf_is_valid(bufnr) then
+    return
+  end
+  local s = H.state[bufnr]
+  local names = {}
+  for _, r in pairs(s and s.running or {}) do
+    names[#names + 1] = r.name
+  end
+  table.sort(names)
+  local current = vim.b[bufnr].flemma_status
+  if #names > 0 then
+    vim.b[bufnr].flemma_status = "running " .. table.concat(names, ", ")
+  elseif type(current) == "string" and current:find("^running ") then
+    vim.b[bufnr].flemma_status = nil
+  end
+end
+
 function H.event(name, data)
   vim.api.nvim_exec_autocmds("User", { pattern = name, modeline = false, data = data })
 end
@@ -484,6 +504,7 @@ function H.finish(bufnr, job, result)
   end
   s.running[job.id] = nil
   require("flemma.ui.spinner").stop(bufnr, job.id)
+  H.tool_status(bufnr)
   if vim.api.nvim_buf_is_valid(bufnr) then
     local line
     if result.success then
@@ -522,6 +543,7 @@ function H.run(bufnr, job)
   end
   H.lock(bufnr)
   s.running[job.id] = { name = job.name }
+  H.tool_status(bufnr)
   require("flemma.ui.spinner").start(bufnr, job.id, job.name, (part.fence_line or part.first_line) - 1)
   H.event("FlemmaToolExecuting", { bufnr = bufnr, tool_id = job.id, tool_name = job.name })
   local done = function(result)

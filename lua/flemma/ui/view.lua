@@ -3,6 +3,7 @@
 --- ftplugin/chat.lua; work after a change is proportional to what changed.
 local after = require("flemma.ui.after")
 local fold = require("flemma.ui.fold")
+local follow = require("flemma.ui.follow")
 local highlight = require("flemma.ui.highlight")
 local lines = require("flemma.ui.lines")
 local marks = require("flemma.ui.marks")
@@ -178,10 +179,19 @@ function H.global()
   })
   vim.api.nvim_create_autocmd("User", {
     group = group,
+    pattern = "FlemmaToolExecuting",
+    callback = function()
+      follow.redraw_status()
+    end,
+  })
+  vim.api.nvim_create_autocmd("User", {
+    group = group,
     pattern = "FlemmaRequestSending",
     callback = function(ev)
       local buf = ev.data and ev.data.bufnr
+      follow.redraw_status()
       if buf and H.attached[buf] then
+        H.safe(follow.start, buf)
         local _, version = lines.idoc(buf)
         H.request_version[buf] = version
         vim.schedule(function()
@@ -195,6 +205,10 @@ function H.global()
     pattern = { "FlemmaRequestFinished", "FlemmaToolFinished" },
     callback = function(ev)
       local buf = ev.data and ev.data.bufnr
+      follow.redraw_status()
+      if buf and ev.match == "FlemmaRequestFinished" then
+        H.safe(follow.finish, buf)
+      end
       if buf and H.attached[buf] then
         local request = ev.match == "FlemmaRequestFinished"
         -- After the writes of this tick have reached the document.
