@@ -32,7 +32,7 @@ TEST_CASE("sandbox") {
   std::ofstream(dir + "/root/.git/config") << "[core]\n";
   fs::create_directories(dir + "/outside");
   fs::create_directory_symlink(dir + "/outside", dir + "/root/link");
-  sb::Policy policy{{dir + "/root", dir + "/missing"}, false};
+  sb::Policy policy{{dir + "/root", dir + "/missing"}, false, {}};
 
   SUBCASE("resolve folds `..` and follows symlinks of the existing prefix") {
     CHECK(sb::resolve("a/../b", dir) == dir + "/b");
@@ -114,14 +114,14 @@ TEST_CASE("sandbox") {
     fs::create_directories(dir + "/home/.ssh");
     fs::create_directories(dir + "/home/work");
     ::setenv("HOME", (dir + "/home").c_str(), 1);
-    sb::Policy h{{dir + "/home"}, true};
+    sb::Policy h{{dir + "/home"}, true, {}};
     auto roots = sb::existing_roots(h, "/");
     CHECK(roots == std::vector<std::string>{dir + "/home/work"});
-    CHECK(sb::existing_roots(sb::Policy{{dir}, true}, "/").empty());  // contains $HOME: dropped
+    CHECK(sb::existing_roots(sb::Policy{{dir}, true, {}}, "/").empty());  // contains $HOME: dropped
     CHECK_FALSE(sb::is_path_writable(dir + "/home/.ssh/authorized_keys", h, "/"));
     CHECK_FALSE(sb::is_path_writable(dir + "/home/.bashrc", h, "/"));
     CHECK(sb::is_path_writable(dir + "/home/work/x", h, "/"));
-    sb::Policy cfg{{dir + "/home/.config"}, true};
+    sb::Policy cfg{{dir + "/home/.config"}, true, {}};
     fs::create_directories(dir + "/home/.config");
     CHECK_FALSE(sb::is_path_writable(dir + "/home/.config/nvim/init.lua", cfg, "/"));
     CHECK(sb::is_path_writable(dir + "/home/.config/other", cfg, "/"));
@@ -218,11 +218,80 @@ TEST_CASE("sandbox") {
     CHECK(p.find("(deny network*)") != std::string::npos);
     CHECK(p.find("(deny network* (remote unix-socket))") != std::string::npos);
     CHECK(p.find("(allow network") == std::string::npos);
-    sb::Policy q{{"/tmp/we\"ird"}, true};
+    sb::Policy q{{"/tmp/we\"ird"}, true, {}};
     fs::create_directories("/tmp/we\"ird");
     CHECK(sb::seatbelt_profile(q, "/").find("(subpath \"/tmp/we\\\"ird\")") != std::string::npos);
     CHECK(sb::seatbelt_profile(q, "/").find("network") == std::string::npos);
     fs::remove("/tmp/we\"ird");
+  }
+  SUBCASE("deny_read hides entries, follows symlinks and keeps a root below one visible") {
+    fs::create_directories(dir + "/home/.ssh");
+    std::ofstream(dir + "/home/.netrc") << "machine x password y\n";
+    fs::create_directories(dir + "/real-aws");
+    fs::create_directory_symlink(dir + "/real-aws", dir + "/home/.aws");
+    fs::create_directories(dir + "/home/.config/gh/project/.git/hooks");
+    fs::create_directories(dir + "/home/.local/share/keyrings/.git");  // a repository inside a hidden entry
+    sb::Policy h{{dir + "/home/.config/gh/project", dir + "/home/.local"},
+                 true,
+                 {dir + "/home/.ssh", dir + "/home/.netrc", dir + "/home/.aws", dir + "/home/.config/gh",
+                  dir + "/home/.local/share/keyrings", dir + "/home/missing", dir + "/home/.ssh/inner", "/"}};
+    auto hidden = sb::existing_hidden(h, "/");
+    std::vector<std::string> paths;
+    for (auto& x : hidden) paths.push_back(x.path);
+    CHECK(paths == std::vector<std::string>{dir + "/real-aws", dir + "/home/.ssh", dir + "/home/.netrc",
+                                           dir + "/home/.config/gh", dir + "/home/.local/share/keyrings"});
+    auto a = sb::bwrap_args(h, "/");
+    std::string joined;
+    for (auto& x : a) joined += x + " ";
+    CHECK(joined.find("--tmpfs " + dir + "/home/.ssh --remount-ro " + dir + "/home/.ssh ") != std::string::npos);
+    CHECK(joined.find("--ro-bind /dev/null " + dir + "/home/.netrc ") != std::string::npos);
+    CHECK(joined.find("--tmpfs " + dir + "/real-aws --remount-ro") != std::string::npos);
+    // A root below a hidden directory: the tmpfs (writable, to hold the mount
+    // point) first, then the root bound back.
+    size_t gh = joined.find("--tmpfs " + dir + "/home/.config/gh ");
+    size_t proj = joined.find("--bind " + dir + "/home/.config/gh/project ");
+    REQUIRE(gh != std::string::npos);
+    REQUIRE(proj != std::string::npos);
+    CHECK(gh < proj);
+    CHECK(joined.find("--tmpfs " + dir + "/home/.config/gh --remount-ro") == std::string::npos);
+    CHECK(joined.find(dir + "/home/.config/gh/project/.git/hooks") != std::string::npos);  // still protected
+    // A hidden entry below a root comes after the root; what lies in it gets no mount.
+    size_t local = joined.find("--bind " + dir + "/home/.local ");
+    size_t keyrings = joined.find("--tmpfs " + dir + "/home/.local/share/keyrings ");
+    REQUIRE(local != std::string::npos);
+    REQUIRE(keyrings != std::string::npos);
+    CHECK(local < keyrings);
+    CHECK(joined.find("--bind " + dir + "/home/.local/share/keyrings/.git") == std::string::npos);
+    CHECK(joined.find("missing") == std::string::npos);
+    CHECK(joined.find(dir + "/home/.ssh/inner") == std::string::npos);
+    // Writes: the hidden entry inside a root is refused, the root below one allowed.
+    CHECK_FALSE(sb::is_path_writable(dir + "/home/.local/share/keyrings/x", h, "/"));
+    CHECK(sb::is_path_writable(dir + "/home/.local/other", h, "/"));
+    CHECK(sb::is_path_writable(dir + "/home/.config/gh/project/x", h, "/"));
+    // The same rules in the sandbox-exec profile, shortest path first.
+    std::string p = sb::seatbelt_profile(h, "/");
+    size_t deny_gh = p.find("(deny file-read* (subpath \"" + dir + "/home/.config/gh\"))");
+    size_t allow_proj = p.find("(allow file-read* (subpath \"" + dir + "/home/.config/gh/project\"))");
+    CHECK(deny_gh != std::string::npos);
+    CHECK(allow_proj != std::string::npos);
+    CHECK(deny_gh < allow_proj);
+    CHECK(p.find("(deny file-read* (literal \"" + dir + "/home/.netrc\"))") != std::string::npos);
+    CHECK(p.find("(deny file-read* (subpath \"" + dir + "/real-aws\"))") != std::string::npos);
+    // A root equal to a hidden entry stays visible.
+    sb::Policy same{{dir + "/home/.ssh"}, true, {dir + "/home/.ssh"}};
+    CHECK(sb::existing_hidden(same, "/").empty());
+    flemma_sandbox_policy* c = flemma_sandbox_policy_new(1);
+    CHECK(flemma_sandbox_policy_deny_read(c, "") == FLEMMA_E_INVALID);
+    CHECK(flemma_sandbox_policy_deny_read(nullptr, "/x") == FLEMMA_E_INVALID);
+    REQUIRE(flemma_sandbox_policy_deny_read(c, (dir + "/home/.netrc").c_str()) == FLEMMA_OK);
+    const char* argv[] = {"true", nullptr};
+    flemma_strv* v = flemma_sandbox_wrap(c, 1, argv, dir.c_str(), nullptr);
+    REQUIRE(v != nullptr);
+    std::string all;
+    for (size_t i = 0; i < v->count; ++i) all += std::string(v->items[i]) + " ";
+    CHECK(all.find("--ro-bind /dev/null " + dir + "/home/.netrc ") != std::string::npos);
+    flemma_strv_free(v);
+    flemma_sandbox_policy_free(c);
   }
   SUBCASE("the C ABI wraps an argv and frees what it returns") {
     flemma_sandbox_policy* p = flemma_sandbox_policy_new(1);

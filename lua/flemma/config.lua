@@ -115,6 +115,10 @@ H.defaults = {
       rw_paths = nil, -- writable roots; nil: cwd, the buffer's directory, /tmp, $TMPDIR
       network = true, -- false cuts the network inside the sandbox
     },
+    -- Paths hidden from sandboxed commands (a directory shows empty, a file reads as
+    -- empty): "$default" (keys, credentials, browser profiles, Neovim's state and data
+    -- directories), "~/path", "/path" or "$VAR/path" to add, "!path" to take one out.
+    deny_read = { "$default" },
   },
   attachments = {
     -- Largest file a reference (@./path) may attach, in bytes; a larger one blocks the send.
@@ -150,6 +154,7 @@ H.types = {
   ["tools.auto_approve"] = { "table", "function", "string" },
   ["tools.bash.env"] = { "table" },
   ["sandbox.policy.rw_paths"] = { "table" },
+  ["sandbox.deny_read"] = { "table" },
   ["highlights.tool_preview"] = { "string", "table" },
   ["keymaps.send"] = { "string", "boolean" },
   ["keymaps.execute"] = { "string", "boolean" },
@@ -223,6 +228,32 @@ function H.nonfinite(v)
   return v > 0 and "inf" or "-inf"
 end
 
+--- `sandbox.deny_read`: a list of "$default", paths ("~/x", "/x", "$VAR/x") and
+--- "!path" (taking a path out).
+function H.check_deny_read(value)
+  if type(value) ~= "table" then
+    return -- the type check names it
+  end
+  if #value ~= vim.tbl_count(value) then
+    util.error("`sandbox.deny_read` should be a list of paths")
+  end
+  for i, entry in ipairs(value) do
+    local p = type(entry) == "string" and entry:gsub("^!", "") or nil
+    if
+      type(entry) ~= "string"
+      or entry:find("[%z\n]")
+      or not (entry == "$default" or p == "~" or (p and (p:match("^~/.") or p:match("^/.") or p:match("^%$%{?[%a_][%w_]*%}?/."))))
+    then
+      util.error(
+        ('`sandbox.deny_read[%d]` should be "$default", an absolute path, "~/path" or "$VAR/path" (with "!" in front to take it out), not %s'):format(
+          i,
+          vim.inspect(entry)
+        )
+      )
+    end
+  end
+end
+
 -- Lists of environment variable names.
 H.name_lists = { ["tools.env_passthrough"] = true }
 
@@ -239,6 +270,9 @@ function H.check(value, default, path)
     if #value ~= vim.tbl_count(value) then
       util.error(("`%s` should be a list of variable names"):format(path))
     end
+  end
+  if path == "sandbox.deny_read" then
+    H.check_deny_read(value)
   end
   local allowed = H.types[path]
   local vt = type(value)

@@ -196,6 +196,7 @@ typedef struct flemma_strv {
 flemma_sandbox_policy *flemma_sandbox_policy_new(int network);
 void flemma_sandbox_policy_free(flemma_sandbox_policy *policy);
 int flemma_sandbox_policy_add_root(flemma_sandbox_policy *policy, const char *path);
+int flemma_sandbox_policy_deny_read(flemma_sandbox_policy *policy, const char *path);
 int flemma_sandbox_is_path_writable(const flemma_sandbox_policy *policy, const char *path, const char *cwd);
 flemma_strv *flemma_sandbox_wrap(const flemma_sandbox_policy *policy, int backend, const char *const *argv, const char *cwd, const char *program);
 int flemma_sandbox_write_file(const flemma_sandbox_policy *policy, const char *path, const char *cwd, const char *data, size_t len);
@@ -1250,18 +1251,23 @@ function H.policy(policy)
       util.error("sandbox: " .. M.last_error())
     end
   end
+  for _, path in ipairs(policy.deny_read or {}) do
+    if lib.flemma_sandbox_policy_deny_read(p, path) ~= 0 then
+      util.error("sandbox: " .. M.last_error())
+    end
+  end
   return p
 end
 
 --- A native policy handle for `policy`, to check many paths against it.
----@param policy { rw_paths: string[], network: boolean }
+---@param policy { rw_paths: string[], network: boolean, deny_read?: string[] }
 ---@return ffi.cdata*
 function M.sandbox_policy(policy)
   return H.policy(policy)
 end
 
 --- Whether a write to path (relative to cwd) is allowed by the policy.
----@param policy { rw_paths: string[], network: boolean }|ffi.cdata* a table, or a handle from sandbox_policy()
+---@param policy { rw_paths: string[], network: boolean, deny_read?: string[] }|ffi.cdata* a table, or a handle from sandbox_policy()
 ---@param path string
 ---@param cwd string absolute
 ---@return boolean
@@ -1276,7 +1282,7 @@ end
 
 --- Writes content to path atomically, beneath the policy's roots (see
 --- flemma_sandbox_write_file).
----@param policy { rw_paths: string[], network: boolean }
+---@param policy { rw_paths: string[], network: boolean, deny_read?: string[] }
 ---@param path string
 ---@param cwd string absolute
 ---@param content string
@@ -1292,7 +1298,7 @@ end
 
 --- argv wrapped for the backend ("bwrap" | "sandbox-exec").
 ---@param backend string
----@param policy { rw_paths: string[], network: boolean }
+---@param policy { rw_paths: string[], network: boolean, deny_read?: string[] }
 ---@param argv string[]
 ---@param cwd string absolute
 ---@param program? string the backend executable

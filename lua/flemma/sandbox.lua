@@ -12,6 +12,7 @@ local H = {}
 ---@class flemma.sandbox.Policy
 ---@field rw_paths string[] writable roots (missing ones are skipped)
 ---@field network boolean
+---@field deny_read? string[] absolute paths hidden from commands (nil: M.deny_read())
 
 H.override = nil ---@type boolean|nil runtime toggle; nil follows the config
 H.probes = {} ---@type table<string, { ok: boolean, err: string|nil }>
@@ -121,8 +122,78 @@ function H.add(list, seen, path)
   end
 end
 
+-- The absolute paths an entry of `sandbox.deny_read` names: `~` is $HOME,
+-- `$NAME` or `${NAME}` at the start an environment variable (none when it is
+-- unset or empty); `~/.config/...` names $XDG_CONFIG_HOME/... too and
+-- `~/.local/share/...` $XDG_DATA_HOME/... when they are set elsewhere.
+function H.expand_entry(entry)
+  local home = vim.env.HOME
+  local out = {}
+  local function add(p)
+    if p and p:sub(1, 1) == "/" then
+      p = vim.fs.normalize(p)
+      if not vim.tbl_contains(out, p) then
+        out[#out + 1] = p
+      end
+    end
+  end
+  local head, rest = entry:match("^%$%{?([%a_][%w_]*)%}?(.*)$")
+  if head then
+    local v = vim.env[head]
+    if v and v ~= "" then
+      add(v .. rest)
+    end
+    return out
+  end
+  if entry == "~" or entry:sub(1, 2) == "~/" then
+    if not home or home == "" then
+      return out
+    end
+    add(home .. entry:sub(2))
+    for _, xdg in ipairs({ { "~/.config/", "XDG_CONFIG_HOME" }, { "~/.local/share/", "XDG_DATA_HOME" } }) do
+      local dir = vim.env[xdg[2]]
+      if dir and dir ~= "" and entry:sub(1, #xdg[1]) == xdg[1] then
+        add(dir .. "/" .. entry:sub(#xdg[1] + 1))
+      end
+    end
+    return out
+  end
+  add(entry)
+  return out
+end
+
+--- The paths hidden from sandboxed commands: `sandbox.deny_read` read in order,
+--- `$default` standing for the secret places of flemma.secret_paths (its
+--- HOME_ENTRIES: keys, credentials, browser profiles; and Neovim's stdpath("data")
+--- and stdpath("state")), an entry `!path` taking path out again. Absolute and
+--- normalized; missing ones included (the native side skips them).
+---@return string[]
+function M.deny_read()
+  local list = {}
+  local function add(paths)
+    for _, p in ipairs(paths) do
+      if not vim.tbl_contains(list, p) then
+        list[#list + 1] = p
+      end
+    end
+  end
+  for _, entry in ipairs(H.config().deny_read or {}) do
+    if entry == "$default" then
+      add(require("flemma.secret_paths").paths())
+    elseif entry:sub(1, 1) == "!" then
+      local drop = H.expand_entry(entry:sub(2))
+      list = vim.tbl_filter(function(p)
+        return not vim.tbl_contains(drop, p)
+      end, list)
+    else
+      add(H.expand_entry(entry))
+    end
+  end
+  return list
+end
+
 --- The policy for a buffer: `sandbox.policy.rw_paths` (default: the cwd, the
---- buffer's directory, /tmp and $TMPDIR) and `network`. Not the cache directory:
+--- buffer's directory, /tmp and $TMPDIR), `network` and `deny_read` (M.deny_read()). Not the cache directory:
 --- code runs from it later (vim.loader's cache). $HOME is never a root as a
 --- whole (the native side keeps only its entries that are not hidden).
 ---@param bufnr? integer
@@ -146,7 +217,7 @@ function M.policy(bufnr)
     H.add(roots, seen, "/tmp")
     H.add(roots, seen, vim.env.TMPDIR)
   end
-  return { rw_paths = roots, network = cfg.network ~= false }
+  return { rw_paths = roots, network = cfg.network ~= false, deny_read = M.deny_read() }
 end
 
 function H.check_policy(policy)
@@ -154,9 +225,13 @@ function H.check_policy(policy)
     return M.policy()
   end
   if type(policy) ~= "table" or type(policy.rw_paths) ~= "table" then
-    util.error("sandbox: a policy should be a table { rw_paths = string[], network = boolean }")
+    util.error("sandbox: a policy should be a table { rw_paths = string[], network = boolean, deny_read? = string[] }")
   end
-  return { rw_paths = policy.rw_paths, network = policy.network ~= false }
+  if policy.deny_read ~= nil and type(policy.deny_read) ~= "table" then
+    util.error("sandbox: a policy's deny_read should be a list of paths")
+  end
+  -- Without deny_read, the configured one (hidden stays hidden).
+  return { rw_paths = policy.rw_paths, network = policy.network ~= false, deny_read = policy.deny_read or M.deny_read() }
 end
 
 --- The argv that runs `argv` inside the sandbox; argv unchanged when the sandbox
@@ -239,6 +314,13 @@ function M.status()
   local policy = M.policy()
   lines[#lines + 1] = "writable: " .. table.concat(policy.rw_paths, ", ")
   lines[#lines + 1] = "network: " .. (policy.network and "on" or "off")
+  local shown = {}
+  for _, p in ipairs(policy.deny_read) do
+    if vim.uv.fs_stat(p) then
+      shown[#shown + 1] = p
+    end
+  end
+  lines[#lines + 1] = "hidden: " .. (#shown > 0 and table.concat(shown, ", ") or "nothing")
   return table.concat(lines, "\n")
 end
 

@@ -55,6 +55,16 @@ FLEMMA_API int flemma_sandbox_policy_add_root(flemma_sandbox_policy* policy, con
   });
 }
 
+// path is copied.
+FLEMMA_API int flemma_sandbox_policy_deny_read(flemma_sandbox_policy* policy, const char* path) {
+  return flemma::guard([&] {
+    if (!policy) throw flemma::Error(FLEMMA_E_INVALID, "sandbox: policy is NULL");
+    if (!path || !*path) throw flemma::Error(FLEMMA_E_INVALID, "sandbox: a path to hide should be a non-empty path");
+    policy->policy.deny_read.emplace_back(path);
+    return FLEMMA_OK;
+  });
+}
+
 // Borrows everything for the duration of the call.
 FLEMMA_API int flemma_sandbox_is_path_writable(const flemma_sandbox_policy* policy, const char* path,
                                                const char* cwd) {

@@ -299,6 +299,42 @@ std::vector<std::string> existing_roots(const Policy& policy, const std::string&
   return roots;
 }
 
+std::vector<Hidden> existing_hidden(const Policy& policy, const std::string& cwd) {
+  std::vector<Hidden> out;
+  if (policy.deny_read.empty()) return out;
+  auto roots = existing_roots(policy, cwd);
+  for (const auto& e : policy.deny_read) {
+    if (e.empty()) continue;
+    // Symlinks followed: hiding the target hides the link too, and a link
+    // elsewhere to the same place.
+    std::string abs = resolve(e, cwd);
+    if (abs == "/") continue;
+    struct stat st;
+    if (::stat(abs.c_str(), &st) != 0) continue;  // missing: nothing to hide
+    if (std::find(roots.begin(), roots.end(), abs) != roots.end()) continue;
+    if (std::any_of(out.begin(), out.end(), [&](const Hidden& h) { return h.path == abs; })) continue;
+    out.push_back({abs, S_ISDIR(st.st_mode)});
+  }
+  std::stable_sort(out.begin(), out.end(), [](const Hidden& a, const Hidden& b) { return a.path.size() < b.path.size(); });
+  return out;
+}
+
+bool is_hidden(const std::string& path, const std::vector<std::string>& roots, const std::vector<Hidden>& hidden) {
+  size_t root_depth = 0, hidden_depth = 0;
+  bool in_root = false, in_hidden = false;
+  for (const auto& r : roots)
+    if (inside(path, r) && (!in_root || r.size() > root_depth)) {
+      in_root = true;
+      root_depth = r.size();
+    }
+  for (const auto& h : hidden)
+    if (inside(path, h.path) && (!in_hidden || h.path.size() > hidden_depth)) {
+      in_hidden = true;
+      hidden_depth = h.path.size();
+    }
+  return in_hidden && (!in_root || hidden_depth > root_depth);
+}
+
 bool git_protected(const std::string& rel) {
   // rel starts with '/'. Everything after the first /.git/ component.
   size_t at = rel.find("/.git/");
@@ -318,7 +354,9 @@ bool is_path_writable(const std::string& path, const Policy& policy, const std::
   if (path.empty()) return false;
   std::string p = resolve(path, cwd);
   const std::string home = home_dir();
-  for (const auto& root : existing_roots(policy, cwd)) {
+  const auto roots = existing_roots(policy, cwd);
+  if (is_hidden(p, roots, existing_hidden(policy, cwd))) return false;
+  for (const auto& root : roots) {
     if (!inside(p, root)) continue;
     bool blocked = false;
     for (const auto& name : protected_names()) {
@@ -488,16 +526,30 @@ void write_file(const std::string& path, const Policy& policy, const std::string
 std::vector<std::string> bwrap_args(const Policy& policy, const std::string& cwd) {
   std::vector<std::string> a = {"--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"};
   auto roots = existing_roots(policy, cwd);
+  auto hidden = existing_hidden(policy, cwd);
+  // Every mount is an operation at a path; they are applied shortest path
+  // first, so the most specific rule wins: a root below a hidden directory is
+  // bound back into its empty tmpfs, a hidden entry below a root is hidden.
+  // What lies in a hidden entry (a repository's git directory, say) gets no
+  // mount of its own, which would show it again.
+  struct Op {
+    std::string path;
+    std::vector<std::string> args;
+  };
+  std::vector<Op> ops;
+  auto op = [&](const std::string& p, std::vector<std::string> args) {
+    if (!is_hidden(p, roots, hidden)) ops.push_back({p, std::move(args)});
+  };
   // No Unix socket of the host may be reachable (Neovim's own RPC socket runs
   // anything in the unsandboxed editor): the socket directories get a fresh
   // tmpfs, and the writable roots inside them are bound back.
   auto sockets = socket_dirs();
   for (const auto& d : sockets) {
     bool covered = std::any_of(roots.begin(), roots.end(), [&](const std::string& r) { return inside(d, r); });
-    if (!covered) a.insert(a.end(), {"--tmpfs", d});
+    if (!covered) op(d, {"--tmpfs", d});
   }
   for (const auto& r : roots) {
-    a.insert(a.end(), {"--bind", r, r});
+    op(r, {"--bind", r, r});
     // A root that holds a socket directory (/tmp is a default root) shows its
     // entries, except those holding sockets: each gets an empty tmpfs.
     for (const auto& d : sockets) {
@@ -508,26 +560,26 @@ std::vector<std::string> bwrap_args(const Policy& policy, const std::string& cwd
         if (::lstat(p.c_str(), &st) != 0) continue;
         size_t budget = 512;
         if (S_ISSOCK(st.st_mode)) {
-          a.insert(a.end(), {"--ro-bind", "/dev/null", p});
+          op(p, {"--ro-bind", "/dev/null", p});
         } else if (S_ISDIR(st.st_mode) && (socket_dir_name(n) || holds_socket(p, 2, budget))) {
-          a.insert(a.end(), {"--tmpfs", p});
+          op(p, {"--tmpfs", p});
         }
       }
     }
   }
   auto ro_dir = [&](const std::string& p) {
-    if (exists(p)) a.insert(a.end(), {"--ro-bind", p, p});
-    else a.insert(a.end(), {"--tmpfs", p, "--remount-ro", p});
+    if (exists(p)) op(p, {"--ro-bind", p, p});
+    else op(p, {"--tmpfs", p, "--remount-ro", p});
   };
   auto ro_file = [&](const std::string& p) {
-    if (exists(p)) a.insert(a.end(), {"--ro-bind", p, p});
-    else a.insert(a.end(), {"--ro-bind", "/dev/null", p});
+    if (exists(p)) op(p, {"--ro-bind", p, p});
+    else op(p, {"--ro-bind", "/dev/null", p});
   };
   for (const auto& r : roots) {
     const std::string base = r == "/" ? "" : r;
     for (const auto& name : protected_names()) {
       std::string p = base + "/" + name;
-      if (exists(p)) a.insert(a.end(), {"--ro-bind", p, p});
+      if (exists(p)) op(p, {"--ro-bind", p, p});
     }
     // Every repository in the root (nested ones and submodules' git
     // directories too) keeps its hooks and config: a new hook or
@@ -537,9 +589,9 @@ std::vector<std::string> bwrap_args(const Policy& policy, const std::string& cwd
     // itself would create). The git directory is bound onto itself so that it
     // cannot be renamed away and replaced; a .git pointer file is read-only.
     GitScan scan = scan_git(r);
-    for (const auto& f : scan.pointer_files) a.insert(a.end(), {"--ro-bind", f, f});
+    for (const auto& f : scan.pointer_files) op(f, {"--ro-bind", f, f});
     for (const auto& g : scan.git_dirs) {
-      a.insert(a.end(), {"--bind", g, g});
+      op(g, {"--bind", g, g});
       ro_dir(g + "/hooks");
       ro_file(g + "/config");
     }
@@ -558,6 +610,26 @@ std::vector<std::string> bwrap_args(const Policy& policy, const std::string& cwd
       else ro_file(p);
     }
   }
+  // The hidden entries (deny_read): an empty tmpfs over a directory (read-only
+  // unless a root is bound back inside it), the empty /dev/null over a file.
+  // One inside another hidden one with no root between them is covered.
+  for (size_t i = 0; i < hidden.size(); ++i) {
+    const auto& h = hidden[i];
+    std::vector<Hidden> others = hidden;
+    others.erase(others.begin() + static_cast<std::ptrdiff_t>(i));
+    std::string parent = h.path.substr(0, h.path.rfind('/'));
+    if (!parent.empty() && is_hidden(parent, roots, others)) continue;
+    if (!h.dir) {
+      ops.push_back({h.path, {"--ro-bind", "/dev/null", h.path}});
+      continue;
+    }
+    bool holds_root = std::any_of(roots.begin(), roots.end(),
+                                  [&](const std::string& r) { return r != h.path && inside(r, h.path); });
+    if (holds_root) ops.push_back({h.path, {"--tmpfs", h.path}});
+    else ops.push_back({h.path, {"--tmpfs", h.path, "--remount-ro", h.path}});
+  }
+  std::stable_sort(ops.begin(), ops.end(), [](const Op& x, const Op& y) { return x.path.size() < y.path.size(); });
+  for (const auto& o : ops) a.insert(a.end(), o.args.begin(), o.args.end());
   // A user namespace and no capability at all: root inside cannot remount
   // anything writable. The filter (handed over on fd 3 by flemma-reap) refuses
   // socket(AF_UNIX), so a socket elsewhere (inside a root, an abstract one) is
@@ -586,6 +658,22 @@ std::string seatbelt_profile(const Policy& policy, const std::string& cwd) {
       }
     }
     s += ")\n";
+  }
+  // The hidden entries (deny_read) cannot be read; a root below one of them
+  // can, and a hidden entry below such a root cannot again: the rules are
+  // written shortest path first, and the last rule that matches wins.
+  auto hidden = existing_hidden(policy, cwd);
+  if (!hidden.empty()) {
+    std::vector<std::pair<std::string, std::string>> rules;  // path, rule
+    for (const auto& h : hidden)
+      rules.push_back({h.path, "(deny file-read* " + std::string(h.dir ? "(subpath " : "(literal ") + quote_sb(h.path) + "))\n"});
+    for (const auto& r : roots) {
+      bool below = std::any_of(hidden.begin(), hidden.end(), [&](const Hidden& h) { return inside(r, h.path); });
+      if (below) rules.push_back({r, "(allow file-read* (subpath " + quote_sb(r) + "))\n"});
+    }
+    std::stable_sort(rules.begin(), rules.end(),
+                     [](const auto& x, const auto& y) { return x.first.size() < y.first.size(); });
+    for (const auto& r : rules) s += r.second;
   }
   // Off means off: Unix sockets too (Neovim's RPC socket would run anything
   // outside the sandbox).

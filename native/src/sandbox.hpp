@@ -11,6 +11,9 @@ namespace flemma::sandbox {
 struct Policy {
   std::vector<std::string> rw_paths;  // writable roots (absolute, or relative to cwd)
   bool network = true;
+  // Paths hidden from the command (a directory shows empty, a file reads as
+  // empty): absolute, or relative to cwd; missing ones are skipped.
+  std::vector<std::string> deny_read;
 };
 
 enum class Backend { Bwrap = 1, SandboxExec = 2 };
@@ -43,8 +46,27 @@ std::string resolve(const std::string& path, const std::string& cwd);
 // The roots of the policy that exist, resolved, deduplicated, shortest first.
 std::vector<std::string> existing_roots(const Policy& policy, const std::string& cwd);
 
-// Whether a write to path is allowed: inside a root, and not inside a protected
-// path of that root (nor anything named .git/hooks or .git/config below it).
+// A path of the policy's deny_read list that exists, resolved (symlinks
+// followed, so the link and its target are both hidden).
+struct Hidden {
+  std::string path;
+  bool dir;
+};
+
+// The existing deny_read entries, resolved and deduplicated, shortest first.
+// Never "/", nor an entry equal to a writable root (a root stays visible:
+// see visible_rule).
+std::vector<Hidden> existing_hidden(const Policy& policy, const std::string& cwd);
+
+// Whether path (absolute, resolved) is hidden: its deepest ancestor among the
+// writable roots and the hidden entries is a hidden entry. A root below a
+// hidden directory stays visible and writable; a hidden entry below a root
+// is hidden all the same.
+bool is_hidden(const std::string& path, const std::vector<std::string>& roots, const std::vector<Hidden>& hidden);
+
+// Whether a write to path is allowed: inside a root, not inside a protected
+// path of that root (nor anything named .git/hooks or .git/config below it),
+// and not hidden (deny_read).
 bool is_path_writable(const std::string& path, const Policy& policy, const std::string& cwd);
 
 // Writes data to path atomically and beneath the policy's writable roots, even

@@ -281,6 +281,154 @@ describe("flemma.sandbox", function()
     end)
   end)
 
+  describe("secrets in $HOME (sandbox.deny_read)", function()
+    local tools = require("flemma.tools")
+    local saved, home, project_dir, buf
+    -- Secret files of a fake $HOME: path -> content.
+    local secrets = {
+      [".ssh/id_ed25519"] = "SECRET-ssh-private-key",
+      [".ssh/config"] = "SECRET-ssh-config",
+      [".aws/credentials"] = "SECRET-aws",
+      [".netrc"] = "SECRET-netrc",
+      [".git-credentials"] = "SECRET-git-credentials",
+      [".docker/config.json"] = "SECRET-docker",
+      [".config/gh/hosts.yml"] = "SECRET-gh",
+      [".config/gcloud/credentials.db"] = "SECRET-gcloud",
+      [".gnupg/private-keys-v1.d/k.key"] = "SECRET-gnupg",
+      [".password-store/site.gpg"] = "SECRET-pass",
+      [".local/share/keyrings/login.keyring"] = "SECRET-keyring",
+      [".mozilla/firefox/p/cookies.sqlite"] = "SECRET-firefox",
+      [".config/google-chrome/Default/Login Data"] = "SECRET-chrome",
+      [".local/state/nvim/flemma/trust"] = "SECRET-trust-store",
+      [".local/share/nvim/shada/main.shada"] = "SECRET-shada",
+    }
+
+    -- Runs `command` with the bash tool through the tool registry (the path a
+    -- model's call takes), in the chat buffer.
+    local function bash(command)
+      local result
+      tools.execute(buf, { id = "toolu_deny", name = "bash", input = { command = command, timeout = vim.NIL, label = vim.NIL } }, function(r)
+        result = r
+      end)
+      helpers.wait_for(function()
+        return result ~= nil
+      end, 15000)
+      return result
+    end
+
+    local function chat_in(dir)
+      if buf and vim.api.nvim_buf_is_valid(buf) then
+        vim.api.nvim_buf_delete(buf, { force = true })
+      end
+      vim.fn.mkdir(dir, "p")
+      vim.cmd.cd(dir)
+      buf = helpers.buffer({ "@You:", "hi" }, dir .. "/talk.chat")
+    end
+
+    before_each(function()
+      saved = { HOME = vim.env.HOME, XDG_STATE_HOME = vim.env.XDG_STATE_HOME, XDG_DATA_HOME = vim.env.XDG_DATA_HOME,
+        XDG_CONFIG_HOME = vim.env.XDG_CONFIG_HOME, cwd = vim.fn.getcwd() }
+      -- Outside /tmp, which the sandbox replaces by a private tmpfs.
+      home = vim.fs.normalize(assert(vim.uv.fs_realpath(assert(vim.uv.fs_mkdtemp("/var/tmp/flemma-home-XXXXXX")))))
+      vim.env.HOME = home
+      vim.env.XDG_STATE_HOME = nil
+      vim.env.XDG_DATA_HOME = nil
+      vim.env.XDG_CONFIG_HOME = nil
+      for rel, content in pairs(secrets) do
+        vim.fn.mkdir(vim.fs.dirname(home .. "/" .. rel), "p")
+        helpers.write_file(home .. "/" .. rel, content .. "\n")
+      end
+      project_dir = home .. "/projects/app"
+      vim.fn.mkdir(project_dir, "p")
+      helpers.write_file(project_dir .. "/README", "project-readme\n")
+      tools._reset()
+      tools.setup(config.setup({ sandbox = { enabled = true, backend = "bwrap" } }))
+      chat_in(project_dir)
+    end)
+    after_each(function()
+      if buf and vim.api.nvim_buf_is_valid(buf) then
+        vim.api.nvim_buf_delete(buf, { force = true })
+      end
+      buf = nil
+      vim.cmd.cd(saved.cwd)
+      for k, v in pairs(saved) do
+        if k ~= "cwd" then
+          vim.env[k] = v
+        end
+      end
+      vim.fn.delete(home, "rf")
+      tools._reset()
+      tools.setup(config.setup({ sandbox = { enabled = true, backend = "bwrap" } }))
+    end)
+
+    local function cat_all()
+      local names = {}
+      for rel in pairs(secrets) do
+        names[#names + 1] = '"$HOME/' .. rel .. '"'
+      end
+      table.sort(names)
+      return "cat " .. table.concat(names, " ") .. " 2>&1; echo \"entries: $(find ~/.ssh ~/.aws ~/.config/gh -mindepth 1 | wc -l)\"; cat README"
+    end
+
+    it("hides keys, credentials, browser profiles and Neovim's state and data from a sandboxed bash", function()
+      local res = bash(cat_all())
+      local out = res.output or ""
+      for rel, content in pairs(secrets) do
+        assert.is_nil(out:find(content, 1, true), "~/" .. rel .. " was readable:\n" .. out)
+      end
+      assert.is_truthy(out:find("\nentries: 0\n", 1, true), out) -- the directories show empty
+      assert.is_truthy(out:find("project-readme", 1, true), out)
+      -- The project stays writable; the hidden entries do not change on disk.
+      res = bash("echo made > new.txt && cat new.txt; echo x > ~/.ssh/id_ed25519")
+      assert.is_truthy(res.output:find("made", 1, true), res.output)
+      assert.equal("made\n", helpers.read_file(project_dir .. "/new.txt"))
+      assert.equal("SECRET-ssh-private-key\n", helpers.read_file(home .. "/.ssh/id_ed25519"))
+    end)
+
+    it("hides the target of a symlinked entry, by either path", function()
+      local elsewhere = assert(vim.uv.fs_mkdtemp("/var/tmp/flemma-kube-XXXXXX"))
+      elsewhere = assert(vim.uv.fs_realpath(elsewhere))
+      helpers.write_file(elsewhere .. "/config", "SECRET-kube\n")
+      assert(vim.uv.fs_symlink(elsewhere, home .. "/.kube"))
+      local res = bash(("cat ~/.kube/config %s/config 2>&1; true"):format(elsewhere))
+      vim.fn.delete(elsewhere, "rf")
+      assert.is_nil(res.output:find("SECRET-kube", 1, true), res.output)
+    end)
+
+    it("hides what the user adds and shows a default entry the user takes out", function()
+      helpers.write_file(home .. "/notes/private.txt", "SECRET-notes\n")
+      tools.setup(config.setup({
+        sandbox = { enabled = true, backend = "bwrap", deny_read = { "$default", "~/notes/private.txt", "!~/.netrc" } },
+      }))
+      local res = bash("cat ~/notes/private.txt ~/.netrc ~/.ssh/id_ed25519 2>&1; true")
+      assert.is_nil(res.output:find("SECRET-notes", 1, true), res.output)
+      assert.is_truthy(res.output:find("SECRET-netrc", 1, true), res.output)
+      assert.is_nil(res.output:find("SECRET-ssh", 1, true), res.output)
+    end)
+
+    it("keeps a project that lies inside a hidden directory readable and writable, and the rest hidden", function()
+      local inner = home .. "/.config/gh/myext"
+      helpers.write_file(inner .. "/main.sh", "echo ext\n")
+      chat_in(inner)
+      local res = bash("cat main.sh; echo ok > out.txt; cat ~/.config/gh/hosts.yml 2>&1; echo \"entries: $(ls -A ~/.config/gh)\"")
+      assert.is_truthy(res.output:find("echo ext", 1, true), res.output)
+      assert.equal("ok\n", helpers.read_file(inner .. "/out.txt"))
+      assert.is_nil(res.output:find("SECRET-gh", 1, true), res.output)
+      assert.is_truthy(res.output:find("\nentries: myext\n", 1, true), res.output)
+    end)
+
+    it("refuses a bad deny_read entry in setup()", function()
+      for _, bad in ipairs({ "relative/path", 42, "", "!$default" }) do
+        local ok, err = pcall(config.setup, { sandbox = { deny_read = { "$default", bad } } })
+        assert.is_false(ok)
+        assert.is_truthy(err:find("`sandbox.deny_read[2]` should be", 1, true), err)
+      end
+      local ok, err = pcall(config.setup, { sandbox = { deny_read = "~/.ssh" } })
+      assert.is_false(ok)
+      assert.is_truthy(err:find("`sandbox.deny_read` should be a table", 1, true), err)
+    end)
+  end)
+
   describe("Unix sockets", function()
     local servers = {}
     after_each(function()
@@ -445,7 +593,10 @@ print("socketpair", b.recv(1).decode())' %s %s
       local dir = assert(vim.uv.fs_mkdtemp("/tmp/flemma-sandbox-user-XXXXXX"))
       vim.uv.fs_chmod(dir, 511) -- 0777: nobody writes here
       local ok, err = pcall(function()
-        local argv = assert(sandbox.wrap_command({ "bash", "-c", attack .. "; id -u" }, { rw_paths = { dir }, network = false }))
+        -- Nothing hidden: the entries of root's $HOME cannot even be looked up
+        -- by the unprivileged user (bwrap could not mount over them).
+        local policy = { rw_paths = { dir }, network = false, deny_read = {} }
+        local argv = assert(sandbox.wrap_command({ "bash", "-c", attack .. "; id -u" }, policy))
         local cmd = { "setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--" }
         vim.list_extend(cmd, argv)
         local r = run(cmd, dir)
@@ -524,7 +675,7 @@ print("socketpair", b.recv(1).decode())' %s %s
 
     it("uses the configured roots and network setting", function()
       config.setup({ sandbox = { enabled = true, policy = { rw_paths = { "/srv/x" }, network = false } } })
-      assert.same({ rw_paths = { "/srv/x" }, network = false }, sandbox.policy())
+      assert.same({ rw_paths = { "/srv/x" }, network = false, deny_read = sandbox.deny_read() }, sandbox.policy())
     end)
   end)
 

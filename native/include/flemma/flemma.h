@@ -451,7 +451,8 @@ FLEMMA_API int flemma_procmgr_running(const flemma_procmgr *mgr);
  * Sandbox
  * ========================================================================== */
 
-/* A sandbox policy: writable roots and whether the network is allowed.
+/* A sandbox policy: writable roots, paths hidden from commands and whether
+ * the network is allowed.
  * Backends: 1 bubblewrap (Linux), 2 sandbox-exec (macOS). */
 typedef struct flemma_sandbox_policy flemma_sandbox_policy;
 
@@ -472,6 +473,12 @@ FLEMMA_API void flemma_sandbox_policy_free(flemma_sandbox_policy *policy);
 /* Adds a writable root (copied). A root that does not exist is kept but
  * skipped when the policy is applied. */
 FLEMMA_API int flemma_sandbox_policy_add_root(flemma_sandbox_policy *policy, const char *path);
+
+/* Adds a path to hide from sandboxed commands (copied): a directory shows
+ * empty, a file reads as empty; symlinks are followed, a missing path is
+ * skipped when the policy is applied, and a writable root below a hidden
+ * directory stays visible. A hidden path is never writable. */
+FLEMMA_API int flemma_sandbox_policy_deny_read(flemma_sandbox_policy *policy, const char *path);
 
 /* 1 if a write to path (relative to cwd) is allowed by the policy, 0 if not,
  * negative on error. Resolves `..` and the symlinks of the longest existing prefix. */
