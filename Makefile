@@ -68,7 +68,8 @@ bench: deps build
 # whose inputs are a text and an edit script: see fuzz/fuzz_idoc.cpp; tests/test_stream.cpp
 # for fuzz_stream, tests/test_escape.cpp for fuzz_escape, whose first byte seeds where
 # the text is cut). The frontmatter's pattern matcher (fuzz_lpattern) checks its own
-# invariants: no crash, matching ends within its step budget.
+# invariants: no crash, matching ends within its step budget; so does the file reader's
+# line window (fuzz_fileread), against a plain reference.
 FUZZ_CXX   ?= clang++-14
 FUZZ_FLAGS := -std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
 	-Inative/include -Inative/src -Ithird_party/nlohmann/include
@@ -107,6 +108,13 @@ fuzz:
 	$(FUZZ_CXX) $(FUZZ_FLAGS) fuzz/fuzz_lpattern.cpp native/src/lpattern.cpp -o $(FUZZ_DIR)/fuzz_lpattern
 	cd $(FUZZ_DIR) && ./fuzz_lpattern -max_total_time=$(FUZZ_TIME) -max_len=4096 -timeout=10 \
 		-print_final_stats=1 corpus-lpattern
+	@mkdir -p $(FUZZ_DIR)/corpus-fileread
+	@printf '\001\002\012\003one\ntwo\nthree' > $(FUZZ_DIR)/corpus-fileread/lines
+	@printf '\000\000\005\001\303\251\303\251\303\251\nx' > $(FUZZ_DIR)/corpus-fileread/utf8
+	$(FUZZ_CXX) $(FUZZ_FLAGS) fuzz/fuzz_fileread.cpp native/src/fileread.cpp native/src/capi_core.cpp \
+		-o $(FUZZ_DIR)/fuzz_fileread
+	cd $(FUZZ_DIR) && ./fuzz_fileread -max_total_time=$(FUZZ_TIME) -max_len=4096 -timeout=10 \
+		-print_final_stats=1 corpus-fileread
 
 clean:
 	rm -rf $(BUILD_DIR) $(ASAN_DIR) $(FUZZ_DIR)

@@ -407,7 +407,8 @@ function H.utf8_valid(s, partial)
 end
 
 function H.read_all(abs, limit)
-  local fd, err = uv.fs_open(abs, "r", 0)
+  -- Without waiting for a FIFO swapped in since the stat (flemma.files).
+  local fd, err = require("flemma.files").open_regular(abs)
   if not fd then
     return nil, err
   end
@@ -491,7 +492,8 @@ function H.load(abs, ref, max_bytes, bufnr)
   if st.type == "directory" then
     return nil, ("%s is a directory (%s): reference the files in it one by one"):format(display, abs)
   end
-  if st.type ~= "file" then
+  local refused = require("flemma.files").refusal(st.type)
+  if refused then
     return nil, ("%s is not a regular file (%s, a %s): only files can be attached"):format(display, abs, st.type)
   end
   local real = uv.fs_realpath(abs) or abs

@@ -9,7 +9,7 @@ local M = {}
 local H = {}
 
 --- The ABI version this binding was written for (FLEMMA_ABI_VERSION).
-M.ABI_VERSION = 12
+M.ABI_VERSION = 13
 
 -- The declarations of flemma.h, section by section, in the header's order.
 -- spec/flemma/native_spec.lua checks that they match the header.
@@ -187,6 +187,42 @@ flemma_proc_event *flemma_procmgr_next_event(flemma_procmgr *mgr);
 void flemma_proc_event_free(flemma_proc_event *event);
 int flemma_procmgr_running(const flemma_procmgr *mgr);
 ]],
+  fileread = [[
+typedef struct flemma_freader flemma_freader;
+typedef struct flemma_fread_opts {
+  const char *path;
+  int whole;
+  int64_t first_line;
+  int64_t max_lines;
+  int64_t max_bytes;
+  int64_t head_bytes;
+} flemma_fread_opts;
+typedef struct flemma_fread_result {
+  int64_t id;
+  int ok;
+  int err_no;
+  int file_type;
+  const char *message;
+  int64_t size;
+  const char *head;
+  size_t head_len;
+  const char *text;
+  size_t text_len;
+  int64_t total_lines;
+  int64_t shown_lines;
+  int cut_by;
+  int long_line;
+} flemma_fread_result;
+flemma_freader *flemma_freader_new(void);
+void flemma_freader_free(flemma_freader *reader);
+int flemma_freader_fd(const flemma_freader *reader);
+int flemma_freader_start(flemma_freader *reader, const flemma_fread_opts *opts, int64_t *id_out);
+int flemma_freader_cancel(flemma_freader *reader, int64_t id);
+int flemma_freader_ack(flemma_freader *reader);
+flemma_fread_result *flemma_freader_next(flemma_freader *reader);
+void flemma_fread_result_free(flemma_fread_result *result);
+int flemma_freader_running(const flemma_freader *reader);
+]],
   sandbox = [[
 typedef struct flemma_sandbox_policy flemma_sandbox_policy;
 typedef struct flemma_strv {
@@ -260,7 +296,7 @@ int64_t flemma_isolate_peak(const flemma_isolate *iso);
 void flemma_isolate_free(flemma_isolate *iso);
 ]],
 }
-H.order = { "core", "truncate", "document", "idoc", "process", "sandbox", "stream", "escape", "isolate" }
+H.order = { "core", "truncate", "document", "idoc", "process", "fileread", "sandbox", "stream", "escape", "isolate" }
 
 --- All declarations, as passed to ffi.cdef.
 ---@return string
@@ -1138,6 +1174,104 @@ end
 ---@return integer
 function M.proc_running()
   return H.procmgr and M.lib().flemma_procmgr_running(H.procmgr) or 0
+end
+
+-- ---------------------------------------------------------------------------
+-- File reader
+-- ---------------------------------------------------------------------------
+
+H.freader = nil
+
+--- The file reader (created on first use, freed when collected).
+---@return ffi.cdata*
+function M.freader()
+  if H.freader then
+    return H.freader
+  end
+  local lib = M.lib()
+  local r = lib.flemma_freader_new()
+  if r == nil then
+    util.error("cannot start the file reader: " .. M.last_error())
+  end
+  H.freader = ffi.gc(r, lib.flemma_freader_free)
+  return H.freader
+end
+
+--- The descriptor that becomes readable when file reads finished.
+---@return integer
+function M.fread_fd()
+  return M.lib().flemma_freader_fd(M.freader())
+end
+
+--- Starts reading a file on a native thread; nil and the error when it cannot start.
+---@param o { path: string, whole?: boolean, first_line?: integer, max_lines?: integer, max_bytes: integer, head_bytes?: integer }
+---@return integer|nil id
+---@return string|nil err
+function M.fread_start(o)
+  local lib = M.lib()
+  local opts = ffi.new("flemma_fread_opts")
+  opts.path = o.path
+  opts.whole = o.whole and 1 or 0
+  opts.first_line = o.first_line or 1
+  opts.max_lines = o.max_lines or 0
+  opts.max_bytes = o.max_bytes
+  opts.head_bytes = o.head_bytes or 0
+  local id = ffi.new("int64_t[1]")
+  if lib.flemma_freader_start(M.freader(), opts, id) ~= 0 then
+    return nil, M.last_error()
+  end
+  return tonumber(id[0])
+end
+
+--- Drops the result of a read.
+---@param id integer
+function M.fread_cancel(id)
+  if H.freader then
+    M.lib().flemma_freader_cancel(H.freader, id)
+  end
+end
+
+M.FILE_TYPES = { [0] = "missing", "file", "directory", "fifo", "socket", "char", "block", "other" }
+
+--- Resets the descriptor and returns the finished reads as Lua tables
+--- ({ id, ok, err_no, type, message, size, head, text, total_lines, shown_lines,
+--- cut_by, long_line }).
+---@return table[]
+function M.fread_results()
+  if not H.freader then
+    return {}
+  end
+  local lib = M.lib()
+  lib.flemma_freader_ack(H.freader)
+  local out = {}
+  while true do
+    local r = lib.flemma_freader_next(H.freader)
+    if r == nil then
+      break
+    end
+    out[#out + 1] = {
+      id = tonumber(r.id),
+      ok = r.ok ~= 0,
+      err_no = r.err_no,
+      type = M.FILE_TYPES[r.file_type] or "other",
+      message = ffi.string(r.message),
+      size = tonumber(r.size),
+      head = ffi.string(r.head, r.head_len),
+      text = ffi.string(r.text, r.text_len),
+      total_lines = tonumber(r.total_lines),
+      shown_lines = tonumber(r.shown_lines),
+      cut_by = r.cut_by,
+      long_line = r.long_line ~= 0,
+    }
+    lib.flemma_fread_result_free(r)
+  end
+  return out
+end
+
+--- Reads started whose result was not taken or dropped yet.
+---@return integer
+function M.fread_running()
+  return H.freader and M.lib().flemma_freader_running(H.freader) or 0
 end
 
 function H.opt_string(ptr, len)

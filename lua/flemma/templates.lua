@@ -201,7 +201,7 @@ function H.read(path, dir, bufnr)
   if not st then
     return nil, ("cannot read %s: %s"):format(shown, (serr or "no such file"):gsub("^ENOENT:.*", "no such file"))
   elseif st.type ~= "file" then
-    return nil, ("cannot read %s: it is a %s, not a file"):format(shown, st.type)
+    return nil, ("cannot read %s: it is %s"):format(shown, require("flemma.files").refusal(st.type))
   elseif st.size > M.MAX_FILE then
     return nil, ("%s is %d bytes; include() reads files of at most %d KB"):format(shown, st.size, M.MAX_FILE / 1024)
   end
@@ -217,12 +217,22 @@ function H.read(path, dir, bufnr)
   if not inside then
     return nil, rerr
   end
-  local f, ferr = io.open(path, "rb")
-  if not f then
+  -- Without waiting for a FIFO swapped in since the stat (flemma.files).
+  local fd, ferr = require("flemma.files").open_regular(path)
+  if not fd then
     return nil, ("cannot read %s: %s"):format(shown, ferr)
   end
-  local text = f:read(M.MAX_FILE + 1) or ""
-  f:close()
+  local chunks, got = {}, 0
+  while got <= M.MAX_FILE do
+    local data = vim.uv.fs_read(fd, M.MAX_FILE + 1 - got, got)
+    if not data or data == "" then
+      break
+    end
+    chunks[#chunks + 1] = data
+    got = got + #data
+  end
+  vim.uv.fs_close(fd)
+  local text = table.concat(chunks)
   if #text > M.MAX_FILE then
     return nil, ("%s is %d bytes; include() reads files of at most %d KB"):format(shown, #text, M.MAX_FILE / 1024)
   end

@@ -31,7 +31,7 @@ extern "C" {
 #endif
 
 /* Bumped whenever a declaration below changes in an incompatible way. */
-#define FLEMMA_ABI_VERSION 12
+#define FLEMMA_ABI_VERSION 13
 
 /* Status codes. */
 #define FLEMMA_OK 0
@@ -446,6 +446,94 @@ FLEMMA_API void flemma_proc_event_free(flemma_proc_event *event);
 
 /* Children of the manager whose exit event was not queued yet. */
 FLEMMA_API int flemma_procmgr_running(const flemma_procmgr *mgr);
+
+/* ==========================================================================
+ * File reader
+ * ========================================================================== */
+
+/* Reads files on native threads, one per read, so that the caller's thread never
+ * blocks on a file (a FIFO, a device, a file behind a lease or on a hung mount).
+ * A read thread never calls back: it queues its result and makes
+ * flemma_freader_fd() readable; the host calls flemma_freader_ack() and takes
+ * results with flemma_freader_next() on its own thread. Only regular files are
+ * read: the path is opened with O_NONBLOCK and refused unless fstat says it is a
+ * regular file. The host keeps its own deadline and cancels a read that passed
+ * it; a read's thread ends when the system call it waits in returns. ABI 13. */
+typedef struct flemma_freader flemma_freader;
+
+/* file_type values. */
+#define FLEMMA_FILE_MISSING 0
+#define FLEMMA_FILE_REGULAR 1
+#define FLEMMA_FILE_DIRECTORY 2
+#define FLEMMA_FILE_FIFO 3
+#define FLEMMA_FILE_SOCKET 4
+#define FLEMMA_FILE_CHAR_DEVICE 5
+#define FLEMMA_FILE_BLOCK_DEVICE 6
+#define FLEMMA_FILE_OTHER 7
+
+/* whole != 0: the file's bytes, at most max_bytes (cut_by 2 when there are more).
+ * whole == 0: the lines from first_line (1-based), at most max_lines of them
+ * (<= 0: no limit) and max_bytes of text (kept lines joined by "\n"; a first line
+ * alone over max_bytes is cut, not inside a UTF-8 sequence, and long_line set);
+ * every line is counted. head_bytes > 0: the first bytes are returned as well. */
+typedef struct flemma_fread_opts {
+  const char *path;
+  int whole;
+  int64_t first_line;
+  int64_t max_lines;
+  int64_t max_bytes;
+  int64_t head_bytes;
+} flemma_fread_opts;
+
+/* ok: 1 when read; else message says why (err_no the errno, 0 for a file that is
+ * not regular: file_type says what it is). cut_by: 0 none, 1 by max_lines, 2 by
+ * max_bytes. Pointers live until the result is freed. */
+typedef struct flemma_fread_result {
+  int64_t id;
+  int ok;
+  int err_no;
+  int file_type;
+  const char *message;
+  int64_t size;
+  const char *head;
+  size_t head_len;
+  const char *text;
+  size_t text_len;
+  int64_t total_lines;
+  int64_t shown_lines;
+  int cut_by;
+  int long_line;
+} flemma_fread_result;
+
+/* Creates a reader. The caller owns it: flemma_freader_free (results of reads
+ * still running are dropped when they end). NULL on failure. */
+FLEMMA_API flemma_freader *flemma_freader_new(void);
+
+/* Frees a reader. NULL is a no-op. */
+FLEMMA_API void flemma_freader_free(flemma_freader *reader);
+
+/* The descriptor that becomes readable when results wait. */
+FLEMMA_API int flemma_freader_fd(const flemma_freader *reader);
+
+/* Starts a read (opts and its path are borrowed for the call); writes its id.
+ * FLEMMA_E_STATE when 64 reads are still waiting for their files. */
+FLEMMA_API int flemma_freader_start(flemma_freader *reader, const flemma_fread_opts *opts, int64_t *id_out);
+
+/* Drops the result of a read (now, or when it comes). */
+FLEMMA_API int flemma_freader_cancel(flemma_freader *reader, int64_t id);
+
+/* Resets the descriptor; call before taking results. */
+FLEMMA_API int flemma_freader_ack(flemma_freader *reader);
+
+/* The next result, or NULL when none waits. The caller owns it: free it with
+ * flemma_fread_result_free. */
+FLEMMA_API flemma_fread_result *flemma_freader_next(flemma_freader *reader);
+
+/* Frees a result. NULL is a no-op. */
+FLEMMA_API void flemma_fread_result_free(flemma_fread_result *result);
+
+/* Reads started whose result was not taken or dropped yet. */
+FLEMMA_API int flemma_freader_running(const flemma_freader *reader);
 
 /* ==========================================================================
  * Sandbox

@@ -1,5 +1,4 @@
---- File helpers shared by the read, write and edit tools: byte-exact reads, binary
---- detection, parent directory creation and atomic writes (temporary file + rename).
+--- File helpers shared by the read, write and edit tools: binary detection, parent directory creation and atomic writes (temporary file + rename).
 local M = {}
 local H = {}
 
@@ -29,20 +28,6 @@ function M.mkdir_p(dir)
     return false, ("cannot create directory %s: %s"):format(dir, err)
   end
   return true
-end
-
---- The whole content of a file.
----@param path string
----@return string|nil content
----@return string|nil err
-function M.read_all(path)
-  local f, err = io.open(path, "rb")
-  if not f then
-    return nil, err
-  end
-  local content = f:read("*a")
-  f:close()
-  return content
 end
 
 H.magic = {

@@ -1,7 +1,9 @@
 --- The `read` tool: the lines of a text file from `offset`, at most `limit` lines and
 --- the `tools.truncate` limits, with a hint on how to read on. The file is streamed
 --- line by line, so a huge file costs only the window that is shown. Binary files are
---- described, not dumped.
+--- described, not dumped. The file is read on a native thread with the tool's
+--- timeout (flemma.files): a FIFO, socket or device is refused, and a file that
+--- never answers gives an error instead of freezing Neovim.
 local fs = require("flemma.tools.builtin.fs")
 local preview = require("flemma.tools.preview")
 
@@ -12,16 +14,64 @@ function H.limits()
   return t.max_lines or 2000, t.max_bytes or 51200
 end
 
---- Cuts s to at most n bytes without splitting a UTF-8 sequence.
-function H.cut_utf8(s, n)
-  if #s <= n then
-    return s
+-- The tool's result from what the file reader gave.
+function H.result(input, ctx, path, offset, max_lines, max_bytes, res)
+  if not res.ok then
+    if res.timed_out then
+      return { success = false, error = res.message .. " (is it a pipe, or on a slow mount?)" }
+    elseif res.type == "missing" then
+      local lstat = vim.uv.fs_lstat(path)
+      if lstat and lstat.type == "link" then
+        return { success = false, error = ("%s is a broken symbolic link (to %s)"):format(path, vim.uv.fs_readlink(path) or "?") }
+      end
+      return { success = false, error = ("file not found: %s"):format(path) }
+    elseif res.type == "directory" then
+      return { success = false, error = ("%s is a directory; list it with bash (`ls`)"):format(path) }
+    elseif res.type ~= "file" and res.err_no == 0 then
+      local why = require("flemma.files").refusal(res.type)
+      return { success = false, error = ("%s is %s: only regular files can be read"):format(path, why) }
+    end
+    return { success = false, error = res.message }
   end
-  local i = n + 1
-  while i > 1 and s:byte(i) and s:byte(i) >= 0x80 and s:byte(i) < 0xC0 do
-    i = i - 1
+  local size = ctx.truncate.format_size(res.size)
+  local binary, kind = fs.sniff(res.head)
+  if binary then
+    return {
+      success = true,
+      output = ("%s is a binary file (%s, %s); its content is not shown."):format(input.path, kind, size),
+    }
   end
-  return s:sub(1, i - 1)
+  local total, shown = res.total_lines, res.shown_lines
+  if total == 0 then
+    return { success = true, output = ("(%s is empty)"):format(input.path) }
+  end
+  if offset > total then
+    return {
+      success = false,
+      error = ("`offset` %d is past the end of %s, which has %d lines"):format(offset, input.path, total),
+    }
+  end
+  local cut_by = res.cut_by == 2 and "bytes" or res.cut_by == 1 and (shown >= max_lines and "lines" or "limit") or nil
+  local text = res.text
+  if res.long_line then
+    shown = 1
+  end
+  local last = offset + shown - 1
+  if res.long_line then
+    text = text
+      .. ("\n\n[Line %d alone is over %s; only its start is shown. Read it in pieces with bash, e.g. "
+        .. "`sed -n '%dp' %s | head -c 50000`.]"):format(offset, ctx.truncate.format_size(max_bytes), offset, input.path)
+    if last < total then
+      text = text .. ("\n[Use offset=%d to continue.]"):format(last + 1)
+    end
+  elseif last < total then
+    local why = cut_by == "bytes" and (" (" .. ctx.truncate.format_size(max_bytes) .. " limit)")
+      or cut_by == "lines" and (" (" .. max_lines .. "-line limit)")
+      or ""
+    text = text
+      .. ("\n\n[Showing lines %d-%d of %d%s. Use offset=%d to continue.]"):format(offset, last, total, why, last + 1)
+  end
+  return { success = true, output = text }
 end
 
 ---@type flemma.tools.Definition
@@ -55,92 +105,31 @@ return {
     end
     return preview.with_comment(main, input.label)
   end,
-  execute = function(input, ctx)
+  async = true,
+  execute = function(input, ctx, callback)
     local offset = input.offset or 1
     if offset < 0 then
-      return { success = false, error = ("`offset` should be a line number from 1, not %d"):format(offset) }
+      callback({ success = false, error = ("`offset` should be a line number from 1, not %d"):format(offset) })
+      return
     end
     offset = math.max(offset, 1)
     if input.limit and input.limit < 1 then
-      return { success = false, error = ("`limit` should be 1 or more lines, not %d"):format(input.limit) }
+      callback({ success = false, error = ("`limit` should be 1 or more lines, not %d"):format(input.limit) })
+      return
     end
     local path = ctx.path.resolve(input.path)
-    local stat = vim.uv.fs_stat(path)
-    if not stat then
-      local lstat = vim.uv.fs_lstat(path)
-      if lstat and lstat.type == "link" then
-        return { success = false, error = ("%s is a broken symbolic link (to %s)"):format(path, vim.uv.fs_readlink(path) or "?") }
-      end
-      return { success = false, error = ("file not found: %s"):format(path) }
-    elseif stat.type == "directory" then
-      return { success = false, error = ("%s is a directory; list it with bash (`ls`)"):format(path) }
-    end
-    local f, err = io.open(path, "rb")
-    if not f then
-      return { success = false, error = ("cannot read %s: %s"):format(path, err) }
-    end
-    local size = ctx.truncate.format_size(stat.size)
-    local binary, kind = fs.sniff(f:read(8192) or "")
-    if binary then
-      f:close()
-      return {
-        success = true,
-        output = ("%s is a binary file (%s, %s); its content is not shown."):format(input.path, kind, size),
-      }
-    end
-    f:seek("set", 0)
-
     local max_lines, max_bytes = H.limits()
     local want = math.min(input.limit or math.huge, max_lines)
-    local shown, bytes, total = {}, 0, 0
-    local cut_by, long_line = nil, false
-    for line in f:lines() do
-      total = total + 1
-      if total >= offset and not cut_by then
-        if #shown >= want then
-          cut_by = #shown >= max_lines and "lines" or "limit"
-        else
-          local cost = #line + (#shown > 0 and 1 or 0)
-          if bytes + cost > max_bytes then
-            if #shown == 0 then
-              shown[1] = H.cut_utf8(line, max_bytes)
-              long_line = true
-            end
-            cut_by = "bytes"
-          else
-            shown[#shown + 1] = line
-            bytes = bytes + cost
-          end
-        end
-      end
-    end
-    f:close()
-
-    if total == 0 then
-      return { success = true, output = ("(%s is empty)"):format(input.path) }
-    end
-    if offset > total then
-      return {
-        success = false,
-        error = ("`offset` %d is past the end of %s, which has %d lines"):format(offset, input.path, total),
-      }
-    end
-    local text = table.concat(shown, "\n")
-    local last = offset + #shown - 1
-    if long_line then
-      text = text
-        .. ("\n\n[Line %d alone is over %s; only its start is shown. Read it in pieces with bash, e.g. "
-          .. "`sed -n '%dp' %s | head -c 50000`.]"):format(offset, ctx.truncate.format_size(max_bytes), offset, input.path)
-      if last < total then
-        text = text .. ("\n[Use offset=%d to continue.]"):format(last + 1)
-      end
-    elseif last < total then
-      local why = cut_by == "bytes" and (" (" .. ctx.truncate.format_size(max_bytes) .. " limit)")
-        or cut_by == "lines" and (" (" .. max_lines .. "-line limit)")
-        or ""
-      text = text
-        .. ("\n\n[Showing lines %d-%d of %d%s. Use offset=%d to continue.]"):format(offset, last, total, why, last + 1)
-    end
-    return { success = true, output = text }
+    -- Read on a native thread with a deadline: a FIFO, a device or a file that
+    -- never answers gives an error, never a frozen editor (flemma.files).
+    return require("flemma.files").read(path, {
+      first_line = offset,
+      max_lines = want == math.huge and 0 or want,
+      max_bytes = max_bytes,
+      head_bytes = 8192,
+      timeout_ms = math.floor((ctx.timeout or 30) * 1000),
+    }, function(res)
+      callback(H.result(input, ctx, path, offset, max_lines, max_bytes, res))
+    end)
   end,
 }
