@@ -95,6 +95,21 @@ TEST_CASE("document") {
     CHECK(p.has_diag("fix the JSON"));
   }
 
+  SUBCASE("an input block that is never closed is a bad input, its JSON not checked") {
+    // Valid JSON: still never run. Invalid JSON: no JSON error (the block is
+    // parsed again on each change while a writer streams a long input into it).
+    for (const char* json : {"{\"command\": \"ls\"}", "{\"content\": \"abc"}) {
+      auto p = run(std::string("@Assistant:\n**Tool Use:** `bash` (`i`)\n\n```json\n") + json + "\n\n@You:\nhi");
+      const auto* u = p.first(FLEMMA_DOC_TOOL_USE);
+      REQUIRE(u);
+      CHECK((u->flags & FLEMMA_DOC_F_UNCLOSED) != 0);
+      CHECK((u->flags & FLEMMA_DOC_F_BAD_INPUT) != 0);
+      CHECK(p.s(u->note) == "the input block is never closed");
+      CHECK(p.has_diag("never closed"));
+      CHECK_FALSE(p.has_diag("is not valid"));
+    }
+  }
+
   SUBCASE("tool input nested deeper than the limit is rejected without recursion") {
     std::string deep = "@Assistant:\n**Tool Use:** `x` (`i`)\n\n```json\n{\"a\":" + std::string(100000, '[') + "\n```";
     auto p = run(deep);

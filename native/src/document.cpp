@@ -869,10 +869,16 @@ class Parser {
     note_line(b.last.idx);
     it.body = range(b.body_a, b.body_b);
     if (!b.closed) {
-      it.flags |= FLEMMA_DOC_F_UNCLOSED;
+      // An input that never ends is not an input, whatever JSON it holds: not
+      // checked (a writer streaming a long input into the buffer would have it
+      // parsed again on every change), never run.
+      it.flags |= FLEMMA_DOC_F_UNCLOSED | FLEMMA_DOC_F_BAD_INPUT;
+      it.note = arena("the input block is never closed");
       diag(b.open.idx, FLEMMA_DOC_SEV_ERROR,
            "the input block of " + where() + " is never closed: add a closing " +
                std::string(static_cast<size_t>(std::min(b.fence.len, 64)), b.fence.ch) + " line after the JSON");
+      doc_.items.push_back(it);
+      return true;
     }
     std::string err;
     int32_t err_line = b.open.idx + 1;

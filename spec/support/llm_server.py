@@ -14,7 +14,10 @@ A script entry:
   headers       extra response headers
   fixture       file under spec/fixtures/stream/ sent as the body
   body          the body as a string (instead of fixture)
-  synth         {"kind": "anthropic", "bytes": N, "delta": n}: a generated text stream
+  synth         {"kind": "anthropic", "bytes": N, "delta": n}: a generated text stream;
+                {"kind": "anthropic_tool", "bytes": N, "delta": n}: one `write` tool use whose
+                input {"path": "big.txt", "content": "..."} is N bytes of JSON on one line,
+                in input_json_delta pieces of n bytes
   content_type  (text/event-stream for fixtures and synth, else application/json)
   chunk_seed    split the body at random boundaries (seeded), one write + flush each
   max_chunk     largest random chunk (64)
@@ -78,6 +81,31 @@ def synth_anthropic(total, delta):
     return "".join(out).encode()
 
 
+def synth_anthropic_tool(total, delta):
+    def ev(name, obj):
+        return "event: %s\ndata: %s\n\n" % (name, json.dumps(obj, separators=(",", ":")))
+
+    head = '{"path": "big.txt", "content": "'
+    tail = '"}'
+    body = ("0123456789abcdef" * (total // 16 + 1))[: max(0, total - len(head) - len(tail))]
+    text = head + body + tail
+    out = [
+        ev("message_start", {"type": "message_start", "message": {"id": "msg_synth_tool", "type": "message",
+           "role": "assistant", "model": "claude-sonnet-4-6", "content": [], "stop_reason": None,
+           "usage": {"input_tokens": 10, "output_tokens": 1}}}),
+        ev("content_block_start", {"type": "content_block_start", "index": 0, "content_block":
+           {"type": "tool_use", "id": "toolu_synth", "name": "write", "input": {}}}),
+    ]
+    for i in range(0, len(text), delta):
+        out.append(ev("content_block_delta", {"type": "content_block_delta", "index": 0, "delta":
+                      {"type": "input_json_delta", "partial_json": text[i:i + delta]}}))
+    out.append(ev("content_block_stop", {"type": "content_block_stop", "index": 0}))
+    out.append(ev("message_delta", {"type": "message_delta", "delta": {"stop_reason": "tool_use"},
+                  "usage": {"output_tokens": len(text) // 4}}))
+    out.append(ev("message_stop", {"type": "message_stop"}))
+    return "".join(out).encode()
+
+
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
@@ -108,7 +136,8 @@ class Handler(BaseHTTPRequestHandler):
             ctype = "text/event-stream"
         elif "synth" in e:
             s = e["synth"]
-            data = synth_anthropic(int(s.get("bytes", 1000)), int(s.get("delta", 64)))
+            synth = synth_anthropic_tool if s.get("kind") == "anthropic_tool" else synth_anthropic
+            data = synth(int(s.get("bytes", 1000)), int(s.get("delta", 64)))
             ctype = "text/event-stream"
         else:
             data = e.get("body", "").encode()

@@ -18,6 +18,9 @@ local H = {}
 M.ns = vim.api.nvim_create_namespace("flemma.response")
 M.interval = 16
 M.max_flush = 128 * 1024
+-- Tool inputs up to this size are decoded and written as compact JSON; longer ones
+-- as they came.
+M.max_input_normalized = 64 * 1024
 M.frames = { "⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "⠧", "⠇", "⠏" }
 M.cancelled_line = "<!-- flemma: cancelled -->"
 
@@ -141,9 +144,15 @@ function Writer:push(s)
   end
   self.tail = self.tail + 1
   self.pending[self.tail] = s
-  if s:find("\n", 1, true) then
-    local _, k = s:gsub("\n", "")
-    self.pending_nl = self.pending_nl + k
+  -- Counted with plain finds: gsub tried its pattern at every byte of a long text.
+  local find, at = string.find, 1
+  while true do
+    local nl = find(s, "\n", at, true)
+    if not nl then
+      break
+    end
+    self.pending_nl = self.pending_nl + 1
+    at = nl + 1
   end
   self.wrote = true
   self:schedule()
@@ -198,22 +207,25 @@ function Writer:edit(fn)
   end)
 end
 
---- Where to cut text so that at most `limit` bytes are written now: after the last
---- newline within the limit, else on a UTF-8 boundary.
+--- The last newline of text within its first `limit` bytes, or nil. Linear in
+--- `limit` (a scan back from it); a pattern that looked for the last newline was
+--- quadratic in the length of a line, and a line over the limit held Neovim for
+--- minutes.
 function H.cut(text, limit)
-  local nl = text:sub(1, limit):match(".*()\n")
-  if nl then
-    return nl
+  local byte = string.byte
+  for i = math.min(limit, #text), 1, -1 do
+    if byte(text, i) == 10 then
+      return i
+    end
   end
-  local at = limit
-  while at > 1 and text:byte(at + 1) and text:byte(at + 1) >= 0x80 and text:byte(at + 1) < 0xC0 do
-    at = at - 1
-  end
-  return at
+  return nil
 end
 
---- Takes the text to write now from the front of the queue: at most `limit` bytes
---- (cut as H.cut does), else all of it. Only what is taken is joined and copied,
+--- Takes the text to write now from the front of the queue: whole lines of at most
+--- `limit` bytes (up to the last newline within the limit), else all of it. A line
+--- longer than the limit is taken whole, to its newline (or the end of the queue):
+--- Neovim copies a line on each change to it, so writing a long line in pieces cost
+--- its length again for every piece. Only what is taken is joined and copied,
 --- however much waits behind it.
 function Writer:take(limit)
   local q, i, n = self.pending, self.head, 0
@@ -226,11 +238,31 @@ function Writer:take(limit)
   end
   local text = table.concat(parts)
   if n > limit then
-    -- What passes the limit goes back to the front of the queue.
-    local at = H.cut(text, limit)
-    i = i - 1
-    q[i] = text:sub(at + 1)
-    text = text:sub(1, at)
+    local at = H.cut(text, limit) or text:find("\n", limit + 1, true)
+    if not at then
+      -- The rest of the long line, from the parts behind it.
+      local more, len = { text }, #text
+      while i <= self.tail do
+        local s = q[i]
+        q[i] = nil
+        i = i + 1
+        more[#more + 1] = s
+        local nl = s:find("\n", 1, true)
+        if nl then
+          at = len + nl
+          break
+        end
+        len = len + #s
+      end
+      text = table.concat(more)
+      at = at or #text
+    end
+    if at < #text then
+      -- What follows goes back to the front of the queue.
+      i = i - 1
+      q[i] = text:sub(at + 1)
+      text = text:sub(1, at)
+    end
   end
   self.head = i
   if i > self.tail then
@@ -394,9 +426,9 @@ end
 function Writer:write_tool(tool)
   local json = table.concat(tool.json)
   local input
-  if vim.trim(json) == "" then
+  if not json:find("%S") then
     input = vim.empty_dict()
-  else
+  elseif #json <= M.max_input_normalized then
     local ok, value = pcall(vim.json.decode, json, { luanil = { object = true } })
     input = ok and type(value) == "table" and value or nil
   end
@@ -413,11 +445,11 @@ function Writer:write_tool(tool)
   if input then
     lines = document.render_tool_use(id, name, input)
   else
-    -- Invalid JSON: written as it came; the cycle denies it with the reason.
+    -- Invalid or long JSON: written as it came (the parser checks it natively; the
+    -- cycle denies an invalid one with the reason). Decoding and encoding a long
+    -- input here held the main loop in one piece.
     local fence = document.fence_for(json)
-    lines = { ("**Tool Use:** `%s` (`%s`)"):format(name, id), "", fence .. "json" }
-    vim.list_extend(lines, vim.split(json, "\n", { plain = true }))
-    lines[#lines + 1] = fence
+    lines = { ("**Tool Use:** `%s` (`%s`)"):format(name, id), "", fence .. "json", json, fence }
   end
   self:separate()
   self:push(table.concat(lines, "\n"))
