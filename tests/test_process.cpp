@@ -221,10 +221,50 @@ TEST_CASE("process") {
     CHECK_FALSE(has("my_secret=x"));
     CHECK_FALSE(has("DB_PASSWORD=p"));
     CHECK_FALSE(has("MY_PROVIDER_CRED=c"));
-    CHECK(has("TOKENIZER=ok"));
-    CHECK(has("KEYBOARD=ok"));
+    // Any name holding KEY or TOKEN counts now (tools.env_passthrough lets one through).
+    CHECK_FALSE(has("TOKENIZER=ok"));
+    CHECK_FALSE(has("KEYBOARD=ok"));
     CHECK(has("PATH=/bin"));
     CHECK(has("OPENAI_API_KEY=given"));
+  }
+  SUBCASE("secrets by other names and by value are dropped; the usual variables stay") {
+    const char* base[] = {"PATH=/bin",
+                          "HOME=/home/u",
+                          "TERM=xterm",
+                          "LANG=C.UTF-8",
+                          "LC_ALL=C",
+                          "SHELL=/bin/bash",
+                          "USER=u",
+                          "EDITOR=vi",
+                          "TMPDIR=/tmp",
+                          "XDG_CONFIG_HOME=/c",
+                          "GIT_AUTHOR_NAME=Me",
+                          "GIT_AUTHOR_EMAIL=me@x",
+                          "VERTEX_SERVICE_ACCOUNT=sa",
+                          "GITHUB_PAT=ghp",
+                          "SSH_AUTH_SOCK=/s",
+                          "XDG_SESSION_ID=3",
+                          "HTTP_AUTHORIZATION=b",
+                          "XAUTHORITY=/x",
+                          "MY_COOKIE_JAR=c",
+                          "gpg_private=p",
+                          "DB_PASSWD=p",
+                          "GOOGLE_APPLICATION_CREDENTIALS=/c.json",
+                          "SIGNING=-----BEGIN OPENSSH PRIVATE KEY-----\nabc\n-----END OPENSSH PRIVATE KEY-----",
+                          "GCP_JSON={\"type\": \"service_account\", \"private_key\": \"x\"}",
+                          "PUBLIC=-----BEGIN PUBLIC KEY-----",
+                          nullptr};
+    auto env = flemma::process::build_env(base, {});
+    auto has_name = [&](const std::string& n) {
+      return std::any_of(env.begin(), env.end(), [&](const std::string& kv) { return kv.rfind(n + "=", 0) == 0; });
+    };
+    for (const char* keep : {"PATH", "HOME", "TERM", "LANG", "LC_ALL", "SHELL", "USER", "EDITOR", "TMPDIR",
+                             "XDG_CONFIG_HOME", "GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL", "PUBLIC"})
+      CHECK_MESSAGE(has_name(keep), keep);
+    for (const char* drop : {"VERTEX_SERVICE_ACCOUNT", "GITHUB_PAT", "SSH_AUTH_SOCK", "XDG_SESSION_ID",
+                             "HTTP_AUTHORIZATION", "XAUTHORITY", "MY_COOKIE_JAR", "gpg_private", "DB_PASSWD",
+                             "GOOGLE_APPLICATION_CREDENTIALS", "SIGNING", "GCP_JSON"})
+      CHECK_MESSAGE(!has_name(drop), drop);
   }
   flemma_procmgr_free(m);
   flemma_procmgr_free(nullptr);

@@ -104,8 +104,9 @@ H.defaults = {
     truncate = { max_lines = 2000, max_bytes = 51200 },
     -- The bash tool: which shell runs commands and extra environment variables.
     bash = { shell = "bash", env = nil },
-    -- Names of variables that look like secrets (*_API_KEY, *_TOKEN, *_SECRET, ...)
-    -- that tool processes may still inherit; every other one is taken out.
+    -- Names of variables that look like secrets (a name holding KEY, TOKEN, SECRET,
+    -- PASSWORD, AUTH, SESSION, ..., a private key or a provider's key as value) that
+    -- tool processes may still inherit; every other one is taken out.
     env_passthrough = {},
   },
   sandbox = {

@@ -146,9 +146,13 @@ function H.check(opts)
 end
 
 --- Secrets stay out of children: the native side never passes on an inherited
---- variable that looks like one (`*_API_KEY`, `*_TOKEN`, `*_SECRET`, ...). The
+--- variable whose name looks like a secret's (KEY, TOKEN, SECRET, PASSWORD, PASSWD,
+--- CREDENTIAL, SERVICE_ACCOUNT, PRIVATE, AUTH, COOKIE, SESSION, `*_PAT`; any case)
+--- or whose value holds a PEM private key or JSON with "private_key". Here, the
 --- variables the providers read their keys from are taken out as well (a bare
---- NAME), and those named in `tools.env_passthrough` are passed on explicitly.
+--- NAME), and so is any variable whose value holds a provider's key (a key
+--- resolved this session, or the value of a provider's `api_key_env`), whatever
+--- its name. Those named in `tools.env_passthrough` are passed on explicitly.
 ---@param env string[]|nil NAME=value entries from opts.env
 ---@param explicit table|nil opts.env
 ---@return string[]
@@ -170,10 +174,40 @@ function H.secret_env(env, explicit)
       env[#env + 1] = name .. "=" .. value
     end
   end
+  local out = {}
+  local function remove(name)
+    if type(name) == "string" and name:match("^[%a_][%w_]*$") and not pass[name] and not given(name) and not out[name] then
+      out[name] = true
+      env[#env + 1] = name
+    end
+  end
+  -- The keys to look for in every value: at least 8 bytes (a shorter one would
+  -- match ordinary text).
+  local keys = {}
+  for _, k in ipairs(require("flemma.secrets").known_values()) do
+    keys[#keys + 1] = k
+  end
   for _, provider in pairs(cfg.providers or {}) do
     local name = type(provider) == "table" and provider.api_key_env or nil
-    if type(name) == "string" and name:match("^[%a_][%w_]*$") and not pass[name] and not given(name) then
-      env[#env + 1] = name
+    remove(name)
+    local v = type(name) == "string" and vim.env[name] or nil
+    if type(v) == "string" then
+      keys[#keys + 1] = vim.trim(v)
+    end
+  end
+  keys = vim.tbl_filter(function(k)
+    return #k >= 8
+  end, keys)
+  if #keys > 0 then
+    for name, value in pairs(vim.fn.environ()) do
+      if type(value) == "string" and #value >= 8 then
+        for _, k in ipairs(keys) do
+          if value:find(k, 1, true) then
+            remove(name)
+            break
+          end
+        end
+      end
     end
   end
   return env

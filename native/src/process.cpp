@@ -13,6 +13,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <string_view>
 #include <deque>
 #include <map>
 #include <mutex>
@@ -231,16 +232,24 @@ bool is_secret_name(const std::string& name) {
   std::string up;
   up.reserve(name.size());
   for (char c : name) up += static_cast<char>((c >= 'a' && c <= 'z') ? c - 32 : c);
-  static const char* const exact[] = {"API_KEY", "APIKEY", "TOKEN", "SECRET", "PASSWORD"};
-  static const char* const suffixes[] = {"_API_KEY",    "_APIKEY",   "_TOKEN",    "_SECRET",     "_SECRET_KEY",
-                                         "_ACCESS_KEY", "_PRIVATE_KEY", "_PASSWORD", "_PASSWD", "_CREDENTIALS"};
-  for (const char* e : exact)
-    if (up == e) return true;
-  for (const char* suf : suffixes) {
-    size_t n = std::strlen(suf);
-    if (up.size() > n && up.compare(up.size() - n, n, suf) == 0) return true;
+  // GIT_AUTHOR_NAME is not a secret: AUTH counts except in the word AUTHOR.
+  for (size_t at = up.find("AUTH"); at != std::string::npos; at = up.find("AUTH", at + 1)) {
+    bool word_start = at == 0 || up[at - 1] == '_';
+    bool author = word_start && up.compare(at, 6, "AUTHOR") == 0 && (at + 6 == up.size() || up[at + 6] == '_');
+    if (!author) return true;
   }
-  return false;
+  static const char* const parts[] = {"KEY",        "TOKEN",           "SECRET",  "PASSWORD", "PASSWD",
+                                      "CREDENTIAL", "SERVICE_ACCOUNT", "PRIVATE", "COOKIE",   "SESSION"};
+  for (const char* part : parts)
+    if (up.find(part) != std::string::npos) return true;
+  return up.size() > 4 && up.compare(up.size() - 4, 4, "_PAT") == 0;
+}
+
+bool is_secret_value(const char* value, size_t len) {
+  std::string_view v(value, len);
+  size_t begin = v.find("-----BEGIN ");
+  if (begin != std::string_view::npos && v.find("PRIVATE KEY-----", begin) != std::string_view::npos) return true;
+  return v.find("\"private_key\"") != std::string_view::npos;
 }
 
 std::vector<std::string> build_env(const char* const* base, const std::vector<std::string>& extra) {
@@ -269,7 +278,9 @@ std::vector<std::string> build_env(const char* const* base, const std::vector<st
   if (base) {
     for (const char* const* e = base; *e; ++e) {
       const char* eq = std::strchr(*e, '=');
-      if (eq && is_secret_name(std::string(*e, static_cast<size_t>(eq - *e)))) continue;
+      if (eq && (is_secret_name(std::string(*e, static_cast<size_t>(eq - *e))) ||
+                 is_secret_value(eq + 1, std::strlen(eq + 1))))
+        continue;
       put(*e);
     }
   }

@@ -64,12 +64,19 @@ bool is_registered(pid_t pgid);
 // The non-interactive variables added to every child's environment.
 const std::vector<std::string>& noninteractive_env();
 
-// Whether an inherited variable looks like a secret (`*_API_KEY`, `*_TOKEN`,
-// `*_SECRET`, `*_PASSWORD`, ...; any case): it never reaches a child.
+// Whether an inherited variable's name looks like a secret's: it holds KEY,
+// TOKEN, SECRET, PASSWORD, PASSWD, CREDENTIAL, SERVICE_ACCOUNT, PRIVATE, AUTH
+// (not the word AUTHOR), COOKIE or SESSION, or ends in _PAT; any case. Such a
+// variable never reaches a child.
 bool is_secret_name(const std::string& name);
 
+// Whether an inherited variable's value is a secret whatever its name: a PEM
+// private key block (-----BEGIN ... PRIVATE KEY-----) or JSON with a
+// "private_key" (a service account).
+bool is_secret_value(const char* value, size_t len);
+
 // The environment of a child: `base` (NAME=value strings) without the secret
-// ones, then the non-interactive variables, then `extra`; a later NAME replaces
+// ones (by name or value), then the non-interactive variables, then `extra`; a later NAME replaces
 // an earlier one, and a bare NAME in `extra` (no `=`) takes NAME out.
 std::vector<std::string> build_env(const char* const* base, const std::vector<std::string>& extra);
 

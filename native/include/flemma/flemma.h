@@ -340,9 +340,11 @@ FLEMMA_API int flemma_idoc_find_tool_use(const flemma_idoc *doc, const char *id,
  * flemma_procmgr_ack() and takes events with flemma_procmgr_next_event() on its
  * own thread. Every child gets a non-interactive environment (CI=true,
  * DEBIAN_FRONTEND=noninteractive, PAGER=cat, GIT_TERMINAL_PROMPT=0, ...) and
- * never inherits a variable that looks like a secret (*_API_KEY, *_TOKEN,
- * *_SECRET, *_PASSWORD, ...); `env` entries are "NAME=value", or a bare "NAME"
- * that takes NAME out. */
+ * never inherits a variable that looks like a secret: a name holding KEY,
+ * TOKEN, SECRET, PASSWORD, PASSWD, CREDENTIAL, SERVICE_ACCOUNT, PRIVATE, AUTH
+ * (not the word AUTHOR), COOKIE or SESSION, or ending in _PAT (any case), or
+ * a value holding a PEM private key or JSON with "private_key"; `env` entries
+ * are "NAME=value", or a bare "NAME" that takes NAME out. */
 typedef struct flemma_procmgr flemma_procmgr;
 
 /* A spawn request. Strings are copied; the caller keeps ownership.

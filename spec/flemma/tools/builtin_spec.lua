@@ -367,6 +367,65 @@ describe("built-in tools", function()
       assert(ok, err)
     end)
 
+    it("strips secrets by other names and by value, sandboxed or not; env_passthrough names exceptions", function()
+      local key = "sk-ant-flemma-value-spec-0123456789"
+      local vars = {
+        ANTHROPIC_API_KEY = key,
+        VERTEX_SERVICE_ACCOUNT = '{"type": "service_account", "private_key": "-----BEGIN PRIVATE KEY-----\\nMIIflemma\\n-----END PRIVATE KEY-----\\n"}',
+        GITHUB_PAT = "ghp_flemma_pat_spec",
+        SSH_AUTH_SOCK = "/tmp/flemma-spec-agent.sock",
+        XDG_SESSION_ID = "flemma-session-spec",
+        MY_COOKIE_JAR = "flemma-cookie-spec",
+        DEPLOY_ID_RSA = "-----BEGIN RSA PRIVATE KEY-----\nflemma-pem-spec\n-----END RSA PRIVATE KEY-----",
+        SA_JSON = '{"private_key": "flemma-json-spec"}',
+        PROXY_HEADER = "Authorization: Bearer " .. key,
+        GIT_AUTHOR_NAME = "Flemma Spec Author",
+        FLEMMA_SPEC_PLAIN = "plain-value-spec",
+      }
+      local saved = {}
+      for k, v in pairs(vars) do
+        saved[k] = vim.env[k]
+        vim.env[k] = v
+      end
+      local ok, err = pcall(function()
+        local function check(res, passthrough)
+          assert.is_true(res.success, res.error)
+          local out = res.output
+          for _, gone in ipairs({ "VERTEX_SERVICE_ACCOUNT", "SSH_AUTH_SOCK", "XDG_SESSION_ID", "MY_COOKIE_JAR", "DEPLOY_ID_RSA", "SA_JSON", "PROXY_HEADER", "ANTHROPIC_API_KEY" }) do
+            assert.is_nil(out:find("\n" .. gone .. "=", 1, true), gone .. " reached the command:\n" .. out)
+          end
+          for _, value in ipairs({ key, "MIIflemma", "flemma-pem-spec", "flemma-json-spec", "flemma-session-spec", "flemma-cookie-spec" }) do
+            assert.is_nil(out:find(value, 1, true), value .. " reached the command")
+          end
+          if passthrough then
+            assert.is_truthy(out:find("\nGITHUB_PAT=ghp_flemma_pat_spec\n", 1, true), out)
+          else
+            assert.is_nil(out:find("ghp_flemma_pat_spec", 1, true), out)
+          end
+          -- What commands need is still there.
+          for _, name in ipairs({ "PATH", "HOME", "TERM", "LANG", "USER" }) do
+            if vim.env[name] then
+              assert.is_truthy(out:find("\n" .. name .. "=" .. vim.env[name] .. "\n", 1, true), name .. " is missing:\n" .. out)
+            end
+          end
+          assert.is_truthy(out:find("\nGIT_AUTHOR_NAME=Flemma Spec Author\n", 1, true), out)
+          assert.is_truthy(out:find("\nFLEMMA_SPEC_PLAIN=plain-value-spec\n", 1, true), out)
+        end
+        -- env -0 would be exact; a leading newline makes every name start a line.
+        check(sh("echo; env"), false)
+        config.setup({ tools = { env_passthrough = { "GITHUB_PAT" } } })
+        check(sh("echo; env"), true)
+        config.setup({ tools = { env_passthrough = { "GITHUB_PAT" } }, sandbox = { enabled = true } })
+        assert.is_true(require("flemma.sandbox").is_enabled())
+        check(sh("echo; env"), true)
+      end)
+      for k in pairs(vars) do
+        vim.env[k] = saved[k]
+      end
+      config.setup({})
+      assert(ok, err)
+    end)
+
     it("refuses an env_passthrough entry that is not a variable name", function()
       local ok, err = pcall(config.setup, { tools = { env_passthrough = { "A=B" } } })
       assert.is_false(ok)
