@@ -64,7 +64,26 @@ function M.new(bufnr, opts)
   local last = vim.api.nvim_buf_get_lines(bufnr, count - 1, count, false)[1] or ""
   local lines = { "@Assistant:", "" }
   local first = count -- 0-based row where "@Assistant:" goes
-  if count == 1 and last == "" then
+  local doc = document.get(bufnr)
+  local last_msg = doc.messages[#doc.messages]
+  if last_msg and last_msg.role == "assistant" then
+    -- An unfinished answer (the chat ends with an @Assistant: message, e.g. saved
+    -- while it streamed): the response continues it after a blank line below its
+    -- last line, with no second marker.
+    local stop = count
+    while stop > last_msg.first_line and not (vim.api.nvim_buf_get_lines(bufnr, stop - 1, stop, false)[1] or ""):find("%S") do
+      stop = stop - 1
+    end
+    self.continued = { row = stop, lines = vim.api.nvim_buf_get_lines(bufnr, stop, -1, false) }
+    self.start_row = last_msg.first_line - 1
+    self.start_count = count
+    bo.modifiable = true
+    vim.api.nvim_buf_set_lines(bufnr, stop, -1, false, { "", "" })
+    bo.modifiable = false
+  end
+  if self.continued then
+    -- Placed above.
+  elseif count == 1 and last == "" then
     first = 0
     lines = { "@Assistant:", "" }
     self.replaced_empty = true
@@ -80,10 +99,14 @@ function M.new(bufnr, opts)
       self.reused_last = true
     end
   end
-  self.start_row = first -- 0-based row of "@Assistant:"
-  self.start_count = count
+  if not self.continued then
+    self.start_row = first -- 0-based row of "@Assistant:"
+    self.start_count = count
+  end
   bo.modifiable = true
-  if self.replaced_empty then
+  if self.continued then
+    -- Nothing more to write.
+  elseif self.replaced_empty then
     vim.api.nvim_buf_set_lines(bufnr, 0, 1, false, lines)
   elseif self.reused_last then
     vim.api.nvim_buf_set_lines(bufnr, count - 1, count, false, lines)
@@ -505,6 +528,13 @@ function Writer:finish(status)
       last = last - 1
     end
     local empty = last == self.start_row
+    if status == "error" and self.continued and not self.wrote then
+      -- Nothing arrived to continue the answer: put its end back as it was.
+      self:edit(function()
+        vim.api.nvim_buf_set_lines(bufnr, self.continued.row, -1, false, self.continued.lines)
+      end)
+      return
+    end
     if status == "error" and empty then
       -- Nothing arrived: put the buffer back as it was.
       self:edit(function()

@@ -170,6 +170,7 @@ function H.global()
     return
   end
   H.global_done = true
+  require("flemma.ui.quit").setup()
   local group = vim.api.nvim_create_augroup("flemma.view", { clear = true })
   vim.api.nvim_create_autocmd("WinClosed", {
     group = group,

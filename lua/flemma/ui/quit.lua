@@ -1,0 +1,93 @@
+--- Quitting while a request streams. A plain `:q`, `:wq` or `:x` is refused as
+--- `:q` refuses a modified buffer (the streaming buffer is marked modified again,
+--- even right after `:wq` wrote it), with one line on what to do; when Neovim quits
+--- anyway (`:wq!`, `:q!`, `:qa!`), the request is cancelled first, so the buffer
+--- gets the cancelled marker and a fresh `@You:`, and a buffer that `:wq!` or
+--- `:x!` just wrote is written again with them.
+local M = {}
+local H = {}
+
+-- Buffers with a running request written by the command being run (`:wq`, `:x`).
+H.written = {}
+-- Of those, the ones a quit was asked for after the write.
+H.quit_written = {}
+
+function H.streaming()
+  local send = package.loaded["flemma.send"]
+  local out = {}
+  if not send then
+    return out
+  end
+  for _, buf in ipairs(vim.api.nvim_list_bufs()) do
+    if vim.api.nvim_buf_is_loaded(buf) and send.is_active(buf) then
+      out[#out + 1] = buf
+    end
+  end
+  return out
+end
+
+function H.quit_pre()
+  local bufs = H.streaming()
+  if #bufs == 0 then
+    return
+  end
+  for _, buf in ipairs(bufs) do
+    if H.written[buf] then
+      H.quit_written[buf] = true
+    end
+    -- A quit without ! stops at it: "No write since last change".
+    vim.bo[buf].modified = true
+  end
+  vim.schedule(function()
+    -- Still running: the quit was refused.
+    H.quit_written = {}
+  end)
+  require("flemma.util").notify(
+    ("%s is still receiving: <C-c> stops it, :wq! stops and quits"):format(vim.fn.fnamemodify(
+      vim.api.nvim_buf_get_name(bufs[1]),
+      ":t"
+    )),
+    vim.log.levels.WARN
+  )
+end
+
+function H.leave()
+  local send = package.loaded["flemma.send"]
+  for _, buf in ipairs(H.streaming()) do
+    pcall(send.cancel, buf)
+  end
+  -- Neovim unloads the buffers before VimLeavePre (BufUnload), which already
+  -- cancelled their requests: a buffer `:wq!` wrote is written again with the marker.
+  for buf in pairs(H.quit_written) do
+    if vim.api.nvim_buf_is_valid(buf) and vim.bo[buf].modified and vim.api.nvim_buf_get_name(buf) ~= "" then
+      pcall(vim.api.nvim_buf_call, buf, function()
+        vim.cmd("silent keepalt write!")
+      end)
+    end
+  end
+end
+
+--- Sets up the autocmds once.
+function M.setup()
+  if H.done then
+    return
+  end
+  H.done = true
+  local group = vim.api.nvim_create_augroup("flemma.quit", { clear = true })
+  vim.api.nvim_create_autocmd("BufWritePost", {
+    group = group,
+    callback = function(ev)
+      local send = package.loaded["flemma.send"]
+      if send and send.is_active(ev.buf) then
+        H.written[ev.buf] = true
+        vim.schedule(function()
+          H.written[ev.buf] = nil
+        end)
+      end
+    end,
+  })
+  vim.api.nvim_create_autocmd("QuitPre", { group = group, callback = H.quit_pre })
+  vim.api.nvim_create_autocmd("VimLeavePre", { group = group, callback = H.leave })
+end
+
+return M

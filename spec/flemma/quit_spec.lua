@@ -1,0 +1,148 @@
+-- Issue 24 §11: `:wq` while an answer streamed quit silently and saved the half
+-- answer with no cancelled marker and no `@You:`; the next send then added a second
+-- `@Assistant:`. Now `:wq` is refused while a request runs (as `:q` is for a modified
+-- buffer) and `:wq!` cancels it and writes the marker before quitting; a chat whose
+-- last message is an unfinished answer is continued, not doubled. Neovim in tmux,
+-- keys as typed, the loopback server streaming slowly; the file read back.
+local helpers = require("spec.support.helpers")
+
+--- An Anthropic text stream of `n` lines "answer line i", then "THE END".
+local function lines_stream(n)
+  local ev = {}
+  local function add(name, data)
+    ev[#ev + 1] = "event: " .. name .. "\ndata: " .. vim.json.encode(data) .. "\n\n"
+  end
+  add("message_start", { type = "message_start", message = { id = "msg_1", type = "message", role = "assistant",
+    model = "claude-sonnet-4-6", content = {}, usage = { input_tokens = 10, output_tokens = 1 } } })
+  add("content_block_start", { type = "content_block_start", index = 0, content_block = { type = "text", text = "" } })
+  for i = 1, n do
+    add("content_block_delta", { type = "content_block_delta", index = 0,
+      delta = { type = "text_delta", text = ("answer line %d\n"):format(i) } })
+  end
+  add("content_block_delta", { type = "content_block_delta", index = 0, delta = { type = "text_delta", text = "THE END" } })
+  add("content_block_stop", { type = "content_block_stop", index = 0 })
+  add("message_delta", { type = "message_delta", delta = { stop_reason = "end_turn" }, usage = { output_tokens = 20 } })
+  add("message_stop", { type = "message_stop" })
+  return table.concat(ev)
+end
+
+local function count(s, needle)
+  local n, at = 0, 1
+  while true do
+    local i = s:find(needle, at, true)
+    if not i then
+      return n
+    end
+    n, at = n + 1, i + #needle
+  end
+end
+
+describe("quitting while an answer streams", function()
+  local child, server
+  after_each(function()
+    if child then
+      pcall(child.stop)
+      child = nil
+    end
+    if server then
+      server:stop()
+      server = nil
+    end
+    helpers.cleanup()
+  end)
+
+  it("refuses :wq, and :wq! cancels the request and saves the marker and @You:", function()
+    if vim.fn.executable("tmux") ~= 1 then
+      error("tmux is required for the screen test: run `make deps`")
+    end
+    server = require("spec.support.llm_server").start()
+    local dir = helpers.tmpdir()
+    local file = dir .. "/quit.chat"
+    helpers.write_file(file, "@You:\nTell me a long story.\n")
+    local init = dir .. "/init.lua"
+    helpers.write_file(
+      init,
+      ([[
+        vim.opt.rtp:prepend(%q)
+        vim.cmd("runtime! plugin/flemma.lua")
+        vim.env.FLEMMA_SPEC_KEY = "sk-quit-spec"
+        require("flemma").setup({
+          provider = "test",
+          providers = { test = { kind = "anthropic", endpoint = %q, api_key_env = "FLEMMA_SPEC_KEY" } },
+          parameters = { max_retries = 0, cache_retention = "none" },
+          tools = { autopilot = { enabled = false } },
+        })
+      ]]):format(helpers.root, server:url("/v1/messages"))
+    )
+    child = helpers.tmux_nvim({
+      socket = "flemma-spec-quit-" .. vim.fn.getpid(),
+      args = { "--clean", "-n", "-u", init, file },
+      width = 100,
+      height = 30,
+    })
+    child.wait_screen("Tell me a long story.")
+    -- 200 lines, 30 ms apart: six seconds of streaming.
+    server:script({ { body = lines_stream(200), content_type = "text/event-stream", chunk_seed = 1, max_chunk = 40, delay_ms = 30 } })
+    child.tmux({ "send-keys", "-t", "flemma", "C-]" })
+    child.wait_screen("answer line 2", 8000)
+    child.tmux({ "send-keys", "-t", "flemma", ":wq", "Enter" })
+    local s = child.wait_screen("quit.chat is still receiving: <C-c> stops it, :wq! stops and quits", 5000)
+    assert.truthy(s:find("E37: No write since last change", 1, true), s)
+    -- Neovim is still there, and the request goes on.
+    child.tmux({ "send-keys", "-t", "flemma", "Enter" })
+    child.wait_screen("answer line 12", 8000)
+    child.tmux({ "send-keys", "-t", "flemma", ":wq!", "Enter" })
+    -- Neovim exits by itself: stop() finds it ended and checks it exited 0.
+    local c = child
+    child = nil
+    c.stop()
+    local saved = assert(helpers.read_file(file))
+    assert.equals(1, count(saved, "@Assistant:"), saved)
+    assert.is_nil(saved:find("THE END", 1, true), saved)
+    assert.truthy(saved:find("answer line 2", 1, true), saved)
+    assert.truthy(saved:find("\n<!-- flemma: cancelled -->\n\n@You:\n", 1, true), saved)
+    assert.truthy(saved:find("@You:\n*$"), saved)
+    assert.is_nil(s:find("THE END", 1, true))
+  end)
+end)
+
+describe("a chat that ends with an unfinished answer", function()
+  local h
+  before_each(function()
+    h = helpers.send_harness({ key = "sk-flemma-spec-continue" })
+    require("flemma").setup({
+      provider = "test",
+      providers = { test = { kind = "anthropic", endpoint = h.server:url("/v1/messages"), api_key_env = "FLEMMA_SPEC_KEY" } },
+      parameters = { max_retries = 0, cache_retention = "none" },
+      tools = { autopilot = { enabled = false } },
+    })
+  end)
+  after_each(function()
+    h.teardown()
+  end)
+
+  local CHAT = { "@You:", "Tell me a story.", "", "@Assistant:", "Once upon a time", "there was", "", "" }
+
+  it("is continued in the same message, not answered under a second @Assistant:", function()
+    h.server:script({ { fixture = "anthropic_text.sse" } })
+    local buf = helpers.open_chat(CHAT)
+    helpers.press("<C-]>")
+    assert.equals("completed", h.wait_finished().status)
+    assert.equals(
+      "@You:\nTell me a story.\n\n@Assistant:\nOnce upon a time\nthere was\n\nHello there, wörld ✓.\nSecond line ends here.\n\n@You:\n",
+      helpers.text(buf)
+    )
+    local msgs = h.server:requests()[1].json.messages
+    assert.equals("assistant", msgs[#msgs].role)
+    assert.equals("Once upon a time\nthere was", msgs[#msgs].content[1].text)
+  end)
+
+  it("is left as it was when the continuation fails", function()
+    h.server:script({ { status = 500, body = '{"type":"error","error":{"type":"api_error","message":"boom"}}' } })
+    local buf = helpers.open_chat(CHAT)
+    local before = helpers.text(buf)
+    helpers.press("<C-]>")
+    assert.equals("error", h.wait_finished().status)
+    assert.equals(before, helpers.text(buf))
+  end)
+end)
