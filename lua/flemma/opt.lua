@@ -64,6 +64,17 @@ H.params.temperature = function(v)
     return "should be a number between 0 and 2"
   end
 end
+-- Request fields Flemma does not know, merged into the body (flemma.provider.common.extra).
+H.params.extra = function(v)
+  if type(v) ~= "table" then
+    return "should be a table of request fields, e.g. { seed = 1, top_k = 40 }"
+  end
+  for k in pairs(v) do
+    if type(k) ~= "string" then
+      return "should be a table of request fields with names as keys, e.g. { seed = 1 }"
+    end
+  end
+end
 H.provider_params.anthropic.thinking_budget = integer(0)
 H.provider_params.openai.reasoning = one_of({ "none", "minimal", "low", "medium", "high" })
 H.provider_params.vertex.thinking_budget = integer(-1)
@@ -72,6 +83,7 @@ H.provider_params.vertex.thinking_budget = integer(-1)
 H.ROOT_NAMES = {
   "anthropic",
   "cache_retention",
+  "extra",
   "max_tokens",
   "model",
   "openai",

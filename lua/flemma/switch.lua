@@ -177,7 +177,16 @@ function M.preset(name, config)
   local params = {}
   local function walk(t, prefix)
     for k, v in pairs(t) do
-      if type(v) == "table" then
+      if k == "extra" and type(v) == "table" then
+        -- Request fields of their own (flemma.provider.common.extra), taken whole.
+        local head = prefix:match("^([^.]+)%.$")
+        if head then
+          params[head] = params[head] or {}
+          params[head].extra = vim.deepcopy(v)
+        else
+          params.extra = vim.deepcopy(v)
+        end
+      elseif type(v) == "table" then
         walk(v, prefix .. k .. ".")
       else
         local ok2, err = pcall(H.set, params, prefix .. k, v, "presets." .. name .. ".parameters.")

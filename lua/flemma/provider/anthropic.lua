@@ -178,6 +178,7 @@ function M.build(ctx)
   if ctx.key then
     headers["x-api-key"] = ctx.key
   end
+  common.extra(body, ctx)
   return body, headers
 end
 

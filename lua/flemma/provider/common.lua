@@ -91,6 +91,65 @@ function M.arguments(input)
   return vim.json.encode(M.input(input))
 end
 
+-- Request fields that hold what Flemma builds (the conversation, the tools, the
+-- model, streaming): never taken from `parameters.extra`, set or not.
+M.RESERVED = {
+  model = true, stream = true, messages = true, system = true, tools = true, input = true,
+  contents = true, systemInstruction = true, instructions = true, store = true,
+}
+
+--- Merges one `extra` table into body: a key Flemma built (or reserved) is refused,
+--- a table into a table Flemma built is merged key by key.
+function H.merge_extra(body, extra, path)
+  for k, v in pairs(extra) do
+    local where = path .. "." .. tostring(k)
+    if type(k) ~= "string" then
+      require("flemma.util").error(("%s: a field name should be a string"):format(where))
+    end
+    local have = body[k]
+    if path:find("%.extra$") and M.RESERVED[k] then
+      require("flemma.util").error(
+        ("%s: Flemma builds `%s` itself; parameters.extra adds fields it does not set"):format(where, k)
+      )
+    elseif have == nil then
+      body[k] = vim.deepcopy(v)
+    elseif type(have) == "table" and type(v) == "table" and not vim.islist(have) and not vim.islist(v) then
+      H.merge_extra(have, v, where)
+    else
+      require("flemma.util").error(
+        ("%s: Flemma sets `%s` itself (%s); use the parameter that sets it"):format(where, k, vim.json.encode(have))
+      )
+    end
+  end
+end
+
+--- The request body with `parameters.extra` and then `parameters.<provider>.extra`
+--- (the provider entry's name) merged in: fields Flemma does not know (`seed`,
+--- `top_k`, `tool_choice`, a grammar, ...). A field Flemma builds or sets is refused
+--- with an error naming it. The one helper all provider kinds' `build` use.
+---@param body table
+---@param ctx flemma.provider.Context
+---@return table body
+function M.extra(body, ctx)
+  local params = ctx.parameters or {}
+  local name = ctx.spec and ctx.spec.name or "?"
+  local general = params.extra
+  local specific = type(params[name]) == "table" and params[name].extra or nil
+  for _, e in ipairs({ { general, "parameters.extra" }, { specific, ("parameters.%s.extra"):format(name) } }) do
+    if e[1] ~= nil and type(e[1]) ~= "table" then
+      require("flemma.util").error(("`%s` should be a table of request fields, not %s"):format(e[2], type(e[1])))
+    end
+  end
+  -- The provider's own fields win over the general ones; each is checked under the
+  -- name of the table it came from.
+  local merged = vim.tbl_deep_extend("force", general or {}, specific or {})
+  for k, v in pairs(merged) do
+    local from = (specific and specific[k] ~= nil) and ("parameters.%s.extra"):format(name) or "parameters.extra"
+    H.merge_extra(body, { [k] = v }, from)
+  end
+  return body
+end
+
 --- The headers of a streamed JSON request, with `authorization: Bearer KEY` when
 --- there is a key (the OpenAI kinds and vertex).
 ---@param key string|nil

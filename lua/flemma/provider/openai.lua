@@ -194,6 +194,7 @@ function M.build(ctx)
       body.prompt_cache_retention = "24h"
     end
   end
+  common.extra(body, ctx)
   return body, common.bearer_headers(ctx.key)
 end
 

@@ -157,6 +157,7 @@ function M.build(ctx)
   if effort then
     body.reasoning_effort = effort
   end
+  common.extra(body, ctx)
   return body, common.bearer_headers(ctx.key)
 end
 

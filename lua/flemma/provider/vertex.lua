@@ -148,6 +148,7 @@ function M.build(ctx)
   if next(gen) then
     body.generationConfig = gen
   end
+  common.extra(body, ctx)
   return body, common.bearer_headers(ctx.key)
 end
 
