@@ -196,11 +196,22 @@ function M.tree(bufnr)
   row(1, (fm_opts.auto_approve ~= nil and "global auto_approve: " or "auto_approve: ") .. H.show(config.tools.auto_approve),
     H.config_layer("tools.auto_approve"))
   row(1, "auto_approve_sandboxed: " .. tostring(config.tools.auto_approve_sandboxed), H.config_layer("tools.auto_approve_sandboxed"))
-  local resolvers = {}
-  for _, r in ipairs(require("flemma.tools.approval").get_all()) do
-    resolvers[#resolvers + 1] = ("%s (%d)"):format(r.name, r.priority or 0)
+  local approval = require("flemma.tools.approval")
+  -- The built-in resolvers by what they are to the user; the user's own by name.
+  local labels = {
+    [approval.CONFIG] = "your setup's auto_approve",
+    [approval.FRONTMATTER] = "this chat's frontmatter auto_approve",
+    [approval.SANDBOX] = "sandboxed tools (auto_approve_sandboxed)",
+    [approval.CATCH_ALL] = "require_approval = false (approves the rest)",
+  }
+  if type(config.tools.auto_approve) == "string" then
+    labels[config.tools.auto_approve] = ("your auto_approve module `%s`"):format(config.tools.auto_approve)
   end
-  row(1, "resolvers: " .. table.concat(resolvers, ", "))
+  local resolvers = {}
+  for _, r in ipairs(approval.get_all()) do
+    resolvers[#resolvers + 1] = labels[r.name] or ("your resolver `%s` (priority %d)"):format(r.name, r.priority or 0)
+  end
+  row(1, "asked in turn: " .. table.concat(resolvers, ", ") .. "; then you are asked")
 
   -- Autopilot.
   local cycle = require("flemma.cycle")

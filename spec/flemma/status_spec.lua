@@ -75,6 +75,22 @@ describe(":Flemma status", function()
     assert.matches("^beyond the global policy: trusted", row(lines, "beyond the global policy:"))
   end)
 
+  -- Issue 24 §16: the approval resolvers showed as internal names
+  -- (`urn:flemma:approval:config`) where a user needs "your setup's auto_approve".
+  it("names the approval resolvers as a user knows them, in the order they are asked", function()
+    require("flemma.tools.approval").register("team-policy", { priority = 60, resolve = function() end })
+    chat({ "@You:", "hi" })
+    vim.cmd("Flemma status")
+    local lines = vim.api.nvim_buf_get_lines(0, 0, -1, false)
+    vim.cmd("close")
+    require("flemma.tools.approval").unregister("team-policy")
+    assert.equals(
+      "asked in turn: your setup's auto_approve, this chat's frontmatter auto_approve, your resolver `team-policy` (priority 60), sandboxed tools (auto_approve_sandboxed); then you are asked",
+      row(lines, "asked in turn:")
+    )
+    assert.is_nil(table.concat(lines, "\n"):find("urn:flemma", 1, true))
+  end)
+
   it("shows a frontmatter error with its line", function()
     chat({ "```lua", "flemma.opt.tools = { 'reed' }", "```", "@You:", "hi" })
     vim.cmd("Flemma status")
