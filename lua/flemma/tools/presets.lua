@@ -13,7 +13,8 @@ local H = {}
 ---@type table<string, flemma.approval.Preset>
 H.builtin = {
   ["$readonly"] = { approve = { "read" } },
-  ["$default"] = { approve = { "read", "write", "edit" } },
+  -- The calculators only compute (no files, processes or network): nothing to ask about.
+  ["$default"] = { approve = { "read", "write", "edit", "calculator", "calculator_async" } },
 }
 
 --- A copy of the built-in presets.

@@ -24,10 +24,11 @@ local function decide(tool, input, bufnr)
   return approval.resolve(tool, input or {}, { bufnr = bufnr, tool_id = "toolu_01" })
 end
 
--- Decisions for the built-in tools (and calculator) in one table.
+-- Decisions for the built-in file tools, bash and a tool of your own (`lookup`, in no
+-- preset) in one table.
 local function decisions(bufnr, input)
   local out = {}
-  for _, tool in ipairs({ "bash", "read", "write", "edit", "calculator" }) do
+  for _, tool in ipairs({ "bash", "read", "write", "edit", "lookup" }) do
     out[tool] = decide(tool, input or { command = "ls" }, bufnr)
   end
   return out
@@ -279,19 +280,28 @@ describe("flemma.tools.approval", function()
   describe("tools.auto_approve", function()
     it("defaults to $default: read, write and edit approved, bash gated", function()
       setup({})
-      assert.same({ bash = R, read = A, write = A, edit = A, calculator = R }, decisions())
+      assert.same({ bash = R, read = A, write = A, edit = A, lookup = R }, decisions())
     end)
 
-    it('mixes presets and tool names: { "$readonly", "calculator" }', function()
-      setup({ tools = { auto_approve = { "$readonly", "calculator" } } })
-      assert.same({ bash = R, read = A, write = R, edit = R, calculator = A }, decisions())
+    -- Issue 24 §16: `calculator` asked for approval although it only computes.
+    it("approves the calculators with $default, not with $readonly", function()
+      setup({})
+      assert.equals(A, decide("calculator", { expression = "1+1" }))
+      assert.equals(A, decide("calculator_async", { expression = "1+1" }))
+      setup({ tools = { auto_approve = { "$readonly" } } })
+      assert.equals(R, decide("calculator", { expression = "1+1" }))
+    end)
+
+    it('mixes presets and tool names: { "$readonly", "lookup" }', function()
+      setup({ tools = { auto_approve = { "$readonly", "lookup" } } })
+      assert.same({ bash = R, read = A, write = R, edit = R, lookup = A }, decisions())
     end)
 
     it("takes a function returning true, false or \"deny\"", function()
       setup({
         tools = {
           auto_approve = function(tool_name, input, ctx)
-            if tool_name == "calculator" then
+            if tool_name == "lookup" then
               return true
             end
             if tool_name == "bash" and input.command:match("rm %-rf") then
@@ -301,7 +311,7 @@ describe("flemma.tools.approval", function()
           end,
         },
       })
-      assert.equals(A, decide("calculator"))
+      assert.equals(A, decide("lookup"))
       assert.equals(D, decide("bash", { command = "rm -rf ~" }))
       assert.equals(R, decide("bash", { command = "ls" }))
       assert.equals(R, decide("read"))
@@ -366,7 +376,7 @@ describe("flemma.tools.approval", function()
           auto_approve = { "$yolo", "$no-bash" },
         },
       })
-      assert.same({ bash = D, read = A, write = A, edit = A, calculator = R }, decisions())
+      assert.same({ bash = D, read = A, write = A, edit = A, lookup = R }, decisions())
     end)
 
     -- Composition rules, table-driven: presets, auto_approve, expected decisions.
@@ -375,43 +385,43 @@ describe("flemma.tools.approval", function()
         "unions the approve sets of several presets",
         { ["$a"] = { approve = { "read" } }, ["$b"] = { approve = { "bash" } } },
         { "$a", "$b" },
-        { bash = A, read = A, write = R, edit = R, calculator = R },
+        { bash = A, read = A, write = R, edit = R, lookup = R },
       },
       {
         "unions the deny sets of several presets",
         { ["$a"] = { deny = { "read" } }, ["$b"] = { deny = { "bash" } } },
         { "$a", "$b", "$default" },
-        { bash = D, read = D, write = A, edit = A, calculator = R },
+        { bash = D, read = D, write = A, edit = A, lookup = R },
       },
       {
         "denies when any preset denies (deny wins, whatever the order)",
         { ["$no-write"] = { deny = { "write" } } },
         { "$no-write", "$default" },
-        { bash = R, read = A, write = D, edit = A, calculator = R },
+        { bash = R, read = A, write = D, edit = A, lookup = R },
       },
       {
         "denies a tool also named plainly in the list",
         { ["$no-bash"] = { deny = { "bash" } } },
         { "bash", "$no-bash" },
-        { bash = D, read = R, write = R, edit = R, calculator = R },
+        { bash = D, read = R, write = R, edit = R, lookup = R },
       },
       {
-        'mixes plain names with presets: { "$default", "calculator" }',
+        'mixes plain names with presets: { "$default", "lookup" }',
         {},
-        { "$default", "calculator" },
-        { bash = R, read = A, write = A, edit = A, calculator = A },
+        { "$default", "lookup" },
+        { bash = R, read = A, write = A, edit = A, lookup = A },
       },
       {
         "lets a user preset override a built-in one by name",
         { ["$default"] = { approve = { "read" } } },
         { "$default" },
-        { bash = R, read = A, write = R, edit = R, calculator = R },
+        { bash = R, read = A, write = R, edit = R, lookup = R },
       },
       {
         "approves nothing with an empty list",
         {},
         {},
-        { bash = R, read = R, write = R, edit = R, calculator = R },
+        { bash = R, read = R, write = R, edit = R, lookup = R },
       },
     }
     for _, case in ipairs(cases) do
@@ -426,11 +436,21 @@ describe("flemma.tools.approval", function()
     local saved_state
     before_each(function()
       setup({})
+      -- A tool of your own, in no preset: the frontmatter may name it.
+      require("flemma.tools").register("lookup", {
+        name = "lookup",
+        description = "looks a word up",
+        input_schema = { type = "object", properties = {} },
+        execute = function()
+          return { success = true, output = "" }
+        end,
+      })
       saved_state = vim.env.XDG_STATE_HOME
       vim.env.XDG_STATE_HOME = helpers.tmpdir() -- trust answers go here
     end)
     after_each(function()
       vim.env.XDG_STATE_HOME = saved_state
+      require("flemma.tools").unregister("lookup")
     end)
 
     -- Cases: the frontmatter, the decisions while it is not trusted (what widens the
@@ -440,52 +460,52 @@ describe("flemma.tools.approval", function()
       {
         "Preset form: read-only access for this buffer",
         'flemma.opt.tools.auto_approve = { "$readonly" }',
-        { bash = R, read = A, write = R, edit = R, calculator = R },
+        { bash = R, read = A, write = R, edit = R, lookup = R },
       },
       {
         "List form: auto-approve these tools in this buffer",
-        'flemma.opt.tools.auto_approve = { "calculator", "read" }',
-        { bash = R, read = A, write = R, edit = R, calculator = R },
-        { bash = R, read = A, write = R, edit = R, calculator = A },
+        'flemma.opt.tools.auto_approve = { "lookup", "read" }',
+        { bash = R, read = A, write = R, edit = R, lookup = R },
+        { bash = R, read = A, write = R, edit = R, lookup = A },
       },
       {
         "Mix presets and tool names",
         'flemma.opt.tools.auto_approve = { "$default", "bash" }',
-        { bash = R, read = A, write = A, edit = A, calculator = R },
-        { bash = A, read = A, write = A, edit = A, calculator = R },
+        { bash = R, read = A, write = A, edit = A, lookup = R },
+        { bash = A, read = A, write = A, edit = A, lookup = R },
       },
       {
         "Function form: full control per-buffer",
         table.concat({
           "flemma.opt.tools.auto_approve = function(tool_name, input, ctx)",
-          '  if tool_name == "calculator" then return true end',
+          '  if tool_name == "lookup" then return true end',
           "  return nil  -- pass to next resolver",
           "end",
         }, "\n"),
-        { bash = R, read = R, write = R, edit = R, calculator = R },
-        { bash = R, read = R, write = R, edit = R, calculator = A },
+        { bash = R, read = R, write = R, edit = R, lookup = R },
+        { bash = R, read = R, write = R, edit = R, lookup = A },
       },
       {
         "Start from default, but remove write access",
         'flemma.opt.tools.auto_approve = { "$default" }\nflemma.opt.tools.auto_approve:remove("write")',
-        { bash = R, read = A, write = R, edit = A, calculator = R },
+        { bash = R, read = A, write = R, edit = A, lookup = R },
       },
       {
         "Add bash to the default set",
         'flemma.opt.tools.auto_approve = { "$default" }\nflemma.opt.tools.auto_approve:append("bash")',
-        { bash = R, read = A, write = A, edit = A, calculator = R },
-        { bash = A, read = A, write = A, edit = A, calculator = R },
+        { bash = R, read = A, write = A, edit = A, lookup = R },
+        { bash = A, read = A, write = A, edit = A, lookup = R },
       },
       {
         "Operator shorthand: + (append), - (remove)",
         'flemma.opt.tools.auto_approve = flemma.opt.tools.auto_approve + "bash" - "write"',
-        { bash = R, read = A, write = R, edit = A, calculator = R },
-        { bash = A, read = A, write = R, edit = A, calculator = R },
+        { bash = R, read = A, write = R, edit = A, lookup = R },
+        { bash = A, read = A, write = R, edit = A, lookup = R },
       },
       {
         "a buffer without frontmatter follows the config",
         "-- nothing set",
-        { bash = R, read = A, write = A, edit = A, calculator = R },
+        { bash = R, read = A, write = A, edit = A, lookup = R },
       },
     }
     for _, case in ipairs(cases) do
@@ -554,12 +574,12 @@ describe("flemma.tools.approval", function()
     it("approves bash (can_auto_approve_if_sandboxed) while the sandbox is enabled and available", function()
       sandboxed()
       assert.is_true((require("flemma.sandbox").is_available()))
-      assert.same({ bash = A, read = A, write = A, edit = A, calculator = R }, decisions())
+      assert.same({ bash = A, read = A, write = A, edit = A, lookup = R }, decisions())
     end)
 
     it("approves only tools that declare the capability", function()
       sandboxed({ auto_approve = { "$readonly" } })
-      assert.same({ bash = A, read = A, write = R, edit = R, calculator = R }, decisions())
+      assert.same({ bash = A, read = A, write = R, edit = R, lookup = R }, decisions())
     end)
 
     it("does nothing while the sandbox is disabled", function()
