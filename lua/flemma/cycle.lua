@@ -523,6 +523,7 @@ function H.finish(bufnr, job, result)
       tool_id = job.id,
       tool_name = job.name,
       success = result.success and true or false,
+      line = line, -- the result's header line
     })
   end
   H.start_next(bufnr)

@@ -62,7 +62,12 @@ describe("the screen", function()
     s = child.wait_screen("running bash")
     -- The spinner is virtual text: the placeholder line itself is unchanged.
     assert.truthy(s:find("```flemma:tool status=approved", 1, true), s)
-    child.wait_screen("screen-done\n", 10000)
+    -- The output line, or (the finished result folded, ui.fold_completed) its fold line.
+    local done = vim.wait(10000, function()
+      local now = child.screen()
+      return now:find("screen-done\n", 1, true) ~= nil or now:find("(toolu_01): screen-done", 1, true) ~= nil
+    end, 50)
+    assert.is_true(done, "the output never showed:\n" .. child.screen())
     -- Quitting is part of what the user does: Neovim must exit 0, not crash on the way.
     local c = child
     child = nil

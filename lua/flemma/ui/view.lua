@@ -56,6 +56,26 @@ function M.close_completed(buf, win)
   end
 end
 
+--- Closes, in every window showing buf, the fold of the completed tool result
+--- whose header is on `line` (a tool just wrote it), as a chat shown again has it.
+function M.close_result(buf, line)
+  if not H.cfg().fold_completed or not vim.api.nvim_buf_is_valid(buf) then
+    return
+  end
+  local idoc = lines.idoc(buf)
+  if not idoc then
+    return
+  end
+  fold.flush(buf)
+  local seg = require("flemma.native").idoc_segment_at(idoc, line)
+  if not seg then
+    return
+  end
+  for _, w in ipairs(vim.fn.win_findbuf(buf)) do
+    fold.close_completed(w, seg, seg + 1, { tool_result = true })
+  end
+end
+
 function H.window(buf, win)
   if vim.api.nvim_win_get_buf(win) ~= buf then
     return
@@ -209,6 +229,13 @@ function H.global()
       follow.redraw_status()
       if buf and ev.match == "FlemmaRequestFinished" then
         H.safe(follow.finish, buf)
+      end
+      if buf and H.attached[buf] and ev.match == "FlemmaToolFinished" and ev.data.line then
+        -- The result a tool wrote is folded as a reopened chat's results are.
+        local line = ev.data.line
+        vim.schedule(function()
+          H.safe(M.close_result, buf, line)
+        end)
       end
       if buf and H.attached[buf] then
         local request = ev.match == "FlemmaRequestFinished"
