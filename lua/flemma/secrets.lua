@@ -182,11 +182,10 @@ function M.resolve(provider, cb)
       end
       return cb(
         nil,
-        ("%s: no API key found. Tried:\n%s\nset $%s, store the key in the keyring (secret-tool store --label=%s service %s key api), or register a resolver with require('flemma.secrets').register; a local server needs no key: require('flemma').setup({ provider = \"ollama\", model = \"...\" })"):format(
+        ("%s: no API key found. Tried:\n%s\nset $%s, store the key in the keyring (secret-tool store --label=flemma service %s key api), or register a resolver with require('flemma.secrets').register; a local server needs no key: require('flemma').setup({ provider = \"ollama\", model = \"...\" })"):format(
           provider.name,
           table.concat(lines, "\n"),
           provider.api_key_env or (provider.name:upper() .. "_API_KEY"),
-          provider.name,
           provider.name
         )
       )

@@ -189,6 +189,11 @@ describe("flemma.secrets", function()
       assert.truthy(msg:find("spec_pass: pass show flemma/anthropic: not in the store", 1, true), msg)
       assert.truthy(msg:find("keyring: secret-tool lookup service anthropic key api: exit 1 (No matching secret)", 1, true), msg)
       assert.truthy(msg:find("gcloud: only for vertex", 1, true), msg)
+      -- The command the README gives, word for word (issue 24 §16: the label differed).
+      local readme = assert(helpers.read_file(helpers.root .. "/README.md")):gsub("%s+", " ")
+      local cmd = "secret-tool store --label=flemma service anthropic key api"
+      assert.truthy(readme:find(cmd, 1, true), "README")
+      assert.truthy(msg:find(cmd, 1, true), msg)
       -- in the order tried
       assert.truthy(msg:find("env:", 1, true) < msg:find("spec_pass:", 1, true))
       assert.truthy(msg:find("spec_pass:", 1, true) < msg:find("keyring:", 1, true))
