@@ -62,6 +62,9 @@ H.defaults = {
     -- :Flemma switch warns when the model's output price is above this many dollars
     -- per million tokens.
     high_cost_threshold = 30,
+    -- A send whose conversation is estimated above this many input tokens (its
+    -- text's bytes / 4) says so first, with its size and estimated cost (0: never).
+    warn_tokens = 100000,
     -- Ask before the first send of a chat whose frontmatter chose a provider and model
     -- above high_cost_threshold (or of unknown price on a hosted endpoint).
     confirm_frontmatter_cost = true,
@@ -297,6 +300,9 @@ function H.check(value, default, path)
   end
   if (path == "ui.treesitter_max_bytes" or path == "ui.fold_max_bytes") and value < 0 then
     util.error(("`%s` should be a number of bytes >= 0, not %s"):format(path, tostring(value)))
+  end
+  if path == "ui.warn_tokens" and value < 0 then
+    util.error(("`%s` should be a number of tokens >= 0 (0: never warn), not %s"):format(path, tostring(value)))
   end
   if path == "ui.high_cost_threshold" and value < 0 then
     util.error(("`%s` should be a number >= 0 (dollars per million tokens), not %s"):format(path, tostring(value)))

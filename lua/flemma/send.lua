@@ -187,6 +187,41 @@ function H.refused(bufnr, problems, opts)
   end)
 end
 
+--- A conversation estimated above ui.warn_tokens input tokens (its text's bytes / 4)
+--- is sent with one line saying how large it is and, when the model's price is
+--- known, about what its input costs.
+function H.warn_size(bufnr)
+  local limit = require("flemma.config").get().ui.warn_tokens
+  if type(limit) ~= "number" or limit <= 0 then
+    return
+  end
+  local bytes = vim.api.nvim_buf_get_offset(bufnr, vim.api.nvim_buf_line_count(bufnr))
+  local tokens = math.floor(bytes / 4)
+  if tokens <= limit then
+    return
+  end
+  local cost
+  local ok, cfg = pcall(require("flemma.frontmatter").config, bufnr)
+  local okp, spec = pcall(require("flemma.provider").resolve, ok and cfg or require("flemma.config").get())
+  if okp and spec then
+    local info = require("flemma.models").get(spec.kind, spec.model)
+    cost = info and info.input and tokens * info.input / 1e6 or nil
+  end
+  local function short(n, units)
+    for _, u in ipairs(units) do
+      if n >= u[1] then
+        return ("%.1f%s"):format(n / u[1], u[2]):gsub("%.0([%a ])", "%1")
+      end
+    end
+    return tostring(n)
+  end
+  util.warn(("large request: ~%s tokens (%s)%s"):format(
+    short(tokens, { { 1e6, "M" }, { 1e3, "k" } }),
+    short(bytes, { { 1024 * 1024, " MB" }, { 1024, " KB" } }),
+    cost and (", ~$%.2f input"):format(cost) or ""
+  ))
+end
+
 --- Sends the buffer's conversation. Returns true when a request was started.
 ---@param bufnr integer
 ---@param opts? { on_response?: fun() }
@@ -264,6 +299,7 @@ function M.send(bufnr, opts)
   end
   doc = attached
 
+  H.warn_size(bufnr)
   H.event("FlemmaRequestSending", { bufnr = bufnr })
   local handler = H.handler or H.default_handler()
   if not handler then
