@@ -11,9 +11,11 @@ local H = {}
 -- Per buffer while a request streams: { wins = { [win] = { line = n|nil } | false }, queued }.
 H.state = {}
 
---- One `redrawstatus!` on the next turn of the loop, however many asked.
+--- One `redrawstatus!` on the next turn of the loop, however many asked. Only with
+--- a UI attached: without one there is no statusline to show, and a screen update
+--- under `nvim -l` (a default grid smaller than 'lines') crashes Neovim 0.12.4.
 function M.redraw_status()
-  if H.status_queued then
+  if H.status_queued or #vim.api.nvim_list_uis() == 0 then
     return
   end
   H.status_queued = true
