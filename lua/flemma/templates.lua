@@ -651,7 +651,12 @@ function M.preview(bufnr)
     pbuf = vim.api.nvim_create_buf(false, true)
     vim.api.nvim_buf_set_name(pbuf, name)
     vim.bo[pbuf].bufhidden = "wipe"
-    vim.bo[pbuf].filetype = "markdown"
+    if util.has_parser("markdown") then
+      vim.bo[pbuf].filetype = "markdown"
+    else
+      -- Neovim 0.12's markdown ftplugin raises without the parser: Vim's syntax only.
+      vim.bo[pbuf].syntax = "markdown"
+    end
   end
   vim.bo[pbuf].modifiable = true
   vim.api.nvim_buf_set_lines(pbuf, 0, -1, false, lines)

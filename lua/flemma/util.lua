@@ -134,6 +134,34 @@ function M.warn(msg)
   M.notify(msg, vim.log.levels.WARN)
 end
 
+--- Whether Neovim has a tree-sitter parser for `lang` (0.10 raises without one,
+--- 0.12 returns nil and a reason).
+---@param lang string
+---@return boolean
+function M.has_parser(lang)
+  local ok, res, why = pcall(vim.treesitter.language.add, lang)
+  return ok and res ~= false and not (res == nil and why ~= nil)
+end
+
+--- Runs an Ex command that opens a file (`edit path`). Without the markdown parser,
+--- Neovim 0.12's own markdown ftplugin raises after the file is open (it starts
+--- tree-sitter unconditionally): that error is dropped and the buffer gets Vim's
+--- markdown syntax instead; any other error is raised again.
+---@param cmd string
+function M.open(cmd)
+  local ok, err = pcall(vim.cmd, cmd)
+  if ok then
+    return
+  end
+  local msg = tostring(err)
+  if msg:find("markdown", 1, true) and (msg:find("Parser could not be created", 1, true) or msg:find("no parser", 1, true))
+    and not M.has_parser("markdown") then
+    vim.bo.syntax = "markdown"
+    return
+  end
+  error(err, 0)
+end
+
 --- Strips the plugin prefix from an error value, for messages that get wrapped again.
 ---@param err any
 ---@return string

@@ -260,7 +260,7 @@ function M.goto_file()
     require("flemma.util").warn(("no file %s (the reference @%s): check the path"):format(path, ref.path))
     return
   end
-  vim.cmd("edit " .. vim.fn.fnameescape(path))
+  require("flemma.util").open("edit " .. vim.fn.fnameescape(path))
 end
 
 -- ---------------------------------------------------------------------------
