@@ -676,17 +676,15 @@ function M.execute(bufnr, opts)
   if #edited > 0 then
     s.paused = true
     H.set_cursor(bufnr, edited[1].fence_line or edited[1].first_line)
-    util.warn(
-      ("the approved placeholder of `%s` has content you edited, so it was not executed: remove the text to run the tool, or remove the `flemma:tool` fence to send your text as the result"):format(
-        edited[1].id
-      )
-    )
+    -- One line that fits the message area (the cursor is on the block; what to do
+    -- is in :help flemma-cycle).
+    util.warn("not executed: your text is in the approved block")
   end
   if blocked and #to_run == 0 and next(s.running) == nil then
     M.focus_pending(bufnr)
     H.refresh_previews(bufnr)
     if not opts.quiet then
-      util.notify("waiting for your decision on a pending tool call (set status=approved or rejected, then <C-]>)")
+      util.notify("pending tool call: set status=approved or rejected, <C-]>")
     end
     return
   end
@@ -711,9 +709,7 @@ function M.send(bufnr, opts)
   if opts.auto then
     local max = H.config().tools.autopilot.max_turns
     if s.turns >= max then
-      util.warn(
-        ("autopilot stopped after %d turns (tools.autopilot.max_turns); press <C-]> to continue"):format(max)
-      )
+      util.warn(("autopilot stopped after %d turns: <C-]> goes on"):format(max))
       return false
     end
     s.turns = s.turns + 1
