@@ -72,7 +72,27 @@ TEST_CASE("document") {
     auto p = run("@You:\n````\n```\n@Assistant:\n**Tool Use:** `a` (`b`)\n```\n````\n");
     CHECK(p.count(FLEMMA_DOC_MESSAGE) == 1);
     CHECK(p.count(FLEMMA_DOC_TOOL_USE) == 0);
-    CHECK(p.doc.diags.empty());
+    // The one diagnostic: the marker the fence reads as text (issue 24.6).
+    REQUIRE(p.doc.diags.size() == 1);
+    CHECK(p.doc.diags[0].severity == FLEMMA_DOC_SEV_WARNING);
+    CHECK(p.doc.diags[0].line == 2);
+    CHECK(p.has_diag("this fence is not closed: the @Assistant: below it is read as text"));
+  }
+
+  SUBCASE("a fence that reads a role marker as text is named on its opening line") {
+    // An unclosed fence in a question, closed by the fence of the answer below.
+    auto p = run("@You:\nfix this:\n```python\nx = 1\n\n@Assistant:\nHere:\n\n```python\nx = 2\n```\n\n@You:\nok\n");
+    CHECK(p.count(FLEMMA_DOC_MESSAGE) == 2);
+    REQUIRE(p.doc.diags.size() == 1);
+    CHECK(p.doc.diags[0].line == 3);
+    CHECK(p.doc.diags[0].severity == FLEMMA_DOC_SEV_WARNING);
+    CHECK(p.has_diag("the @Assistant: below it is read as text"));
+    // Closed before the marker, or unclosed up to it: no warning.
+    CHECK(run("@You:\n```python\nx\n```\n@Assistant:\n```\ny\n```\n").doc.diags.empty());
+    CHECK_FALSE(run("@You:\n```python\nx\n@Assistant:\nplain\n").has_diag("is read as text"));
+    // The block of a tool result too.
+    auto r = run("@Assistant:\n**Tool Use:** `a` (`b`)\n\n```json\n{}\n```\n@You:\n**Tool Result:** `b`\n\n```\nout\n@Assistant:\nx\n```\n");
+    CHECK(r.has_diag("the @Assistant: below it is read as text"));
   }
 
   SUBCASE("an unclosed fence ends at the next role marker with a warning") {

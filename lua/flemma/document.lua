@@ -774,6 +774,24 @@ function M.to_messages(doc)
   return { system = #system > 0 and table.concat(system, "\n\n") or nil, messages = out }
 end
 
+H.marker_roles = { ["@You:"] = "user", ["@Assistant:"] = "assistant", ["@System:"] = "system" }
+
+--- Whether d is the parser's warning about a fence that reads a role marker as text
+--- (`this fence is not closed: the @Assistant: below it ...`) where that marker's role
+--- differs from the message the fence is in: sending would change the roles sent.
+function H.swallows_role(doc, d)
+  local marker = d.message:match("^this fence is not closed: the (@%a+:) below it")
+  if not marker then
+    return false
+  end
+  for _, msg in ipairs(doc.messages) do
+    if msg.first_line <= d.line and d.line <= msg.last_line then
+      return msg.role ~= H.marker_roles[marker]
+    end
+  end
+  return false
+end
+
 --- The pairing problems of one message given its neighbours, in the order they are
 --- reported: { part, text } where the problem's line is the part's first line.
 function H.message_problems(prev, msg, next_msg)
@@ -906,7 +924,7 @@ end
 function M.validate_for_send(doc)
   local problems = {}
   for i, d in ipairs(doc.diagnostics) do
-    if d.severity == "error" then
+    if d.severity == "error" or (d.severity == "warning" and H.swallows_role(doc, d)) then
       problems[#problems + 1] = { line = d.line, message = d.message, group = 0, order = i }
     end
   end

@@ -650,6 +650,23 @@ class Parser {
     return last;
   }
 
+  // A fence opened on line `open` and closed on line `close` (0-based) reads
+  // every role marker between them as text: the first of them is named in a
+  // warning on the opening line (flemma.document refuses a send when its role
+  // differs from the message's).
+  void swallowed(int32_t open, int32_t close) {
+    size_t m = marker_after(open);
+    if (m >= markers_.size() || markers_[m].line >= close) return;
+    const int r = markers_[m].role;
+    const char* name = r == FLEMMA_DOC_ASSISTANT ? "@Assistant:" : r == FLEMMA_DOC_SYSTEM ? "@System:" : "@You:";
+    // No line numbers of other lines in the message: an incremental parse keeps
+    // diagnostics of unchanged lines as they were.
+    diag(open, FLEMMA_DOC_SEV_WARNING,
+         std::string("this fence is not closed: the ") + name +
+             " below it is read as text, up to the fence that closes this one; close it before that marker "
+             "(or write \\" + name + " to quote a marker)");
+  }
+
   // ---- messages and text runs ---------------------------------------------
 
   void flush_text() {
@@ -749,6 +766,7 @@ class Parser {
         size_t q = closer_after(l.idx, f.ch, f.len);
         if (q != std::string::npos) {
           const Closer& c = closers_[q];
+          swallowed(l.idx, c.line);
           Line cl = line_at(c.line, c.start);
           extend_text(l.idx, l.start, cl.idx, cl.end);
           go_next(cl);
@@ -804,6 +822,7 @@ class Parser {
     size_t q = closer_after(l.idx, f.ch, f.len);
     if (q != std::string::npos) {
       const Closer& c = closers_[q];
+      swallowed(l.idx, c.line);
       b.closed = true;
       b.last = line_at(c.line, c.start);
       b.body_a = l.next;

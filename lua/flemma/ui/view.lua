@@ -107,6 +107,7 @@ function M.attach(buf)
     if H.attached[buf] and vim.api.nvim_buf_is_valid(buf) then
       H.safe(marks.update, buf)
       H.safe(marks.redraw, buf)
+      H.safe(H.fence_warnings, buf)
     end
   end
   vim.api.nvim_buf_attach(buf, false, {
@@ -158,8 +159,40 @@ function M.attach(buf)
   vim.schedule(function()
     if vim.api.nvim_win_is_valid(win) and vim.api.nvim_buf_is_valid(buf) then
       H.safe(H.window, buf, win)
+      H.safe(H.fence_warnings, buf)
     end
   end)
+end
+
+-- A code fence that reads a role marker as text (the parser's warning "this fence
+-- is not closed: the @Assistant: below it ...") is shown as a warning on its
+-- opening line while it does; set only when the warnings change (every
+-- DiagnosticChanged redraws the screen).
+M.fence_ns = vim.api.nvim_create_namespace("flemma.fence")
+H.fence_shown = {} ---@type table<integer, string>
+
+function H.fence_warnings(buf)
+  local idoc = lines.idoc(buf)
+  if not idoc then
+    return
+  end
+  local out, keys = {}, {}
+  for _, d in ipairs(require("flemma.native").idoc_diagnostics(idoc)) do
+    if d.message:find("this fence is not closed: ", 1, true) == 1 then
+      out[#out + 1] = { lnum = d.line - 1, col = 0, severity = vim.diagnostic.severity.WARN, message = d.message, source = "flemma" }
+      keys[#keys + 1] = d.line .. "\0" .. d.message
+    end
+  end
+  local key = table.concat(keys, "\n")
+  if key == (H.fence_shown[buf] or "") then
+    return
+  end
+  H.fence_shown[buf] = key
+  if #out == 0 then
+    vim.diagnostic.reset(M.fence_ns, buf)
+  else
+    vim.diagnostic.set(M.fence_ns, buf, out)
+  end
 end
 
 ---@param buf integer
@@ -178,6 +211,10 @@ function M.detach(buf)
   marks.forget(buf)
   fold.forget(buf)
   H.request_version[buf] = nil
+  if H.fence_shown[buf] and H.fence_shown[buf] ~= "" and vim.api.nvim_buf_is_valid(buf) then
+    vim.diagnostic.reset(M.fence_ns, buf)
+  end
+  H.fence_shown[buf] = nil
   pcall(vim.api.nvim_del_augroup_by_name, "flemma.view." .. buf)
   if vim.api.nvim_buf_is_valid(buf) then
     pcall(vim.api.nvim_buf_clear_namespace, buf, marks.ns, 0, -1)
