@@ -85,11 +85,9 @@ function M.run(opts)
     return
   end
   if sub.chat and vim.bo.filetype ~= "chat" then
+    -- One short line (it fits the message area of an 80-column Neovim).
     util.notify(
-      ("`:Flemma %s` works on chat buffers only; this buffer's filetype is %s"):format(
-        name,
-        vim.bo.filetype == "" and "empty" or ("`" .. vim.bo.filetype .. "`")
-      ),
+      (":Flemma %s: not a chat (filetype %s)"):format(name, vim.bo.filetype == "" and "none" or vim.bo.filetype),
       vim.log.levels.ERROR
     )
     return

@@ -91,10 +91,7 @@ describe(":Flemma in a buffer that is not a chat", function()
         local note = h.notes[1]
         assert.equals(vim.log.levels.ERROR, note.level, sub)
         assert.equals(
-          ("(flemma) `:Flemma %s` works on chat buffers only; this buffer's filetype is %s"):format(
-            vim.split(sub, " ")[1],
-            ft == "" and "empty" or ("`" .. ft .. "`")
-          ),
+          ("(flemma) :Flemma %s: not a chat (filetype %s)"):format(vim.split(sub, " ")[1], ft == "" and "none" or ft),
           note.msg
         )
         assert.equals(0, #h.server:requests(), sub .. " reached the server")
@@ -113,7 +110,7 @@ describe(":Flemma in a buffer that is not a chat", function()
       h.forget_notes()
       vim.cmd("Flemma " .. sub)
       for _, n in ipairs(h.notes) do
-        assert.is_nil(n.msg:find("chat buffers only", 1, true), sub)
+        assert.is_nil(n.msg:find("not a chat (", 1, true), sub)
       end
     end
   end)
