@@ -90,9 +90,10 @@ TEST_CASE("document") {
     // Closed before the marker, or unclosed up to it: no warning.
     CHECK(run("@You:\n```python\nx\n```\n@Assistant:\n```\ny\n```\n").doc.diags.empty());
     CHECK_FALSE(run("@You:\n```python\nx\n@Assistant:\nplain\n").has_diag("is read as text"));
-    // The block of a tool result too.
+    // Not the block of a tool result: its output may quote a chat.
     auto r = run("@Assistant:\n**Tool Use:** `a` (`b`)\n\n```json\n{}\n```\n@You:\n**Tool Result:** `b`\n\n```\nout\n@Assistant:\nx\n```\n");
-    CHECK(r.has_diag("the @Assistant: below it is read as text"));
+    CHECK(r.doc.diags.empty());
+    CHECK(r.count(FLEMMA_DOC_MESSAGE) == 2);
   }
 
   SUBCASE("an unclosed fence ends at the next role marker with a warning") {

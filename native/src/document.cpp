@@ -650,10 +650,12 @@ class Parser {
     return last;
   }
 
-  // A fence opened on line `open` and closed on line `close` (0-based) reads
-  // every role marker between them as text: the first of them is named in a
-  // warning on the opening line (flemma.document refuses a send when its role
-  // differs from the message's).
+  // A fence of text opened on line `open` and closed on line `close` (0-based)
+  // reads every role marker between them as text: the first of them is named in
+  // a warning on the opening line (flemma.document refuses a send when its role
+  // differs from the message's). Not for the block of a tool use or result:
+  // Flemma writes those with a fence longer than any in their content, which
+  // may quote anything (the output of `cat x.chat`).
   void swallowed(int32_t open, int32_t close) {
     size_t m = marker_after(open);
     if (m >= markers_.size() || markers_[m].line >= close) return;
@@ -822,7 +824,6 @@ class Parser {
     size_t q = closer_after(l.idx, f.ch, f.len);
     if (q != std::string::npos) {
       const Closer& c = closers_[q];
-      swallowed(l.idx, c.line);
       b.closed = true;
       b.last = line_at(c.line, c.start);
       b.body_a = l.next;

@@ -86,6 +86,13 @@ describe("a fence that reads a role marker as text", function()
     assert.equals(1, #doc.diagnostics)
     assert.equals("warning", doc.diagnostics[1].severity)
     assert.is_true((document.validate_for_send(doc)))
+    -- A tool result may quote a chat (the output of `cat x.chat`): no warning, sendable.
+    local quoted = document.parse({
+      "@You:", "show it", "", "@Assistant:", "**Tool Use:** `bash` (`t1`)", "", "```json", '{"command": "cat a.chat"}', "```",
+      "", "@You:", "**Tool Result:** `t1`", "", "```", "@Assistant:", "hello", "```", "", "go on",
+    })
+    assert.same({}, quoted.diagnostics)
+    assert.is_true((document.validate_for_send(quoted)))
     local other = document.parse(CHAT)
     local ok, problems = document.validate_for_send(other)
     assert.is_false(ok)
