@@ -13,7 +13,7 @@ ASAN_PRELOAD = $(shell gcc -print-file-name=libasan.so) $(shell gcc -print-file-
 ASAN_SPECS = spec/flemma/process_spec.lua spec/flemma/sandbox_spec.lua spec/flemma/document_spec.lua \
 	spec/flemma/truncate_spec.lua spec/flemma/native_spec.lua spec/flemma/stream_spec.lua
 
-.PHONY: all build deps test asan bench fuzz demo clean distclean
+.PHONY: all build deps test asan bench fuzz demo helptags clean distclean
 
 all: build
 
@@ -22,14 +22,12 @@ all: build
 # suite is built only for `make test` (FLEMMA_TESTS=ON below) or `make FLEMMA_TESTS=ON`;
 # unset, a build directory keeps what it was configured with (a new one: OFF).
 FLEMMA_TESTS ?=
-# One progress line per file compiled (the compiler's own messages pass unfiltered).
-PROGRESS := awk '/^\[ *[0-9]+%\] (Building|Linking)/ { pct = substr($$0, 1, index($$0, "]")); \
-	n = split($$NF, p, "/"); f = p[n]; sub(/\.o$$/, "", f); \
-	print "[flemma] " pct ($$0 ~ /Linking/ ? " linking " : " ") f; fflush() }'
+# One progress line per file compiled (scripts/progress.sh; the compiler's own messages
+# pass unfiltered).
 build:
 	@echo "[flemma] configuring $(BUILD_DIR)/ with CMake"
 	@cmake -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=Release $(if $(FLEMMA_TESTS),-DFLEMMA_TESTS=$(FLEMMA_TESTS)) >/dev/null
-	@set -o pipefail; cmake --build $(BUILD_DIR) -j$(JOBS) -- --no-print-directory | $(PROGRESS) \
+	@set -o pipefail; cmake --build $(BUILD_DIR) -j$(JOBS) -- --no-print-directory | bash scripts/progress.sh \
 		|| cmake --build $(BUILD_DIR) -j1
 	@echo "[flemma] built $(BUILD_DIR)/libflemma_core$(if $(filter Darwin,$(shell uname -s)),.dylib,.so)"
 
@@ -55,9 +53,15 @@ asan: deps
 		test $${PIPESTATUS[0]} -eq 0
 
 # A guided tour of the tool cycle, offline: Neovim with only this plugin on a scratch
-# copy of demo/tour.chat (see README.md).
-demo: deps build
+# copy of demo/tour.chat (see README.md). It builds the library and needs a Neovim 0.10
+# or later: the system's, else one fetched into .deps/ (never the test packages).
+demo:
 	@bash scripts/demo.sh
+
+# doc/tags is committed (so :help flemma works in every install, built or not); after an
+# edit of doc/flemma.txt, regenerate it (spec/flemma/doc_spec.lua checks it is current).
+helptags:
+	@bash scripts/helptags.sh
 
 bench: deps build
 	@BENCH="$(BENCH)" bash scripts/bench.sh

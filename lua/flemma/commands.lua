@@ -22,6 +22,7 @@ local modules = {
   "flemma.switch",
   "flemma.estimate",
   "flemma.templates",
+  "flemma.build",
 }
 local loaded = false
 

@@ -333,18 +333,21 @@ H.load_error = nil
 H.declared = false
 
 function H.build_hint()
-  local hint = "build it with `make` in " .. util.root()
-  if package.loaded["lazy"] then
-    hint = hint .. (" (or `:Lazy build %s`)"):format(vim.fn.fnamemodify(util.root(), ":t"))
-  end
-  return hint
+  return "build it with `make` in " .. util.root() .. " (or `:Flemma build`)"
 end
+
+-- What usable() says when the library cannot be used: one short line (it must fit the
+-- message area without a hit-enter prompt), naming the command that fixes it; the
+-- full error (path, versions) is what available() returns (:checkhealth, :Flemma status).
+H.short_error = nil
 
 function H.load()
   local path = M.library_path()
   if vim.uv.fs_stat(path) == nil then
+    H.short_error = "the native library is not built yet: run :Flemma build"
     return nil, ("native library not found at %s: %s"):format(path, H.build_hint())
   end
+  H.short_error = "the native library cannot be used (:checkhealth flemma): run :Flemma build"
   if not H.declared then
     local ok, err = pcall(ffi.cdef, M.cdef())
     if not ok then
@@ -362,6 +365,7 @@ function H.load()
   end
   local version = lib.flemma_abi_version()
   if version ~= M.ABI_VERSION then
+    H.short_error = "the native library is out of date: run :Flemma build"
     return nil,
       ("native library %s has ABI version %d but this plugin needs %d: rebuild it with `make` in %s"):format(
         path,
@@ -405,22 +409,34 @@ end
 
 H.notified = false
 
---- Whether the library can be used; when it cannot, says so once per session (what
---- is wrong and how to build it) instead of an error on every keystroke.
+--- Whether the library can be used; when it cannot, says so once per session, in one
+--- line that names the fix (`:Flemma build`), instead of an error on every keystroke.
+--- The line is a warning shown after the current event (an autocommand that asked
+--- gets no "Error in ... Autocommands" and no hit-enter prompt).
 ---@return boolean
 function M.usable()
   local ok, err = M.available()
   if not ok and not H.notified then
     H.notified = true
-    util.notify(err, vim.log.levels.ERROR)
+    local short = H.short_error or err
+    vim.schedule(function()
+      util.notify(short, vim.log.levels.WARN)
+    end)
   end
   return ok
+end
+
+--- Whether the library is loaded in this Neovim (a rebuilt one is used after a restart).
+---@return boolean
+function M.loaded()
+  return H.lib ~= nil
 end
 
 --- Forgets a failed load so that the next use tries again (after `make`).
 function M.reset()
   if not H.lib then
     H.load_error = nil
+    H.short_error = nil
     H.notified = false
   end
 end

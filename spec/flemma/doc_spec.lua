@@ -48,4 +48,35 @@ describe(":help flemma", function()
     assert.is_true(tags["FlemmaToolPreview"] or false)
     assert.is_true(tags["flemma-cycle"] or false)
   end)
+
+  it("has its doc/tags in the source, current with doc/flemma.txt (else: make helptags)", function()
+    -- Plugin managers (lazy.nvim's dir spec, a plain rtp entry) never run :helptags:
+    -- without a committed doc/tags, :help flemma is E149.
+    local committed = helpers.read_file(helpers.root .. "/doc/tags")
+    assert.is_not_nil(committed, "doc/tags is missing: run `make helptags` and commit it")
+    local tracked = vim.system({ "git", "-C", helpers.root, "ls-files", "--error-unmatch", "doc/tags" }):wait()
+    assert.equals(0, tracked.code, "doc/tags is not tracked by git (is it in .gitignore?)")
+    local dir = helpers.tmpdir()
+    vim.fn.mkdir(dir .. "/doc", "p")
+    vim.fn.writefile(vim.fn.readfile(helpers.root .. "/doc/flemma.txt", "b"), dir .. "/doc/flemma.txt", "b")
+    vim.cmd("helptags " .. vim.fn.fnameescape(dir .. "/doc"))
+    local fresh = helpers.read_file(dir .. "/doc/tags")
+    assert.equals(fresh, committed, "doc/tags is out of date with doc/flemma.txt: run `make helptags`")
+  end)
+
+  it("opens with :help flemma in a Neovim that only has the plugin on its runtimepath", function()
+    local out = helpers.tmpdir() .. "/out.txt"
+    helpers.run_nvim({
+      args = { "--cmd", "set rtp^=" .. vim.fn.fnameescape(helpers.root) },
+      lua = ([[
+        vim.cmd("help flemma")
+        local f = io.open(%q, "w")
+        f:write(vim.fn.expand("%%:t"), "\n", vim.api.nvim_get_current_line(), "\n")
+        f:close()
+      ]]):format(out),
+    })
+    local text = helpers.read_file(out) or ""
+    assert.matches("^flemma.txt\n", text)
+    assert.matches("*flemma* *flemma-intro*", text, 1, true)
+  end)
 end)
