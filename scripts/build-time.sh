@@ -11,6 +11,10 @@
 # the compiler's dependency files must name no system copy of them, and the plain build
 # must not have built the doctest suite.
 #   FLEMMA_BUILD_KEEP=1  keep the clone (its path is printed)
+#
+# --demo: instead, `make demo` in the fresh clone (in tmux), timed until the tour is on
+# screen: `bench demo_clean: <seconds> s (target <= 90 s) PASS|MISS`. Without a Neovim
+# 0.10 or later on PATH this includes fetching one.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 TARGET=60
@@ -22,6 +26,34 @@ git clone --quiet --no-hardlinks "$ROOT" "$tmp/flemma"
 cd "$tmp/flemma"
 [ ! -e .deps ] || fail "the clone has a .deps"
 (cd third_party && sha256sum -c --quiet SHA256SUMS) || fail "third_party/ differs from third_party/SHA256SUMS"
+
+if [ "${1:-}" = "--demo" ]; then
+  command -v tmux >/dev/null 2>&1 || fail "--demo needs tmux"
+  sock="flemma-demo-time-$$"
+  echo "# load average before: $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || true)"
+  echo "# Neovim on PATH: $(command -v nvim >/dev/null 2>&1 && nvim --version | head -n 1 || echo none)"
+  start=$(date +%s.%N)
+  tmux -L "$sock" new-session -d -x 100 -y 30 \
+    "cd '$tmp/flemma' && script -q -e -c 'FLEMMA_DEMO_DIR=$tmp/tour make demo' '$tmp/demo.log'"
+  shown=0
+  for _ in $(seq 1 6000); do
+    if tmux -L "$sock" capture-pane -p -t 0 2>/dev/null | grep -q 'Show me how tools work in Flemma'; then
+      shown=1
+      break
+    fi
+    sleep 0.1
+  done
+  end=$(date +%s.%N)
+  tmux -L "$sock" kill-server 2>/dev/null || true
+  echo "# load average after: $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || true)"
+  [ "$shown" = 1 ] || { tail -n 30 "$tmp/demo.log" >&2; fail "the tour never showed"; }
+  grep -a '^\[demo\]\|^\[deps\]' "$tmp/demo.log" | sed 's/^/# /' | tr -d '\r'
+  warnings=$(grep -ac 'warning:' "$tmp/demo.log" || true)
+  secs=$(awk -v s="$start" -v e="$end" 'BEGIN { printf "%.1f", e - s }')
+  verdict=$(awk -v t="$secs" -v w="$warnings" 'BEGIN { print (t <= 90 && w == 0) ? "PASS" : "MISS" }')
+  echo "bench demo_clean: $secs s (target <= 90 s) $verdict ($warnings compiler warnings)"
+  exit 0
+fi
 
 run=(make)
 bare="no (bubblewrap missing or FLEMMA_BUILD_BARE=0)"

@@ -13,12 +13,20 @@ log() { printf '[deps] %s\n' "$*"; }
 PKGS=(g++ cmake make libluajit-5.1-dev luajit lua-busted bubblewrap curl clang-14
       libclang-rt-14-dev tmux dpkg-dev patchelf python3)
 
+# --nvim VERSION: only that Neovim (what `make demo` needs when the system has none).
+ONLY_NVIM=""
+if [ "${1:-}" = "--nvim" ]; then
+  ONLY_NVIM=${2:?--nvim needs a version: 0.10.4 or 0.12.4}
+  PKGS=(patchelf)
+fi
+
 if ! command -v apt-get >/dev/null 2>&1; then
   cat <<MSG
 [deps] This system has no apt-get. 'make' needs only CMake and a C++20 compiler; for
   the tests install yourself: LuaJIT, busted for Lua 5.1, Neovim >= 0.10, bubblewrap
   (Linux), curl, tmux, python3, clang with libFuzzer (make fuzz).
 MSG
+  [ -z "$ONLY_NVIM" ] || { echo "[deps] install Neovim 0.10 or later and put it on PATH" >&2; exit 1; }
   exit 0
 fi
 
@@ -34,7 +42,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 else
-  log "system packages present"
+  log "packages present: ${PKGS[*]}"
 fi
 
 KEYRING=/usr/share/keyrings/debian-archive-keyring.gpg
@@ -57,7 +65,7 @@ fetch_nvim() {
   local version=$1 suite=$2
   local dest="$DEPS/nvim-$version"
   if [ -x "$dest/usr/bin/nvim" ]; then log "neovim $version present"; return; fi
-  log "fetching neovim $version from $suite"
+  log "fetching neovim $version from Debian $suite: the package lists"
   local opts; opts=$(apt_private "$suite" "deb [signed-by=$KEYRING] $MIRROR $suite main")
   # shellcheck disable=SC2086
   apt-get $opts update -qq
@@ -66,9 +74,11 @@ fetch_nvim() {
   ts=$(apt-cache $opts depends neovim 2>/dev/null | awk '/Depends: libtree-sitter/{print $2; exit}')
   local work="$DEPS/dl-$suite"
   rm -rf "$work"; mkdir -p "$work"
+  log "fetching neovim $version: its packages"
   # shellcheck disable=SC2086
   (cd "$work" && apt-get $opts download -qq neovim neovim-runtime libluajit-5.1-2 libuv1t64 \
       lua-luv lua-lpeg libunibilium4 libutf8proc3 "$ts" libmsgpack-c2 libvterm0 libc6 libgcc-s1 >/dev/null)
+  log "fetching neovim $version: unpacking into .deps/nvim-$version"
   rm -rf "$dest.tmp"; mkdir -p "$dest.tmp"
   for deb in "$work"/*.deb; do dpkg -x "$deb" "$dest.tmp"; done
   # Point the binary at its own loader and libraries, so that it runs directly and
@@ -80,7 +90,11 @@ fetch_nvim() {
   "$ROOT/scripts/nvim" "$version" --version | head -n 1
 }
 
-fetch_nvim 0.10.4 trixie
-fetch_nvim 0.12.4 sid
+case "$ONLY_NVIM" in
+  "") fetch_nvim 0.10.4 trixie; fetch_nvim 0.12.4 sid ;;
+  0.10.4) fetch_nvim 0.10.4 trixie ;;
+  0.12.4) fetch_nvim 0.12.4 sid ;;
+  *) echo "[deps] unknown Neovim version $ONLY_NVIM (0.10.4 or 0.12.4)" >&2; exit 1 ;;
+esac
 
 log "done"
