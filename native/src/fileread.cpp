@@ -157,7 +157,7 @@ Result read_file(const Request& req) {
   }
   r.size = static_cast<int64_t>(st.st_size);
   const int64_t max_bytes = req.max_bytes < 0 ? 0 : req.max_bytes;
-  Window win{req, r};
+  Window win{req, r, {}, 0, 0};
   bool pending = false;  // bytes after the last "\n"
   std::string buf(req.chunk > 0 ? req.chunk : 64 * 1024, '\0');
   for (;;) {
