@@ -44,12 +44,13 @@ function M.add_secret(value)
 end
 
 -- Values of the environment that look like secrets (names ending in _API_KEY,
--- _TOKEN, _SECRET, _ACCESS_KEY; 8 bytes or more).
-local function env_secrets(out)
+-- _TOKEN, _SECRET, _ACCESS_KEY; 8 bytes or more), but those of the names in `except`.
+local function env_secrets(out, except)
   for name, value in pairs(vim.uv.os_environ()) do
     local upper = name:upper()
     if
       type(value) == "string"
+      and not (except and except[name])
       and #value >= 8
       and (upper:match("_API_KEY$") or upper:match("_TOKEN$") or upper:match("_SECRET$") or upper:match("_ACCESS_KEY$"))
     then
@@ -82,9 +83,12 @@ end
 --- resolved) and each value of a secret-looking environment variable, longest first,
 --- becomes `[redacted]`, as does the value of an authentication header
 --- (`Authorization:`, `x-api-key:`, `x-goog-api-key:`, also in curl's config syntax).
+--- `env_except`: names of environment variables whose values stay (a tool's output
+--- keeps what `tools.env_passthrough` gave it); a registered key is removed anyway.
 ---@param text string
+---@param env_except? table<string, true>
 ---@return string
-function M.redact(text)
+function M.redact(text, env_except)
   if type(text) ~= "string" then
     return text
   end
@@ -95,7 +99,7 @@ function M.redact(text)
     end)
   end
   local values = {}
-  env_secrets(values)
+  env_secrets(values, env_except)
   vim.list_extend(values, secret_sorted)
   table.sort(values, function(a, b)
     return #a > #b

@@ -479,13 +479,48 @@ end
 
 -- Execution ------------------------------------------------------------------------
 
+-- A copy of a result's output with every secret removed (util.redact), strings at
+-- any depth of a table output.
+-- `except`: the names of tools.env_passthrough (their values were given to tools on
+-- purpose); a key Flemma resolved is removed all the same.
+function H.redact(v, except, depth)
+  if type(v) == "string" then
+    return util.redact(v, except)
+  end
+  if type(v) ~= "table" or depth > 32 then
+    return v
+  end
+  local out = {}
+  for k, x in pairs(v) do
+    out[k] = H.redact(x, except, depth + 1)
+  end
+  -- vim.empty_dict() stays an object for vim.json.encode.
+  local mt = getmetatable(v)
+  if mt ~= nil and mt == getmetatable(vim.empty_dict()) then
+    setmetatable(out, mt)
+  end
+  return out
+end
+
+--- The result as it is recorded: a table of success, output and error, with every
+--- secret (a key Flemma resolved, a secret-looking environment value: util.redact)
+--- taken out. A result is written into the chat file and sent to the provider, and
+--- a tool that read `export OPENAI_API_KEY=...` from ~/.bashrc or a project script
+--- must not carry the key there.
 function H.normalize(name, result)
   if type(result) ~= "table" then
     return { success = false, error = ("tool `%s` returned %s instead of a result table"):format(name, type(result)) }
   end
-  local out = { success = result.success == true, output = result.output, error = result.error }
+  local except = {}
+  for _, n in ipairs(require("flemma.config").get().tools.env_passthrough or {}) do
+    except[n] = true
+  end
+  local out = { success = result.success == true, output = H.redact(result.output, except, 0), error = result.error }
   if out.error ~= nil and type(out.error) ~= "string" then
     out.error = util.message(out.error)
+  end
+  if type(out.error) == "string" then
+    out.error = util.redact(out.error, except)
   end
   if not out.success and (out.error == nil or out.error == "") then
     out.error = ("tool `%s` failed without a message"):format(name)

@@ -1,0 +1,108 @@
+-- End-to-end attacks from a hostile "provider" (the loopback server) against a real
+-- headless Neovim: real <C-]>, real bash/bwrap/curl, autopilot on. Each case is one
+-- bypass an attack review found; see the commit that added it.
+local helpers = require("spec.support.helpers")
+
+local KEY = "sk-flemma-attack-" .. tostring(math.random(1e9)) .. "-" .. tostring(math.random(1e9))
+
+local function data(t)
+  return "data: " .. vim.json.encode(t) .. "\n\n"
+end
+
+-- An anthropic answer: the text in one event, then the given tool uses.
+local function anthropic_answer(answer, uses)
+  local out = {
+    "event: message_start\n",
+    data({ type = "message_start", message = { id = "msg_a", type = "message", role = "assistant", model = "m", content = {}, usage = { input_tokens = 1, output_tokens = 1 } } }),
+    "event: content_block_start\n",
+    data({ type = "content_block_start", index = 0, content_block = { type = "text", text = "" } }),
+    "event: content_block_delta\n",
+    data({ type = "content_block_delta", index = 0, delta = { type = "text_delta", text = answer } }),
+    "event: content_block_stop\n",
+    data({ type = "content_block_stop", index = 0 }),
+  }
+  for i, u in ipairs(uses or {}) do
+    vim.list_extend(out, {
+      "event: content_block_start\n",
+      data({ type = "content_block_start", index = i, content_block = { type = "tool_use", id = u.id, name = u.name, input = vim.empty_dict() } }),
+      "event: content_block_delta\n",
+      data({ type = "content_block_delta", index = i, delta = { type = "input_json_delta", partial_json = vim.json.encode(u.input) } }),
+      "event: content_block_stop\n",
+      data({ type = "content_block_stop", index = i }),
+    })
+  end
+  vim.list_extend(out, {
+    "event: message_delta\n",
+    data({ type = "message_delta", delta = { stop_reason = uses and "tool_use" or "end_turn" }, usage = { output_tokens = 9 } }),
+    "event: message_stop\n",
+    data({ type = "message_stop" }),
+  })
+  return table.concat(out)
+end
+
+-- A tool result that holds the API key never reaches the chat (a file) or the
+-- provider: many users keep `export X_API_KEY=...` in ~/.bashrc or a project script,
+-- and with the sandbox on `cat ~/.bashrc` is auto-approved; an auto-approved `read`
+-- of a project file does the same without the sandbox.
+describe("a tool result holding the API key", function()
+  local h, server, saved, home, project
+
+  before_each(function()
+    h = helpers.send_harness({ key = KEY })
+    server = h.server
+    saved = { HOME = vim.env.HOME, cwd = vim.fn.getcwd() }
+    -- Outside /tmp, which the sandbox replaces by a private tmpfs.
+    home = vim.fs.normalize(assert(vim.uv.fs_realpath(assert(vim.uv.fs_mkdtemp("/var/tmp/flemma-attack-XXXXXX")))))
+    vim.env.HOME = home
+    helpers.write_file(home .. "/.bashrc", "alias ll='ls -l'\nexport FLEMMA_SPEC_KEY=" .. KEY .. "\n")
+    project = home .. "/projects/app"
+    vim.fn.mkdir(project, "p")
+    helpers.write_file(project .. "/deploy.sh", "#!/bin/sh\nKEY='" .. KEY .. "' ./run\n")
+    vim.cmd.cd(project)
+  end)
+
+  after_each(function()
+    h.teardown()
+    vim.cmd.cd(saved.cwd)
+    vim.env.HOME = saved.HOME
+    vim.fn.delete(home, "rf")
+  end)
+
+  local function run(sandbox, use)
+    require("flemma").setup({
+      provider = "test",
+      providers = { test = { kind = "anthropic", endpoint = server:url("/v1/messages"), api_key_env = "FLEMMA_SPEC_KEY" } },
+      parameters = { max_retries = 0, cache_retention = "none", timeout = 30 },
+      sandbox = { enabled = sandbox, backend = "bwrap" },
+      tools = { autopilot = { enabled = true } },
+    })
+    server:script({
+      { body = anthropic_answer("Let me look.", { use }), content_type = "text/event-stream" },
+      { body = anthropic_answer("Thanks."), content_type = "text/event-stream" },
+    })
+    local buf = helpers.edit(project .. "/talk.chat", { "@You:", "Hi" })
+    helpers.press("<C-]>")
+    assert.equals("completed", h.wait_finished(2, 60000).status)
+    helpers.settle()
+    local reqs = server:requests()
+    assert.equals(2, #reqs)
+    local text = helpers.text(buf)
+    -- The tool ran (its result is in the chat), and the key is not in it.
+    assert.truthy(text:find("**Tool Result:** `" .. use.id .. "`", 1, true), text)
+    assert.truthy(text:find("[redacted]", 1, true), text)
+    assert.is_nil(text:find(KEY, 1, true), "the key is in the chat:\n" .. text)
+    assert.is_nil(reqs[2].body:find(KEY, 1, true), "the key was sent to the provider in a tool result")
+  end
+
+  it("from `cat ~/.bashrc` in the sandbox (auto-approved) is redacted", function()
+    if vim.fn.executable("bwrap") ~= 1 then
+      pending("bwrap is not installed")
+      return
+    end
+    run(true, { id = "toolu_cat", name = "bash", input = { command = "cat ~/.bashrc" } })
+  end)
+
+  it("from an auto-approved read of a project file is redacted", function()
+    run(false, { id = "toolu_read", name = "read", input = { path = "deploy.sh" } })
+  end)
+end)
