@@ -426,6 +426,40 @@ describe("built-in tools", function()
       assert(ok, err)
     end)
 
+    it("strips a variable holding a provider's key whatever its name (a dash, a dot)", function()
+      -- Names a shell cannot write are still passed on by exec (env(1), systemd,
+      -- another program): the child sees them, and `env | curl -d @- ...` sends them.
+      local key = "sk-flemma-dashed-spec-" .. tostring(math.random(1e9))
+      local vars = { FLEMMA_SPEC_PROVIDER_KEY = key, ["CFG-DEPLOY"] = "token=" .. key, ["app.secretless"] = key .. ";x" }
+      local saved = {}
+      for k, v in pairs(vars) do
+        saved[k] = vim.fn.getenv(k)
+        vim.fn.setenv(k, v)
+      end
+      local out = vim.fs.normalize(vim.fn.getcwd()) .. "/flemma-env-spec.txt"
+      local ok, err = pcall(function()
+        config.setup({ providers = { spec = { kind = "anthropic", endpoint = "https://api.anthropic.com/v1/messages", api_key_env = "FLEMMA_SPEC_PROVIDER_KEY" } } })
+        local res = sh("env > " .. vim.fn.shellescape(out) .. "; echo done")
+        assert.is_true(res.success, res.error)
+        local text = table.concat(vim.fn.readfile(out), "\n")
+        assert.is_truthy(text:find("PATH=", 1, true), text)
+        -- Only the names are shown: the rest of the environment is the machine's.
+        local holders = {}
+        for line in (text .. "\n"):gmatch("([^\n]*)\n") do
+          if line:find(key, 1, true) then
+            holders[#holders + 1] = line:match("^[^=]*")
+          end
+        end
+        assert.same({}, holders, "these variables carried the key to the command")
+      end)
+      os.remove(out)
+      for k in pairs(vars) do
+        vim.fn.setenv(k, saved[k])
+      end
+      config.setup({})
+      assert(ok, err)
+    end)
+
     it("refuses an env_passthrough entry that is not a variable name", function()
       local ok, err = pcall(config.setup, { tools = { env_passthrough = { "A=B" } } })
       assert.is_false(ok)
