@@ -146,3 +146,34 @@ describe("a chat that ends with an unfinished answer", function()
     assert.equals(before, helpers.text(buf))
   end)
 end)
+
+describe("closing a split while an answer streams elsewhere", function()
+  local h
+  after_each(function()
+    h.teardown()
+  end)
+
+  it("says nothing and leaves the request running", function()
+    h = helpers.send_harness({ key = "sk-flemma-spec-split" })
+    require("flemma").setup({
+      provider = "test",
+      providers = { test = { kind = "anthropic", endpoint = h.server:url("/v1/messages"), api_key_env = "FLEMMA_SPEC_KEY" } },
+      parameters = { max_retries = 0, cache_retention = "none" },
+      tools = { autopilot = { enabled = false } },
+    })
+    h.server:script({ { body = lines_stream(100), content_type = "text/event-stream", chunk_seed = 2, max_chunk = 40, delay_ms = 20 } })
+    local buf = helpers.open_chat({ "@You:", "Go." })
+    helpers.press("<C-]>")
+    helpers.wait_for(function()
+      return helpers.text(buf):find("answer line 2", 1, true) ~= nil
+    end, 8000, "no answer")
+    vim.cmd("split " .. vim.fn.fnameescape(helpers.tmpdir() .. "/other.txt"))
+    vim.cmd("quit")
+    assert.is_true(require("flemma.send").is_active(buf))
+    for _, n in ipairs(h.notes) do
+      assert.is_nil(n.msg:find("still receiving", 1, true), n.msg)
+    end
+    assert.equals("completed", h.wait_finished(1, 20000).status)
+    assert.truthy(helpers.text(buf):find("THE END", 1, true))
+  end)
+end)

@@ -42,6 +42,13 @@ function H.quit_pre()
     -- Still running: the quit was refused.
     H.quit_written = {}
   end)
+  -- Said only when this quit may end Neovim or closes a streaming chat (not for a
+  -- split of another file closed meanwhile).
+  local send = package.loaded["flemma.send"]
+  local last = #vim.api.nvim_list_tabpages() == 1 and vim.fn.winnr("$") == 1
+  if not last and not (send and send.is_active(vim.api.nvim_get_current_buf())) then
+    return
+  end
   require("flemma.util").notify(
     ("%s is still receiving: <C-c> stops it, :wq! stops and quits"):format(vim.fn.fnamemodify(
       vim.api.nvim_buf_get_name(bufs[1]),
