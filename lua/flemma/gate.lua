@@ -124,6 +124,10 @@ end
 ---@return flemma.frontmatter.Options|nil opts
 ---@return string|nil err
 function M.check(bufnr)
+  if not vim.api.nvim_buf_is_valid(bufnr) then
+    -- Wiped while a step of the cycle was queued: nothing to act on, nothing to show.
+    return nil, ("buffer %s is not valid"):format(tostring(bufnr))
+  end
   local opts, err = H.evaluate(bufnr)
   if not opts then
     H.report(bufnr, err)

@@ -763,6 +763,26 @@ describe("cancel of a tool that is not running", function()
   end)
 end)
 
+describe("a chat wiped while the cycle's next step is queued", function()
+  after_each(function()
+    send.set_handler(nil)
+    vim.cmd("silent! %bwipeout!")
+    helpers.cleanup()
+  end)
+
+  -- Phase 1 with every call approved queues phase 2 for the next turn of the loop; a
+  -- buffer wiped before then raised "Invalid buffer id" from that callback.
+  it("drops the queued step without an error", function()
+    setup()
+    local buf = chat(conversation({ { "echo", "toolu_01", { text = "a" } } }))
+    vim.v.errmsg = ""
+    cycle.advance(buf)
+    vim.cmd("bwipeout! " .. buf)
+    vim.wait(100)
+    assert.equals("", vim.v.errmsg)
+  end)
+end)
+
 -- Issue 11 §13: one <C-]> resolves every placeholder that needs no run in one pass
 -- (the time is measured by bench/cycle_bench.lua, cycle_rejected_4000).
 describe("one <C-]> over many placeholders", function()
