@@ -262,10 +262,14 @@ function M.categorize(bufnr)
   local counts = { approved = 0, pending = 0, denied = 0 }
   local block = {}
   local statuses = {}
+  local state = H.get_state(bufnr)
+  state.auto = state.auto or {}
   for i, use in ipairs(missing) do
     local unavailable = H.unavailable(bufnr, use.name)
     local status = unavailable and "denied" or H.decide(bufnr, use)
     statuses[use.id] = status
+    -- Approved without the user: decided again when it runs (H.run).
+    state.auto[use.id] = status == "approved" or nil
     counts[status] = counts[status] + 1
     if i > 1 then
       block[#block + 1] = ""
@@ -485,6 +489,17 @@ function H.on_idle(bufnr)
   end
 end
 
+-- Whether a tool names the files it touches (flemma.tools.scope): such a call is
+-- approved for where its paths lead, so it runs alone (H.start_next).
+function H.has_paths(name)
+  local def = require("flemma.tools").get(name)
+  return type(def) == "table" and type(def.paths) == "function"
+end
+
+--- Starts queued jobs, in order, up to tools.max_concurrent. A call of a file tool
+--- (one with `paths`) runs alone: no command may change where its paths lead (swap a
+--- link for one to ~/.ssh) between the check that approved it (decided again as it
+--- starts, H.run) and its reads and writes.
 function H.start_next(bufnr)
   local s = H.state[bufnr]
   if not s then
@@ -492,8 +507,23 @@ function H.start_next(bufnr)
   end
   local limit = math.max(1, H.config().tools.max_concurrent or 4)
   while #s.queue > 0 and vim.tbl_count(s.running) < limit do
+    local alone = H.has_paths(s.queue[1].name)
+    local busy = next(s.running) ~= nil
+    if busy and alone then
+      break
+    end
+    local exclusive = false
+    for _, r in pairs(s.running) do
+      exclusive = exclusive or r.alone == true
+    end
+    if exclusive then
+      break
+    end
     local job = table.remove(s.queue, 1)
-    H.run(bufnr, job)
+    job.alone = alone
+    if H.run(bufnr, job) and alone then
+      break
+    end
   end
 end
 
@@ -542,8 +572,23 @@ function H.run(bufnr, job)
   if not part or part.status ~= "approved" then
     return
   end
+  -- An automatic approval holds for what the call touches now: the calls that ran
+  -- before it may have changed where its paths lead (a link made to a secret file).
+  if s.auto and s.auto[job.id] then
+    s.auto[job.id] = nil
+    if H.has_paths(job.name) then
+      local status = H.decide(bufnr, { id = job.id, name = job.name, input = job.input })
+      if status ~= "approved" then
+        local lines = require("flemma.document").render_placeholder(job.id, status)
+        H.set_lines(bufnr, part.first_line - 1, part.last_line, lines)
+        H.refresh_previews(bufnr)
+        util.warn(("`%s` was not run: where its path leads changed since it was approved; it waits for you"):format(job.id))
+        return
+      end
+    end
+  end
   H.lock(bufnr)
-  s.running[job.id] = { name = job.name }
+  s.running[job.id] = { name = job.name, alone = job.alone }
   H.tool_status(bufnr)
   require("flemma.ui.spinner").start(bufnr, job.id, job.name, (part.fence_line or part.first_line) - 1)
   H.event("FlemmaToolExecuting", { bufnr = bufnr, tool_id = job.id, tool_name = job.name })
@@ -586,6 +631,7 @@ function H.run(bufnr, job)
   elseif s.running[job.id] then
     s.running[job.id].handle = handle
   end
+  return true
 end
 
 --- Queues approved placeholders (a list of parts) for execution.

@@ -106,3 +106,122 @@ describe("a tool result holding the API key", function()
     run(false, { id = "toolu_read", name = "read", input = { path = "deploy.sh" } })
   end)
 end)
+
+-- A call is approved for where its path leads when the answer arrives (phase 1) and
+-- runs later (phase 3): calls that run before it may change where it leads. With the
+-- sandbox on, bash is auto-approved and may make a link to a file it cannot read
+-- itself (~/.ssh is hidden from it), and `read` (run by Neovim, outside the sandbox)
+-- of a path in the project is auto-approved.
+describe("a read whose path a command redirects after the approval", function()
+  local h, server, saved, home, project
+
+  before_each(function()
+    h = helpers.send_harness({ key = KEY })
+    server = h.server
+    saved = { HOME = vim.env.HOME, cwd = vim.fn.getcwd() }
+    home = vim.fs.normalize(assert(vim.uv.fs_realpath(assert(vim.uv.fs_mkdtemp("/var/tmp/flemma-attack-XXXXXX")))))
+    vim.env.HOME = home
+    helpers.write_file(home .. "/.ssh/id_ed25519", "SECRET-SSH-PRIVATE-KEY\n")
+    helpers.write_file(home .. "/.aws/credentials", "SECRET-AWS-CREDENTIALS\n")
+    project = home .. "/projects/app"
+    vim.fn.mkdir(project, "p")
+    helpers.write_file(project .. "/README", "project-readme\n")
+    vim.cmd.cd(project)
+  end)
+
+  after_each(function()
+    h.teardown()
+    vim.cmd.cd(saved.cwd)
+    vim.env.HOME = saved.HOME
+    vim.fn.delete(home, "rf")
+  end)
+
+  local function attack(command, path, secret)
+    if vim.fn.executable("bwrap") ~= 1 then
+      pending("bwrap is not installed")
+      return
+    end
+    require("flemma").setup({
+      provider = "test",
+      providers = { test = { kind = "anthropic", endpoint = server:url("/v1/messages"), api_key_env = "FLEMMA_SPEC_KEY" } },
+      parameters = { max_retries = 0, cache_retention = "none", timeout = 30 },
+      sandbox = { enabled = true, backend = "bwrap" },
+      tools = { autopilot = { enabled = true } },
+    })
+    -- Four commands fill tools.max_concurrent; the read starts when one has ended.
+    local uses = {}
+    for i = 1, 4 do
+      uses[i] = { id = "toolu_ln" .. i, name = "bash", input = { command = command } }
+    end
+    uses[5] = { id = "toolu_read", name = "read", input = { path = path } }
+    server:script({
+      { body = anthropic_answer("Setting up.", uses), content_type = "text/event-stream" },
+      { body = anthropic_answer("Thanks."), content_type = "text/event-stream" },
+    })
+    local buf = helpers.edit(project .. "/talk.chat", { "@You:", "Hi" })
+    helpers.press("<C-]>")
+    -- Either the read waits for the user (nothing more is sent), or it ran.
+    vim.wait(20000, function()
+      return #h.finished >= 2 or (helpers.text(buf):find("**Tool Result:** `toolu_read`", 1, true) ~= nil)
+    end, 20)
+    helpers.settle()
+    vim.wait(2000, function()
+      return #h.finished >= 2
+    end, 20)
+    local text = helpers.text(buf)
+    assert.is_nil(text:find(secret, 1, true), "the secret is in the chat:\n" .. text)
+    for _, req in ipairs(server:requests()) do
+      assert.is_nil(req.body:find(secret, 1, true), "the secret was sent to the provider")
+    end
+    -- The commands ran; the read waits for the user, its preview saying why.
+    local doc = require("flemma.document").parse(vim.api.nvim_buf_get_lines(buf, 0, -1, false))
+    local status = {}
+    for _, m in ipairs(doc.messages) do
+      for _, p in ipairs(m.parts) do
+        if p.kind == "tool_result" then
+          status[p.id] = p.status or (p.is_error and "error" or "done")
+        end
+      end
+    end
+    assert.same({ toolu_ln1 = "done", toolu_ln2 = "done", toolu_ln3 = "done", toolu_ln4 = "done", toolu_read = "pending" }, status)
+    assert.equals(1, #server:requests())
+  end
+
+  it("by a link made after the approval never reads ~/.ssh", function()
+    attack('ln -sfn "$HOME/.ssh/id_ed25519" notes.txt', "notes.txt", "SECRET-SSH-PRIVATE-KEY")
+  end)
+
+  it("runs alone: no command runs while it reads (a flip loop cannot race it)", function()
+    if vim.fn.executable("bwrap") ~= 1 then
+      pending("bwrap is not installed")
+      return
+    end
+    require("flemma").setup({
+      provider = "test",
+      providers = { test = { kind = "anthropic", endpoint = server:url("/v1/messages"), api_key_env = "FLEMMA_SPEC_KEY" } },
+      parameters = { max_retries = 0, cache_retention = "none", timeout = 30 },
+      sandbox = { enabled = true, backend = "bwrap" },
+      tools = { autopilot = { enabled = true } },
+    })
+    server:script({
+      {
+        body = anthropic_answer("Go.", {
+          { id = "toolu_slow", name = "bash", input = { command = "sleep 1; echo written-by-bash > order.txt" } },
+          { id = "toolu_read", name = "read", input = { path = "order.txt" } },
+        }),
+        content_type = "text/event-stream",
+      },
+      { body = anthropic_answer("Thanks."), content_type = "text/event-stream" },
+    })
+    local buf = helpers.edit(project .. "/talk.chat", { "@You:", "Hi" })
+    helpers.press("<C-]>")
+    assert.equals("completed", h.wait_finished(2, 60000).status)
+    local text = helpers.text(buf)
+    assert.truthy(text:find("**Tool Result:** `toolu_read`\n\n```\nwritten-by-bash\n```", 1, true), text)
+  end)
+
+  it("by a directory swapped for a link never reads ~/.aws", function()
+    helpers.write_file(project .. "/conf/credentials", "project-readme\n")
+    attack('[ -L conf ] || { mv conf conf.old && ln -s "$HOME/.aws" conf; }', "conf/credentials", "SECRET-AWS-CREDENTIALS")
+  end)
+end)
