@@ -71,7 +71,7 @@ bench: deps build
 # as a regression case to tests/test_document.cpp (tests/test_idoc.cpp for fuzz_idoc,
 # whose inputs are a text and an edit script: see fuzz/fuzz_idoc.cpp; tests/test_stream.cpp
 # for fuzz_stream, tests/test_escape.cpp for fuzz_escape, whose first byte seeds where
-# the text is cut). The frontmatter's pattern matcher (fuzz_lpattern) checks its own
+# the text is cut; tests/test_jsonrpc.cpp for fuzz_jsonrpc). The frontmatter's pattern matcher (fuzz_lpattern) checks its own
 # invariants: no crash, matching ends within its step budget; so does the file reader's
 # line window (fuzz_fileread), against a plain reference.
 FUZZ_CXX   ?= clang++-14
@@ -119,6 +119,14 @@ fuzz:
 		-o $(FUZZ_DIR)/fuzz_fileread
 	cd $(FUZZ_DIR) && ./fuzz_fileread -max_total_time=$(FUZZ_TIME) -max_len=4096 -timeout=10 \
 		-print_final_stats=1 corpus-fileread
+	@mkdir -p $(FUZZ_DIR)/corpus-jsonrpc
+	@printf '\003{"jsonrpc":"2.0","id":1,"result":{"tools":[]}}\n{"jsonrpc":"2.0","method":"ping","id":"x"}\r\n' \
+		> $(FUZZ_DIR)/corpus-jsonrpc/messages
+	@printf '\065[[[[{"jsonrpc":"2.0","method":"a\\\"[["}]]\ngarbage\n' > $(FUZZ_DIR)/corpus-jsonrpc/deep
+	$(FUZZ_CXX) $(FUZZ_FLAGS) fuzz/fuzz_jsonrpc.cpp native/src/jsonrpc.cpp native/src/stream.cpp native/src/capi_core.cpp \
+		-o $(FUZZ_DIR)/fuzz_jsonrpc
+	cd $(FUZZ_DIR) && ./fuzz_jsonrpc -max_total_time=$(FUZZ_TIME) -max_len=4096 -timeout=10 \
+		-print_final_stats=1 corpus-jsonrpc
 
 clean:
 	rm -rf $(BUILD_DIR) $(ASAN_DIR) $(FUZZ_DIR)

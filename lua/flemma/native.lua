@@ -9,7 +9,7 @@ local M = {}
 local H = {}
 
 --- The ABI version this binding was written for (FLEMMA_ABI_VERSION).
-M.ABI_VERSION = 13
+M.ABI_VERSION = 14
 
 -- The declarations of flemma.h, section by section, in the header's order.
 -- spec/flemma/native_spec.lua checks that they match the header.
@@ -254,7 +254,8 @@ enum flemma_stream_event_type {
   FLEMMA_STREAM_USAGE = 10,
   FLEMMA_STREAM_STOP = 11,
   FLEMMA_STREAM_ERROR = 12,
-  FLEMMA_STREAM_END = 13
+  FLEMMA_STREAM_END = 13,
+  FLEMMA_STREAM_JSONRPC = 14
 };
 enum flemma_stream_usage {
   FLEMMA_STREAM_INPUT_TOKENS = 0,
@@ -279,6 +280,13 @@ void flemma_stream_free(flemma_stream *stream);
 int flemma_stream_feed(flemma_stream *stream, const char *data, size_t len, const flemma_stream_event **events, size_t *count);
 int flemma_stream_finish(flemma_stream *stream, const flemma_stream_event **events, size_t *count);
 ]],
+  jsonrpc = [[
+typedef struct flemma_jsonrpc flemma_jsonrpc;
+flemma_jsonrpc *flemma_jsonrpc_new(int64_t max_line, int32_t max_depth);
+void flemma_jsonrpc_free(flemma_jsonrpc *decoder);
+int flemma_jsonrpc_feed(flemma_jsonrpc *decoder, const char *data, size_t len, const flemma_stream_event **events, size_t *count);
+int flemma_jsonrpc_finish(flemma_jsonrpc *decoder, const flemma_stream_event **events, size_t *count);
+]],
   escape = [[
 typedef struct flemma_escaper flemma_escaper;
 flemma_escaper *flemma_escaper_new(void);
@@ -296,7 +304,7 @@ int64_t flemma_isolate_peak(const flemma_isolate *iso);
 void flemma_isolate_free(flemma_isolate *iso);
 ]],
 }
-H.order = { "core", "truncate", "document", "idoc", "process", "fileread", "sandbox", "stream", "escape", "isolate" }
+H.order = { "core", "truncate", "document", "idoc", "process", "fileread", "sandbox", "stream", "jsonrpc", "escape", "isolate" }
 
 --- All declarations, as passed to ffi.cdef.
 ---@return string
@@ -1511,7 +1519,10 @@ H.STREAM_TYPES = {
   "stop",
   "error",
   "end",
+  "jsonrpc",
 }
+-- The status of a jsonrpc event (FLEMMA_JSONRPC_*).
+H.JSONRPC_KINDS = { "request", "notification", "result", "error" }
 H.USAGE_FIELDS = { "input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "thinking_tokens" }
 
 -- The events whose text may be cut (text, thinking, tool input) and their field.
@@ -1595,6 +1606,8 @@ function H.stream_event(e)
     if bit.band(e.flags, 1) ~= 0 then
       ev.body = a
     end
+  elseif t == 14 then
+    ev = { type = "jsonrpc", kind = H.JSONRPC_KINDS[e.status], method = a, json = e.b ~= nil and ffi_string(e.b, e.b_len) or "" }
   elseif t == 2 then
     ev = { type = "message_start", id = a, model = e.b ~= nil and ffi_string(e.b, e.b_len) or "" }
   elseif t == 1 then
@@ -1680,6 +1693,64 @@ function M.stream_new(kind)
     return nil, M.last_error()
   end
   return setmetatable({ _s = ffi.gc(s, lib.flemma_stream_free) }, H.Stream)
+end
+
+H.JsonRpc = {}
+H.JsonRpc.__index = H.JsonRpc
+
+function H.jsonrpc_call(self, fn, data)
+  if not self._d then
+    util.error("jsonrpc: the decoder was already finished")
+  end
+  local lib = M.lib()
+  H.stream_out = H.stream_out or ffi.new("const flemma_stream_event *[1]")
+  H.stream_count = H.stream_count or ffi.new("size_t[1]")
+  local rc
+  if fn == "finish" then
+    rc = lib.flemma_jsonrpc_finish(self._d, H.stream_out, H.stream_count)
+  else
+    rc = lib.flemma_jsonrpc_feed(self._d, data, #data, H.stream_out, H.stream_count)
+  end
+  if rc ~= 0 then
+    util.error("jsonrpc: " .. M.last_error())
+  end
+  return M.stream_events(H.stream_out[0], tonumber(H.stream_count[0]))
+end
+
+--- Decodes bytes: events `{ type = "jsonrpc", kind, method, json }` and `{ type =
+--- "error", error_type, message }` for the complete lines in them.
+---@param bytes string
+---@return table[]
+function H.JsonRpc:feed(bytes)
+  if type(bytes) ~= "string" then
+    util.error("jsonrpc: feed() takes a string, not " .. type(bytes))
+  end
+  return H.jsonrpc_call(self, "feed", bytes)
+end
+
+--- Ends the stream (a last line without newline is decoded); the events end with
+--- an `end` event. The decoder is freed.
+---@return table[]
+function H.JsonRpc:finish()
+  local events = H.jsonrpc_call(self, "finish")
+  local d = self._d
+  self._d = nil
+  M.lib().flemma_jsonrpc_free(ffi.gc(d, nil))
+  return events
+end
+
+--- A JSON-RPC 2.0 line decoder (the MCP stdio framing; flemma_jsonrpc_new):
+--- `max_line` bytes per line (nil: 16 MiB), `max_depth` levels of nesting (nil: 64).
+---@param max_line? integer
+---@param max_depth? integer
+---@return table decoder with :feed(bytes) and :finish()
+function M.jsonrpc_new(max_line, max_depth)
+  local lib = M.lib()
+  local d = lib.flemma_jsonrpc_new(max_line or 0, max_depth or 0)
+  if d == nil then
+    util.error("jsonrpc: " .. M.last_error())
+  end
+  return setmetatable({ _d = ffi.gc(d, lib.flemma_jsonrpc_free) }, H.JsonRpc)
 end
 
 ---------------------------------------------------------------------------------------

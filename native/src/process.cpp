@@ -27,6 +27,7 @@
 #endif
 
 #include "guard.hpp"
+#include "jsonrpc.hpp"
 #include "reaper.hpp"
 #include "truncate.hpp"
 
@@ -410,6 +411,7 @@ struct Proc {
   uint64_t last_progress = 0;
   std::string progress_line;
   std::unique_ptr<stream::Decoder> decoder;  // stdout's decoder (opts.decoder)
+  std::unique_ptr<jsonrpc::Decoder> rpc;     // or its JSON-RPC decoder (decoder "jsonrpc")
 
   // The pid_poll handle (stopped and closed before the Proc is deleted) does
   // not own its descriptor.
@@ -492,8 +494,14 @@ void on_alloc(uv_handle_t* h, size_t, uv_buf_t* b) {
 void decode(Proc* p, const char* data, size_t n, bool end) {
   std::vector<stream::Event> evs;
   try {
-    if (end) p->decoder->finish(evs);
-    else p->decoder->feed(std::string_view(data, n), evs);
+    if (p->rpc) {
+      if (end) p->rpc->finish(evs);
+      else p->rpc->feed(std::string_view(data, n), evs);
+    } else if (end) {
+      p->decoder->finish(evs);
+    } else {
+      p->decoder->feed(std::string_view(data, n), evs);
+    }
   } catch (const std::exception& e) {
     stream::Event err;
     err.type = stream::Type::Error;
@@ -506,7 +514,7 @@ void decode(Proc* p, const char* data, size_t n, bool end) {
 
 void on_read(uv_stream_t* s, ssize_t n, const uv_buf_t* b) {
   Proc* p = static_cast<Proc*>(s->data);
-  if (n > 0 && p->decoder && s == reinterpret_cast<uv_stream_t*>(&p->out_pipe)) {
+  if (n > 0 && (p->decoder || p->rpc) && s == reinterpret_cast<uv_stream_t*>(&p->out_pipe)) {
     p->out.total_bytes += n;
     decode(p, b->base, static_cast<size_t>(n), false);
     return;
@@ -575,7 +583,7 @@ bool try_reap(Proc* p) {
 
 void finish(Proc* p) {
   p->finished = true;
-  if (p->decoder) decode(p, nullptr, 0, true);  // the last events, before the exit event
+  if (p->decoder || p->rpc) decode(p, nullptr, 0, true);  // the last events, before the exit event
   uv_timer_stop(&p->linger);
   uv_timer_stop(&p->grace);
   auto ev = std::make_unique<Event>();
@@ -983,11 +991,17 @@ int64_t Manager::spawn(SpawnOptions opts, pid_t* pid_out) {
   opts.max_bytes = std::min<int64_t>(opts.max_bytes, int64_t{1} << 40);
   if (opts.kill_grace_ms < 0) opts.kill_grace_ms = 2000;
   std::unique_ptr<stream::Decoder> decoder;
+  std::unique_ptr<jsonrpc::Decoder> rpc;
   if (!opts.decoder.empty()) {
-    auto kind = stream::kind_from_name(opts.decoder);
-    if (!kind) throw Error(FLEMMA_E_INVALID, "spawn: unknown decoder `" + opts.decoder + "`: use anthropic, openai_chat, openai or vertex");
     if (opts.merge_output) throw Error(FLEMMA_E_INVALID, "spawn: a decoder reads stdout alone: set merge_output to false");
-    decoder = std::make_unique<stream::Decoder>(*kind);
+    if (opts.decoder == "jsonrpc") {
+      rpc = std::make_unique<jsonrpc::Decoder>();
+    } else {
+      auto kind = stream::kind_from_name(opts.decoder);
+      if (!kind)
+        throw Error(FLEMMA_E_INVALID, "spawn: unknown decoder `" + opts.decoder + "`: use anthropic, openai_chat, openai, vertex or jsonrpc");
+      decoder = std::make_unique<stream::Decoder>(*kind);
+    }
   }
 
   Fds out, err, in;
@@ -1061,6 +1075,7 @@ int64_t Manager::spawn(SpawnOptions opts, pid_t* pid_out) {
   p->err.prefix = "flemma-stderr-";
   if (const char* dir = std::getenv("TMPDIR"); dir && *dir) p->out.spill_dir = p->err.spill_dir = dir;
   p->decoder = std::move(decoder);
+  p->rpc = std::move(rpc);
   p->out_fd = out.release(0);
   if (!opts.merge_output) p->err_fd = err.release(0);
   if (opts.stdin_mode != SpawnOptions::Stdin::Closed) p->in_fd = in.release(1);

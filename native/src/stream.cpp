@@ -370,6 +370,7 @@ std::string describe(const Event& e) {
       s = e.status ? "end complete" : "end incomplete";
       if (e.mask & 1u) s += " body " + quote(e.a);
       break;
+    case Type::JsonRpc: s = "jsonrpc " + std::to_string(e.status) + " " + quote(e.a) + " " + quote(e.b); break;
   }
   return s;
 }

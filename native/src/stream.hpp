@@ -33,6 +33,7 @@ enum class Type : int32_t {
   Stop = 11,              // a = reason
   Error = 12,             // a = error type, b = message
   End = 13,               // status = 1 if complete; mask bit 1: a = the kept non-SSE body
+  JsonRpc = 14,           // status = jsonrpc::MessageKind; a = method; b = the message (jsonrpc.hpp)
 };
 
 // Usage fields, in the order of Event::usage (bit i of Event::mask: field i present).

@@ -31,7 +31,7 @@ extern "C" {
 #endif
 
 /* Bumped whenever a declaration below changes in an incompatible way. */
-#define FLEMMA_ABI_VERSION 13
+#define FLEMMA_ABI_VERSION 14
 
 /* Status codes. */
 #define FLEMMA_OK 0
@@ -367,7 +367,7 @@ typedef struct flemma_spawn_opts {
   int64_t kill_grace_ms;
   int64_t max_lines;
   int64_t max_bytes;
-  const char *decoder; /* NULL, or a stream kind (see flemma_stream_new) */
+  const char *decoder; /* NULL, a stream kind (see flemma_stream_new) or "jsonrpc" (flemma_jsonrpc_new's defaults) */
 } flemma_spawn_opts;
 
 /* An event. kind 1: progress (bytes, lines, last_line); kind 2: exit (every
@@ -621,7 +621,8 @@ enum flemma_stream_event_type {
   FLEMMA_STREAM_USAGE = 10,             /* flags: bit i set when usage[i] is given */
   FLEMMA_STREAM_STOP = 11,              /* a = stop reason */
   FLEMMA_STREAM_ERROR = 12,             /* a = error type, b = message */
-  FLEMMA_STREAM_END = 13                /* status: 1 complete, 0 not; flags bit 0: a = kept body */
+  FLEMMA_STREAM_END = 13,               /* status: 1 complete, 0 not; flags bit 0: a = kept body */
+  FLEMMA_STREAM_JSONRPC = 14            /* status: FLEMMA_JSONRPC_*; a = method; b = the message (JSON-RPC decoder) */
 };
 
 /* Indices into flemma_stream_event.usage. */
@@ -663,6 +664,43 @@ FLEMMA_API int flemma_stream_feed(flemma_stream *stream, const char *data, size_
 /* Ends the stream; the events (as for feed) always end with an END event.
  * Feeding or finishing again afterwards is FLEMMA_E_STATE. */
 FLEMMA_API int flemma_stream_finish(flemma_stream *stream, const flemma_stream_event **events, size_t *count);
+
+/* ==========================================================================
+ * JSON-RPC 2.0 line decoder (MCP stdio transport)
+ * ========================================================================== */
+
+/* Frames newline-delimited JSON-RPC 2.0 messages and parses them, with bounded
+ * line length and nesting depth. Events are flemma_stream_events:
+ * FLEMMA_STREAM_JSONRPC (status: the message kind below; a: the method of a
+ * request or notification; b: the whole message as compact JSON, valid UTF-8),
+ * FLEMMA_STREAM_ERROR for a line that is dropped (a: "line_too_long",
+ * "invalid_json", "too_deep" or "not_jsonrpc"; b: one line saying why), and
+ * FLEMMA_STREAM_END from finish (status 1 unless a line was being dropped).
+ * A JSON array (a batch) gives one event per member. The process manager runs
+ * the same decoder on a worker thread for spawn's decoder "jsonrpc". ABI 14. */
+typedef struct flemma_jsonrpc flemma_jsonrpc;
+
+#define FLEMMA_JSONRPC_REQUEST 1
+#define FLEMMA_JSONRPC_NOTIFICATION 2
+#define FLEMMA_JSONRPC_RESULT 3
+#define FLEMMA_JSONRPC_ERROR 4
+
+/* max_line: bytes of one line (<= 0: 16 MiB); max_depth: nesting of arrays and
+ * objects (<= 0: 64). The caller owns the decoder: free it with
+ * flemma_jsonrpc_free. NULL on failure. */
+FLEMMA_API flemma_jsonrpc *flemma_jsonrpc_new(int64_t max_line, int32_t max_depth);
+
+/* Frees a decoder and its events. NULL is a no-op. */
+FLEMMA_API void flemma_jsonrpc_free(flemma_jsonrpc *decoder);
+
+/* Decodes len bytes (data may be NULL when len is 0): *events points to *count
+ * events owned by the decoder, valid until its next call. */
+FLEMMA_API int flemma_jsonrpc_feed(flemma_jsonrpc *decoder, const char *data, size_t len,
+                                   const flemma_stream_event **events, size_t *count);
+
+/* Ends the stream (a last line without newline is decoded), as for feed; the
+ * events end with an END event. Feeding or finishing again is FLEMMA_E_STATE. */
+FLEMMA_API int flemma_jsonrpc_finish(flemma_jsonrpc *decoder, const flemma_stream_event **events, size_t *count);
 
 /* ==========================================================================
  * Escaping of model text (:help flemma-escaping)
