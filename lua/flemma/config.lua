@@ -124,6 +124,14 @@ H.defaults = {
     -- directories), "~/path", "/path" or "$VAR/path" to add, "!path" to take one out.
     deny_read = { "$default" },
   },
+  -- MCP servers whose tools become Flemma tools (`server:tool`): :help flemma-mcp.
+  mcp = {
+    -- name = { command = "npx", args = { ... }, env = { ... }, cwd = "..." }
+    servers = {},
+    include = nil, -- tool patterns to keep ("name:*", "name:tool"); nil: all
+    exclude = nil, -- tool patterns to leave out
+    timeout = 60, -- seconds for a server to start and for each request
+  },
   attachments = {
     -- Largest file a reference (@./path) may attach, in bytes; a larger one blocks the send.
     max_bytes = 10 * 1024 * 1024,
@@ -159,6 +167,8 @@ H.types = {
   ["tools.bash.env"] = { "table" },
   ["sandbox.policy.rw_paths"] = { "table" },
   ["sandbox.deny_read"] = { "table" },
+  ["mcp.include"] = { "table" },
+  ["mcp.exclude"] = { "table" },
   ["highlights.tool_preview"] = { "string", "table" },
   ["keymaps.send"] = { "string", "boolean" },
   ["keymaps.execute"] = { "string", "boolean" },
@@ -188,6 +198,7 @@ H.open = {
   ["tools.bash.env"] = true,
   ["sandbox.policy.rw_paths"] = true,
   ["tools.auto_approve"] = true,
+  ["mcp.servers"] = true,
 }
 
 H.kinds = { "anthropic", "openai_chat", "openai", "vertex" }
@@ -220,6 +231,65 @@ function H.check_providers(value)
       if type(k) ~= "string" or type(v) ~= "string" then
         util.error(("`%s.headers` should map header names to strings"):format(path))
       end
+    end
+  end
+end
+
+H.mcp_fields = { command = "string", args = "table", env = "table", cwd = "string" }
+
+--- `mcp.servers`: named entries { command, args?, env?, cwd? }; names are what tools
+--- are called by (`name:tool`, sent as `name__tool`): letters, digits, `-` and single `_`.
+function H.check_mcp_servers(value)
+  if type(value) ~= "table" then
+    util.error("`mcp.servers` should be a table, not " .. type(value))
+  end
+  for name, entry in pairs(value) do
+    local path = "mcp.servers." .. tostring(name)
+    if type(name) ~= "string" or not name:match("^[%a][%w_%-]*$") or name:find("__", 1, true) or name:sub(-1) == "_" then
+      util.error(
+        ("`%s`: a server name should start with a letter and hold letters, digits, `-` and single `_`, not %s"):format(
+          path,
+          vim.inspect(name)
+        )
+      )
+    end
+    if type(entry) ~= "table" then
+      util.error(("`%s` should be a table { command, args?, env?, cwd? }, not %s"):format(path, type(entry)))
+    end
+    for k, v in pairs(entry) do
+      local want = H.mcp_fields[k]
+      if not want then
+        util.error(("unknown option `%s.%s` (a server has command, args, env, cwd)"):format(path, tostring(k)))
+      elseif type(v) ~= want then
+        util.error(("`%s.%s` should be a %s, not %s"):format(path, k, want, type(v)))
+      end
+    end
+    if entry.command == nil or entry.command == "" then
+      util.error(("`%s.command` should be a string, not %s"):format(path, entry.command == nil and "nil" or "empty"))
+    end
+    for i, a in ipairs(entry.args or {}) do
+      if type(a) ~= "string" then
+        util.error(("`%s.args[%d]` should be a string, not %s"):format(path, i, type(a)))
+      end
+    end
+    if entry.args and #entry.args ~= vim.tbl_count(entry.args) then
+      util.error(("`%s.args` should be a list of strings"):format(path))
+    end
+    for k, v in pairs(entry.env or {}) do
+      if type(k) ~= "string" or not k:match("^[%a_][%w_]*$") then
+        util.error(("`%s.env` keys should be variable names, not %s"):format(path, vim.inspect(k)))
+      end
+      if type(v) ~= "string" and type(v) ~= "number" then
+        util.error(("`%s.env.%s` should be a string, not %s"):format(path, k, type(v)))
+      end
+    end
+  end
+end
+
+function H.check_patterns(value, path)
+  for i, p in ipairs(value) do
+    if type(p) ~= "string" or not p:find(":", 1, true) then
+      util.error(('`%s[%d]` should be a tool pattern like "name:*" or "name:tool", not %s'):format(path, i, vim.inspect(p)))
     end
   end
 end
@@ -264,6 +334,15 @@ H.name_lists = { ["tools.env_passthrough"] = true }
 function H.check(value, default, path)
   if path == "providers" then
     return H.check_providers(value)
+  end
+  if path == "mcp.servers" then
+    return H.check_mcp_servers(value)
+  end
+  if (path == "mcp.include" or path == "mcp.exclude") and type(value) == "table" then
+    H.check_patterns(value, path)
+  end
+  if path == "mcp.timeout" and type(value) == "number" and not (value > 0) then
+    util.error(("`%s` should be a number of seconds > 0, not %s"):format(path, tostring(value)))
   end
   if H.name_lists[path] and type(value) == "table" then
     for i, name in ipairs(value) do

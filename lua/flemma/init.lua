@@ -6,6 +6,7 @@ local subsystems = {
   "flemma.highlights",
   "flemma.tools",
   "flemma.tools.approval",
+  "flemma.mcp",
 }
 
 --- Configures Flemma. Safe to call more than once; each call starts from the defaults.

@@ -88,7 +88,7 @@ function H.blocks(msg)
     elseif p.kind == "file" then
       out[#out + 1] = H.file_block(p)
     elseif p.kind == "tool_use" then
-      out[#out + 1] = { type = "tool_use", id = p.id, name = p.name, input = H.input(p.input) }
+      out[#out + 1] = { type = "tool_use", id = p.id, name = common.wire_name(p.name), input = H.input(p.input) }
     elseif p.kind == "tool_result" then
       local block = { type = "tool_result", tool_use_id = p.id }
       if p.content and p.content ~= "" then
@@ -128,7 +128,7 @@ function M.build(ctx)
   if #ctx.tools > 0 then
     body.tools = {}
     for i, def in ipairs(ctx.tools) do
-      body.tools[i] = { name = def.name, description = def.description, input_schema = H.schema(def.input_schema) }
+      body.tools[i] = { name = common.wire_name(def.name), description = def.description, input_schema = H.schema(def.input_schema) }
     end
     if cache then
       body.tools[#body.tools].cache_control = cache

@@ -209,4 +209,27 @@ function M.file_note(part, why)
   return require("flemma.attachments").note(part, why)
 end
 
+--- The name a tool goes by in requests: providers allow letters, digits, `_` and `-`
+--- in tool names, so an MCP tool's `server:tool` is sent as `server__tool`.
+---@param name string
+---@return string
+function M.wire_name(name)
+  return (name:gsub(":", "__"))
+end
+
+--- The tool name of a name the provider sent: `server__tool` back to `server:tool`
+--- (the first `__`; server names never hold one). Other names as they are.
+---@param name string|nil
+---@return string|nil
+function M.local_name(name)
+  if type(name) ~= "string" or name:find(":", 1, true) then
+    return name
+  end
+  local server, tool = name:match("^(.-)__(.+)$")
+  if server == nil or server == "" then
+    return name
+  end
+  return server .. ":" .. tool
+end
+
 return M

@@ -126,7 +126,7 @@ function H.items(request, params)
           end
         elseif p.kind == "tool_use" then
           flush()
-          out[#out + 1] = { type = "function_call", call_id = p.id, name = p.name, arguments = H.arguments(p.input) }
+          out[#out + 1] = { type = "function_call", call_id = p.id, name = common.wire_name(p.name), arguments = H.arguments(p.input) }
         end
       end
       flush()
@@ -164,7 +164,7 @@ function M.build(ctx)
     for i, def in ipairs(ctx.tools) do
       body.tools[i] = {
         type = "function",
-        name = def.name,
+        name = common.wire_name(def.name),
         description = def.description,
         parameters = H.schema(def.input_schema),
         -- Only a tool that asks for it (its schema then meets strict mode's rules).

@@ -107,7 +107,7 @@ function H.messages(request, params, files)
           calls[#calls + 1] = {
             id = p.id,
             type = "function",
-            ["function"] = { name = p.name, arguments = H.arguments(p.input) },
+            ["function"] = { name = common.wire_name(p.name), arguments = H.arguments(p.input) },
           }
         end
       end
@@ -143,7 +143,7 @@ function M.build(ctx)
     for i, def in ipairs(ctx.tools) do
       body.tools[i] = {
         type = "function",
-        ["function"] = { name = def.name, description = def.description, parameters = H.schema(def.input_schema) },
+        ["function"] = { name = common.wire_name(def.name), description = def.description, parameters = H.schema(def.input_schema) },
       }
     end
   end

@@ -430,7 +430,7 @@ function Writer:apply(ev)
     self:push("<thinking redacted>\n" .. data .. "\n</thinking>")
   elseif t == "tool_use_start" then
     self:close_block()
-    self.tools[ev.index or 0] = { id = ev.id, name = ev.name, json = {} }
+    self.tools[ev.index or 0] = { id = ev.id, name = require("flemma.provider.common").local_name(ev.name), json = {} }
   elseif t == "tool_input_delta" then
     local tool = self.tools[ev.index or 0]
     if tool then

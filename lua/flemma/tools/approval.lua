@@ -346,7 +346,7 @@ function M.setup(config)
       if type(entry) ~= "string" then
         util.error(("`tools.auto_approve[%d]` should be a tool name or a $preset, not %s"):format(i, type(entry)))
       end
-      if presets.is_preset(entry) and not presets.all(tools_cfg.presets)[entry] then
+      if presets.is_preset(entry) and not presets.prefix(entry) and not presets.all(tools_cfg.presets)[entry] then
         util.error(presets.unknown_message(entry, tools_cfg.presets) .. " in `tools.auto_approve`")
       end
     end

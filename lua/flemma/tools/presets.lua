@@ -23,6 +23,29 @@ function M.builtin()
   return vim.deepcopy(H.builtin)
 end
 
+--- The tool-name pattern of a dynamic entry, or nil: `$mcp` (every `server:tool`),
+--- `$mcp:NAME` (the tools of one MCP server) and `"NAME:*"` (tools named `NAME:...`).
+--- Tools from MCP servers are registered as `server:tool`; this module only knows
+--- the naming rule.
+---@param entry string
+---@return string|nil prefix, "" for every name holding a `:`
+function M.prefix(entry)
+  if entry == "$mcp" then
+    return ""
+  end
+  local server = entry:match("^%$mcp:([%w_%-]+)$") or entry:match("^([%w_%-]+):%*$")
+  return server and (server .. ":") or nil
+end
+
+function H.prefixed(prefixes, tool_name)
+  for _, prefix in ipairs(prefixes) do
+    if tool_name:find(":", 1, true) and tool_name:sub(1, #prefix) == prefix then
+      return true
+    end
+  end
+  return false
+end
+
 --- Whether a list entry names a preset (starts with `$`).
 ---@param name string
 ---@return boolean
@@ -98,18 +121,31 @@ end
 function M.expand(list, opts)
   opts = opts or {}
   local all = M.all(opts.presets)
-  local policy = { approve = {}, deny = {} }
+  local policy = { approve = {}, deny = {}, approve_prefixes = {}, deny_prefixes = {}, excluded = {} }
   for _, entry in ipairs(list or {}) do
-    if M.is_preset(entry) then
+    local prefix = type(entry) == "string" and M.prefix(entry) or nil
+    if prefix then
+      policy.approve_prefixes[#policy.approve_prefixes + 1] = prefix
+    elseif M.is_preset(entry) then
       local preset = all[entry]
       if not preset then
         util.error(M.unknown_message(entry, opts.presets))
       end
       for _, tool in ipairs(preset.approve or {}) do
-        policy.approve[tool] = true
+        local p = M.prefix(tool)
+        if p then
+          policy.approve_prefixes[#policy.approve_prefixes + 1] = p
+        else
+          policy.approve[tool] = true
+        end
       end
       for _, tool in ipairs(preset.deny or {}) do
-        policy.deny[tool] = true
+        local p = M.prefix(tool)
+        if p then
+          policy.deny_prefixes[#policy.deny_prefixes + 1] = p
+        else
+          policy.deny[tool] = true
+        end
       end
     elseif type(entry) == "string" then
       policy.approve[entry] = true
@@ -117,6 +153,7 @@ function M.expand(list, opts)
   end
   for _, tool in ipairs(opts.excluded or {}) do
     policy.approve[tool] = nil
+    policy.excluded[tool] = true
   end
   return policy
 end
@@ -126,10 +163,13 @@ end
 ---@param tool_name string
 ---@return "approve"|"deny"|nil
 function M.decide(policy, tool_name)
-  if policy.deny[tool_name] then
+  if policy.deny[tool_name] or H.prefixed(policy.deny_prefixes or {}, tool_name) then
     return "deny"
   end
   if policy.approve[tool_name] then
+    return "approve"
+  end
+  if H.prefixed(policy.approve_prefixes or {}, tool_name) and not (policy.excluded or {})[tool_name] then
     return "approve"
   end
   return nil

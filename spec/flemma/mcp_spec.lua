@@ -1,0 +1,426 @@
+-- MCP servers as Flemma tools (issue 26): the real reference servers from npm
+-- (.deps/npm, `make deps`) run with Node, and spec/support/mcp_server.js for servers
+-- that crash, never answer or write garbage. Every spec checks that no server process
+-- is left behind.
+local helpers = require("spec.support.helpers")
+
+local tools = require("flemma.tools")
+local mcp = require("flemma.mcp")
+
+local press, text = helpers.press, helpers.text
+local NPM = helpers.root .. "/.deps/npm/node_modules/@modelcontextprotocol"
+local EVERYTHING = NPM .. "/server-everything/dist/index.js"
+local FILESYSTEM = NPM .. "/server-filesystem/dist/index.js"
+local SUPPORT = helpers.root .. "/spec/support/mcp_server.js"
+local KEY = "sk-flemma-spec-" .. tostring(math.random(1e9))
+
+local pids = {}
+
+local function alive(pid)
+  return vim.uv.kill(pid, 0) == 0
+end
+
+--- Remembers the pid of every server running now (checked in after_each).
+local function note_pids()
+  for _, s in ipairs(mcp.status()) do
+    if s.pid then
+      pids[s.pid] = true
+    end
+  end
+end
+
+local function setup(servers, extra)
+  require("flemma").setup(vim.tbl_deep_extend("force", {
+    tools = { autopilot = { enabled = false } },
+    mcp = { servers = servers, timeout = 20 },
+  }, extra or {}))
+end
+
+local function wait_ready(timeout)
+  helpers.wait_for(function()
+    note_pids()
+    return tools.is_ready()
+  end, timeout or 20000, "the MCP tool sources never finished: " .. vim.inspect(mcp.status()))
+  note_pids()
+end
+
+local function run(name, input, opts)
+  local result
+  local handle = tools.execute(0, { id = "t1", name = name, input = input }, function(r)
+    result = r
+  end, opts)
+  return function(timeout)
+    helpers.wait_for(function()
+      note_pids()
+      return result ~= nil
+    end, timeout or 10000, "the tool never finished: " .. name)
+    return result
+  end, handle
+end
+
+local function everything()
+  return { command = "node", args = { EVERYTHING, "stdio" } }
+end
+
+local function spec_server(mode, env)
+  return { command = "node", args = { SUPPORT, mode }, env = env }
+end
+
+describe("mcp", function()
+  after_each(function()
+    mcp.stop_all()
+    helpers.wait_for(function()
+      for pid in pairs(pids) do
+        if alive(pid) then
+          return false
+        end
+      end
+      return true
+    end, 5000, "an MCP server process was left behind")
+    pids = {}
+    require("flemma").setup({})
+    vim.cmd("silent! %bwipeout!")
+    helpers.cleanup()
+  end)
+
+  describe("configuration", function()
+    it("says in one line what is wrong with a server entry", function()
+      local ok, err = pcall(require("flemma").setup, { mcp = { servers = { x = { command = 42 } } } })
+      assert.is_false(ok)
+      assert.equals("(flemma) `mcp.servers.x.command` should be a string, not number", err)
+      ok, err = pcall(require("flemma").setup, { mcp = { servers = { x = { args = {} } } } })
+      assert.is_false(ok)
+      assert.truthy(err:find("`mcp.servers.x.command` should be a string, not nil", 1, true), err)
+      ok, err = pcall(require("flemma").setup, { mcp = { servers = { ["a__b"] = { command = "x" } } } })
+      assert.is_false(ok)
+      assert.truthy(err:find("server name", 1, true), err)
+      ok, err = pcall(require("flemma").setup, { mcp = { servers = { x = { command = "x", args = { 1 } } } } })
+      assert.is_false(ok)
+      assert.equals("(flemma) `mcp.servers.x.args[1]` should be a string, not number", err)
+      ok, err = pcall(require("flemma").setup, { mcp = { timeout = 0 } })
+      assert.is_false(ok)
+      assert.truthy(err:find("mcp.timeout", 1, true), err)
+    end)
+  end)
+
+  describe("lazy start", function()
+    it("a chat whose frontmatter selects no MCP tool starts nothing; a plain chat starts the server", function()
+      setup({ everything = everything() })
+      helpers.open_chat({ "```lua", 'flemma.opt.tools = { "bash" }', "```", "@You:", "hi" }, "a.chat")
+      vim.wait(300)
+      assert.equals("stopped", mcp.status()[1].state)
+      assert.is_nil(tools.get("everything:echo"))
+      helpers.open_chat({ "@You:", "hi" }, "b.chat")
+      wait_ready()
+      assert.equals("ready", mcp.status()[1].state)
+      assert.is_not_nil(tools.get("everything:echo"))
+    end)
+
+    it("without MCP servers a chat starts no process", function()
+      setup({})
+      helpers.open_chat({ "@You:", "hi" })
+      vim.wait(100)
+      assert.same({}, mcp.status())
+      assert.same({}, require("flemma.process").running())
+    end)
+  end)
+
+  describe("the everything server", function()
+    before_each(function()
+      setup({ everything = everything() })
+      mcp.start()
+      wait_ready()
+    end)
+
+    it("lists its tools as server:tool with their schemas and annotations in the preview", function()
+      local names = tools.list()
+      for _, want in ipairs({ "everything:echo", "everything:get-sum", "everything:get-tiny-image", "everything:trigger-long-running-operation" }) do
+        assert.truthy(vim.tbl_contains(names, want), want .. " in " .. table.concat(names, " "))
+      end
+      local sum = tools.get("everything:get-sum")
+      assert.same({ "a", "b" }, sum.input_schema.required)
+      assert.equals("number", sum.input_schema.properties.a.type)
+      assert.equals("[read-only] a=1, b=2", tools.preview("everything:get-sum", { a = 1, b = 2 }))
+      local s = mcp.status()[1]
+      assert.equals("ready", s.state)
+      assert.equals(#vim.tbl_filter(function(n)
+        return n:find("^everything:")
+      end, names), s.tools)
+    end)
+
+    it("calls echo and get-sum", function()
+      local wait = run("everything:echo", { message = "hello there" })
+      assert.same({ success = true, output = "Echo: hello there" }, wait())
+      wait = run("everything:get-sum", { a = 2, b = 40 })
+      local r = wait()
+      assert.is_true(r.success)
+      assert.truthy(r.output:find("42", 1, true), r.output)
+    end)
+
+    it("saves an image result to a file and names it", function()
+      local r = run("everything:get-tiny-image", {})()
+      assert.is_true(r.success)
+      local path = r.output:match("saved to (%S+%.png)")
+      assert.truthy(path, r.output)
+      local data = helpers.read_file(path)
+      assert.equals("\137PNG", data:sub(1, 4))
+      os.remove(path)
+    end)
+
+    it("reports progress of a long-running tool, and a cancel ends it at once", function()
+      local progress = {}
+      local wait = run("everything:trigger-long-running-operation", { duration = 1.2, steps = 3 }, {
+        on_progress = function(p)
+          progress[#progress + 1] = p.last_line
+        end,
+      })
+      local r = wait(10000)
+      assert.is_true(r.success, r.error)
+      assert.same({ "progress 1/3", "progress 2/3", "progress 3/3" }, progress)
+
+      progress = {}
+      local wait2, handle = run("everything:trigger-long-running-operation", { duration = 30, steps = 30 }, {
+        on_progress = function(p)
+          progress[#progress + 1] = p.last_line
+        end,
+      })
+      helpers.wait_for(function()
+        return #progress > 0
+      end, 5000, "no progress")
+      local t0 = vim.uv.hrtime()
+      handle.cancel()
+      r = wait2(2000)
+      assert.is_false(r.success)
+      assert.truthy(r.error:find("cancelled", 1, true), r.error)
+      assert.is_true((vim.uv.hrtime() - t0) / 1e6 < 1000)
+      -- The server is still there and answers.
+      assert.is_true(run("everything:echo", { message = "after" })().success)
+    end)
+  end)
+
+  it("sends notifications/cancelled for a cancelled call", function()
+    local log = helpers.tmpdir() .. "/received.jsonl"
+    setup({ plain = spec_server("plain", { MCP_SPEC_LOG = log }) })
+    mcp.start()
+    wait_ready()
+    local wait, handle = run("plain:slow", {})
+    vim.wait(200)
+    handle.cancel()
+    local r = wait(2000)
+    assert.is_false(r.success)
+    local lines, methods
+    helpers.wait_for(function()
+      lines = vim.split(vim.trim(helpers.read_file(log) or ""), "\n")
+      methods = vim.tbl_map(function(l)
+        return vim.json.decode(l).method
+      end, lines)
+      return vim.tbl_contains(methods, "notifications/cancelled")
+    end, 3000, "the server never got notifications/cancelled")
+    -- tools/list three times: one tool a page (nextCursor).
+    assert.same({
+      "initialize",
+      "notifications/initialized",
+      "tools/list",
+      "tools/list",
+      "tools/list",
+      "tools/call",
+      "notifications/cancelled",
+    }, methods)
+    local cancelled = vim.json.decode(lines[7])
+    assert.equals(vim.json.decode(lines[6]).id, cancelled.params.requestId)
+  end)
+
+  it("follows nextCursor, answers ping and registers again on tools/list_changed", function()
+    local log = helpers.tmpdir() .. "/received.jsonl"
+    setup({ plain = spec_server("plain", { MCP_SPEC_LOG = log }) })
+    mcp.start()
+    wait_ready()
+    assert.is_not_nil(tools.get("plain:echo"))
+    assert.is_not_nil(tools.get("plain:slow"))
+    assert.is_not_nil(tools.get("plain:grow"))
+    assert.is_nil(tools.get("plain:added"))
+    assert.same({ success = true, output = "grown" }, run("plain:grow", {})())
+    helpers.wait_for(function()
+      return tools.get("plain:added") ~= nil
+    end, 3000, "list_changed did not register the new tool")
+    local pong
+    for _, l in ipairs(vim.split(vim.trim(helpers.read_file(log)), "\n")) do
+      local m = vim.json.decode(l)
+      if m.id == "ping-1" then
+        pong = m
+      end
+    end
+    assert.is_not_nil(pong, "no answer to ping")
+    assert.same({}, pong.result)
+    assert.is_nil(pong.error)
+  end)
+
+  it("a server that crashes is restarted once, then its tools answer with its last stderr lines", function()
+    setup({ crashy = spec_server("crash") })
+    mcp.start()
+    wait_ready()
+    local first_pid = mcp.status()[1].pid
+    local r = run("crashy:boom", {})()
+    assert.is_false(r.success)
+    assert.truthy(r.error:find("crashy", 1, true), r.error)
+    assert.truthy(r.error:find("boom: the spec server crashes now", 1, true), r.error)
+    -- Restarted once.
+    helpers.wait_for(function()
+      note_pids()
+      local s = mcp.status()[1]
+      return s.state == "ready" and s.pid ~= first_pid
+    end, 10000, "never restarted: " .. vim.inspect(mcp.status()))
+    assert.equals(1, mcp.status()[1].restarts)
+    r = run("crashy:boom", {})()
+    assert.is_false(r.success)
+    vim.wait(300)
+    assert.equals("failed", mcp.status()[1].state)
+    r = run("crashy:boom", {})()
+    assert.is_false(r.success)
+    assert.truthy(r.error:find("MCP server `crashy` is not running", 1, true), r.error)
+    assert.truthy(r.error:find("boom: the spec server crashes now", 1, true), r.error)
+  end)
+
+  it("initialize that never answers times out while Neovim keeps running", function()
+    setup({ silent = spec_server("silent") }, { mcp = { timeout = 1 } })
+    local ticks = 0
+    local timer = vim.uv.new_timer()
+    timer:start(20, 20, function()
+      ticks = ticks + 1
+    end)
+    local t0 = vim.uv.hrtime()
+    mcp.start()
+    note_pids()
+    wait_ready(5000)
+    local elapsed = (vim.uv.hrtime() - t0) / 1e6
+    timer:stop()
+    timer:close()
+    assert.is_true(elapsed >= 900 and elapsed < 4000, tostring(elapsed))
+    assert.is_true(ticks >= 20, "the timer ticked only " .. ticks .. " times")
+    local s = mcp.status()[1]
+    assert.equals("failed", s.state)
+    assert.truthy(s.last_error:find("initialize timed out", 1, true), s.last_error)
+    assert.is_nil(tools.get("silent:echo"))
+    local failed = vim.tbl_filter(function(x)
+      return x.state == "failed"
+    end, tools.sources())
+    assert.equals(1, #failed)
+  end)
+
+  it("survives garbage and a 50 MB line on stdout", function()
+    setup({ junk = spec_server("garbage") })
+    mcp.start()
+    wait_ready(30000)
+    local s = mcp.status()[1]
+    assert.equals("ready", s.state)
+    assert.truthy((s.last_error or ""):find("line_too_long", 1, true) or (s.last_error or ""):find("over the limit", 1, true), vim.inspect(s))
+    assert.same({ success = true, output = "echo: still here" }, run("junk:echo", { text = "still here" })())
+  end)
+
+  describe("through the <C-]> cycle", function()
+    local h
+    local function tool_stream(name, id, input_json)
+      local ev = {}
+      local function add(n, data)
+        ev[#ev + 1] = "event: " .. n .. "\ndata: " .. vim.json.encode(data) .. "\n\n"
+      end
+      add("message_start", { type = "message_start", message = { id = "msg_1", type = "message", role = "assistant",
+        model = "claude-sonnet-4-6", content = {}, usage = { input_tokens = 10, output_tokens = 1 } } })
+      add("content_block_start", { type = "content_block_start", index = 0,
+        content_block = { type = "tool_use", id = id, name = name, input = vim.empty_dict() } })
+      add("content_block_delta", { type = "content_block_delta", index = 0,
+        delta = { type = "input_json_delta", partial_json = input_json } })
+      add("content_block_stop", { type = "content_block_stop", index = 0 })
+      add("message_delta", { type = "message_delta", delta = { stop_reason = "tool_use" }, usage = { output_tokens = 20 } })
+      add("message_stop", { type = "message_stop" })
+      return table.concat(ev)
+    end
+
+    before_each(function()
+      h = helpers.send_harness({ key = KEY })
+    end)
+    after_each(function()
+      h.teardown()
+    end)
+
+    it("the filesystem server's tool asks first, then its result lands in the buffer", function()
+      local dir = helpers.tmpdir()
+      helpers.write_file(dir .. "/hello.txt", "hi")
+      helpers.write_file(dir .. "/other.md", "x")
+      require("flemma").setup({
+        provider = "test",
+        providers = { test = { kind = "anthropic", endpoint = h.server:url("/v1/messages"), api_key_env = "FLEMMA_SPEC_KEY" } },
+        parameters = { max_retries = 0, cache_retention = "none" },
+        tools = { autopilot = { enabled = false } },
+        mcp = { servers = { fs = { command = "node", args = { FILESYSTEM, dir } } }, timeout = 20 },
+      })
+      h.server:script({
+        { body = tool_stream("fs__list_directory", "toolu_fs1", vim.json.encode({ path = dir })), content_type = "text/event-stream" },
+      })
+      local buf = helpers.open_chat({ "@You:", "What is in the directory?" })
+      press("<C-]>")
+      h.wait_finished(1, 30000)
+      note_pids()
+      -- The provider got the MCP tools as fs__tool, with their schemas.
+      local req = h.server:requests()[1]
+      local sent = {}
+      for _, t in ipairs(req.json.tools) do
+        sent[t.name] = t
+      end
+      assert.is_not_nil(sent["fs__list_directory"], vim.inspect(vim.tbl_keys(sent)))
+      assert.equals("object", sent["fs__list_directory"].input_schema.type)
+      assert.is_nil(sent["fs:list_directory"])
+      -- The answer's tool use is named back as fs:list_directory; it asks (MCP tools never auto-approve).
+      local t = text(buf)
+      assert.truthy(t:find("**Tool Use:** `fs:list_directory` (`toolu_fs1`)", 1, true), t)
+      press("<C-]>")
+      helpers.wait_for(function()
+        return text(buf):find("```flemma:tool status=pending", 1, true) ~= nil
+      end, 5000, "no pending placeholder:\n" .. text(buf))
+      local lines = vim.api.nvim_buf_get_lines(buf, 0, -1, false)
+      for i, l in ipairs(lines) do
+        if l == "```flemma:tool status=pending" then
+          vim.api.nvim_buf_set_lines(buf, i - 1, i, false, { "```flemma:tool status=approved" })
+        end
+      end
+      press("<C-]>")
+      helpers.wait_for(function()
+        return text(buf):find("[FILE] hello.txt", 1, true) ~= nil
+      end, 10000, "no result:\n" .. text(buf))
+      t = text(buf)
+      assert.truthy(t:find("**Tool Result:** `toolu_fs1`\n", 1, true), t)
+      assert.truthy(t:find("[FILE] other.md", 1, true), t)
+    end)
+
+    it("an error result of the filesystem server (a path outside its roots) is an error result", function()
+      local dir = helpers.tmpdir()
+      setup({ fs = { command = "node", args = { FILESYSTEM, dir } } })
+      mcp.start()
+      wait_ready()
+      local r = run("fs:read_text_file", { path = "/etc/hostname" })()
+      assert.is_false(r.success)
+      assert.truthy(r.error:lower():find("denied", 1, true) or r.error:lower():find("outside", 1, true), r.error)
+    end)
+  end)
+
+  describe("approval", function()
+    it("`server:*` and $mcp approve MCP tools only when listed; nothing approves them by default", function()
+      local approval = require("flemma.tools.approval")
+      setup({})
+      local function decide(name)
+        return approval.resolve(name, {}, { bufnr = 0 })
+      end
+      assert.equals("require_approval", decide("github:create_issue"))
+      setup({}, { tools = { auto_approve = { "$default", "github:*" } } })
+      assert.equals("approve", decide("github:create_issue"))
+      assert.equals("require_approval", decide("gitlab:create_issue"))
+      setup({}, { tools = { auto_approve = { "$mcp:gitlab" } } })
+      assert.equals("approve", decide("gitlab:x"))
+      assert.equals("require_approval", decide("github:x"))
+      setup({}, { tools = { auto_approve = { "$mcp", "$nogh" }, presets = { ["$nogh"] = { deny = { "github:*" } } } } })
+      assert.equals("approve", decide("gitlab:x"))
+      assert.equals("deny", decide("github:x"))
+      assert.equals("require_approval", decide("bash"))
+    end)
+  end)
+end)
