@@ -11,7 +11,7 @@ mkdir -p "$DEPS"
 log() { printf '[deps] %s\n' "$*"; }
 
 PKGS=(g++ cmake make libluajit-5.1-dev luajit lua-busted bubblewrap curl clang-14
-      libclang-rt-14-dev tmux dpkg-dev patchelf python3)
+      libclang-rt-14-dev tmux dpkg-dev patchelf python3 nodejs npm)
 
 # --nvim VERSION: only that Neovim (what `make demo` needs when the system has none).
 ONLY_NVIM=""
@@ -96,5 +96,23 @@ case "$ONLY_NVIM" in
   0.12.4) fetch_nvim 0.12.4 sid ;;
   *) echo "[deps] unknown Neovim version $ONLY_NVIM (0.10.4 or 0.12.4)" >&2; exit 1 ;;
 esac
+
+# The reference MCP servers the MCP specs run (spec/flemma/mcp_spec.lua), with Node,
+# pinned; skipped when these versions are there.
+MCP_PKGS=(@modelcontextprotocol/server-everything@2026.8.31 @modelcontextprotocol/server-filesystem@2026.8.31)
+mcp_present() {
+  local p name version
+  for p in "${MCP_PKGS[@]}"; do
+    name=${p%@*}; version=${p##*@}
+    grep -q "\"version\": \"$version\"" "$DEPS/npm/node_modules/$name/package.json" 2>/dev/null || return 1
+  done
+}
+if mcp_present; then
+  log "MCP reference servers present"
+else
+  log "installing ${MCP_PKGS[*]} into .deps/npm"
+  mkdir -p "$DEPS/npm"
+  npm install --prefix "$DEPS/npm" --no-audit --no-fund --loglevel=error "${MCP_PKGS[@]}" >/dev/null
+fi
 
 log "done"
