@@ -23,6 +23,7 @@ local modules = {
   "flemma.estimate",
   "flemma.templates",
   "flemma.build",
+  "flemma.mcp",
 }
 local loaded = false
 

@@ -130,6 +130,30 @@ function H.buffers()
   end
 end
 
+-- Each configured MCP server: running with its tools, not started yet, or failed.
+function H.mcp()
+  local mcp = require("flemma.mcp")
+  local rows = mcp.status()
+  if #rows == 0 then
+    return
+  end
+  vim.health.start("flemma: MCP servers")
+  for _, r in ipairs(rows) do
+    local spec = (require("flemma.config").get().mcp.servers or {})[r.name] or {}
+    if r.state == "ready" then
+      vim.health.ok(("%s: running (pid %s), %d tools"):format(r.name, tostring(r.pid), r.tools))
+    elseif r.state == "failed" then
+      vim.health.error(("%s: failed: %s"):format(r.name, (r.last_error or "?"):gsub("\n.*", " ...")), {
+        ":Flemma mcp:restart " .. r.name,
+      })
+    elseif vim.fn.executable(spec.command or "") ~= 1 then
+      vim.health.error(("%s: `%s` not found in $PATH"):format(r.name, tostring(spec.command)))
+    else
+      vim.health.info(("%s: %s (starts with the first chat that needs it)"):format(r.name, r.state))
+    end
+  end
+end
+
 function M.check()
   vim.health.start("flemma: Neovim")
   local v = vim.version()
@@ -196,6 +220,7 @@ function M.check()
       end
     end
 
+    H.mcp()
     H.providers()
     H.buffers()
   end

@@ -371,6 +371,64 @@ function M.stop_all()
   end
 end
 
+--- The status as text, one line per server:
+--- `name  state  N tools  [pid P]  [restarted]  [last error: ...]`.
+---@return string
+function M.status_text()
+  local rows = M.status()
+  if #rows == 0 then
+    return "no MCP servers configured (mcp.servers)"
+  end
+  local lines = {}
+  for _, r in ipairs(rows) do
+    local line = ("%s: %s, %d tool%s"):format(r.name, r.state, r.tools, r.tools == 1 and "" or "s")
+    if r.pid then
+      line = line .. ", pid " .. r.pid
+    end
+    if r.restarts > 0 then
+      line = line .. ", restarted " .. r.restarts .. "x"
+    end
+    if r.last_error then
+      line = line .. "; last error: " .. (r.last_error:gsub("\n.*", " ..."))
+    end
+    lines[#lines + 1] = line
+  end
+  return table.concat(lines, "\n")
+end
+
+--- Stops a server and starts it again (its restart count is reset); cb(err) once it
+--- is ready or failed.
+---@param name string
+---@param cb? fun(err?: string)
+function M.restart(name, cb)
+  if not (H.config().servers or {})[name] then
+    util.error(("mcp:restart: no MCP server `%s` (configured: %s)"):format(name, table.concat(M.names(), ", ")))
+  end
+  local s = H.server(name)
+  s.restarts, s.gave_up = 0, false
+  local function go()
+    H.start(s, function(err)
+      if cb then
+        cb(err)
+      end
+    end)
+  end
+  if s.client:running() then
+    s.client:stop()
+    -- Started again once the old process is gone (its exit settles what was pending).
+    local timer = vim.uv.new_timer()
+    timer:start(20, 20, vim.schedule_wrap(function()
+      if not s.client:running() and not timer:is_closing() then
+        timer:stop()
+        timer:close()
+        go()
+      end
+    end))
+  elseif s.client.state ~= "starting" then
+    go()
+  end
+end
+
 --- Reads `mcp` from the configuration; chat buffers that need MCP tools start the servers.
 ---@param config flemma.Config
 function M.setup(config)
@@ -406,5 +464,39 @@ function M.setup(config)
     end
   end
 end
+
+local commands = require("flemma.commands")
+commands.register("mcp:status", {
+  desc = "show each MCP server: state, tool count, last error",
+  run = function()
+    util.notify(M.status_text())
+  end,
+})
+commands.register("mcp:restart", {
+  desc = "stop an MCP server and start it again",
+  complete = function(arglead)
+    return vim.tbl_filter(function(n)
+      return n:sub(1, #arglead) == arglead
+    end, M.names())
+  end,
+  run = function(args)
+    local name = args[1]
+    if not name or name == "" then
+      util.warn("mcp:restart needs a server name: " .. table.concat(M.names(), ", "))
+      return
+    end
+    if not (H.config().servers or {})[name] then
+      util.warn(("mcp:restart: no MCP server `%s` (configured: %s)"):format(name, table.concat(M.names(), ", ")))
+      return
+    end
+    M.restart(name, function(err)
+      if err then
+        util.warn(("MCP server `%s` did not start: %s"):format(name, err))
+      else
+        util.notify(("MCP server `%s` restarted (%d tools)"):format(name, #H.servers[name].client.tools))
+      end
+    end)
+  end,
+})
 
 return M
