@@ -5,8 +5,10 @@
 ---
 --- Secret are: the places in $HOME where credentials live (M.HOME_ENTRIES), Neovim's
 --- own data and state directories (the trust store, logs, undo files, shada), and
---- anywhere, a file named `.env*`, `*.pem`, `*.key`, an `id_*` private key (not the
---- `.pub`), or a `.npmrc` / `.pypirc` that holds a token or password. A path counts
+--- anywhere, a file named `.env*`, `*.pem`, `*.key`, `*.ppk`, `*.p12`, `*.pfx`,
+--- `*.jks`, `*.keystore`, `*.kdbx`, an `id_*` private key (not the `.pub`; also a copy
+--- such as `id_rsa.bak` or `id_rsa~`), `.netrc`, `.git-credentials`, `.pgpass`, or a
+--- `.npmrc` / `.pypirc` that holds a token or password. A path counts
 --- as written and as it resolves (`..` folded, symlinks followed): a symlink in the
 --- project that leads to ~/.ssh/id_rsa is a secret, and so is a link named `.env`.
 local M = {}
@@ -67,6 +69,10 @@ M.HOME_ENTRIES = {
 -- Files that hold a token only when their content says so: read up to this size.
 H.CONTENT_MAX = 64 * 1024
 H.TOKEN_FILES = { [".npmrc"] = true, [".pypirc"] = true }
+-- Extensions of files that hold private keys besides *.pem and *.key.
+H.KEY_EXTS = { "ppk", "p12", "pfx", "jks", "keystore", "kdbx" }
+-- Names that hold credentials wherever they are (as ~/.netrc and the like).
+H.CREDENTIAL_NAMES = { [".netrc"] = true, ["_netrc"] = true, [".git-credentials"] = true, [".pgpass"] = true }
 
 --- $HOME (normalized), or nil when it is unset, relative or `/`.
 ---@return string|nil
@@ -213,9 +219,26 @@ function H.by_name(path)
   if lower:match("%.pem$") or lower:match("%.key$") then
     return "a key file"
   end
-  -- id_rsa, id_ed25519, id_ecdsa_sk...: a private key; id_rsa.pub is not.
-  if lower:match("^id_[%w_%-]+$") then
+  -- Private keys in other containers: PuTTY, PKCS#12, Java key stores, KeePass.
+  for _, ext in ipairs(H.KEY_EXTS) do
+    if lower:sub(-#ext - 1) == "." .. ext then
+      return "a key file"
+    end
+  end
+  -- id_rsa, id_ed25519, id_ecdsa_sk...: a private key; id_rsa.pub is not. A copy
+  -- kept aside (id_rsa.bak, id_rsa.old, id_rsa~) is one too.
+  local stem = lower:match("^(id_[%w_%-]+)$")
+    or lower:match("^(id_[%w_%-]+)~$")
+    or lower:match("^(id_[%w_%-]+)%.bak$")
+    or lower:match("^(id_[%w_%-]+)%.old$")
+    or lower:match("^(id_[%w_%-]+)%.orig$")
+    or lower:match("^(id_[%w_%-]+)%.backup$")
+  if stem then
     return "a private key"
+  end
+  -- Credential files of $HOME (M.HOME_ENTRIES), wherever a copy lies.
+  if H.CREDENTIAL_NAMES[lower] then
+    return "a credentials file"
   end
   if H.TOKEN_FILES[lower] and H.holds_token(path) then
     return ("a %s with a token or password"):format(lower)

@@ -256,7 +256,13 @@ describe("secret files and the project's roots", function()
       for _, name in ipairs({ ".env", ".env.local", "server.pem", "tls.KEY", "id_ed25519", "id_rsa" }) do
         assert.is_string(secret_paths.check(file(name)), name)
       end
-      for _, name in ipairs({ "id_rsa.pub", "id_utils.py", "notes.txt", "environment.md", "keys.txt" }) do
+      -- Private keys in other containers, copies of a key kept aside, credential
+      -- files of $HOME copied into a project.
+      for _, name in ipairs({ "deploy.ppk", "client.P12", "cert.pfx", "release.jks", "app.keystore", "vault.kdbx",
+        "id_rsa.bak", "id_ed25519.old", "id_rsa~", "id_ecdsa.orig", ".git-credentials", ".netrc", ".pgpass" }) do
+        assert.is_string(secret_paths.check(file(name)), name)
+      end
+      for _, name in ipairs({ "id_rsa.pub", "id_utils.py", "notes.txt", "environment.md", "keys.txt", "id_rsa.pub.bak", "keystore.md" }) do
         assert.is_nil(secret_paths.check(file(name)), name)
       end
       vim.fn.mkdir(dir .. "/npm", "p")
