@@ -131,6 +131,9 @@ H.defaults = {
     include = nil, -- tool patterns to keep ("name:*", "name:tool"); nil: all
     exclude = nil, -- tool patterns to leave out
     timeout = 60, -- seconds for a server to start and for each request
+    -- Read the project's .mcp.json (mcpServers); each of its servers starts only once
+    -- you trust it (asked once per command line).
+    project_config = false,
   },
   attachments = {
     -- Largest file a reference (@./path) may attach, in bytes; a larger one blocks the send.

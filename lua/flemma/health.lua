@@ -139,15 +139,14 @@ function H.mcp()
   end
   vim.health.start("flemma: MCP servers")
   for _, r in ipairs(rows) do
-    local spec = (require("flemma.config").get().mcp.servers or {})[r.name] or {}
     if r.state == "ready" then
       vim.health.ok(("%s: running (pid %s), %d tools"):format(r.name, tostring(r.pid), r.tools))
     elseif r.state == "failed" then
       vim.health.error(("%s: failed: %s"):format(r.name, (r.last_error or "?"):gsub("\n.*", " ...")), {
         ":Flemma mcp:restart " .. r.name,
       })
-    elseif vim.fn.executable(spec.command or "") ~= 1 then
-      vim.health.error(("%s: `%s` not found in $PATH"):format(r.name, tostring(spec.command)))
+    elseif vim.fn.executable(r.command or "") ~= 1 then
+      vim.health.error(("%s: `%s` not found in $PATH"):format(r.name, tostring(r.command)))
     else
       vim.health.info(("%s: %s (starts with the first chat that needs it)"):format(r.name, r.state))
     end

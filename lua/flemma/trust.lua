@@ -168,6 +168,36 @@ function M.state(bufnr)
   return H.session[key.id]
 end
 
+--- The remembered answer for another thing trusted by path and content hash (e.g.
+--- a project's MCP server: flemma.mcp), kept in the same store: "trusted",
+--- "denied", or nil when never answered or answered for other content. `key` must
+--- not be an absolute path (those are chat files): give it a prefix ("mcp:...").
+---@param key string
+---@param hash string SHA-256 hex of the content
+---@return flemma.trust.State|nil
+function M.lookup(key, hash)
+  if key:sub(1, 1) == "/" or key:find("[\r\n]") then
+    util.error("trust.lookup: the key should be one line without a leading `/`")
+  end
+  local ok, entries = pcall(H.read)
+  local stored = ok and entries[key] or nil
+  if stored and stored.hash == hash then
+    return stored.state
+  end
+  return nil
+end
+
+--- Remembers an answer for `key` and `hash` (see M.lookup); nil forgets it.
+---@param key string
+---@param hash string
+---@param state flemma.trust.State|nil
+function M.remember(key, hash, state)
+  if key:sub(1, 1) == "/" or key:find("[\r\n]") then
+    util.error("trust.remember: the key should be one line without a leading `/`")
+  end
+  H.write(key, hash, state)
+end
+
 --- Whether the buffer's frontmatter is trusted to widen the approval policy.
 ---@param bufnr? integer
 ---@return boolean

@@ -471,6 +471,105 @@ describe("mcp", function()
     end)
   end)
 
+  describe("project .mcp.json", function()
+    local trust = require("flemma.trust")
+    local orig_select, asked, answer, keys
+    before_each(function()
+      orig_select = vim.ui.select
+      asked, answer, keys = {}, 1, {}
+      vim.ui.select = function(items, opts, on_choice)
+        asked[#asked + 1] = opts.prompt
+        on_choice(answer and items[answer] or nil, answer)
+      end
+    end)
+    after_each(function()
+      vim.ui.select = orig_select
+      for _, key in ipairs(keys) do
+        trust.remember(key, string.rep("0", 64), nil)
+      end
+    end)
+
+    local function project(dir, args)
+      helpers.write_file(dir .. "/.mcp.json", vim.json.encode({
+        mcpServers = { proj = { command = "node", args = args or { SUPPORT, "plain" } } },
+      }))
+      keys[#keys + 1] = "mcp:" .. vim.uv.fs_realpath(dir .. "/.mcp.json") .. "#proj"
+    end
+
+    local function open(dir, name)
+      vim.cmd("edit " .. vim.fn.fnameescape(dir .. "/" .. name))
+      vim.api.nvim_buf_set_lines(0, 0, -1, false, { "@You:", "hi" })
+    end
+
+    it("is read only with mcp.project_config", function()
+      local dir = helpers.tmpdir()
+      project(dir)
+      setup({})
+      open(dir, "a.chat")
+      vim.wait(200)
+      assert.same({}, asked)
+      assert.same({}, mcp.status())
+    end)
+
+    it("asks naming the command line, starts a trusted server, remembers it by path and content", function()
+      local dir = helpers.tmpdir()
+      project(dir)
+      setup({}, { mcp = { project_config = true } })
+      open(dir, "a.chat")
+      helpers.wait_for(function()
+        note_pids()
+        return tools.get("proj:echo") ~= nil
+      end, 10000, "the trusted project server did not start: " .. vim.inspect(mcp.status()))
+      assert.equals(1, #asked)
+      assert.truthy(asked[1]:find("wants to start the MCP server `proj`: node " .. SUPPORT .. " plain", 1, true), asked[1])
+      assert.same({ success = true, output = "echo: p" }, run("proj:echo", { text = "p" })())
+      -- Remembered: a new session (setup again) starts it without asking.
+      setup({}, { mcp = { project_config = true } })
+      open(dir, "b.chat")
+      helpers.wait_for(function()
+        note_pids()
+        return tools.get("proj:echo") ~= nil and tools.is_ready()
+      end, 10000, "not started again")
+      assert.equals(1, #asked)
+      -- Another command line in the same file asks again; denied, it stays off.
+      mcp.stop_all()
+      project(dir, { SUPPORT, "crash" })
+      answer = 2
+      setup({}, { mcp = { project_config = true } })
+      open(dir, "c.chat")
+      vim.wait(300)
+      assert.equals(2, #asked)
+      assert.truthy(asked[2]:find("node " .. SUPPORT .. " crash", 1, true), asked[2])
+      assert.is_nil(tools.get("proj:boom"))
+      assert.same({}, mcp.status())
+      -- Denied is remembered too; :Flemma mcp:trust asks again.
+      setup({}, { mcp = { project_config = true } })
+      open(dir, "d.chat")
+      vim.wait(200)
+      assert.equals(2, #asked)
+      answer = 1
+      vim.cmd("Flemma mcp:trust")
+      helpers.wait_for(function()
+        note_pids()
+        return tools.get("proj:boom") ~= nil
+      end, 10000, "mcp:trust did not start it")
+      assert.equals(3, #asked)
+    end)
+
+    it("without a UI to ask, nothing starts", function()
+      vim.ui.select = orig_select
+      local dir = helpers.tmpdir()
+      project(dir)
+      setup({}, { mcp = { project_config = true } })
+      local notes = helpers.notifications(function()
+        open(dir, "a.chat")
+        vim.wait(200)
+      end)
+      assert.same({}, mcp.status())
+      assert.truthy(notes[1] and notes[1].msg:find("needs your trust", 1, true), vim.inspect(notes))
+    end)
+  end)
+
   describe("approval", function()
     it("`server:*` and $mcp approve MCP tools only when listed; nothing approves them by default", function()
       local approval = require("flemma.tools.approval")

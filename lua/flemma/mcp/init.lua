@@ -19,6 +19,7 @@ local H = {}
 ---@field waiting fun(err?: string)[] callbacks for the end of a start
 
 H.servers = {} ---@type table<string, flemma.mcp.Server>
+H.project = {} -- trusted servers of project .mcp.json files: name -> entry
 H.cfg = nil
 
 function H.config()
@@ -273,7 +274,7 @@ function H.server(name)
   if s then
     return s
   end
-  local spec = (H.config().servers or {})[name]
+  local spec = H.spec(name)
   if not spec then
     return nil
   end
@@ -292,9 +293,21 @@ end
 --- The configured server names, sorted.
 ---@return string[]
 function M.names()
-  local names = vim.tbl_keys(H.config().servers or {})
+  local set = {}
+  for name in pairs(H.config().servers or {}) do
+    set[name] = true
+  end
+  for name in pairs(H.project) do
+    set[name] = true
+  end
+  local names = vim.tbl_keys(set)
   table.sort(names)
   return names
+end
+
+--- The entry of a server: the configuration's, else a trusted project server's.
+function H.spec(name)
+  return (H.config().servers or {})[name] or H.project[name]
 end
 
 --- Starts the servers not started yet; their tools load as an async tool source (a
@@ -322,7 +335,7 @@ end
 ---@param bufnr integer
 ---@return boolean
 function M.needed(bufnr)
-  if next(H.config().servers or {}) == nil then
+  if next(H.config().servers or {}) == nil and next(H.project) == nil then
     return false
   end
   local ok, fm = pcall(require, "flemma.frontmatter")
@@ -354,6 +367,8 @@ function M.status()
       last_error = s and s.client.last_error or nil,
       restarts = s and s.restarts or 0,
       pid = s and s.client.handle and s.client.handle.pid or nil,
+      command = (H.spec(name) or {}).command,
+      project = H.project[name] ~= nil and not (H.config().servers or {})[name] or nil,
     }
   end
   return out
@@ -401,7 +416,7 @@ end
 ---@param name string
 ---@param cb? fun(err?: string)
 function M.restart(name, cb)
-  if not (H.config().servers or {})[name] then
+  if not H.spec(name) then
     util.error(("mcp:restart: no MCP server `%s` (configured: %s)"):format(name, table.concat(M.names(), ", ")))
   end
   local s = H.server(name)
@@ -442,30 +457,204 @@ function M.setup(config)
     end
   end
   H.servers = {}
+  H.project = {}
+  H.project_files = {}
   H.cfg = config.mcp or {}
   local group = vim.api.nvim_create_augroup("flemma.mcp", { clear = true })
-  if next(H.cfg.servers or {}) == nil then
+  if next(H.cfg.servers or {}) == nil and not H.cfg.project_config then
     return
+  end
+  local function opened(buf)
+    if H.cfg.project_config then
+      M.project(buf)
+    end
+    if M.needed(buf) then
+      M.start()
+    end
   end
   vim.api.nvim_create_autocmd("FileType", {
     group = group,
     pattern = "chat",
     desc = "Flemma: start the MCP servers a chat needs",
     callback = function(ev)
-      if M.needed(ev.buf) then
-        M.start()
-      end
+      opened(ev.buf)
     end,
   })
   for _, buf in ipairs(vim.api.nvim_list_bufs()) do
-    if vim.api.nvim_buf_is_loaded(buf) and vim.bo[buf].filetype == "chat" and M.needed(buf) then
-      M.start()
-      break
+    if vim.api.nvim_buf_is_loaded(buf) and vim.bo[buf].filetype == "chat" then
+      opened(buf)
+    end
+  end
+end
+
+-- Project servers ------------------------------------------------------------------
+
+H.project_files = {} -- .mcp.json real paths read in this session
+H.MAX_PROJECT_FILE = 1024 * 1024
+M.TRUST_CHOICES = { "Trust it and start it", "Do not start it" }
+
+--- The .mcp.json that applies to a buffer: the nearest one in its directory or above.
+---@param bufnr integer
+---@return string|nil real path
+function M.project_file(bufnr)
+  local name = vim.api.nvim_buf_get_name(bufnr)
+  local dir = name ~= "" and vim.fs.dirname(vim.fn.fnamemodify(name, ":p")) or vim.fn.getcwd()
+  local found = vim.fs.find(".mcp.json", { upward = true, path = dir, type = "file" })[1]
+  return found and vim.uv.fs_realpath(found) or nil
+end
+
+--- The servers of a .mcp.json ({ mcpServers = { name = { command, args, env, cwd } } }),
+--- or nil and why not. Relative `cwd` is taken from the file's directory.
+---@param path string
+---@return table<string, table>|nil
+---@return string|nil err
+function M.read_project(path)
+  local stat = vim.uv.fs_stat(path)
+  if not stat or stat.type ~= "file" then
+    return nil, "not a regular file"
+  end
+  if stat.size > H.MAX_PROJECT_FILE then
+    return nil, "larger than 1 MiB"
+  end
+  local f = io.open(path, "rb")
+  if not f then
+    return nil, "cannot be read"
+  end
+  local text = f:read("*a")
+  f:close()
+  local ok, data = pcall(vim.json.decode, text)
+  if not ok or type(data) ~= "table" or type(data.mcpServers) ~= "table" then
+    return nil, "no `mcpServers` object"
+  end
+  local dir = vim.fs.dirname(path)
+  local out = {}
+  for name, e in pairs(data.mcpServers) do
+    local valid = type(name) == "string" and name:match("^[%a][%w_%-]*$") and not name:find("__", 1, true) and name:sub(-1) ~= "_"
+    if valid and type(e) == "table" and type(e.command) == "string" and e.command ~= "" then
+      local spec = { command = e.command, args = {}, env = nil, cwd = dir }
+      for _, a in ipairs(type(e.args) == "table" and e.args or {}) do
+        spec.args[#spec.args + 1] = tostring(a)
+      end
+      if type(e.env) == "table" then
+        spec.env = {}
+        for k, v in pairs(e.env) do
+          if type(k) == "string" and k:match("^[%a_][%w_]*$") and (type(v) == "string" or type(v) == "number") then
+            spec.env[k] = tostring(v)
+          end
+        end
+      end
+      if type(e.cwd) == "string" and e.cwd ~= "" then
+        spec.cwd = e.cwd:sub(1, 1) == "/" and e.cwd or vim.fs.joinpath(dir, e.cwd)
+      end
+      out[name] = spec
+    else
+      log.warn("mcp: %s: server %s left out (needs a name of letters, digits, - and _, and a command)", path, vim.inspect(name))
+    end
+  end
+  return out
+end
+
+--- The command line of an entry, as the question shows it.
+function H.command_line(spec)
+  local parts = { spec.command }
+  for _, a in ipairs(spec.args or {}) do
+    parts[#parts + 1] = a:find("[%s'\"]") and ("'" .. a:gsub("'", "'\\''") .. "'") or a
+  end
+  local env = vim.tbl_keys(spec.env or {})
+  table.sort(env)
+  local prefix = #env > 0 and ("(env " .. table.concat(env, ", ") .. ") ") or ""
+  return prefix .. table.concat(parts, " ")
+end
+
+--- What an answer is kept under: the file's real path and the server's name, and
+--- the SHA-256 of everything that decides what runs.
+function H.trust_key(path, name, spec)
+  local env = {}
+  for k, v in pairs(spec.env or {}) do
+    env[#env + 1] = k .. "=" .. v
+  end
+  table.sort(env)
+  local content = table.concat({
+    spec.command,
+    table.concat(spec.args or {}, "\0"),
+    table.concat(env, "\0"),
+    spec.cwd or "",
+  }, "\n\0\n")
+  return "mcp:" .. path .. "#" .. name, vim.fn.sha256(content)
+end
+
+--- Reads the buffer's project .mcp.json (mcp.project_config): trusted servers are
+--- added (started with the chats that need them), denied ones stay off, and for each
+--- one not answered yet the user is asked (vim.ui.select naming its command line).
+--- `again`: ask also for those answered before (:Flemma mcp:trust).
+---@param bufnr integer
+---@param again? boolean
+function M.project(bufnr, again)
+  local path = M.project_file(bufnr)
+  if not path or (H.project_files[path] and not again) then
+    return
+  end
+  H.project_files[path] = true
+  local servers, err = M.read_project(path)
+  if not servers then
+    util.warn(("%s: %s; no project MCP server started"):format(vim.fn.fnamemodify(path, ":~:."), err))
+    return
+  end
+  local trust = require("flemma.trust")
+  local names = vim.tbl_keys(servers)
+  table.sort(names)
+  for _, name in ipairs(names) do
+    local spec = servers[name]
+    if (H.config().servers or {})[name] then
+      log.info("mcp: %s: server %s is configured in setup(); the project's entry is ignored", path, name)
+    else
+      local key, hash = H.trust_key(path, name, spec)
+      local state = trust.lookup(key, hash)
+      if state == "trusted" and not again then
+        H.project[name] = spec
+      elseif state == nil or again then
+        local prompt = ("%s wants to start the MCP server `%s`: %s"):format(
+          vim.fn.fnamemodify(path, ":~:."),
+          name,
+          H.command_line(spec)
+        )
+        local asked, aerr = util.ask(bufnr, "flemma.mcp:" .. name, prompt, M.TRUST_CHOICES, function(choice)
+          if choice == nil then
+            return -- dismissed: asked again next session
+          end
+          local trusted = choice == M.TRUST_CHOICES[1]
+          trust.remember(key, hash, trusted and "trusted" or "denied")
+          if trusted then
+            H.project[name] = spec
+            if M.needed(bufnr) then
+              M.start({ name })
+            end
+          else
+            H.project[name] = nil
+          end
+        end)
+        if asked == "no_ui" then
+          util.warn(("project MCP server `%s` not started: it needs your trust and there is no UI to ask"):format(name))
+        elseif asked == "failed" then
+          util.warn(("project MCP server `%s` not started: %s"):format(name, tostring(aerr)))
+        end
+      end
     end
   end
 end
 
 local commands = require("flemma.commands")
+commands.register("mcp:trust", {
+  desc = "ask again whether to trust the servers of the project's .mcp.json",
+  run = function()
+    local buf = vim.api.nvim_get_current_buf()
+    if not M.project_file(buf) then
+      util.warn("mcp:trust: no .mcp.json in this buffer's directory or above")
+      return
+    end
+    M.project(buf, true)
+  end,
+})
 commands.register("mcp:status", {
   desc = "show each MCP server: state, tool count, last error",
   run = function()
@@ -485,7 +674,7 @@ commands.register("mcp:restart", {
       util.warn("mcp:restart needs a server name: " .. table.concat(M.names(), ", "))
       return
     end
-    if not (H.config().servers or {})[name] then
+    if not H.spec(name) then
       util.warn(("mcp:restart: no MCP server `%s` (configured: %s)"):format(name, table.concat(M.names(), ", ")))
       return
     end
