@@ -574,12 +574,8 @@ function H.trust_key(path, name, spec)
     env[#env + 1] = k .. "=" .. v
   end
   table.sort(env)
-  local content = table.concat({
-    spec.command,
-    table.concat(spec.args or {}, "\0"),
-    table.concat(env, "\0"),
-    spec.cwd or "",
-  }, "\n\0\n")
+  -- Lists only (their order is fixed): the same entry always gives the same text.
+  local content = vim.json.encode({ spec.command, spec.args or {}, env, spec.cwd or "" })
   return "mcp:" .. path .. "#" .. name, vim.fn.sha256(content)
 end
 
