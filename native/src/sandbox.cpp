@@ -130,7 +130,49 @@ std::vector<std::string> socket_dirs() {
 struct GitScan {
   std::vector<std::string> git_dirs;       // .git directories and submodules' git directories
   std::vector<std::string> pointer_files;  // .git files ("gitdir: ...")
+  std::vector<std::string> secret_files;   // regular files named as secrets (secret_name)
 };
+
+bool ends_with_ci(const std::string& s, const char* suffix) {
+  const size_t n = std::strlen(suffix);
+  if (s.size() < n) return false;
+  for (size_t i = 0; i < n; ++i) {
+    char c = s[s.size() - n + i];
+    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+    if (c != suffix[i]) return false;
+  }
+  return true;
+}
+
+// Whether a file's name makes it a secret wherever it lies: the by-name rule of
+// flemma.secret_paths (lua/flemma/secret_paths.lua H.by_name; sandbox_spec checks
+// that the two agree), but for .npmrc / .pypirc, which are secrets there only when
+// their content holds a token and which package managers in the sandbox read.
+bool secret_name(const std::string& name) {
+  std::string lower = name;
+  for (auto& c : lower)
+    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+  if (lower.compare(0, 4, ".env") == 0) return true;
+  for (const char* ext : {".pem", ".key", ".ppk", ".p12", ".pfx", ".jks", ".keystore", ".kdbx"})
+    if (ends_with_ci(lower, ext)) return true;
+  if (lower == ".netrc" || lower == "_netrc" || lower == ".git-credentials" || lower == ".pgpass") return true;
+  // id_rsa, id_ed25519...: id_ and then [A-Za-z0-9_-]+, alone or with a backup
+  // suffix (~, .bak, .old, .orig, .backup); not id_rsa.pub.
+  if (lower.compare(0, 3, "id_") != 0) return false;
+  std::string stem = lower;
+  for (const char* suf : {"~", ".bak", ".old", ".orig", ".backup"}) {
+    if (ends_with_ci(stem, suf)) {
+      stem.resize(stem.size() - std::strlen(suf));
+      break;
+    }
+  }
+  if (stem.size() <= 3) return false;
+  for (size_t i = 3; i < stem.size(); ++i) {
+    const char c = stem[i];
+    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '-')) return false;
+  }
+  return true;
+}
 
 // A git directory's submodules live in modules/<name>/ (names may hold slashes).
 void scan_modules(const std::string& gitdir, GitScan& out, int depth, size_t& budget) {
@@ -171,6 +213,7 @@ GitScan scan_git(const std::string& root) {
       std::string p = d + "/" + n;
       struct stat st;
       if (::lstat(p.c_str(), &st) != 0) continue;
+      if (S_ISREG(st.st_mode) && secret_name(n)) out.secret_files.push_back(p);
       if (n == ".git") {
         if (S_ISDIR(st.st_mode)) {
           out.git_dirs.push_back(p);
@@ -590,6 +633,11 @@ std::vector<std::string> bwrap_args(const Policy& policy, const std::string& cwd
     // cannot be renamed away and replaced; a .git pointer file is read-only.
     GitScan scan = scan_git(r);
     for (const auto& f : scan.pointer_files) op(f, {"--ro-bind", f, f});
+    // Secret files in the root (.env, *.pem, id_rsa...: secret_name) read as
+    // empty while secrets are hidden at all (deny_read not emptied): an
+    // auto-approved `grep -r KEY .` does not send them.
+    if (!policy.deny_read.empty())
+      for (const auto& f : scan.secret_files) op(f, {"--ro-bind", "/dev/null", f});
     for (const auto& g : scan.git_dirs) {
       op(g, {"--bind", g, g});
       ro_dir(g + "/hooks");
@@ -674,6 +722,12 @@ std::string seatbelt_profile(const Policy& policy, const std::string& cwd) {
     std::stable_sort(rules.begin(), rules.end(),
                      [](const auto& x, const auto& y) { return x.first.size() < y.first.size(); });
     for (const auto& r : rules) s += r.second;
+  }
+  // Secret files in the roots (secret_name), as bwrap_args hides them; last, so
+  // that no root's allow rule shows them again.
+  if (!policy.deny_read.empty()) {
+    for (const auto& r : roots)
+      for (const auto& f : scan_git(r).secret_files) s += "(deny file-read* (literal " + quote_sb(f) + "))\n";
   }
   // Off means off: Unix sockets too (Neovim's RPC socket would run anything
   // outside the sandbox).

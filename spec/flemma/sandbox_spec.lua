@@ -385,6 +385,33 @@ describe("flemma.sandbox", function()
       assert.equal("SECRET-ssh-private-key\n", helpers.read_file(home .. "/.ssh/id_ed25519"))
     end)
 
+    it("hides the secret files of the project itself from a sandboxed bash, as flemma.secret_paths names them", function()
+      -- Names secret_paths counts as secrets by name, and some it does not.
+      local names = { ".env", ".env.local", ".ENVRC", "server.pem", "tls.KEY", "deploy.ppk", "client.p12", "cert.pfx",
+        "release.jks", "app.keystore", "vault.kdbx", "id_rsa", "id_ed25519", "ID_ECDSA", "id_rsa.bak", "id_rsa~",
+        ".netrc", ".git-credentials", ".pgpass", "sub/dir/.env", "id_rsa.pub", "id_utils.py", "notes.txt",
+        "environment.md", "keys.txt", "id_rsa.pub.bak", "keystore.md" }
+      local secret_paths = require("flemma.secret_paths")
+      for i, name in ipairs(names) do
+        helpers.write_file(project_dir .. "/" .. name, "CONTENT-" .. i .. "-END\n")
+      end
+      -- A plain .npmrc stays readable: package managers in the sandbox need it.
+      helpers.write_file(project_dir .. "/.npmrc", "registry=https://registry.npmjs.org/\n")
+      local res = bash("grep -r . . 2>&1; cat .env id_rsa 2>&1; true")
+      local out = res.output or ""
+      for i, name in ipairs(names) do
+        local shown = out:find("CONTENT-" .. i .. "-END", 1, true) ~= nil
+        local secret = secret_paths.check(project_dir .. "/" .. name) ~= nil
+        assert.equals(not secret, shown, ("%s (secret: %s) shown: %s\n%s"):format(name, tostring(secret), tostring(shown), out))
+      end
+      assert.is_truthy(out:find("registry.npmjs.org", 1, true), out)
+      assert.is_truthy(out:find("project-readme", 1, true), out)
+      -- On disk they are unchanged, and the command cannot replace them.
+      res = bash("echo x > .env; rm -f id_rsa; true")
+      assert.equal("CONTENT-1-END\n", helpers.read_file(project_dir .. "/.env"))
+      assert.equal("CONTENT-12-END\n", helpers.read_file(project_dir .. "/id_rsa"))
+    end)
+
     it("hides the target of a symlinked entry, by either path", function()
       local elsewhere = assert(vim.uv.fs_mkdtemp("/var/tmp/flemma-kube-XXXXXX"))
       elsewhere = assert(vim.uv.fs_realpath(elsewhere))
