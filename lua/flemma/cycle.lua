@@ -792,6 +792,11 @@ function M.advance(bufnr, opts)
   if not opts.auto then
     s.turns = 0
   end
+  if next(s.running) ~= nil and next(H.nested[bufnr] or {}) ~= nil then
+    M.focus_pending(bufnr)
+    util.notify("a running tool waits for its nested call: :Flemma tool:approve or tool:reject")
+    return
+  end
   if next(s.running) ~= nil or #s.queue > 0 then
     util.notify(("%d tool(s) still running; <C-c> cancels them"):format(vim.tbl_count(s.running) + #s.queue))
     return
@@ -843,6 +848,10 @@ function M.execute_at_cursor(bufnr)
     return
   end
   local use, result = H.find(doc, target.id)
+  if not use and H.is_nested_pending(bufnr, target.id) then
+    M.set_status(bufnr, target.id, "approved")
+    return
+  end
   if not use then
     util.warn(("no **Tool Use:** block has the id `%s`"):format(target.id))
     return
@@ -902,6 +911,9 @@ function M.set_status(bufnr, id, status, content)
   local lines = require("flemma.document").render_placeholder(id, status, content)
   H.set_lines(bufnr, part.first_line - 1, part.last_line, lines)
   H.refresh_previews(bufnr)
+  if status ~= "pending" and H.is_nested_pending(bufnr, id) then
+    H.nested_decided(bufnr, id)
+  end
 end
 
 --- Cancels the running (and queued) tools of a buffer, or just tool `id`.
@@ -983,6 +995,123 @@ function M.detach(bufnr)
   end
   require("flemma.ui.spinner").stop_all(bufnr)
 end
+
+-- ---------------------------------------------------------------------------
+-- Nested calls (tools.call from a running tool) that wait for the user
+-- ---------------------------------------------------------------------------
+
+-- bufnr -> id -> { parent, name, decide }: nested calls whose placeholder is pending.
+H.nested = {}
+
+--- Puts the pending placeholder of a nested call right below its parent's block
+--- (after the blocks of earlier nested calls of that parent); the user decides it
+--- with :Flemma tool:approve / tool:reject (or <M-CR>) while the parent waits.
+function H.nested_pending(bufnr, parent_id, id, name, args, decide)
+  if not vim.api.nvim_buf_is_valid(bufnr) then
+    decide("rejected", "the chat buffer is gone")
+    return
+  end
+  local doc = H.doc(bufnr)
+  local _, parent = H.find(doc, parent_id)
+  if not parent then
+    decide("rejected", ("the placeholder of `%s` is gone"):format(parent_id))
+    return
+  end
+  local last = parent.last_line
+  for _, msg in ipairs(doc.messages) do
+    for _, part in ipairs(msg.parts) do
+      if part.kind == "tool_result" and type(part.id) == "string" and part.id:sub(1, #parent_id + 1) == parent_id .. "." then
+        last = math.max(last, part.last_line)
+      end
+    end
+  end
+  H.nested[bufnr] = H.nested[bufnr] or {}
+  H.nested[bufnr][id] = { parent = parent_id, name = name, decide = decide }
+  local block = { "" }
+  vim.list_extend(block, require("flemma.document").render_placeholder(id, "pending"))
+  H.set_lines(bufnr, last, last, block)
+  local preview = require("flemma.tools").preview(name, args, 60, bufnr)
+  util.notify(("`%s` asks to run %s: %s (%s): :Flemma tool:approve or tool:reject"):format(parent_id, name, preview, id))
+  M.focus_pending(bufnr)
+end
+
+--- Decides a pending nested call from the status of its placeholder.
+function H.nested_decided(bufnr, id)
+  local entry = H.nested[bufnr] and H.nested[bufnr][id]
+  if not entry then
+    return false
+  end
+  local _, part = H.find(H.doc(bufnr), id)
+  if not part or part.status == "pending" then
+    return true
+  end
+  H.nested[bufnr][id] = nil
+  if part.status == "approved" then
+    entry.decide("approved")
+  else
+    entry.decide("rejected", part.content)
+  end
+  return true
+end
+
+--- Writes the result of a nested call the user decided into its placeholder.
+function H.nested_done(bufnr, id, pair)
+  if vim.api.nvim_buf_is_valid(bufnr) then
+    local _, part = H.find(H.doc(bufnr), id)
+    if part and part.status ~= nil then
+      H.write_result(bufnr, id, pair.content, pair.is_error)
+    end
+  end
+end
+
+--- The parent finished: the blocks of its nested calls go (their results are
+--- grouped into the parent's result); one still pending is rejected.
+function H.nested_settle(bufnr, parent_id)
+  local prefix = parent_id .. "."
+  for id, entry in pairs(H.nested[bufnr] or {}) do
+    if id:sub(1, #prefix) == prefix then
+      H.nested[bufnr][id] = nil
+      pcall(entry.decide, "rejected", ("`%s` ended before this call was decided"):format(parent_id))
+    end
+  end
+  if not vim.api.nvim_buf_is_valid(bufnr) then
+    return
+  end
+  local doc = H.doc(bufnr)
+  local ranges = {}
+  for _, msg in ipairs(doc.messages) do
+    for _, part in ipairs(msg.parts) do
+      if part.kind == "tool_result" and type(part.id) == "string" and part.id:sub(1, #prefix) == prefix then
+        ranges[#ranges + 1] = { part.first_line, part.last_line }
+      end
+    end
+  end
+  table.sort(ranges, function(a, b)
+    return a[1] > b[1]
+  end)
+  for _, r in ipairs(ranges) do
+    local first = r[1]
+    local above = vim.api.nvim_buf_get_lines(bufnr, first - 2, first - 1, false)[1]
+    if above == "" then
+      first = first - 1
+    end
+    H.set_lines(bufnr, first - 1, r[2], {})
+  end
+end
+
+--- Whether `id` is a nested call waiting for the user.
+function H.is_nested_pending(bufnr, id)
+  return H.nested[bufnr] ~= nil and H.nested[bufnr][id] ~= nil
+end
+
+require("flemma.tools").set_call_host({
+  pending = H.nested_pending,
+  done = H.nested_done,
+  settle = function(bufnr, parent_id)
+    -- After the result of the parent is recorded and before it is written.
+    H.nested_settle(bufnr, parent_id)
+  end,
+})
 
 M._scan = H.scan
 M._placeholders = H.placeholders

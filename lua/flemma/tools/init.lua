@@ -186,6 +186,34 @@ end
 ---@param arg2? table
 ---@return string[]|nil names registered synchronously
 function M.register(arg1, arg2)
+  local names = H.register(arg1, arg2)
+  return H.handle(names)
+end
+
+--- The list of names register() returns, with a `:remove()` that unregisters those
+--- tools (each only while it is still the definition registered by that call).
+function H.handle(names)
+  local defs = {}
+  for i, n in ipairs(names) do
+    defs[i] = H.defs[n]
+  end
+  return setmetatable(names, {
+    __index = {
+      remove = function()
+        local any = false
+        for i, n in ipairs(names) do
+          if H.defs[n] ~= nil and H.defs[n] == defs[i] then
+            H.defs[n] = nil
+            any = true
+          end
+        end
+        return any
+      end,
+    },
+  })
+end
+
+function H.register(arg1, arg2)
   local t = type(arg1)
   if t == "string" and arg2 ~= nil then
     return { H.add(arg1, arg2) }
@@ -201,7 +229,7 @@ function M.register(arg1, arg2)
       if next(mod.definitions) == nil then
         return {}
       end
-      return M.register(mod.definitions)
+      return H.register(mod.definitions)
     elseif type(mod.resolve) == "function" then
       H.add_source(arg1, mod.resolve, mod.timeout)
       return {}
@@ -573,6 +601,21 @@ function M.execute(bufnr, tool_use, on_done, opts)
       end
     end
     result = H.normalize(name or "?", result)
+    local frame = state.frame
+    if frame then
+      if #frame.nested > 0 then
+        result = H.normalize(name or "?", H.group_nested(frame, result))
+      end
+      if frame.id ~= nil and H.frames_by_id[frame.id] == frame then
+        H.frames_by_id[frame.id] = nil
+      end
+      if H.call_host and frame.id ~= nil and type(frame.bufnr) == "number" then
+        pcall(H.call_host.settle, frame.bufnr, frame.id)
+      end
+    end
+    if state.mw_args ~= nil then
+      result = H.normalize(name or "?", require("flemma.tools.middleware").after(name, state.mw_args, state.mw_ctx, result))
+    end
     vim.schedule(function()
       util.safe(on_done, ("tool `%s` on_done"):format(name or "?"))(result)
       H.pump()
@@ -624,12 +667,17 @@ function M.execute(bufnr, tool_use, on_done, opts)
       return handle
     end
   end
-  local err = M.validate_input(def, tool_use.input)
+  local raw, norm_err = H.normalize_input(def, tool_use.input)
+  if norm_err then
+    finish({ success = false, error = ("invalid input for `%s`: %s"):format(name, norm_err) })
+    return handle
+  end
+  local err = M.validate_input(def, raw)
   if err then
     finish({ success = false, error = ("invalid input for `%s`: %s"):format(name, err) })
     return handle
   end
-  local input = H.strip_nulls(tool_use.input or {})
+  local input = H.strip_nulls(raw or {})
 
   job.start = function()
     if state.done then
@@ -638,20 +686,75 @@ function M.execute(bufnr, tool_use, on_done, opts)
     state.started = true
     H.running = H.running + 1
     local ctx = require("flemma.tools.context").new(bufnr, name, opts)
-    if def.async then
-      local callback = function(result)
-        if vim.in_fast_event() then
-          vim.schedule(function()
-            finish(result)
-          end)
-        else
-          finish(result)
-        end
+    local middleware = require("flemma.tools.middleware")
+    if middleware.any(name) then
+      local mw_ctx = { tool_name = name, call_id = tool_use.id, bufnr = ctx.bufnr, cwd = ctx.cwd, context = ctx }
+      local args, reason = middleware.before(name, input, mw_ctx)
+      if args == nil then
+        finish({ success = false, error = reason })
+        return
       end
-      local ok, res = xpcall(def.execute, debug.traceback, input, ctx, callback)
-      if not ok then
-        finish({ success = false, error = ("tool `%s` raised an error: %s"):format(name, util.message(res)) })
-      elseif type(res) == "function" then
+      if args ~= input then
+        local bad = M.validate_input(def, args)
+        if bad then
+          finish({ success = false, error = ("a before hook gave `%s` invalid input: %s"):format(name, bad) })
+          return
+        end
+        input = H.strip_nulls(args)
+      end
+      state.mw_args, state.mw_ctx = input, mw_ctx
+    end
+    H.start_frame(state, bufnr, tool_use.id, name, def, input, ctx, finish)
+  end
+
+  if opts and opts.nested then
+    -- A call made by a running tool: its parent holds a slot already, so waiting in
+    -- line behind it could never end.
+    job.start()
+  else
+    H.queue[#H.queue + 1] = job
+    H.pump()
+  end
+  return handle
+end
+
+-- Calls made with tools.call() ------------------------------------------------------
+
+H.frames = setmetatable({}, { __mode = "k" }) -- coroutine -> frame
+H.frames_by_id = {} -- running call id -> frame
+H.YIELD = {} -- what a frame's coroutine yields while it waits for a nested call
+H.call_seq = 0
+
+--- Runs a tool's execute in a coroutine of its own, so that tools.call() inside it
+--- can wait for a nested call (and its approval) without blocking the editor.
+function H.start_frame(state, bufnr, id, name, def, input, ctx, finish)
+  local frame = { id = id, bufnr = bufnr, name = name, nested = {}, count = 0 }
+  state.frame = frame
+  if id ~= nil then
+    H.frames_by_id[id] = frame
+  end
+  local callback
+  if def.async then
+    callback = function(result)
+      if vim.in_fast_event() then
+        vim.schedule(function()
+          finish(result)
+        end)
+      else
+        finish(result)
+      end
+    end
+  end
+  local co = coroutine.create(function()
+    return xpcall(def.execute, debug.traceback, input, ctx, callback)
+  end)
+  H.frames[co] = frame
+  frame.co = co
+  local function handle_return(ok, res)
+    if not ok then
+      finish({ success = false, error = ("tool `%s` raised an error: %s"):format(name, util.message(res)) })
+    elseif def.async then
+      if type(res) == "function" then
         state.cancel_fn = res
       elseif type(res) == "table" and type(res.cancel) == "function" then
         state.cancel_fn = function()
@@ -659,17 +762,245 @@ function M.execute(bufnr, tool_use, on_done, opts)
         end
       end
     else
-      local ok, res = xpcall(def.execute, debug.traceback, input, ctx)
-      if not ok then
-        res = { success = false, error = ("tool `%s` raised an error: %s"):format(name, util.message(res)) }
-      end
       finish(res)
     end
   end
+  local function step(...)
+    local resumed, a, b = coroutine.resume(co, ...)
+    if not resumed then
+      finish({ success = false, error = ("tool `%s` raised an error: %s"):format(name, util.message(a)) })
+    elseif coroutine.status(co) == "dead" then
+      frame.co = nil
+      handle_return(a, b)
+    elseif a ~= H.YIELD then
+      frame.co = nil
+      finish({ success = false, error = ("tool `%s` yielded outside of tools.call()"):format(name) })
+    else
+      -- Waiting for a nested call: b is how that call hands its result over.
+      b.resume = function(pair)
+        if state.done then
+          return
+        end
+        step(pair)
+      end
+    end
+  end
+  step()
+end
 
-  H.queue[#H.queue + 1] = job
-  H.pump()
-  return handle
+--- The parent's result with the nested calls' results grouped under it.
+function H.group_nested(frame, result)
+  if #frame.nested == 0 then
+    return result
+  end
+  local parts = {}
+  for _, n in ipairs(frame.nested) do
+    parts[#parts + 1] = ("[nested call `%s` (`%s`)%s]\n%s"):format(n.name, n.id, n.is_error and " (error)" or "", n.content)
+  end
+  local group = table.concat(parts, "\n\n")
+  local out = {}
+  for k, v in pairs(result) do
+    out[k] = v
+  end
+  if result.success then
+    if type(result.output) == "table" then
+      out.output = vim.deepcopy(result.output)
+      if not vim.islist(out.output) then
+        out.output.nested = vim.tbl_map(function(n)
+          return { tool = n.name, id = n.id, content = n.content, is_error = n.is_error }
+        end, frame.nested)
+      end
+    else
+      local text = result.output == nil and "" or tostring(result.output)
+      out.output = (text ~= "" and (text .. "\n\n") or "") .. group
+    end
+  else
+    out.error = (result.error or "") .. "\n\n" .. group
+  end
+  return out
+end
+
+-- How a nested call that needs the user's approval is shown and decided: set by the
+-- chat cycle (flemma.cycle), which owns the buffer. nil: such a call is refused.
+H.call_host = nil
+
+--- Sets the host of nested calls that need approval (flemma.cycle does).
+---@param host { pending: fun(bufnr: integer, parent_id: string, id: string, name: string, args: table, decide: fun(status: string, content?: string)), done: fun(bufnr: integer, id: string, pair: table), settle: fun(bufnr: integer, parent_id: string) }|nil
+function M.set_call_host(host)
+  H.call_host = host
+end
+
+--- Runs another registered tool from inside a tool's execute, through the approval
+--- chain like any call; returns `{ content, is_error, metadata }`. Inside execute the
+--- caller waits (its coroutine yields) until the call is decided and done; elsewhere
+--- pass `on_result` and the result goes there (call() then returns nil).
+---@param name string
+---@param args? table
+---@param parent_call_id? string
+---@param on_result? fun(result: { content: string, is_error: boolean, metadata: table })
+---@return { content: string, is_error: boolean, metadata: table }|nil
+function M.call(name, args, parent_call_id, on_result)
+  if type(name) ~= "string" or name == "" then
+    util.error("tools.call() expects a tool name, not " .. type(name))
+  end
+  if args ~= nil and type(args) ~= "table" then
+    util.error("tools.call(): `args` should be a table, not " .. type(args))
+  end
+  args = args or {}
+  local co = coroutine.running()
+  local frame
+  if parent_call_id ~= nil then
+    frame = H.frames_by_id[parent_call_id]
+    if frame == nil then
+      util.error(("tools.call(): no running call has the id `%s`"):format(tostring(parent_call_id)))
+    end
+  else
+    frame = co and H.frames[co] or nil
+  end
+  local waiting = on_result == nil and co ~= nil and frame ~= nil and frame.co == co
+  if on_result == nil and not waiting then
+    util.error("tools.call() outside a tool's execute needs a callback (4th argument)")
+  end
+  local bufnr = frame and frame.bufnr or nil
+  local id
+  if frame and frame.id then
+    frame.count = frame.count + 1
+    id = ("%s.%d"):format(frame.id, frame.count)
+  else
+    H.call_seq = H.call_seq + 1
+    id = ("call_%d"):format(H.call_seq)
+  end
+  local box = {}
+  local function deliver(pair, status)
+    pair.metadata = { call_id = id, tool = name, status = status }
+    if frame then
+      frame.nested[#frame.nested + 1] = { id = id, name = name, content = pair.content, is_error = pair.is_error }
+    end
+    if on_result then
+      util.safe(on_result, "tools.call callback")(pair)
+    elseif box.resume then
+      box.resume(pair)
+    else
+      box.ready = pair
+    end
+  end
+  local function run(status)
+    M.execute(bufnr, { id = id, name = name, input = args }, function(result)
+      local pair = require("flemma.tools.middleware").to_pair(result)
+      if status == "approved_by_user" and H.call_host and bufnr then
+        pcall(H.call_host.done, bufnr, id, pair)
+      end
+      deliver(pair, status == "approved_by_user" and "approved" or status)
+    end, { nested = true })
+  end
+  local ok, decision = pcall(require("flemma.tools.approval").resolve, name, args, { bufnr = bufnr, tool_id = id })
+  if not ok then
+    decision = "require_approval"
+  end
+  if decision == "approve" then
+    run("approved")
+  elseif decision == "deny" then
+    vim.schedule(function()
+      deliver({ content = "The tool call was denied by the approval policy.", is_error = true }, "denied")
+    end)
+  elseif H.call_host and type(bufnr) == "number" and frame and frame.id then
+    H.call_host.pending(bufnr, frame.id, id, name, args, function(status, content)
+      if status == "approved" then
+        run("approved_by_user")
+      else
+        local text = type(content) == "string" and vim.trim(content) ~= "" and content or "The user rejected this tool call."
+        local pair = { content = text, is_error = true }
+        pcall(H.call_host.done, bufnr, id, pair)
+        deliver(pair, "rejected")
+      end
+    end)
+  else
+    vim.schedule(function()
+      deliver({
+        content = ("tool `%s` needs the user's approval, and this call has no chat buffer to ask in"):format(name),
+        is_error = true,
+      }, "pending")
+    end)
+  end
+  if on_result then
+    return nil
+  end
+  if box.ready then
+    return box.ready
+  end
+  return coroutine.yield(H.YIELD, box)
+end
+
+--- The default one-line summary of a call's arguments (`:help flemma-tools-api`).
+---@param args table|nil
+---@return string
+function M.default_summary(args)
+  return require("flemma.tools.summary").default_summary(args)
+end
+
+--- Adds middleware around the calls of tool `name` ("" for every tool); returns a
+--- handle whose `:remove()` drops it.
+---@param name string
+---@param mw { before?: fun(args: table, ctx: table): table|nil, after?: fun(args: table, ctx: table, result: { content: string, is_error: boolean }): table|nil }
+function M.middleware(name, mw)
+  return require("flemma.tools.middleware").add(name, mw)
+end
+
+-- Input normalization ---------------------------------------------------------------
+
+-- At most this many parameters in one call (every key and array element, at any depth).
+M.MAX_PARAMETERS = 1000
+
+function H.count_params(v, n, depth)
+  if type(v) ~= "table" then
+    return n
+  end
+  if depth > 64 then
+    return math.huge
+  end
+  for _, x in pairs(v) do
+    n = n + 1
+    if n > M.MAX_PARAMETERS then
+      return n
+    end
+    n = H.count_params(x, n, depth + 1)
+  end
+  return n
+end
+
+--- The input a call runs with: `{ params = {...} }` (with an optional `name` naming
+--- the tool) is taken as its params, as is a direct input carrying the tool's `name`
+--- when the schema has no such field. More than MAX_PARAMETERS parameters is refused.
+---@return table|nil input
+---@return string|nil err
+function H.normalize_input(def, input)
+  if type(input) ~= "table" then
+    return input, nil
+  end
+  if H.count_params(input, 0, 0) > M.MAX_PARAMETERS then
+    return nil, ("more than %d parameters: the call was refused"):format(M.MAX_PARAMETERS)
+  end
+  local props = type(def.input_schema.properties) == "table" and def.input_schema.properties or {}
+  local extra = 0
+  for k in pairs(input) do
+    if k ~= "params" and k ~= "name" then
+      extra = extra + 1
+    end
+  end
+  local named = input.name == nil or (props.name == nil and input.name == def.name)
+  if props.params == nil and type(input.params) == "table" and not vim.islist(input.params) and extra == 0 and named then
+    return input.params, nil
+  end
+  if props.name == nil and input.name == def.name then
+    local out = {}
+    for k, v in pairs(input) do
+      if k ~= "name" then
+        out[k] = v
+      end
+    end
+    return out, nil
+  end
+  return input, nil
 end
 
 --- The one-line preview of a tool call (without the `name: ` prefix): the tool's
@@ -693,7 +1024,9 @@ function M.preview(name, input, max_length, bufnr)
       summary = preview.one_line(res)
     end
   end
-  summary = summary or preview.one_line(preview.generic(clean))
+  if summary == nil then
+    summary = preview.one_line(require("flemma.tools.summary").generic_preview(clean))
+  end
   if bufnr ~= nil and def and def.paths then
     local scope = require("flemma.tools.scope")
     summary = scope.mark(summary, scope.outside(bufnr, name, clean))
@@ -718,6 +1051,8 @@ function M._reset()
   H.ready_callbacks = {}
   H.queue = {}
   H.running = 0
+  H.frames_by_id = {}
+  require("flemma.tools.middleware")._reset()
 end
 
 return M

@@ -63,7 +63,9 @@ describe("flemma.tools.preview", function()
         description = "no preview",
         input_schema = { type = "object", properties = {} },
       })
-      assert.equals('path="x", tags=[2 items]', tools.preview("plain", { tags = { "a", "b" }, path = "x" }, 80))
+      -- The default summary (tools.default_summary, issue 28) comes first, then the other fields.
+      assert.equals("x, tags=[2 items]", tools.preview("plain", { tags = { "a", "b" }, path = "x" }, 80))
+      assert.equals('a="1", tags=[2 items]', tools.preview("plain", { tags = { "a", "b" }, a = "1" }, 80))
     end)
   end)
 end)
