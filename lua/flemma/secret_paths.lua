@@ -7,7 +7,8 @@
 --- own data and state directories (the trust store, logs, undo files, shada), and
 --- anywhere, a file named `.env*`, `*.pem`, `*.key`, `*.ppk`, `*.p12`, `*.pfx`,
 --- `*.jks`, `*.keystore`, `*.kdbx`, an `id_*` private key (not the `.pub`; also a copy
---- such as `id_rsa.bak` or `id_rsa~`), `.netrc`, `.git-credentials`, `.pgpass`, or a
+--- such as `id_rsa.bak` or `id_rsa~`), `.netrc`, `.git-credentials`, `.pgpass`, a
+--- Kerberos ticket cache (`krb5cc_*`, in /tmp by default), or a
 --- `.npmrc` / `.pypirc` that holds a token or password. A path counts
 --- as written and as it resolves (`..` folded, symlinks followed): a symlink in the
 --- project that leads to ~/.ssh/id_rsa is a secret, and so is a link named `.env`.
@@ -239,6 +240,11 @@ function H.by_name(path)
   -- Credential files of $HOME (M.HOME_ENTRIES), wherever a copy lies.
   if H.CREDENTIAL_NAMES[lower] then
     return "a credentials file"
+  end
+  -- Kerberos tickets: /tmp/krb5cc_UID by default, and /tmp is a writable root of
+  -- the sandbox (so of the project while it is on).
+  if lower:sub(1, 6) == "krb5cc" then
+    return "a Kerberos credential cache"
   end
   if H.TOKEN_FILES[lower] and H.holds_token(path) then
     return ("a %s with a token or password"):format(lower)

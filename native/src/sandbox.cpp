@@ -156,6 +156,7 @@ bool secret_name(const std::string& name) {
   for (const char* ext : {".pem", ".key", ".ppk", ".p12", ".pfx", ".jks", ".keystore", ".kdbx"})
     if (ends_with_ci(lower, ext)) return true;
   if (lower == ".netrc" || lower == "_netrc" || lower == ".git-credentials" || lower == ".pgpass") return true;
+  if (lower.compare(0, 6, "krb5cc") == 0) return true;  // Kerberos tickets (/tmp/krb5cc_UID)
   // id_rsa, id_ed25519...: id_ and then [A-Za-z0-9_-]+, alone or with a backup
   // suffix (~, .bak, .old, .orig, .backup); not id_rsa.pub.
   if (lower.compare(0, 3, "id_") != 0) return false;

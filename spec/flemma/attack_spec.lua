@@ -225,3 +225,67 @@ describe("a read whose path a command redirects after the approval", function()
     attack('[ -L conf ] || { mv conf conf.old && ln -s "$HOME/.aws" conf; }', "conf/credentials", "SECRET-AWS-CREDENTIALS")
   end)
 end)
+
+-- /tmp is a writable root of the sandbox, so part of the project while it is on: a
+-- Kerberos ticket cache there (/tmp/krb5cc_UID by default) was read by an
+-- auto-approved `read` and `cat`.
+describe("a Kerberos ticket in /tmp with the sandbox on", function()
+  local h, server, saved, project, ticket
+
+  before_each(function()
+    h = helpers.send_harness({ key = KEY })
+    server = h.server
+    saved = { cwd = vim.fn.getcwd() }
+    project = vim.fs.normalize(assert(vim.uv.fs_realpath(assert(vim.uv.fs_mkdtemp("/var/tmp/flemma-attack-XXXXXX")))))
+    vim.cmd.cd(project)
+    ticket = "/tmp/krb5cc_flemma_spec_" .. tostring(math.random(1e9))
+    helpers.write_file(ticket, "SECRET-KERBEROS-TICKET\n")
+  end)
+
+  after_each(function()
+    h.teardown()
+    vim.cmd.cd(saved.cwd)
+    os.remove(ticket)
+    vim.fn.delete(project, "rf")
+  end)
+
+  it("is neither read by an auto-approved read nor shown to a sandboxed cat", function()
+    if vim.fn.executable("bwrap") ~= 1 then
+      pending("bwrap is not installed")
+      return
+    end
+    require("flemma").setup({
+      provider = "test",
+      providers = { test = { kind = "anthropic", endpoint = server:url("/v1/messages"), api_key_env = "FLEMMA_SPEC_KEY" } },
+      parameters = { max_retries = 0, cache_retention = "none", timeout = 30 },
+      sandbox = { enabled = true, backend = "bwrap" },
+      tools = { autopilot = { enabled = true } },
+    })
+    server:script({
+      {
+        body = anthropic_answer("Looking.", {
+          { id = "toolu_cat", name = "bash", input = { command = "cat " .. ticket .. " 2>&1; echo cat-done" } },
+          { id = "toolu_read", name = "read", input = { path = ticket } },
+        }),
+        content_type = "text/event-stream",
+      },
+      { body = anthropic_answer("Thanks."), content_type = "text/event-stream" },
+    })
+    local buf = helpers.edit(project .. "/talk.chat", { "@You:", "Hi" })
+    helpers.press("<C-]>")
+    vim.wait(20000, function()
+      return helpers.text(buf):find("cat-done", 1, true) ~= nil
+    end, 20)
+    helpers.settle()
+    vim.wait(1000, function()
+      return #h.finished >= 2
+    end, 20)
+    local text = helpers.text(buf)
+    assert.truthy(text:find("cat-done", 1, true), text)
+    assert.is_nil(text:find("SECRET-KERBEROS", 1, true), "the ticket is in the chat:\n" .. text)
+    for _, req in ipairs(server:requests()) do
+      assert.is_nil(req.body:find("SECRET-KERBEROS", 1, true), "the ticket was sent")
+    end
+    assert.truthy(text:find("**Tool Result:** `toolu_read`\n\n```flemma:tool status=pending", 1, true), text)
+  end)
+end)

@@ -390,7 +390,7 @@ describe("flemma.sandbox", function()
       local names = { ".env", ".env.local", ".ENVRC", "server.pem", "tls.KEY", "deploy.ppk", "client.p12", "cert.pfx",
         "release.jks", "app.keystore", "vault.kdbx", "id_rsa", "id_ed25519", "ID_ECDSA", "id_rsa.bak", "id_rsa~",
         ".netrc", ".git-credentials", ".pgpass", "sub/dir/.env", "id_rsa.pub", "id_utils.py", "notes.txt",
-        "environment.md", "keys.txt", "id_rsa.pub.bak", "keystore.md" }
+        "environment.md", "keys.txt", "id_rsa.pub.bak", "keystore.md", "krb5cc_1000" }
       local secret_paths = require("flemma.secret_paths")
       for i, name in ipairs(names) do
         helpers.write_file(project_dir .. "/" .. name, "CONTENT-" .. i .. "-END\n")
