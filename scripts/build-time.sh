@@ -19,10 +19,10 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 TARGET=60
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/flemma-build.XXXXXX")
-[ "${FLEMMA_BUILD_KEEP:-0}" = 1 ] || trap 'rm -rf "$tmp"' EXIT
+[ "${FLEMMA_BUILD_KEEP:-0}" = 1 ] || trap 'rm -rf "$tmp" 2>/dev/null || { sleep 1; rm -rf "$tmp"; }' EXIT
 fail() { echo "build-time: $*" >&2; exit 1; }
 
-git clone --quiet --no-hardlinks "$ROOT" "$tmp/flemma"
+git -c gc.auto=0 clone --quiet --no-hardlinks "$ROOT" "$tmp/flemma"
 cd "$tmp/flemma"
 [ ! -e .deps ] || fail "the clone has a .deps"
 (cd third_party && sha256sum -c --quiet SHA256SUMS) || fail "third_party/ differs from third_party/SHA256SUMS"
