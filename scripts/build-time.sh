@@ -57,22 +57,9 @@ fi
 
 run=(make)
 bare="no (bubblewrap missing or FLEMMA_BUILD_BARE=0)"
-if [ "${FLEMMA_BUILD_BARE:-1}" = 1 ] && command -v bwrap >/dev/null 2>&1; then
-  hide=()
-  for d in /usr/include/nlohmann /usr/include/doctest /usr/include/uv /usr/share/doctest \
-    /usr/lib/cmake/doctest /usr/share/cmake/nlohmann_json /usr/lib/cmake/nlohmann_json; do
-    [ -d "$d" ] && hide+=(--tmpfs "$d")
-  done
-  # (Not the shared libuv: CMake itself may be linked with it. Symlinks are left alone,
-  # as binding over one binds over its target.)
-  for f in /usr/include/uv.h /usr/lib/*/pkgconfig/libuv*.pc /usr/share/pkgconfig/nlohmann_json.pc \
-    /usr/lib/*/libuv.a /usr/lib/*/libuv_a.a; do
-    [ -e "$f" ] && [ ! -L "$f" ] && hide+=(--ro-bind /dev/null "$f")
-  done
-  if bwrap --dev-bind / / "${hide[@]}" true 2>/dev/null; then
-    run=(bwrap --dev-bind / / "${hide[@]}" --chdir "$tmp/flemma" make)
-    bare="yes (hidden: ${#hide[@]} system paths of nlohmann/json, doctest, libuv)"
-  fi
+if [ "${FLEMMA_BUILD_BARE:-1}" = 1 ] && n=$(bash "$ROOT/scripts/bare.sh" --check 2>/dev/null); then
+  run=(bash "$ROOT/scripts/bare.sh" make)
+  bare="yes (scripts/bare.sh hid $n system paths of nlohmann/json, doctest, libuv)"
 fi
 
 cpu=$(awk -F': ' '/^model name/{print $2; exit}' /proc/cpuinfo 2>/dev/null || sysctl -n machdep.cpu.brand_string 2>/dev/null || echo unknown)
