@@ -103,6 +103,9 @@ H.defaults = {
     autopilot = { enabled = true, max_turns = 100 },
     -- How many tools run at the same time.
     max_concurrent = 4,
+    -- Tool calls per buffer: a token bucket of `burst` calls refilled at `per_second`;
+    -- a call over it gets an error result and autopilot stops. false: no limit.
+    rate_limit = { burst = 20, per_second = 2 },
     -- Limits of a tool's output before it is truncated (the full output goes to a file).
     truncate = { max_lines = 2000, max_bytes = 51200 },
     -- The bash tool: which shell runs commands and extra environment variables.
@@ -331,6 +334,28 @@ function H.check_deny_read(value)
   end
 end
 
+--- `tools.rate_limit`: false, or { burst = whole number >= 1, per_second = number > 0 }.
+function H.check_rate_limit(value)
+  if value == false then
+    return
+  end
+  if type(value) ~= "table" then
+    util.error("`tools.rate_limit` should be a table { burst, per_second } or false, not " .. type(value))
+  end
+  for k in pairs(value) do
+    if k ~= "burst" and k ~= "per_second" then
+      util.error(("unknown option `tools.rate_limit.%s` (it has burst and per_second)"):format(tostring(k)))
+    end
+  end
+  local b, r = value.burst, value.per_second
+  if b ~= nil and (type(b) ~= "number" or b ~= b or b < 1 or b ~= math.floor(b) or b == math.huge) then
+    util.error(("`tools.rate_limit.burst` should be a whole number of calls >= 1, not %s"):format(vim.inspect(b)))
+  end
+  if r ~= nil and (type(r) ~= "number" or r ~= r or r <= 0 or r == math.huge) then
+    util.error(("`tools.rate_limit.per_second` should be a number of calls per second > 0, not %s"):format(vim.inspect(r)))
+  end
+end
+
 -- Lists of environment variable names.
 H.name_lists = { ["tools.env_passthrough"] = true }
 
@@ -359,6 +384,9 @@ function H.check(value, default, path)
   end
   if path == "sandbox.deny_read" then
     H.check_deny_read(value)
+  end
+  if path == "tools.rate_limit" then
+    return H.check_rate_limit(value)
   end
   local allowed = H.types[path]
   local vt = type(value)

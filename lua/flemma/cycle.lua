@@ -535,6 +535,11 @@ function H.finish(bufnr, job, result)
   s.running[job.id] = nil
   require("flemma.ui.spinner").stop(bufnr, job.id)
   H.tool_status(bufnr)
+  if result.rate_limited and not s.paused then
+    -- Over tools.rate_limit: no automatic send with these error results.
+    s.paused = true
+    util.warn("autopilot stopped: tool calls over tools.rate_limit; <C-]> goes on")
+  end
   if vim.api.nvim_buf_is_valid(bufnr) then
     local line
     if result.success then

@@ -76,6 +76,7 @@ function M.setup(config)
   end
   H.set("FlemmaToolSpinner", { link = "DiagnosticInfo" })
   H.set("FlemmaToolOutput", { link = "Comment" })
+  H.set("FlemmaToolRisk", { link = "DiagnosticWarn" })
   for name, link in pairs(M.CHAT_GROUPS) do
     H.set(name, { link = link })
   end

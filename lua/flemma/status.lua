@@ -182,6 +182,26 @@ function M.tree(bufnr)
   else
     row(0, "tools: " .. H.show(tools.list()), "default")
   end
+  local by_risk, unclassified = {}, {}
+  for _, name in ipairs(tools.list()) do
+    local risk = tools.risk(name)
+    if risk then
+      by_risk[risk] = by_risk[risk] or {}
+      table.insert(by_risk[risk], name)
+    else
+      unclassified[#unclassified + 1] = name
+    end
+  end
+  local risk_parts = {}
+  for _, level in ipairs(tools.RISKS) do
+    if by_risk[level] then
+      risk_parts[#risk_parts + 1] = level .. ": " .. table.concat(by_risk[level], ", ")
+    end
+  end
+  if #unclassified > 0 then
+    risk_parts[#risk_parts + 1] = "unclassified: " .. table.concat(unclassified, ", ")
+  end
+  row(1, "risk: " .. table.concat(risk_parts, "; "), "default")
   row(0, "approval:")
   row(1, "require_approval: " .. tostring(config.tools.require_approval), H.config_layer("tools.require_approval"))
   if fm_opts.auto_approve ~= nil then

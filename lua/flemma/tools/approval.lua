@@ -341,6 +341,7 @@ function M.setup(config)
   local tools_cfg = config.tools or {}
   presets.validate(tools_cfg.presets)
   local aa = tools_cfg.auto_approve
+  presets.check_risks(type(aa) == "table" and aa or nil, "tools.auto_approve")
   if type(aa) == "table" then
     for i, entry in ipairs(aa) do
       if type(entry) ~= "string" then

@@ -44,7 +44,37 @@ H.optional = {
   format_preview = { "function" },
   execute = { "function" },
   enabled = { "boolean", "function" },
+  risk = { "string" },
 }
+
+-- Risk levels (`:help flemma-risk`), least to most.
+M.RISKS = { "safe", "medium", "dangerous", "destructive" }
+
+-- The risk of the built-in tools (and of those by the same name other modules add),
+-- when their definition does not say.
+H.RISK = {
+  bash = "dangerous",
+  read = "safe",
+  write = "medium",
+  edit = "dangerous",
+  grep = "safe",
+  glob = "safe",
+  ls = "safe",
+  calculator = "safe",
+  calculator_async = "safe",
+}
+
+--- The risk level of a tool: its definition's `risk`, else the built-in
+--- classification, else nil (unclassified).
+---@param name string
+---@return string|nil
+function M.risk(name)
+  local def = H.defs[name]
+  if def and def.risk ~= nil then
+    return def.risk
+  end
+  return H.RISK[name]
+end
 
 ---@param name string|nil the name given next to the definition
 ---@param def any
@@ -81,6 +111,9 @@ function H.check_definition(name, def)
     if v ~= nil and not vim.tbl_contains(types, type(v)) then
       util.error(("%s: `%s` should be a %s, not %s"):format(what, field, table.concat(types, " or "), type(v)))
     end
+  end
+  if def.risk ~= nil and not vim.tbl_contains(M.RISKS, def.risk) then
+    util.error(("%s: `risk` should be one of %s, not %s"):format(what, table.concat(M.RISKS, ", "), vim.inspect(def.risk)))
   end
   local copy = {}
   for k, v in pairs(def) do
@@ -544,6 +577,7 @@ function H.normalize(name, result)
     except[n] = true
   end
   local out = { success = result.success == true, output = H.redact(result.output, except, 0), error = result.error }
+  out.rate_limited = result.rate_limited == true or nil
   if out.error ~= nil and type(out.error) ~= "string" then
     out.error = util.message(out.error)
   end
@@ -666,6 +700,20 @@ function M.execute(bufnr, tool_use, on_done, opts)
       })
       return handle
     end
+  end
+  local allowed, retry = require("flemma.tools.ratelimit").take(type(bufnr) == "number" and bufnr > 0 and bufnr or nil)
+  if not allowed then
+    local cfg = require("flemma.config").get().tools.rate_limit
+    finish({
+      success = false,
+      rate_limited = true,
+      error = ("rate limit: more than %d tool calls in this buffer (%g more per second); not run, retry in %.1fs"):format(
+        cfg.burst or 20,
+        cfg.per_second or 2,
+        retry
+      ),
+    })
+    return handle
   end
   local raw, norm_err = H.normalize_input(def, tool_use.input)
   if norm_err then
@@ -1053,6 +1101,7 @@ function M._reset()
   H.running = 0
   H.frames_by_id = {}
   require("flemma.tools.middleware")._reset()
+  require("flemma.tools.ratelimit").forget()
 end
 
 return M

@@ -15,7 +15,39 @@ H.builtin = {
   ["$readonly"] = { approve = { "read" } },
   -- The calculators only compute (no files, processes or network): nothing to ask about.
   ["$default"] = { approve = { "read", "write", "edit", "calculator", "calculator_async" } },
+  -- Every tool whose risk level is safe (`:help flemma-risk`).
+  ["$safe"] = { approve = { "risk:safe" } },
 }
+
+-- Risk levels an entry `risk:LEVEL` may name (flemma.tools.RISKS).
+H.RISKS = { safe = true, medium = true, dangerous = true, destructive = true }
+
+--- The risk level of an entry `risk:LEVEL`, or nil.
+---@param entry string
+---@return string|nil
+function M.risk_entry(entry)
+  return type(entry) == "string" and entry:match("^risk:(%a+)$") or nil
+end
+
+--- Checks an entry `risk:LEVEL`; raises on an unknown level.
+function H.check_risk(entry, where)
+  local level = M.risk_entry(entry)
+  if type(entry) == "string" and entry:sub(1, 5) == "risk:" and not (level and H.RISKS[level]) then
+    util.error(
+      ("`%s`: %s names no risk level (risk:safe, risk:medium, risk:dangerous, risk:destructive)"):format(
+        where,
+        vim.inspect(entry)
+      )
+    )
+  end
+end
+
+--- Checks the `risk:LEVEL` entries of a list; raises on an unknown level.
+function M.check_risks(list, where)
+  for i, entry in ipairs(type(list) == "table" and list or {}) do
+    H.check_risk(entry, ("%s[%d]"):format(where, i))
+  end
+end
 
 --- A copy of the built-in presets.
 ---@return table<string, flemma.approval.Preset>
@@ -83,6 +115,7 @@ function M.validate(presets, where)
         if type(tool) ~= "string" or M.is_preset(tool) then
           util.error(("`%s.%s` should hold tool names, not %s"):format(path, key, vim.inspect(tool)))
         end
+        H.check_risk(tool, path .. "." .. key)
       end
     end
   end
@@ -121,10 +154,12 @@ end
 function M.expand(list, opts)
   opts = opts or {}
   local all = M.all(opts.presets)
-  local policy = { approve = {}, deny = {}, approve_prefixes = {}, deny_prefixes = {}, excluded = {} }
+  local policy = { approve = {}, deny = {}, approve_prefixes = {}, deny_prefixes = {}, excluded = {}, approve_risks = {}, deny_risks = {} }
   for _, entry in ipairs(list or {}) do
     local prefix = type(entry) == "string" and M.prefix(entry) or nil
-    if prefix then
+    if M.risk_entry(entry) then
+      policy.approve_risks[M.risk_entry(entry)] = true
+    elseif prefix then
       policy.approve_prefixes[#policy.approve_prefixes + 1] = prefix
     elseif M.is_preset(entry) then
       local preset = all[entry]
@@ -133,7 +168,9 @@ function M.expand(list, opts)
       end
       for _, tool in ipairs(preset.approve or {}) do
         local p = M.prefix(tool)
-        if p then
+        if M.risk_entry(tool) then
+          policy.approve_risks[M.risk_entry(tool)] = true
+        elseif p then
           policy.approve_prefixes[#policy.approve_prefixes + 1] = p
         else
           policy.approve[tool] = true
@@ -141,7 +178,9 @@ function M.expand(list, opts)
       end
       for _, tool in ipairs(preset.deny or {}) do
         local p = M.prefix(tool)
-        if p then
+        if M.risk_entry(tool) then
+          policy.deny_risks[M.risk_entry(tool)] = true
+        elseif p then
           policy.deny_prefixes[#policy.deny_prefixes + 1] = p
         else
           policy.deny[tool] = true
@@ -166,7 +205,20 @@ function M.decide(policy, tool_name)
   if policy.deny[tool_name] or H.prefixed(policy.deny_prefixes or {}, tool_name) then
     return "deny"
   end
+  local risk
+  if next(policy.deny_risks or {}) ~= nil or next(policy.approve_risks or {}) ~= nil then
+    local ok, tools = pcall(require, "flemma.tools")
+    risk = ok and type(tools.risk) == "function" and tools.risk(tool_name) or nil
+  end
+  if risk and (policy.deny_risks or {})[risk] then
+    return "deny"
+  end
   if policy.approve[tool_name] then
+    return "approve"
+  end
+  -- A risk level approves only tools registered in Lua: the risk an MCP server
+  -- (`server:tool`) gives its own tools is its own claim.
+  if risk and (policy.approve_risks or {})[risk] and not (policy.excluded or {})[tool_name] and not tool_name:find(":", 1, true) then
     return "approve"
   end
   if H.prefixed(policy.approve_prefixes or {}, tool_name) and not (policy.excluded or {})[tool_name] then

@@ -122,8 +122,14 @@ function H.draw_segment(bufnr, L, i, width, eol, cleared)
     if part.kind == "tool_result" and part.status == "pending" and (part.content or "") == "" then
       local use = H.find_use(L, part.id)
       if use then
+        local risk = require("flemma.tools").risk(use.name)
+        local tag = risk and ("  [" .. risk .. "]") or ""
+        local chunks = { { M.text(use.name, use.input, width, eol, bufnr), "FlemmaToolPreview" } }
+        if risk then
+          chunks[2] = { tag, risk == "safe" and "FlemmaToolPreview" or "FlemmaToolRisk" }
+        end
         vim.api.nvim_buf_set_extmark(bufnr, M.ns, (part.fence_line or part.first_line) - 1, 0, {
-          virt_lines = { { { M.text(use.name, use.input, width, eol, bufnr), "FlemmaToolPreview" } } },
+          virt_lines = { chunks },
           virt_lines_above = false,
           -- Gone with its placeholder line (a whole buffer replaced keeps no stale preview).
           invalidate = true,
@@ -355,6 +361,20 @@ function M.refresh(bufnr, doc)
       end
     end
   end
+end
+
+--- The risk levels shown after the previews of bufnr (`:help flemma-risk`): list of
+--- { line (1-based), risk, hl }.
+---@param bufnr integer
+function M.shown_risks(bufnr)
+  local out = {}
+  for _, m in ipairs(vim.api.nvim_buf_get_extmarks(bufnr, M.ns, 0, -1, { details = true })) do
+    local vl = m[4].virt_lines
+    if vl and not m[4].invalid and vl[1][2] then
+      out[#out + 1] = { line = m[2] + 1, risk = vim.trim(vl[1][2][1]):match("^%[(%a+)%]$"), hl = vl[1][2][2] }
+    end
+  end
+  return out
 end
 
 --- Previews currently shown in bufnr: list of { line (1-based), text }.
