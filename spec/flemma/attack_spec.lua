@@ -289,3 +289,45 @@ describe("a Kerberos ticket in /tmp with the sandbox on", function()
     assert.truthy(text:find("**Tool Result:** `toolu_read`\n\n```flemma:tool status=pending", 1, true), text)
   end)
 end)
+
+-- A key goes over http:// only to this machine; with http_proxy set (a corporate
+-- proxy is often exported in the shell), curl sent the request for a loopback
+-- endpoint, Authorization and all, in clear to the proxy.
+describe("a key for a loopback endpoint with http_proxy set", function()
+  local h, server, proxy, saved
+
+  before_each(function()
+    h = helpers.send_harness({ key = KEY })
+    server = h.server
+    proxy = require("spec.support.llm_server").start()
+    saved = { http_proxy = vim.env.http_proxy, HTTP_PROXY = vim.env.HTTP_PROXY, ALL_PROXY = vim.env.ALL_PROXY, all_proxy = vim.env.all_proxy, no_proxy = vim.env.no_proxy, NO_PROXY = vim.env.NO_PROXY }
+    local url = ("http://127.0.0.1:%d"):format(proxy.port)
+    vim.env.http_proxy, vim.env.ALL_PROXY = url, url
+    vim.env.no_proxy, vim.env.NO_PROXY = nil, nil
+  end)
+
+  after_each(function()
+    for k, v in pairs(saved) do
+      vim.env[k] = v
+    end
+    proxy:stop()
+    h.teardown()
+  end)
+
+  it("never goes through the proxy", function()
+    require("flemma").setup({
+      provider = "test",
+      providers = { test = { kind = "anthropic", endpoint = server:url("/v1/messages"), api_key_env = "FLEMMA_SPEC_KEY" } },
+      parameters = { max_retries = 0, cache_retention = "none", timeout = 30 },
+    })
+    server:script({ { body = anthropic_answer("Hello."), content_type = "text/event-stream" } })
+    proxy:script({ { body = anthropic_answer("Proxied."), content_type = "text/event-stream" } })
+    local dir = helpers.tmpdir()
+    local buf = helpers.edit(dir .. "/p.chat", { "@You:", "Hi" })
+    helpers.press("<C-]>")
+    h.wait_finished(1, 30000)
+    assert.equals(0, #proxy:requests(), "the request (and the key) went to the proxy")
+    assert.equals(1, #server:requests())
+    assert.truthy(helpers.text(buf):find("Hello.", 1, true), helpers.text(buf))
+  end)
+end)

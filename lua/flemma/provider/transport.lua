@@ -76,6 +76,14 @@ function M.args(o)
   if o.timeout and o.timeout > 0 then
     vim.list_extend(argv, { "--max-time", tostring(o.timeout) })
   end
+  -- A server on this machine is reached directly: with http_proxy or ALL_PROXY set,
+  -- curl sent a plain http:// request (the key in its headers) to the proxy, which
+  -- may be another machine. Remote endpoints keep the proxy (https tunnels through).
+  local secrets = require("flemma.secrets")
+  local _, host = secrets.url_host(o.endpoint)
+  if secrets.is_loopback_host(host) then
+    vim.list_extend(argv, { "--noproxy", "*" })
+  end
   argv[#argv + 1] = "--"
   argv[#argv + 1] = o.endpoint
   return argv
