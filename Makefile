@@ -73,7 +73,10 @@ bench: deps build
 # for fuzz_stream, tests/test_escape.cpp for fuzz_escape, whose first byte seeds where
 # the text is cut; tests/test_jsonrpc.cpp for fuzz_jsonrpc). The frontmatter's pattern matcher (fuzz_lpattern) checks its own
 # invariants: no crash, matching ends within its step budget; so does the file reader's
-# line window (fuzz_fileread), against a plain reference.
+# line window (fuzz_fileread), against a plain reference. The search's decoder of
+# `rg --json` (fuzz_rgjson; seeds in fuzz/corpus/rgjson) and its glob, ignore-rule and
+# regex matchers (fuzz_glob; seeds in fuzz/corpus/glob) check theirs: see the files; a
+# crash becomes a case in tests/test_search.cpp.
 FUZZ_CXX   ?= clang++-14
 FUZZ_FLAGS := -std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
 	-Inative/include -Inative/src -Ithird_party/nlohmann/include
@@ -127,6 +130,17 @@ fuzz:
 		-o $(FUZZ_DIR)/fuzz_jsonrpc
 	cd $(FUZZ_DIR) && ./fuzz_jsonrpc -max_total_time=$(FUZZ_TIME) -max_len=4096 -timeout=10 \
 		-print_final_stats=1 corpus-jsonrpc
+	@mkdir -p $(FUZZ_DIR)/corpus-rgjson $(FUZZ_DIR)/corpus-glob
+	@cp -n fuzz/corpus/rgjson/* $(FUZZ_DIR)/corpus-rgjson/ 2>/dev/null || true
+	@cp -n fuzz/corpus/glob/* $(FUZZ_DIR)/corpus-glob/ 2>/dev/null || true
+	$(FUZZ_CXX) $(FUZZ_FLAGS) fuzz/fuzz_rgjson.cpp native/src/search.cpp native/src/stream.cpp \
+		native/src/truncate.cpp native/src/capi_core.cpp -o $(FUZZ_DIR)/fuzz_rgjson
+	cd $(FUZZ_DIR) && ./fuzz_rgjson -max_total_time=$(FUZZ_TIME) -max_len=16384 -timeout=10 \
+		-print_final_stats=1 corpus-rgjson
+	$(FUZZ_CXX) $(FUZZ_FLAGS) fuzz/fuzz_glob.cpp native/src/search.cpp native/src/stream.cpp \
+		native/src/truncate.cpp native/src/capi_core.cpp -o $(FUZZ_DIR)/fuzz_glob
+	cd $(FUZZ_DIR) && ./fuzz_glob -max_total_time=$(FUZZ_TIME) -max_len=4096 -timeout=10 \
+		-print_final_stats=1 corpus-glob
 
 clean:
 	rm -rf $(BUILD_DIR) $(ASAN_DIR) $(FUZZ_DIR)

@@ -12,6 +12,8 @@ log() { printf '[deps] %s\n' "$*"; }
 
 PKGS=(g++ cmake make libluajit-5.1-dev luajit lua-busted bubblewrap curl clang-14
       libclang-rt-14-dev tmux dpkg-dev patchelf python3 nodejs npm)
+# The search tools' backends (grep runs rg, glob and find run fdfind); both are optional.
+PKGS+=(ripgrep fd-find)
 
 # --nvim VERSION: only that Neovim (what `make demo` needs when the system has none).
 ONLY_NVIM=""

@@ -9,7 +9,7 @@ local M = {}
 local H = {}
 
 --- The ABI version this binding was written for (FLEMMA_ABI_VERSION).
-M.ABI_VERSION = 14
+M.ABI_VERSION = 15
 
 -- The declarations of flemma.h, section by section, in the header's order.
 -- spec/flemma/native_spec.lua checks that they match the header.
@@ -186,6 +186,23 @@ int flemma_procmgr_ack(flemma_procmgr *mgr);
 flemma_proc_event *flemma_procmgr_next_event(flemma_procmgr *mgr);
 void flemma_proc_event_free(flemma_proc_event *event);
 int flemma_procmgr_running(const flemma_procmgr *mgr);
+typedef struct flemma_search_opts {
+  const char *root;
+  const char *pattern;
+  int files_mode;
+  int fixed_strings;
+  int ignore_case;
+  int hidden;
+  int no_ignore;
+  int name_only;
+  int want_type;
+  int context;
+  const char *include;
+  int64_t max_results;
+  const char *const *skip_dirs;
+} flemma_search_opts;
+int flemma_procmgr_search(flemma_procmgr *mgr, const flemma_search_opts *opts, int64_t *id_out);
+int flemma_search_check(const char *pattern, size_t len, int fixed_strings);
 ]],
   fileread = [[
 typedef struct flemma_freader flemma_freader;
@@ -255,7 +272,10 @@ enum flemma_stream_event_type {
   FLEMMA_STREAM_STOP = 11,
   FLEMMA_STREAM_ERROR = 12,
   FLEMMA_STREAM_END = 13,
-  FLEMMA_STREAM_JSONRPC = 14
+  FLEMMA_STREAM_JSONRPC = 14,
+  FLEMMA_STREAM_SEARCH_MATCH = 15,
+  FLEMMA_STREAM_SEARCH_FILE = 16,
+  FLEMMA_STREAM_SEARCH_SUMMARY = 17
 };
 enum flemma_stream_usage {
   FLEMMA_STREAM_INPUT_TOKENS = 0,
@@ -1176,6 +1196,46 @@ function M.proc_spawn(o)
   return tonumber(id[0]), tonumber(pid[0])
 end
 
+--- Starts a native search (see flemma_procmgr_search); raises on a bad request.
+---@param o { root: string, pattern?: string, files_mode?: boolean, fixed_strings?: boolean, ignore_case?: boolean, hidden?: boolean, no_ignore?: boolean, name_only?: boolean, want_type?: integer, context?: integer, include?: string, max_results?: integer, skip_dirs?: string[] }
+---@return integer id
+function M.proc_search(o)
+  local lib = M.lib()
+  local mgr = M.procmgr()
+  local opts = ffi.new("flemma_search_opts")
+  local skip = o.skip_dirs and H.cstrings(o.skip_dirs) or nil -- anchored until the call returns
+  opts.root = o.root
+  opts.pattern = o.pattern
+  opts.files_mode = o.files_mode and 1 or 0
+  opts.fixed_strings = o.fixed_strings and 1 or 0
+  opts.ignore_case = o.ignore_case and 1 or 0
+  opts.hidden = o.hidden and 1 or 0
+  opts.no_ignore = o.no_ignore and 1 or 0
+  opts.name_only = o.name_only and 1 or 0
+  opts.want_type = o.want_type or 0
+  opts.context = o.context or 0
+  opts.include = o.include
+  opts.max_results = o.max_results or 100
+  opts.skip_dirs = skip
+  local id = ffi.new("int64_t[1]")
+  if lib.flemma_procmgr_search(mgr, opts, id) ~= 0 then
+    util.error(M.last_error())
+  end
+  return tonumber(id[0])
+end
+
+--- The grep tool's pattern screen: nil when the pattern may be searched, else the
+--- reason it is refused.
+---@param pattern string
+---@param fixed boolean
+---@return string|nil
+function M.search_check(pattern, fixed)
+  if M.lib().flemma_search_check(pattern, #pattern, fixed and 1 or 0) ~= 0 then
+    return M.last_error()
+  end
+  return nil
+end
+
 function M.proc_write(id, data)
   M.lib().flemma_procmgr_write(M.procmgr(), id, data, #data)
 end
@@ -1520,6 +1580,9 @@ H.STREAM_TYPES = {
   "error",
   "end",
   "jsonrpc",
+  "search_match",
+  "search_file",
+  "search_summary",
 }
 -- The status of a jsonrpc event (FLEMMA_JSONRPC_*).
 H.JSONRPC_KINDS = { "request", "notification", "result", "error" }
@@ -1608,6 +1671,33 @@ function H.stream_event(e)
     end
   elseif t == 14 then
     ev = { type = "jsonrpc", kind = H.JSONRPC_KINDS[e.status], method = a, json = e.b ~= nil and ffi_string(e.b, e.b_len) or "" }
+  elseif t == 15 then
+    ev = {
+      type = "search_match",
+      path = a,
+      text = e.b ~= nil and ffi_string(e.b, e.b_len) or "",
+      line = e.index,
+      context = e.status == 2,
+      cut = bit.band(e.flags, 1) ~= 0,
+    }
+  elseif t == 16 then
+    ev = {
+      type = "search_file",
+      path = a,
+      mtime = tonumber(e.usage[0]),
+      size = tonumber(e.usage[1]),
+      directory = e.status == 2,
+    }
+  elseif t == 17 then
+    ev = {
+      type = "search_summary",
+      found = tonumber(e.usage[0]),
+      searched = tonumber(e.usage[1]),
+      binary = tonumber(e.usage[2]),
+      unreadable = tonumber(e.usage[3]),
+      files = tonumber(e.usage[4]),
+      error = a ~= "" and a or nil,
+    }
   elseif t == 2 then
     ev = { type = "message_start", id = a, model = e.b ~= nil and ffi_string(e.b, e.b_len) or "" }
   elseif t == 1 then

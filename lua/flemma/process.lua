@@ -28,7 +28,7 @@ local H = {}
 ---@field max_lines? integer lines of the tail kept in memory (default 2000)
 ---@field max_bytes? integer bytes of the tail kept in memory (default 51200)
 ---@field on_progress? fun(p: flemma.process.Progress) at most every 100 ms
----@field decoder? string a stream kind ("anthropic", "openai_chat", "openai", "vertex"): stdout is decoded natively (and not kept)
+---@field decoder? string a stream kind ("anthropic", "openai_chat", "openai", "vertex"), or a JSON object describing a search output decoder (`{"kind": "rg_json"|"paths", "max": n, "glob"?, "name_only"?, "hidden"?, "skip"?}`): stdout is decoded natively (and not kept)
 ---@field on_events? fun(events: table[]) with `decoder`: batches of decoded events, in order, all before on_exit
 
 ---@class flemma.process.Result
@@ -351,6 +351,35 @@ function M.spawn(opts, on_exit)
     _on_exit = util.safe(on_exit, "process on_exit"),
     _on_progress = opts.on_progress and util.safe(opts.on_progress, "process on_progress") or nil,
     _on_events = opts.on_events and util.safe(opts.on_events, "process on_events") or nil,
+  }, H.Handle)
+  H.handles[id] = handle
+  return handle
+end
+
+--- Starts a native search (grep, glob, find without rg or fd) on a worker thread
+--- of its own, watched like a child: `on_events(events)` receives batches of
+--- `search_match`, `search_file` and finally one `search_summary` event, then
+--- `on_exit(result)` runs once (code 0, or 2 when it failed; `cancelled` after
+--- handle:cancel()). Both run on the main thread. Raises on a bad request (a
+--- pattern the engine does not take).
+---@param opts table the fields of native.proc_search
+---@param on_events fun(events: table[])
+---@param on_exit fun(result: flemma.process.Result)
+---@return flemma.process.Handle
+function M.search(opts, on_events, on_exit)
+  if type(on_events) ~= "function" or type(on_exit) ~= "function" then
+    util.error("process.search: `on_events` and `on_exit` should be functions")
+  end
+  H.ensure_poll()
+  local id = native.proc_search(opts)
+  local handle = setmetatable({
+    id = id,
+    pid = nil,
+    _done = false,
+    _merged = true,
+    _stdin_open = false,
+    _on_exit = util.safe(on_exit, "search on_exit"),
+    _on_events = util.safe(on_events, "search on_events"),
   }, H.Handle)
   H.handles[id] = handle
   return handle

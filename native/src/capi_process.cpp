@@ -172,4 +172,42 @@ FLEMMA_API int flemma_procmgr_running(const flemma_procmgr* mgr) {
   return flemma::guard([&] { return need(const_cast<flemma_procmgr*>(mgr)).running(); });
 }
 
+// Borrows opts for the duration of the call; everything is copied.
+FLEMMA_API int flemma_procmgr_search(flemma_procmgr* mgr, const flemma_search_opts* opts, int64_t* id_out) {
+  return flemma::guard([&] {
+    auto& m = need(mgr);
+    if (!opts || !opts->root || opts->root[0] != '/')
+      throw flemma::Error(FLEMMA_E_INVALID, "search: `root` should be an absolute path");
+    flemma::search::Options o;
+    o.root = opts->root;
+    if (opts->pattern) o.pattern = opts->pattern;
+    o.files_mode = opts->files_mode != 0;
+    o.fixed = opts->fixed_strings != 0;
+    o.ignore_case = opts->ignore_case != 0;
+    o.hidden = opts->hidden != 0;
+    o.no_ignore = opts->no_ignore != 0;
+    o.name_only = opts->name_only != 0;
+    o.want_type = opts->want_type;
+    o.context = opts->context;
+    if (opts->include) o.include = opts->include;
+    o.max_results = opts->max_results;
+    if (opts->skip_dirs)
+      for (const char* const* d = opts->skip_dirs; *d; ++d) o.skip_dirs.emplace_back(*d);
+    if (!o.files_mode && o.pattern.empty()) throw flemma::Error(FLEMMA_E_INVALID, "search: the pattern is empty");
+    int64_t id = m.search(std::move(o));
+    if (id_out) *id_out = id;
+    return FLEMMA_OK;
+  });
+}
+
+// Borrows pattern.
+FLEMMA_API int flemma_search_check(const char* pattern, size_t len, int fixed_strings) {
+  return flemma::guard([&] {
+    if (!pattern && len > 0) throw flemma::Error(FLEMMA_E_INVALID, "search: the pattern is NULL");
+    std::string why = flemma::search::check_pattern(std::string_view(pattern ? pattern : "", len), fixed_strings != 0);
+    if (!why.empty()) throw flemma::Error(FLEMMA_E_INVALID, why);
+    return FLEMMA_OK;
+  });
+}
+
 }  // extern "C"

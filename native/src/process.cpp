@@ -26,6 +26,8 @@
 #include <sys/syscall.h>
 #endif
 
+#include <nlohmann/json.hpp>
+
 #include "guard.hpp"
 #include "jsonrpc.hpp"
 #include "reaper.hpp"
@@ -327,6 +329,15 @@ struct Manager::Impl {
   std::unordered_map<int64_t, Proc*> procs;
   bool shutting_down = false;
 
+  // Searches (each on a thread of its own), shared with the host thread.
+  struct SearchJob {
+    std::thread thread;
+    std::atomic<bool> cancel{false};
+    std::atomic<bool> done{false};
+  };
+  std::mutex jobs_mu;
+  std::unordered_map<int64_t, std::unique_ptr<SearchJob>> jobs;
+
   void post(Request r) {
     {
       std::lock_guard<std::mutex> lock(mu);
@@ -412,6 +423,7 @@ struct Proc {
   std::string progress_line;
   std::unique_ptr<stream::Decoder> decoder;  // stdout's decoder (opts.decoder)
   std::unique_ptr<jsonrpc::Decoder> rpc;     // or its JSON-RPC decoder (decoder "jsonrpc")
+  std::unique_ptr<search::OutputDecoder> outdec;  // or a search output decoder
 
   // The pid_poll handle (stopped and closed before the Proc is deleted) does
   // not own its descriptor.
@@ -494,7 +506,10 @@ void on_alloc(uv_handle_t* h, size_t, uv_buf_t* b) {
 void decode(Proc* p, const char* data, size_t n, bool end) {
   std::vector<stream::Event> evs;
   try {
-    if (p->rpc) {
+    if (p->outdec) {
+      if (end) p->outdec->finish(evs);
+      else p->outdec->feed(std::string_view(data, n), evs);
+    } else if (p->rpc) {
       if (end) p->rpc->finish(evs);
       else p->rpc->feed(std::string_view(data, n), evs);
     } else if (end) {
@@ -514,7 +529,7 @@ void decode(Proc* p, const char* data, size_t n, bool end) {
 
 void on_read(uv_stream_t* s, ssize_t n, const uv_buf_t* b) {
   Proc* p = static_cast<Proc*>(s->data);
-  if (n > 0 && (p->decoder || p->rpc) && s == reinterpret_cast<uv_stream_t*>(&p->out_pipe)) {
+  if (n > 0 && (p->decoder || p->rpc || p->outdec) && s == reinterpret_cast<uv_stream_t*>(&p->out_pipe)) {
     p->out.total_bytes += n;
     decode(p, b->base, static_cast<size_t>(n), false);
     return;
@@ -583,7 +598,7 @@ bool try_reap(Proc* p) {
 
 void finish(Proc* p) {
   p->finished = true;
-  if (p->decoder || p->rpc) decode(p, nullptr, 0, true);  // the last events, before the exit event
+  if (p->decoder || p->rpc || p->outdec) decode(p, nullptr, 0, true);  // the last events, before the exit event
   uv_timer_stop(&p->linger);
   uv_timer_stop(&p->grace);
   auto ev = std::make_unique<Event>();
@@ -815,6 +830,13 @@ Manager::Manager() : impl_(std::make_unique<Impl>()) {
 
 Manager::~Manager() {
   Impl* m = impl_.get();
+  {
+    std::lock_guard<std::mutex> lock(m->jobs_mu);
+    for (auto& [id, job] : m->jobs) job->cancel = true;
+    for (auto& [id, job] : m->jobs)
+      if (job->thread.joinable()) job->thread.join();
+    m->jobs.clear();
+  }
   m->post(Request{Request::Kind::Shutdown});
   if (m->thread.joinable()) m->thread.join();
   // Handles still closing are finished by one more pass.
@@ -852,9 +874,74 @@ void Manager::write_stdin(int64_t id, std::string data) {
   impl_->post(Request{Request::Kind::Write, id, std::move(data)});
 }
 void Manager::close_stdin(int64_t id) { impl_->post(Request{Request::Kind::CloseStdin, id}); }
-void Manager::cancel(int64_t id) { impl_->post(Request{Request::Kind::Cancel, id}); }
+void Manager::cancel(int64_t id) {
+  {
+    std::lock_guard<std::mutex> lock(impl_->jobs_mu);
+    auto it = impl_->jobs.find(id);
+    if (it != impl_->jobs.end()) {
+      it->second->cancel = true;
+      return;
+    }
+  }
+  impl_->post(Request{Request::Kind::Cancel, id});
+}
+
+int64_t Manager::search(search::Options opts) {
+  // The pattern is checked here, so that a bad one is an error of this call.
+  if (opts.files_mode) {
+    if (!opts.pattern.empty()) search::Glob g(opts.pattern);
+  } else {
+    search::Regex re(opts.pattern, opts.fixed, opts.ignore_case);
+  }
+  if (!opts.include.empty()) search::Glob g(opts.include);
+  Impl* m = impl_.get();
+  int64_t id = m->next_id.fetch_add(1);
+  std::lock_guard<std::mutex> lock(m->jobs_mu);
+  // Join the searches that ended.
+  for (auto it = m->jobs.begin(); it != m->jobs.end();) {
+    if (it->second->done.load()) {
+      if (it->second->thread.joinable()) it->second->thread.join();
+      it = m->jobs.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  auto job = std::make_unique<Impl::SearchJob>();
+  Impl::SearchJob* j = job.get();
+  m->running.fetch_add(1);
+  job->thread = std::thread([m, j, id, opts = std::move(opts)] {
+    auto ev = std::make_unique<Event>();
+    ev->kind = Event::Kind::Exit;
+    ev->id = id;
+    ev->exit_code = 0;
+    try {
+      search::run(opts, j->cancel, [m, id](std::vector<stream::Event>&& evs) { m->emit_stream(id, std::move(evs)); });
+    } catch (const std::exception& e) {
+      stream::Event s;
+      s.type = static_cast<stream::Type>(search::kSummary);
+      s.a = std::string("search failed: ") + e.what();
+      std::vector<stream::Event> evs;
+      evs.push_back(std::move(s));
+      try {
+        m->emit_stream(id, std::move(evs));
+      } catch (...) {
+      }
+      ev->exit_code = 2;
+    }
+    ev->cancelled = j->cancel.load();
+    m->running.fetch_sub(1);
+    m->emit(std::move(ev));
+    j->done = true;
+  });
+  m->jobs.emplace(id, std::move(job));
+  return id;
+}
 
 void Manager::kill_all() {
+  {
+    std::lock_guard<std::mutex> lock(impl_->jobs_mu);
+    for (auto& [id, job] : impl_->jobs) job->cancel = true;
+  }
   kill_all_groups();
   impl_->post(Request{Request::Kind::MarkAllCancelled});
 }
@@ -977,6 +1064,30 @@ std::vector<std::string> under_reaper(const SpawnOptions& opts, const std::vecto
 
 }  // namespace
 
+namespace {
+
+// A search output decoder from its JSON description (see SpawnOptions::decoder).
+std::unique_ptr<search::OutputDecoder> make_output_decoder(const std::string& desc, const std::string& cwd) {
+  auto j = nlohmann::json::parse(desc, nullptr, false);
+  if (!j.is_object()) throw Error(FLEMMA_E_INVALID, "spawn: the decoder description is not a JSON object");
+  auto kind = search::OutputDecoder::kind_from_name(j.value("kind", std::string()));
+  if (!kind) throw Error(FLEMMA_E_INVALID, "spawn: unknown search decoder: use rg_json or paths");
+  int64_t max = j.value("max", int64_t{100});
+  std::vector<std::string> skip;
+  if (j.contains("skip") && j["skip"].is_array())
+    for (const auto& s : j["skip"])
+      if (s.is_string()) skip.push_back(s.get<std::string>());
+  std::string dir = cwd;
+  if (dir.empty()) {
+    char buf[4096];
+    if (::getcwd(buf, sizeof buf)) dir = buf;
+  }
+  return std::make_unique<search::OutputDecoder>(*kind, max, dir, j.value("glob", std::string()),
+                                                 j.value("name_only", false), std::move(skip), j.value("hidden", false));
+}
+
+}  // namespace
+
 int64_t Manager::spawn(SpawnOptions opts, pid_t* pid_out) {
   if (opts.argv.empty() || opts.argv[0].empty())
     throw Error(FLEMMA_E_INVALID, "spawn: the command is empty: give at least the program name");
@@ -992,7 +1103,11 @@ int64_t Manager::spawn(SpawnOptions opts, pid_t* pid_out) {
   if (opts.kill_grace_ms < 0) opts.kill_grace_ms = 2000;
   std::unique_ptr<stream::Decoder> decoder;
   std::unique_ptr<jsonrpc::Decoder> rpc;
-  if (!opts.decoder.empty()) {
+  std::unique_ptr<search::OutputDecoder> outdec;
+  if (!opts.decoder.empty() && opts.decoder[0] == '{') {
+    if (opts.merge_output) throw Error(FLEMMA_E_INVALID, "spawn: a decoder reads stdout alone: set merge_output to false");
+    outdec = make_output_decoder(opts.decoder, opts.cwd);
+  } else if (!opts.decoder.empty()) {
     if (opts.merge_output) throw Error(FLEMMA_E_INVALID, "spawn: a decoder reads stdout alone: set merge_output to false");
     if (opts.decoder == "jsonrpc") {
       rpc = std::make_unique<jsonrpc::Decoder>();
@@ -1076,6 +1191,7 @@ int64_t Manager::spawn(SpawnOptions opts, pid_t* pid_out) {
   if (const char* dir = std::getenv("TMPDIR"); dir && *dir) p->out.spill_dir = p->err.spill_dir = dir;
   p->decoder = std::move(decoder);
   p->rpc = std::move(rpc);
+  p->outdec = std::move(outdec);
   p->out_fd = out.release(0);
   if (!opts.merge_output) p->err_fd = err.release(0);
   if (opts.stdin_mode != SpawnOptions::Stdin::Closed) p->in_fd = in.release(1);

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "search.hpp"
 #include "stream.hpp"
 
 namespace flemma::process {
@@ -28,7 +29,9 @@ struct SpawnOptions {
   int64_t max_lines = 2000;                    // tail window kept in memory
   int64_t max_bytes = 51200;
   bool progress = false;                       // emit progress events (at most every 100 ms)
-  std::string decoder;                         // a stream kind: stdout goes to a decoder (Stream events)
+  std::string decoder;                         // a stream kind: stdout goes to a decoder (Stream events);
+                                               // or a JSON object {"kind": "rg_json"|"paths", "max": n,
+                                               // "glob", "name_only", "skip": [...]}: a search output decoder
 };
 
 struct StreamResult {
@@ -101,8 +104,13 @@ class Manager {
   void ack();
   // The next event, or nullptr when none is waiting.
   std::unique_ptr<Event> next_event();
-  // Children whose result was not delivered yet.
+  // Children whose result was not delivered yet (and searches still running).
   int running() const;
+  // Starts a search on a worker thread of its own; its results come as Stream
+  // events (search::kMatch, kFile, kSummary), then an Exit event (exit_code 0,
+  // or 2 when the search failed; cancelled after cancel(id)). The pattern is
+  // checked here (flemma::Error when it cannot be used). Returns the id.
+  int64_t search(search::Options opts);
 
   struct Impl;
 

@@ -31,7 +31,7 @@ extern "C" {
 #endif
 
 /* Bumped whenever a declaration below changes in an incompatible way. */
-#define FLEMMA_ABI_VERSION 14
+#define FLEMMA_ABI_VERSION 15
 
 /* Status codes. */
 #define FLEMMA_OK 0
@@ -446,8 +446,52 @@ FLEMMA_API flemma_proc_event *flemma_procmgr_next_event(flemma_procmgr *mgr);
 /* Frees an event. NULL is a no-op. */
 FLEMMA_API void flemma_proc_event_free(flemma_proc_event *event);
 
-/* Children of the manager whose exit event was not queued yet. */
+/* Children of the manager whose exit event was not queued yet (and searches
+ * still running). */
 FLEMMA_API int flemma_procmgr_running(const flemma_procmgr *mgr);
+
+/* A search (the grep, glob and find tools without rg or fd): a walk of `root`
+ * that honours .gitignore and .ignore (unless no_ignore), skips hidden entries
+ * (unless hidden; .git always), binary files (a NUL byte in the first 64 KiB),
+ * symbolic links (never followed) and the directories named in skip_dirs
+ * (NULL-terminated, may be NULL). grep (files_mode 0): lines matching `pattern`
+ * (the regex syntax of native/src/search.hpp, or a literal with fixed_strings),
+ * in files whose name (or relative path, if it holds a '/') matches `include`
+ * (NULL: all), with `context` lines around (at most 10); at most max_results
+ * matches are reported, all are counted. files_mode 1: entries whose relative
+ * path (name_only: name) matches the glob `pattern` (NULL: all), want_type 0
+ * files, 1 directories, 2 both; the newest max_results, newest first.
+ * Strings are copied; the caller keeps ownership. */
+typedef struct flemma_search_opts {
+  const char *root;
+  const char *pattern;
+  int files_mode;
+  int fixed_strings;
+  int ignore_case;
+  int hidden;
+  int no_ignore;
+  int name_only;
+  int want_type;
+  int context;
+  const char *include;
+  int64_t max_results;
+  const char *const *skip_dirs;
+} flemma_search_opts;
+
+/* Starts a search on a native worker thread of its own, which never calls
+ * back: its results are kind 3 events (stream events SEARCH_MATCH,
+ * SEARCH_FILE, then one SEARCH_SUMMARY) and an exit event (exit_code 0, or 2
+ * when it failed; cancelled after flemma_procmgr_cancel), taken as those of a
+ * child. A pattern that cannot be used is FLEMMA_E_INVALID here. Writes the id.
+ * ABI 15. */
+FLEMMA_API int flemma_procmgr_search(flemma_procmgr *mgr, const flemma_search_opts *opts, int64_t *id_out);
+
+/* The pattern screen of the grep tool: FLEMMA_OK when the `len` bytes at
+ * pattern may be searched, else FLEMMA_E_INVALID with the reason in
+ * flemma_last_error(): empty, longer than 1000 bytes, outside the accepted
+ * syntax, or an unbounded quantifier nested in a repeated group or beside
+ * another over the same characters. Borrows pattern. ABI 15. */
+FLEMMA_API int flemma_search_check(const char *pattern, size_t len, int fixed_strings);
 
 /* ==========================================================================
  * File reader
@@ -622,7 +666,12 @@ enum flemma_stream_event_type {
   FLEMMA_STREAM_STOP = 11,              /* a = stop reason */
   FLEMMA_STREAM_ERROR = 12,             /* a = error type, b = message */
   FLEMMA_STREAM_END = 13,               /* status: 1 complete, 0 not; flags bit 0: a = kept body */
-  FLEMMA_STREAM_JSONRPC = 14            /* status: FLEMMA_JSONRPC_*; a = method; b = the message (JSON-RPC decoder) */
+  FLEMMA_STREAM_JSONRPC = 14,           /* status: FLEMMA_JSONRPC_*; a = method; b = the message (JSON-RPC decoder) */
+  FLEMMA_STREAM_SEARCH_MATCH = 15,      /* a = path, b = line, index = line number, status 1 match / 2 context,
+                                           flags bit 0: the line was cut */
+  FLEMMA_STREAM_SEARCH_FILE = 16,       /* a = path, usage[0] = mtime (s), usage[1] = size, status 1 file / 2 dir */
+  FLEMMA_STREAM_SEARCH_SUMMARY = 17     /* usage: found, searched, binary, unreadable, files with a match;
+                                           a = an error ("" none) */
 };
 
 /* Indices into flemma_stream_event.usage. */
