@@ -4,7 +4,8 @@
 --   { name, unit, target, op = "<=" | ">=", runs = 7, warmup = 1,
 --     setup = fn()?, teardown = fn()?, run = fn() -> number }
 -- `run` returns one measurement; the line reports the median of `runs` of them,
--- taken after `warmup` unreported runs.
+-- taken after `warmup` unreported runs. A `setup` that returns a string (why it
+-- cannot run on this machine) gives a `SKIP` line instead.
 local root = vim.fn.fnamemodify(debug.getinfo(1, "S").source:sub(2), ":p:h:h")
 package.path = table.concat({ root .. "/lua/?.lua", root .. "/lua/?/init.lua", root .. "/?.lua", package.path }, ";")
 vim.opt.runtimepath:prepend(root)
@@ -50,8 +51,14 @@ for _, file in ipairs(files) do
     if not only or only[b.name] then
       found = found + 1
       local ok, err = pcall(function()
+        -- A setup that returns a string cannot run here: one SKIP line says why.
         if b.setup then
-          b.setup()
+          local skip = b.setup()
+          if type(skip) == "string" then
+            io.stdout:write(("bench %s: SKIP %s\n"):format(b.name, skip))
+            io.stdout:flush()
+            return
+          end
         end
         for _ = 1, b.warmup or 1 do
           b.run()

@@ -110,6 +110,29 @@ H.defaults = {
     truncate = { max_lines = 2000, max_bytes = 51200 },
     -- The bash tool: which shell runs commands and extra environment variables.
     bash = { shell = "bash", env = nil },
+    -- The grep, glob and find tools: "auto" runs rg / fd (fdfind) when installed,
+    -- "native" always the built-in search. skip_dirs: folder names glob and find
+    -- never enter (a list of names, no `/`).
+    search = {
+      backend = "auto",
+      skip_dirs = {
+        ".git",
+        "node_modules",
+        "build",
+        "dist",
+        "target",
+        "vendor",
+        ".venv",
+        "venv",
+        "__pycache__",
+        ".next",
+        ".cache",
+        ".tox",
+        ".mypy_cache",
+        ".pytest_cache",
+        ".gradle",
+      },
+    },
     -- Names of variables that look like secrets (a name holding KEY, TOKEN, SECRET,
     -- PASSWORD, AUTH, SESSION, ..., a private key or a provider's key as value) that
     -- tool processes may still inherit; every other one is taken out.
@@ -191,6 +214,7 @@ H.types = {
 H.enums = {
   ["tools.cursor_after_result"] = { "result", "stay", "next" },
   ["sandbox.backend"] = { "auto", "bwrap", "sandbox-exec" },
+  ["tools.search.backend"] = { "auto", "native" },
   ["parameters.cache_retention"] = { "none", "short", "long" },
   ["parameters.thinking_foreign"] = { "text", "preserve", "drop" },
 }
@@ -387,6 +411,16 @@ function H.check(value, default, path)
   end
   if path == "tools.rate_limit" then
     return H.check_rate_limit(value)
+  end
+  if path == "tools.search.skip_dirs" and type(value) == "table" then
+    for i, name in ipairs(value) do
+      if type(name) ~= "string" or name == "" or name:find("/", 1, true) or name == "." or name == ".." then
+        util.error(("`%s[%d]` should be a folder name (no `/`), not %s"):format(path, i, vim.inspect(name)))
+      end
+    end
+    if #value ~= vim.tbl_count(value) then
+      util.error(("`%s` should be a list of folder names"):format(path))
+    end
   end
   local allowed = H.types[path]
   local vt = type(value)

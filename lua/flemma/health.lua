@@ -228,6 +228,20 @@ function M.check()
   H.executable("bash", { "--version" }, true)
   H.executable("curl", { "--version" }, false)
   H.curl_tls()
+  -- The search tools' programs: optional (the native search stands in).
+  for _, p in ipairs({ { { "rg" }, "grep" }, { { "fd", "fdfind" }, "glob and find" } }) do
+    local found
+    for _, name in ipairs(p[1]) do
+      if not found and vim.fn.executable(name) == 1 then
+        found = name
+      end
+    end
+    if found then
+      H.executable(found, { "--version" }, false)
+    else
+      vim.health.info(("`%s` not found: %s use the native search (:help flemma-tools-search)"):format(p[1][1], p[2]))
+    end
+  end
   local sysname = vim.uv.os_uname().sysname
   if sysname == "Linux" then
     H.executable("bwrap", { "--version" }, false)

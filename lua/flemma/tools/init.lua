@@ -26,7 +26,7 @@ local H = {}
 M.WAITING_MESSAGE = "Waiting for tool definitions to load..."
 
 -- The built-in tools registered by setup(), by module.
-H.builtins = { "bash", "calculator", "calculator_async", "edit", "read", "write" }
+H.builtins = { "bash", "calculator", "calculator_async", "edit", "find", "glob", "grep", "ls", "read", "write" }
 
 H.defs = {} ---@type table<string, flemma.tools.Definition>
 H.sources = {} -- async sources not done yet (set)
@@ -59,6 +59,7 @@ H.RISK = {
   edit = "dangerous",
   grep = "safe",
   glob = "safe",
+  find = "safe",
   ls = "safe",
   calculator = "safe",
   calculator_async = "safe",
@@ -1082,7 +1083,8 @@ function M.preview(name, input, max_length, bufnr)
   return summary
 end
 
---- Registers the built-in tools (bash, read, write, edit, calculator, calculator_async).
+--- Registers the built-in tools (bash, read, write, edit, grep, glob, find, ls, calculator,
+--- calculator_async).
 ---@param config? flemma.Config
 function M.setup(config)
   local _ = config

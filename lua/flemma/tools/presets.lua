@@ -12,9 +12,11 @@ local H = {}
 --- The presets that ship with Flemma; `tools.presets` may override them by name.
 ---@type table<string, flemma.approval.Preset>
 H.builtin = {
-  ["$readonly"] = { approve = { "read" } },
+  ["$readonly"] = { approve = { "read", "grep", "glob", "find", "ls" } },
   -- The calculators only compute (no files, processes or network): nothing to ask about.
-  ["$default"] = { approve = { "read", "write", "edit", "calculator", "calculator_async" } },
+  ["$default"] = {
+    approve = { "read", "write", "edit", "grep", "glob", "find", "ls", "calculator", "calculator_async" },
+  },
   -- Every tool whose risk level is safe (`:help flemma-risk`).
   ["$safe"] = { approve = { "risk:safe" } },
 }

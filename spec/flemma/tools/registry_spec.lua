@@ -324,9 +324,12 @@ describe("flemma.tools", function()
   end)
 
   describe("setup", function()
-    it("registers the six built-in tools with strict schemas", function()
+    it("registers the built-in tools with strict schemas", function()
       tools.setup(config.get())
-      assert.same({ "bash", "calculator", "calculator_async", "edit", "read", "write" }, tools.list())
+      assert.same(
+        { "bash", "calculator", "calculator_async", "edit", "find", "glob", "grep", "ls", "read", "write" },
+        tools.list()
+      )
       for _, name in ipairs(tools.list()) do
         local d = tools.get(name)
         assert.is_true(d.strict, name)
