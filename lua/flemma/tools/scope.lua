@@ -155,7 +155,15 @@ function H.target(project, path)
   if path:sub(1, 1) ~= "/" then
     path = project.base .. "/" .. path
   end
-  if path:find("/.", 1, true) or path:find("//", 1, true) or path:find("\\", 1, true) or path:sub(-1) == "/" then
+  -- As the tool does (vim.fs.normalize): `..` folded, and $VARS expanded (a
+  -- variable holding `../..` leads out of the project).
+  if
+    path:find("/.", 1, true)
+    or path:find("//", 1, true)
+    or path:find("\\", 1, true)
+    or path:find("$", 1, true)
+    or path:sub(-1) == "/"
+  then
     path = vim.fs.normalize(path)
   end
   return path

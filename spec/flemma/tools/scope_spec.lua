@@ -136,6 +136,26 @@ describe("approval inside the project", function()
     vim.fn.delete(vim.fs.dirname(project) .. "/escaped.txt")
   end)
 
+  it("resolves a path as the tool does: environment variables expanded", function()
+    -- The tool's ctx.path.resolve expands $VARS (vim.fs.normalize); the check took
+    -- `$X/secret.txt` literally, inside the project, while the read went elsewhere.
+    vim.env.FLEMMA_SPEC_ELSEWHERE = elsewhere
+    vim.env.FLEMMA_SPEC_UP = "../../../../../../../../.."
+    local ok, err = pcall(function()
+      for _, path in ipairs({ "/$FLEMMA_SPEC_ELSEWHERE/secret.txt", "$FLEMMA_SPEC_UP" .. elsewhere .. "/secret.txt" }) do
+        local buf = chat("read", read_input(path))
+        press("<C-]>")
+        vim.wait(100)
+        assert.equals("pending", status(buf), text(buf))
+        assert.is_nil(text(buf):find("the secret", 1, true), text(buf))
+        vim.cmd("silent! %bwipeout!")
+      end
+    end)
+    vim.env.FLEMMA_SPEC_ELSEWHERE = nil
+    vim.env.FLEMMA_SPEC_UP = nil
+    assert(ok, err)
+  end)
+
   it("leaves writes to protected paths inside the project pending", function()
     vim.fn.mkdir(project .. "/.git/hooks", "p")
     local buf = chat("write", write_input(".git/hooks/pre-commit"))
