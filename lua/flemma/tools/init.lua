@@ -26,7 +26,20 @@ local H = {}
 M.WAITING_MESSAGE = "Waiting for tool definitions to load..."
 
 -- The built-in tools registered by setup(), by module.
-H.builtins = { "bash", "calculator", "calculator_async", "edit", "find", "glob", "grep", "ls", "read", "write" }
+H.builtins = {
+  "bash",
+  "calculator",
+  "calculator_async",
+  "delete",
+  "edit",
+  "find",
+  "glob",
+  "grep",
+  "ls",
+  "move",
+  "read",
+  "write",
+}
 
 H.defs = {} ---@type table<string, flemma.tools.Definition>
 H.sources = {} -- async sources not done yet (set)
@@ -61,6 +74,8 @@ H.RISK = {
   glob = "safe",
   find = "safe",
   ls = "safe",
+  delete = "destructive",
+  move = "medium",
   calculator = "safe",
   calculator_async = "safe",
 }

@@ -327,7 +327,7 @@ describe("flemma.tools", function()
     it("registers the built-in tools with strict schemas", function()
       tools.setup(config.get())
       assert.same(
-        { "bash", "calculator", "calculator_async", "edit", "find", "glob", "grep", "ls", "read", "write" },
+        { "bash", "calculator", "calculator_async", "delete", "edit", "find", "glob", "grep", "ls", "move", "read", "write" },
         tools.list()
       )
       for _, name in ipairs(tools.list()) do
