@@ -130,3 +130,62 @@ TEST_CASE("lpattern") {
     CHECK_THROWS_AS(lp::Matcher(s, "a*a*a*a*a*a*a*b", b).match_at(0), lp::BudgetExceeded);
   }
 }
+
+// Issue 23.4: the deadline holds wherever the interpreter can loop, not only where
+// the VM's count hook runs (a message handler runs inside the hook, with hooks off).
+TEST_CASE("isolate deadline") {
+  const std::string kTime = R"("limit":"time")";
+  auto stopped = [&](const std::string& code, double bound_ms = 3000) {
+    auto i = make();
+    auto t0 = std::chrono::steady_clock::now();
+    auto out = run(i, code);
+    double ms = ms_since(t0);
+    MESSAGE(code.substr(0, 70) << " -> stopped after " << ms << " ms: " << out.substr(0, 120));
+    CHECK(out.find(kTime) != std::string::npos);
+    CHECK(out.find("ran longer than 35 ms") != std::string::npos);
+    CHECK(ms < bound_ms);  // generous: a hang never returns, the precise target is in make bench
+    CHECK(run(i, "return 1") == R"J({"ok":true,"values":[1]})J");  // the state is usable again
+  };
+  SUBCASE("in an xpcall message handler that loops") {
+    stopped("xpcall(function() while true do end end, function() while true do end end)");
+  }
+  SUBCASE("in a message handler called for an ordinary error") {
+    stopped("xpcall(function() error('x') end, function() while true do end end)");
+  }
+  SUBCASE("in a message handler that raises while handling") {
+    stopped("xpcall(function() while true do end end, function(e) local n = 0 while n < 1e6 do n = n + 1 end error(e) end)");
+    stopped("local function h(e) return select(2, xpcall(function() while true do end end, h)) end\n"
+            "xpcall(function() error('x') end, h)");
+  }
+  SUBCASE("in a pcall inside a handler") {
+    stopped("xpcall(function() while true do end end, function() while true do pcall(function() while true do end end) end end)");
+  }
+  SUBCASE("in __tostring of an error object") {
+    stopped("local e = setmetatable({}, { __tostring = function() while true do end end })\n"
+            "xpcall(function() error(e) end, function(x) return tostring(x) end)");
+  }
+  SUBCASE("in a table.sort comparator") {
+    stopped("local t = {} for i = 1, 100 do t[i] = i end table.sort(t, function(a, b) while true do end end)");
+    stopped("local t = {} for i = 1, 100 do t[i] = i end\n"
+            "xpcall(function() table.sort(t, function(a, b) while true do end end) end, function() while true do end end)");
+  }
+  SUBCASE("in comparisons of long strings") {
+    stopped("local s = ('x'):rep(5e5) local t = {} for i = 1, 3000 do t[i] = s end table.sort(t)", 1500);
+    stopped("local s = ('x'):rep(5e5) local t = {} for i = 1, 3000 do t[i] = s end table.sort(t, function(a, b) return a < b end)",
+            1500);
+    stopped("local a, b = ('x'):rep(5e5), ('x'):rep(5e5 - 1) .. 'y' local n = 0 while true do if a < b then n = n + 1 end end", 1500);
+  }
+  SUBCASE("in a call tree without loops") {
+    std::string code = "local f0 = function() end\n";
+    for (int k = 1; k <= 60; k++) code += "local f" + std::to_string(k) + " = function() f" + std::to_string(k - 1) + "() f" + std::to_string(k - 1) + "() end\n";
+    code += "f60()";
+    stopped(code);
+  }
+  SUBCASE("in metamethods and gsub callbacks") {
+    stopped("local t = setmetatable({}, { __index = function(t, k) while true do end end }) return t.x");
+    stopped("local t = setmetatable({}, { __lt = function() while true do end end }) return t < t");
+    stopped("local s = ('x'):rep(100) s:gsub('x', function() while true do end end)");
+    stopped("xpcall(function() local t = setmetatable({}, { __concat = function() while true do end end }) return t .. 'x' end,"
+            " function() while true do end end)");
+  }
+}

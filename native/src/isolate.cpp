@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "guard.hpp"
+#include "isolate_vm.hpp"
 
 // Lua is compiled as C++ (see CMakeLists.txt): its names have C++ linkage.
 #include "lauxlib.h"
@@ -25,7 +26,6 @@ namespace {
 
 using json = nlohmann::json;
 
-constexpr int kHookCount = 16;  // instructions between two clock checks
 constexpr int kMaxDepth = 64;   // nesting of data crossing the boundary
 constexpr size_t kMaxMessage = 2000;
 const char* const kEntryKey = "flemma.isolate.entry";
@@ -56,19 +56,29 @@ void* alloc_fn(void* ud, void* ptr, size_t osize, size_t nsize) {
   return static_cast<Isolate*>(ud)->arena_mutable().realloc(ptr, osize, nsize);
 }
 
+// The state of the isolate running on this thread (the VM's string comparisons
+// charge it: l_strcmp has no lua_State at hand).
+thread_local lua_State* t_running = nullptr;
+
+class Running {
+ public:
+  explicit Running(lua_State* L) : prev_(t_running) { t_running = L; }
+  ~Running() { t_running = prev_; }
+  Running(const Running&) = delete;
+  Running& operator=(const Running&) = delete;
+
+ private:
+  lua_State* prev_;
+};
+
 int panic_fn(lua_State* L) {
   const char* msg = lua_tostring(L, -1);
   throw Error(FLEMMA_E_INTERNAL, std::string("isolated interpreter: unprotected error: ") + (msg ? msg : "?"));
 }
 
-void hook_fn(lua_State* L, lua_Debug*) {
-  Isolate& iso = owner(L);
-  if (!iso.exhausted().empty()) {
-    lua_pushstring(L, iso.exhausted().c_str());
-    lua_error(L);
-  }
-  iso.check_time(L);
-}
+// The count hook only keeps Lua's count check of luaV_execute armed: lvm_bounded.cpp
+// sends that check to tick(), never to a hook (which Lua skips while a hook runs).
+void hook_fn(lua_State* L, lua_Debug*) { owner(L).check_time(L); }
 
 std::string clip(std::string s) {
   if (s.size() > kMaxMessage) {
@@ -407,13 +417,7 @@ bool Arena::admit(size_t bytes, size_t n) {
     owner_.exhaust(("made more than " + std::to_string(lim.objects) + " objects and was stopped").c_str(), "memory");
     return false;
   }
-  if (owner_.past_deadline()) {
-    owner_.exhaust(("ran longer than " + std::to_string(static_cast<int>(lim.time_ms)) +
-                    " ms and was stopped (an endless loop?)")
-                       .c_str(),
-                   "time");
-    return false;
-  }
+  if (owner_.time_up()) return false;
   return true;
 }
 
@@ -504,6 +508,9 @@ void* Arena::realloc(void* ptr, size_t osize, size_t nsize) {
     if (ptr) release(ptr, osize);
     return nullptr;
   }
+  // A large block is filled (copied, hashed) by whoever asked for it: that work spends
+  // from the countdown, even when a freed block of its size is at hand.
+  if (nsize > kMaxSmall && owner_.state()) charge(owner_.state(), nsize / kBytesPerTick);
   if (nsize < kStep) nsize = kStep;  // every block can hold a free-list link
   if (ptr && osize < kStep) osize = kStep;
   if (ptr && osize <= kMaxSmall && nsize <= kMaxSmall && (osize + kStep - 1) / kStep == (nsize + kStep - 1) / kStep) {
@@ -528,11 +535,12 @@ void* Arena::realloc(void* ptr, size_t osize, size_t nsize) {
 Isolate::Isolate(const std::vector<std::pair<std::string, std::string>>& modules, const std::string& main, Limits limits)
     : limits_(limits), arena_(*this) {
   LocaleGuard locale;
-  start_clock();
+  start_clock(0);
   L_ = lua_newstate(alloc_fn, this);
   if (!L_) throw Error(FLEMMA_E_NOMEM, "cannot create the isolated interpreter (out of memory)");
+  Running running(L_);
   lua_atpanic(L_, panic_fn);
-  lua_sethook(L_, hook_fn, LUA_MASKCOUNT, kHookCount);
+  lua_sethook(L_, hook_fn, LUA_MASKCOUNT, kTicks);
   InitCtx ctx{this, &modules, &main};
   int status = lua_cpcall(L_, init_fn, &ctx);
   if (status != 0) {
@@ -543,15 +551,16 @@ Isolate::Isolate(const std::vector<std::pair<std::string, std::string>>& modules
 
 Isolate::~Isolate() = default;  // the arena frees everything the state allocated
 
-// However loaded the machine, one call never holds Neovim longer than this.
-constexpr int64_t kWallCap = 1000 * 1000000LL;
-
-void Isolate::start_clock() {
-  const auto budget = static_cast<int64_t>(limits_.time_ms * 1e6);
+void Isolate::start_clock(double budget_ms) {
+  budget_cut_ = budget_ms > 0 && budget_ms < limits_.time_ms;
+  cpu_ms_ = budget_cut_ ? budget_ms : limits_.time_ms;
+  const double wall_ms = std::max(budget_ms > 0 ? budget_ms : limits_.wall_ms, cpu_ms_);
+  const auto budget = static_cast<int64_t>(cpu_ms_ * 1e6);
   const int64_t now = monotonic_ns();
   deadline_ns_ = now + budget;
   cpu_deadline_ns_ = cpu_ns() + budget;
-  wall_cap_ns_ = now + std::max(kWallCap, budget);
+  wall_cap_ns_ = now + static_cast<int64_t>(wall_ms * 1e6);
+  if (L_) lua_sethook(L_, hook_fn, LUA_MASKCOUNT, kTicks);  // a full countdown
 }
 
 bool Isolate::past_deadline() const {
@@ -564,12 +573,29 @@ bool Isolate::past_deadline() const {
   return false;
 }
 
+std::string Isolate::time_message() const {
+  if (budget_cut_) {
+    return "was stopped after " + std::to_string(static_cast<int>(cpu_ms_ + 0.5)) +
+           " ms: the time frontmatter and templates may use for one action is spent";
+  }
+  return "ran longer than " + std::to_string(static_cast<int>(limits_.time_ms)) + " ms and was stopped (an endless loop?)";
+}
+
+bool Isolate::time_up() {
+  if (!past_deadline()) return false;
+  exhaust(time_message().c_str(), budget_cut_ ? "budget" : "time");
+  return true;
+}
+
+void Isolate::raise_limit(lua_State* L) {
+  // Once a limit stopped the code, every instruction from here raises it again.
+  if (!exhausted_.empty()) lua_sethook(L, hook_fn, LUA_MASKCOUNT, 1);
+  throw_memory_error(L);
+}
+
 void Isolate::check_time(lua_State* L) {
-  if (!past_deadline()) return;
-  exhaust(("ran longer than " + std::to_string(static_cast<int>(limits_.time_ms)) + " ms and was stopped (an endless loop?)").c_str(),
-          "time");
-  lua_pushstring(L, exhausted_.c_str());
-  lua_error(L);
+  if (exhausted_.empty() && !time_up()) return;
+  raise_limit(L);
 }
 
 std::string Isolate::location() {
@@ -642,13 +668,14 @@ int Isolate::protected_call(lua_State* L) {
   return 0;
 }
 
-std::string Isolate::call(std::string_view fn, std::string_view args_json) {
+std::string Isolate::call(std::string_view fn, std::string_view args_json, double budget_ms) {
   json args = json::parse(args_json.begin(), args_json.end(), nullptr, false);
   if (args.is_discarded() || !args.is_array()) throw Error(FLEMMA_E_INVALID, "the arguments should be a JSON array");
   LocaleGuard locale;
+  Running running(L_);
   exhausted_.clear();
   limit_kind_.clear();
-  start_clock();
+  start_clock(budget_ms);
   CallCtx ctx{this, std::string(fn), &args, json()};
   int status = lua_cpcall(L_, protected_call, &ctx);
   json out;
@@ -667,6 +694,50 @@ std::string Isolate::call(std::string_view fn, std::string_view args_json) {
 
 // Numbers read from strings by the VM (arithmetic on strings, tonumber, the lexer):
 // a string of 200 bytes or more is not a number, so reading one never scans megabytes.
+namespace flemma::isolate {
+
+void tick(lua_State* L) { owner(L).check_time(L); }
+
+namespace {
+// Charges the isolate running on this thread (none: nothing to charge).
+void charge_running(size_t bytes) noexcept {
+  if (t_running) charge(t_running, bytes / kBytesPerTick);
+}
+}  // namespace
+
+int vm_strcoll(const char* a, const char* b) noexcept {
+  // strcmp (the isolate runs in the C locale): the first bytes one by one (most
+  // comparisons end there), then a block at a time, charging what it read.
+  for (size_t i = 0; i < kBytesPerTick; i++) {
+    const auto ca = static_cast<unsigned char>(a[i]);
+    const auto cb = static_cast<unsigned char>(b[i]);
+    if (ca != cb) return static_cast<int>(ca) - static_cast<int>(cb);
+    if (ca == 0) return 0;
+  }
+  constexpr size_t kBlock = 4096;
+  size_t read = kBytesPerTick;
+  for (;;) {
+    const size_t la = ::strnlen(a + read, kBlock);
+    const size_t lb = ::strnlen(b + read, kBlock);
+    const size_t n = std::min(la, lb);
+    const int c = std::memcmp(a + read, b + read, n);
+    if (c != 0 || n < kBlock) {
+      charge_running(read + n);
+      if (c != 0) return c;
+      return static_cast<int>(static_cast<unsigned char>(a[read + n])) - static_cast<int>(static_cast<unsigned char>(b[read + n]));
+    }
+    read += n;
+  }
+}
+
+size_t vm_strlen(const char* s) noexcept {
+  const size_t n = ::strlen(s);
+  charge_running(n);
+  return n;
+}
+
+}  // namespace flemma::isolate
+
 extern "C" double isolate_strtod(const char* s, char** end) noexcept {
   if (::strnlen(s, 200) >= 200) {
     *end = const_cast<char*>(s);

@@ -4,10 +4,15 @@
 //  - memory: every byte comes from the isolate's arena, which refuses to go past
 //    Limits::memory in total, Limits::block for one string or table part, and
 //    Limits::objects live allocations (allocation fails: a Lua error);
-//  - time: a count hook every few instructions, the arena (on every new slab or large
-//    block) and every library function that loops (checking every 64 KB of work or
-//    few thousand pattern steps) compare a monotonic clock with the call's deadline
-//    (and, once that passes, the thread's CPU clock with the CPU budget);
+//  - time: one countdown of work (isolate_vm.hpp) that the VM spends on every
+//    instruction, whatever the state of Lua's hooks (inside error handlers too), and
+//    that string comparisons, the string table, `#t`, the arena and every library
+//    loop spend by the bytes or slots they touch; when it runs out the clock is
+//    compared with the call's deadline (and, once that passes, the thread's CPU clock
+//    with the CPU budget, never past the call's wall-clock budget);
+//  - a limit error cannot be caught: it is raised as Lua's memory error, which runs no
+//    message handler, and our pcall and xpcall raise it again; once raised, every
+//    check raises it, up to the boundary of the call;
 //  - the work that one VM instruction does without any of these checks is linear in
 //    the objects it touches, which the block and object limits keep small (reading a
 //    number from a string is refused past 200 bytes);
@@ -32,7 +37,8 @@ struct lua_State;
 namespace flemma::isolate {
 
 struct Limits {
-  double time_ms = 35;                 // one call (or the creation) may run this long
+  double time_ms = 35;                 // CPU time one call (or the creation) may use
+  double wall_ms = 1000;               // wall-clock time one call may hold its thread, however loaded the machine
   size_t memory = 64u << 20;           // bytes of arena (slabs and large blocks)
   size_t block = 512u << 10;           // one allocation: a string, a table's array or hash part
   size_t objects = 1u << 17;           // live allocations (bounds GC and teardown work)
@@ -95,18 +101,27 @@ class Isolate {
   Isolate(const Isolate&) = delete;
   Isolate& operator=(const Isolate&) = delete;
 
-  // Calls entry point `fn` with the JSON array `args` under the limits. Returns
-  // {"ok":true,"values":[...]} or {"ok":false,"error":"...","limit":"time"|"memory"|null}.
-  std::string call(std::string_view fn, std::string_view args_json);
+  // Calls entry point `fn` with the JSON array `args` under the limits. budget_ms > 0
+  // is what the caller has left for it (wall clock): the call then ends by then, and
+  // when that is less than Limits::time_ms a stop reports the limit "budget". Returns
+  // {"ok":true,"values":[...]} or
+  // {"ok":false,"error":"...","limit":"time"|"budget"|"memory"|null}.
+  std::string call(std::string_view fn, std::string_view args_json, double budget_ms = 0);
 
   const Limits& limits() const { return limits_; }
   const Arena& arena() const { return arena_; }
   Arena& arena_mutable() { return arena_; }
 
-  // --- used by the allocator, the hook and the library (isolate_lib.cpp) ---
-  // Raises the time error when the deadline has passed.
+  // --- used by the allocator, the VM (isolate_vm.hpp) and the library ---
+  // Raises the limit error when the deadline has passed or a limit already stopped
+  // the code.
   void check_time(lua_State* L);
+  // Raises the limit error (Lua's memory error: no message handler runs); the message
+  // is exhausted().
+  [[noreturn]] void raise_limit(lua_State* L);
   bool past_deadline() const;
+  // When the deadline has passed: records the time limit (see exhaust) and true.
+  bool time_up();
   // Records that a limit stopped the code (the first reason wins) and returns the
   // message, "CHUNK:LINE: ..." at the innermost frame of user code when there is one.
   const std::string& exhaust(const char* what, const char* limit_kind);
@@ -126,9 +141,12 @@ class Isolate {
   // The time limit counts the CPU time the interpreter used, not the time other
   // processes of a loaded machine took from it: the monotonic deadline is a cheap
   // first check; when it passes, the CPU clock decides, and the monotonic deadline
-  // moves by what is left of the budget (never past kWallCap after the start).
-  void start_clock();
+  // moves by what is left of the budget (never past the call's wall-clock budget).
+  void start_clock(double budget_ms);
+  std::string time_message() const;
   mutable int64_t deadline_ns_ = 0;
+  double cpu_ms_ = 0;        // the CPU budget of the running call
+  bool budget_cut_ = false;  // the caller's budget is below Limits::time_ms
   int64_t cpu_deadline_ns_ = 0;
   int64_t wall_cap_ns_ = 0;
   std::string exhausted_;

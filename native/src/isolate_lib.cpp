@@ -20,6 +20,7 @@
 #include <string_view>
 
 #include "isolate.hpp"
+#include "isolate_vm.hpp"
 #include "lpattern.hpp"
 
 #include "lauxlib.h"
@@ -30,27 +31,29 @@ namespace flemma::isolate {
 
 namespace {
 
-constexpr size_t kMeterStep = 64 * 1024;
+constexpr size_t kMeterStep = 4 * 1024;  // bytes of work between two spends
+constexpr size_t kStepCost = 4 * kBytesPerTick;  // one element moved or compared: a few instructions' work
 constexpr size_t kMaxChunk = 256 * 1024;  // bytes of code isolate.load accepts
 constexpr int kMaxResults = 8000;         // values a function may return at once
 
+// Raises the limit that stopped the code (the time limit when that is the reason; a
+// failed allocation otherwise): Lua's memory error, which no message handler sees.
 [[noreturn]] void raise_exhausted(lua_State* L) {
   Isolate& iso = owner(L);
-  iso.check_time(L);  // raises the time error when that is the reason
-  lua_pushstring(L, iso.exhausted().empty() ? "not enough memory" : iso.exhausted().c_str());
-  lua_error(L);
-  throw 0;  // not reached: lua_error does not return
+  iso.check_time(L);
+  iso.raise_limit(L);
 }
 
-// Counts work and checks the deadline every kMeterStep units.
+// Counts work in bytes (or byte-like units) and spends it from the isolate's countdown
+// (isolate_vm.hpp), which reads the clock when it runs out.
 class Meter {
  public:
   explicit Meter(lua_State* L) : L_(L) {}
   void add(size_t n) {
     acc_ += n;
     if (acc_ >= kMeterStep) {
+      spend(L_, acc_ / kBytesPerTick);
       acc_ = 0;
-      owner(L_).check_time(L_);
     }
   }
 
@@ -58,6 +61,12 @@ class Meter {
   lua_State* L_;
   size_t acc_ = 0;
 };
+
+// lua_objlen of a table spends the slots luaH_getn may walk.
+size_t objlen(lua_State* L, int idx) {
+  spend(L, 1 + table_slots(lua_topointer(L, idx)) / 16);
+  return lua_objlen(L, idx);
+}
 
 // A growing byte buffer in the isolate's arena, limited to one block.
 class Buffer {
@@ -580,7 +589,7 @@ const luaL_Reg kStringLib[] = {
 
 int tab_getn(lua_State* L) {
   luaL_checktype(L, 1, LUA_TTABLE);
-  lua_pushinteger(L, static_cast<lua_Integer>(lua_objlen(L, 1)));
+  lua_pushinteger(L, static_cast<lua_Integer>(objlen(L, 1)));
   return 1;
 }
 
@@ -595,7 +604,7 @@ int tab_maxn(lua_State* L) {
       double v = lua_tonumber(L, -1);
       if (v > max) max = v;
     }
-    meter.add(16);
+    meter.add(kStepCost);
   }
   lua_pushnumber(L, max);
   return 1;
@@ -603,7 +612,7 @@ int tab_maxn(lua_State* L) {
 
 int tab_insert(lua_State* L) {
   luaL_checktype(L, 1, LUA_TTABLE);
-  lua_Integer e = static_cast<lua_Integer>(lua_objlen(L, 1)) + 1;
+  lua_Integer e = static_cast<lua_Integer>(objlen(L, 1)) + 1;
   lua_Integer pos;
   switch (lua_gettop(L)) {
     case 2: pos = e; break;
@@ -617,7 +626,7 @@ int tab_insert(lua_State* L) {
         lua_pushnumber(L, static_cast<lua_Number>(i));
         lua_insert(L, -2);
         lua_rawset(L, 1);
-        meter.add(16);
+        meter.add(kStepCost);
       }
       break;
     }
@@ -631,7 +640,7 @@ int tab_insert(lua_State* L) {
 
 int tab_remove(lua_State* L) {
   luaL_checktype(L, 1, LUA_TTABLE);
-  lua_Integer e = static_cast<lua_Integer>(lua_objlen(L, 1));
+  lua_Integer e = static_cast<lua_Integer>(objlen(L, 1));
   lua_Integer pos = opt_int(L, 2, e);
   if (e == 0) return 0;
   lua_pushnumber(L, static_cast<lua_Number>(pos));
@@ -642,7 +651,7 @@ int tab_remove(lua_State* L) {
     lua_pushnumber(L, static_cast<lua_Number>(pos + 1));
     lua_rawget(L, 1);
     lua_rawset(L, 1);
-    meter.add(16);
+    meter.add(kStepCost);
   }
   lua_pushnumber(L, static_cast<lua_Number>(e));
   lua_pushnil(L);
@@ -655,7 +664,7 @@ int tab_concat(lua_State* L) {
   const char* sep = luaL_optlstring(L, 2, "", &lsep);
   luaL_checktype(L, 1, LUA_TTABLE);
   lua_Integer i = opt_int(L, 3, 1);
-  lua_Integer last = lua_isnoneornil(L, 4) ? static_cast<lua_Integer>(lua_objlen(L, 1)) : arg_int(L, 4);
+  lua_Integer last = lua_isnoneornil(L, 4) ? static_cast<lua_Integer>(objlen(L, 1)) : arg_int(L, 4);
   Buffer b(L, "table.concat");
   for (; i <= last; i++) {
     lua_pushnumber(L, static_cast<lua_Number>(i));
@@ -676,7 +685,7 @@ int tab_concat(lua_State* L) {
 int tab_unpack(lua_State* L) {
   luaL_checktype(L, 1, LUA_TTABLE);
   lua_Integer i = opt_int(L, 2, 1);
-  lua_Integer e = lua_isnoneornil(L, 3) ? static_cast<lua_Integer>(lua_objlen(L, 1)) : arg_int(L, 3);
+  lua_Integer e = lua_isnoneornil(L, 3) ? static_cast<lua_Integer>(objlen(L, 1)) : arg_int(L, 3);
   if (i > e) return 0;
   lua_Integer n = e - i + 1;
   if (n >= kMaxResults || !lua_checkstack(L, static_cast<int>(n))) return luaL_error(L, "too many results to unpack");
@@ -705,7 +714,7 @@ int tab_move(lua_State* L) {
       lua_pushnumber(L, static_cast<lua_Number>(from));
       lua_rawget(L, 1);
       lua_rawset(L, tt);
-      meter.add(16);
+      meter.add(kStepCost);
     }
   }
   lua_pushvalue(L, tt);
@@ -721,7 +730,7 @@ class Sorter {
   void set(lua_Integer i) { lua_rawseti(L_, 1, static_cast<int>(i)); }
   // a[i] < a[j]
   bool less(lua_Integer i, lua_Integer j) {
-    meter_.add(64);
+    meter_.add(kStepCost);
     if (cmp_) {
       lua_pushvalue(L_, 2);
       get(i);
@@ -762,7 +771,7 @@ class Sorter {
 
 int tab_sort(lua_State* L) {
   luaL_checktype(L, 1, LUA_TTABLE);
-  lua_Integer n = static_cast<lua_Integer>(lua_objlen(L, 1));
+  lua_Integer n = static_cast<lua_Integer>(objlen(L, 1));
   if (n > INT_MAX / 2) return luaL_error(L, "array too big");
   bool has_cmp = !lua_isnoneornil(L, 2);
   if (has_cmp) luaL_checktype(L, 2, LUA_TFUNCTION);
@@ -1009,7 +1018,9 @@ int iso_load(lua_State* L) {
     return 2;
   }
   owner(L).add_user_chunk(name);
-  if (luaL_loadbuffer(L, code.data(), code.size(), name) != 0) {
+  const int status = luaL_loadbuffer(L, code.data(), code.size(), name);
+  if (!owner(L).exhausted().empty()) raise_exhausted(L);  // a limit stopped the parser: it goes on up
+  if (status != 0) {
     lua_pushnil(L);
     lua_insert(L, -2);
     return 2;
