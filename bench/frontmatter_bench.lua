@@ -17,6 +17,12 @@ local ATTACKS = {
   "while true do pcall(function() while true do end end) end",
   'local t = {}\nfor i = 1, 1e7 do t["k" .. i] = {} end',
   'local s = ("x"):rep(4e5)\nlocal n = 0\nwhile true do n = n + #(s .. n) end',
+  -- issue 23: error handlers (which Lua 5.1 ran with hooks off), comparators, long
+  -- string comparisons
+  "xpcall(function() while true do end end, function() while true do end end)",
+  "xpcall(function() error('x') end, function() while true do end end)",
+  "local t = {}\nfor i = 1, 100 do t[i] = i end\nxpcall(function() table.sort(t, function() while true do end end) end, function() while true do end end)",
+  "local s = ('x'):rep(5e5)\nlocal t = {}\nfor i = 1, 3000 do t[i] = s end\ntable.sort(t, function(a, b) return a < b end)",
 }
 
 local NORMAL = table.concat({
@@ -35,6 +41,9 @@ local function status_kb(field)
   end
 end
 
+-- The scratch buffer of isolate_keypress_templates.
+local templates_buf
+
 local function ms(t0)
   return (vim.uv.hrtime() - t0) / 1e6
 end
@@ -52,6 +61,7 @@ return {
     run = function()
       local worst = 0
       for _, code in ipairs(ATTACKS) do
+        require("flemma.isolate").begin_action() -- each attack is a key press of its own
         local t0 = vim.uv.hrtime()
         local opts, err = frontmatter.evaluate(code, "lua", 1)
         local t = ms(t0)
@@ -77,6 +87,7 @@ return {
       end
       local base = status_kb("VmRSS")
       for _, code in ipairs(ATTACKS) do
+        require("flemma.isolate").begin_action()
         frontmatter.evaluate(code, "lua", 1)
       end
       return (status_kb("VmHWM") - base) / 1024
@@ -115,6 +126,53 @@ return {
         assert(opts.auto_approve("bash", { command = "git status" }, { bufnr = 1 }) == true)
       end
       return ms(t0) / n
+    end,
+  },
+  {
+    -- issue 23: 150 tool calls of one <C-]> asking an auto_approve function that
+    -- loops forever held the loop 5.4-5.9 s (35 ms each); one key press shares 100 ms.
+    name = "isolate_keypress_auto_approve",
+    unit = "ms",
+    target = 100,
+    op = "<=",
+    runs = 5,
+    run = function()
+      local opts = assert(frontmatter.evaluate("flemma.opt.tools.auto_approve = function() while true do end end", "lua", 1))
+      require("flemma.isolate").begin_action()
+      local t0 = vim.uv.hrtime()
+      for i = 1, 150 do
+        assert(not pcall(opts.auto_approve, "bash", { command = "ls " .. i }, { bufnr = 1 }))
+      end
+      local t = ms(t0)
+      frontmatter.release(opts)
+      return t
+    end,
+  },
+  {
+    -- issue 23: 150 template tags of one send that loop forever, one key press.
+    name = "isolate_keypress_templates",
+    unit = "ms",
+    target = 100,
+    op = "<=",
+    runs = 5,
+    setup = function()
+      local lines = {}
+      for i = 1, 150 do
+        vim.list_extend(lines, { "@You:", ("tag %d {{ (function() while true do end end)() }}"):format(i), "" })
+      end
+      templates_buf = vim.api.nvim_create_buf(false, true)
+      vim.api.nvim_buf_set_lines(templates_buf, 0, -1, false, lines)
+    end,
+    teardown = function()
+      vim.api.nvim_buf_delete(templates_buf, { force = true })
+    end,
+    run = function()
+      local doc = require("flemma.document").parse(vim.api.nvim_buf_get_lines(templates_buf, 0, -1, false))
+      local t0 = vim.uv.hrtime()
+      local out, problems = require("flemma.templates").expand(templates_buf, doc)
+      local t = ms(t0)
+      assert(not out and #problems == 150, "every message fails")
+      return t
     end,
   },
 }

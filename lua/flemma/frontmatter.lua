@@ -1,8 +1,9 @@
 --- Per-buffer options from the frontmatter: a ```lua or ```json block opening on line 1.
 --- Frontmatter is evaluated in an isolated Lua 5.1 interpreter inside the native
---- library (native/src/isolate.cpp): its own memory (64 MB in all, 4 MB for one string
---- or table), a 40 ms deadline for the evaluation and for each call of an auto_approve
---- function, a library of bounded functions (string, table, math, os.time, os.date and
+--- library (native/src/isolate.cpp, made and called through flemma.isolate): its own
+--- memory (64 MB in all, 512 KB for one string or table), a 35 ms deadline for the
+--- evaluation and for each call of an auto_approve function, all of them within the
+--- budget of the action (100 ms per key press), a library of bounded functions (string, table, math, os.time, os.date and
 --- `flemma.opt`; nothing that reads or writes files, runs processes, loads code or
 --- touches Neovim). Only plain data crosses: the options come back as data, and an
 --- auto_approve function stays in the interpreter, called with plain copies of each
@@ -129,49 +130,27 @@ function H.selection(config)
   return sel
 end
 
--- JSON text of an argument list (positions kept: nil becomes null).
-function H.args(...)
-  local n = select("#", ...)
-  local args = { ... }
-  local parts = {}
-  for i = 1, n do
-    local v = args[i]
-    parts[i] = v == nil and "null" or vim.json.encode(v)
-  end
-  return "[" .. table.concat(parts, ",") .. "]"
-end
-
--- An interpreter handle that can be freed at once (and then refuses calls).
+-- An interpreter handle that can be freed at once (and then refuses calls). It may
+-- be freed while idle and made again (flemma.isolate): its evaluation is replayed.
 function H.new_isolate()
-  local native = require("flemma.native")
-  local ok, iso, err = pcall(native.isolate_new, util.module_sources_json(H.MODULES), H.RUNTIME)
-  if not ok then
-    return nil, iso
-  elseif not iso then
-    return nil, err
-  end
-  return { handle = iso }
+  return { interp = require("flemma.isolate").new(H.MODULES, H.RUNTIME) }
 end
 
 function H.free(box)
-  if box and box.handle then
-    require("flemma.native").isolate_free(box.handle)
-    box.handle = nil
+  if box and box.interp then
+    box.interp:close()
+    box.interp = nil
   end
 end
 
 -- The frontmatter's auto_approve function, called in its interpreter with plain
--- copies of the call, under the same limits per call.
+-- copies of the call, under the same limits per call and the budget of the action.
 function H.wrap_function(box, first_line)
   return function(tool_name, input, ctx)
-    if not box.handle then
+    if not box.interp then
       error(("frontmatter line %d: this auto_approve function belongs to a frontmatter that changed; evaluate it again"):format(first_line), 0)
     end
-    local res = require("flemma.native").isolate_call(
-      box.handle,
-      "auto_approve",
-      H.args(H.plain(tool_name), H.plain(input) or {}, H.plain(ctx) or {})
-    )
+    local res = box.interp:call("auto_approve", H.plain(tool_name), H.plain(input) or {}, H.plain(ctx) or {})
     if not res.ok then
       error(H.located(res.error, first_line), 0)
     end
@@ -180,14 +159,11 @@ function H.wrap_function(box, first_line)
 end
 
 function H.evaluate(code, lang, first_line, config)
-  local box, err = H.new_isolate()
-  if not box then
-    return nil, ("frontmatter line %d: cannot evaluate the frontmatter: %s"):format(first_line, H.describe(err))
-  end
-  local res = require("flemma.native").isolate_call(box.handle, "evaluate", H.args(lang, code, first_line, H.data(config)))
+  local box = H.new_isolate()
+  local res = box.interp:keep("evaluate", lang, code, first_line, H.data(config))
   if not res.ok then
     H.free(box)
-    return nil, H.located(res.error, first_line)
+    return nil, H.located(res.error, first_line), res.limit
   end
   local v = (res.values or {})[1]
   if type(v) ~= "table" or type(v.error) == "string" then
@@ -224,6 +200,7 @@ H.boxes = setmetatable({}, { __mode = "k" })
 ---@param config? flemma.Config default: the active configuration
 ---@return flemma.frontmatter.Options|nil opts
 ---@return string|nil err "frontmatter line N: ..." naming the buffer line
+---@return string|nil limit the limit that stopped it: "time", "budget" (the action's), "memory"
 function M.evaluate(code, lang, first_line, config)
   first_line = first_line or 1
   config = config or require("flemma.config").get()
@@ -321,20 +298,22 @@ function M.get(bufnr)
   local tools = table.concat(opt.known_tools().enabled, ",")
   local c = H.cache[bufnr]
   if not (c and c.tick == tick and c.config == config and c.tools == tools) then
-    local opts, err
+    local opts, err, limit
     local fm, ferr = H.extract(bufnr)
     if ferr then
       err = ferr
     elseif fm == nil or fm.code == nil then
       opts = H.defaults()
     else
-      opts, err = M.evaluate(fm.code, fm.lang, fm.first_line or 1, config)
+      opts, err, limit = M.evaluate(fm.code, fm.lang, fm.first_line or 1, config)
     end
     if H.cache[bufnr] then
       M.release(H.cache[bufnr].opts)
     end
     c = { tick = tick, config = config, tools = tools, opts = opts, err = err }
-    H.cache[bufnr] = c
+    -- Stopped because the action's budget was spent: not kept, the next action
+    -- evaluates it again.
+    H.cache[bufnr] = limit ~= "budget" and c or nil
     H.watch()
   end
   if c.err then

@@ -318,8 +318,10 @@ int flemma_unescape(const char *text, size_t len, char *out, size_t *out_len);
 ]],
   isolate = [[
 typedef struct flemma_isolate flemma_isolate;
-int flemma_isolate_new(const char *modules_json, size_t len, const char *main, flemma_isolate **out);
-int flemma_isolate_call(flemma_isolate *iso, const char *fn, const char *args_json, size_t len, const char **out, size_t *out_len);
+int flemma_isolate_new(const char *modules_json, size_t len, const char *main, size_t memory, flemma_isolate **out);
+int flemma_isolate_call(flemma_isolate *iso, const char *fn, const char *args_json, size_t len, double cpu_ms,
+                        double wall_ms, const char **out, size_t *out_len);
+double flemma_isolate_cpu_ms(const flemma_isolate *iso);
 int64_t flemma_isolate_peak(const flemma_isolate *iso);
 void flemma_isolate_free(flemma_isolate *iso);
 ]],
@@ -1931,38 +1933,52 @@ end
 ---------------------------------------------------------------------------------------
 
 --- A new isolated interpreter from trusted modules ({ name = source }, as JSON text);
---- `main` returns its entry points. Freed by the garbage collector, or at once with
---- isolate_free.
+--- `main` returns its entry points; `memory` (bytes, nil: 64 MB) is the most it may
+--- hold. Freed by the garbage collector, or at once with isolate_free. Made and
+--- called only by flemma.isolate, which keeps the budgets.
 ---@param modules_json string
 ---@param main string
+---@param memory? integer
 ---@return ffi.cdata*|nil handle
 ---@return string|nil err
-function M.isolate_new(modules_json, main)
+function M.isolate_new(modules_json, main, memory)
   local lib = M.lib()
   local out = ffi.new("flemma_isolate*[1]")
-  if lib.flemma_isolate_new(modules_json, #modules_json, main, out) ~= 0 then
+  if lib.flemma_isolate_new(modules_json, #modules_json, main, memory or 0, out) ~= 0 then
     return nil, M.last_error()
   end
   return ffi.gc(out[0], lib.flemma_isolate_free)
 end
 
 --- Calls an entry point with JSON arguments (an array, as text); the decoded result:
---- { ok = true, values = {...} } or { ok = false, error = string, limit = "time"|"memory"|nil }.
+--- { ok = true, values = {...} } or { ok = false, error = string, limit = "time"|"budget"|"memory"|nil }.
+--- cpu_ms and wall_ms (nil: the interpreter's own 35 ms and 1 s) are what is left for
+--- the call; stopped with less than its own limits, it reports the limit "budget".
 ---@param iso ffi.cdata*
 ---@param fn string
 ---@param args_json string
+---@param cpu_ms? number
+---@param wall_ms? number
 ---@return table
-function M.isolate_call(iso, fn, args_json)
+function M.isolate_call(iso, fn, args_json, cpu_ms, wall_ms)
   local lib = M.lib()
   local out = ffi.new("const char*[1]")
   local len = ffi.new("size_t[1]")
-  if lib.flemma_isolate_call(iso, fn, args_json, #args_json, out, len) ~= 0 then
+  if lib.flemma_isolate_call(iso, fn, args_json, #args_json, cpu_ms or 0, wall_ms or 0, out, len) ~= 0 then
     return { ok = false, error = M.last_error() }
   end
   return vim.json.decode(ffi.string(out[0], len[0]), { luanil = { object = true, array = true } })
 end
 
---- The most memory (bytes) the interpreter has held.
+--- The CPU time (ms) the interpreter's last call, or its creation, used.
+---@param iso ffi.cdata*
+---@return number
+function M.isolate_cpu_ms(iso)
+  return tonumber(M.lib().flemma_isolate_cpu_ms(iso))
+end
+
+--- The memory (bytes) the interpreter holds (the most it has held: its arena keeps
+--- what it took until it is freed).
 ---@param iso ffi.cdata*
 ---@return integer
 function M.isolate_peak(iso)

@@ -288,15 +288,6 @@ H.MODULES = {
 }
 H.RUNTIME = "flemma.templates.runtime"
 
-function H.args(...)
-  local parts = {}
-  for i = 1, select("#", ...) do
-    local v = select(i, ...)
-    parts[i] = v == nil and "null" or vim.json.encode(v)
-  end
-  return "[" .. table.concat(parts, ",") .. "]"
-end
-
 -- One expansion: an interpreter made when first needed, the files handed to it.
 local Session = {}
 Session.__index = Session
@@ -306,23 +297,18 @@ function H.session(bufnr, vars, meta)
 end
 
 function Session:call(fn, ...)
-  local native = require("flemma.native")
   if not self.iso then
-    local iso, err = native.isolate_new(util.module_sources_json(H.MODULES), H.RUNTIME)
-    if not iso then
-      return { ok = false, error = "cannot start the template interpreter: " .. tostring(err) }
-    end
-    self.iso = iso
-    local res = native.isolate_call(iso, "setup", H.args(self.vars, self.meta))
+    self.iso = require("flemma.isolate").new(H.MODULES, H.RUNTIME)
+    local res = self.iso:keep("setup", self.vars, self.meta)
     if not res.ok then
       self:close()
       return res
     end
     for key, unit in pairs(self.files) do
-      native.isolate_call(iso, "add_file", H.args(key, unit))
+      self.iso:keep("add_file", key, unit)
     end
   end
-  local res = native.isolate_call(self.iso, fn, H.args(...))
+  local res = fn == "add_file" and self.iso:keep(fn, ...) or self.iso:call(fn, ...)
   if not res.ok and res.limit then
     -- A limit was hit: the next message starts in a fresh interpreter.
     self:close()
@@ -332,7 +318,7 @@ end
 
 function Session:close()
   if self.iso then
-    require("flemma.native").isolate_free(self.iso)
+    self.iso:close()
     self.iso = nil
   end
 end

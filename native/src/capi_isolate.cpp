@@ -17,7 +17,7 @@ struct flemma_isolate {
 
 extern "C" {
 
-FLEMMA_API int flemma_isolate_new(const char* modules_json, size_t len, const char* main, flemma_isolate** out) {
+FLEMMA_API int flemma_isolate_new(const char* modules_json, size_t len, const char* main, size_t memory, flemma_isolate** out) {
   return flemma::guard([&] {
     if (!out || !main || (!modules_json && len > 0)) throw flemma::Error(FLEMMA_E_INVALID, "flemma_isolate_new: NULL argument");
     *out = nullptr;
@@ -43,25 +43,29 @@ FLEMMA_API int flemma_isolate_new(const char* modules_json, size_t len, const ch
       last_json.assign(modules_json, len);
       last_modules = modules;
     }
+    flemma::isolate::Limits limits;
+    if (memory > 0 && memory < limits.memory) limits.memory = memory;
     auto handle = std::make_unique<flemma_isolate>();
-    handle->iso = std::make_unique<flemma::isolate::Isolate>(modules, main);
+    handle->iso = std::make_unique<flemma::isolate::Isolate>(modules, main, limits);
     *out = handle.release();
     return FLEMMA_OK;
   });
 }
 
-FLEMMA_API int flemma_isolate_call(flemma_isolate* iso, const char* fn, const char* args_json, size_t len, const char** out,
-                                   size_t* out_len) {
+FLEMMA_API int flemma_isolate_call(flemma_isolate* iso, const char* fn, const char* args_json, size_t len, double cpu_ms,
+                                   double wall_ms, const char** out, size_t* out_len) {
   return flemma::guard([&] {
     if (!iso || !fn || !out || !out_len || (!args_json && len > 0)) {
       throw flemma::Error(FLEMMA_E_INVALID, "flemma_isolate_call: NULL argument");
     }
-    iso->result = iso->iso->call(fn, std::string_view(args_json ? args_json : "", len));
+    iso->result = iso->iso->call(fn, std::string_view(args_json ? args_json : "", len), cpu_ms, wall_ms);
     *out = iso->result.c_str();
     *out_len = iso->result.size();
     return FLEMMA_OK;
   });
 }
+
+FLEMMA_API double flemma_isolate_cpu_ms(const flemma_isolate* iso) { return iso ? iso->iso->cpu_ms() : 0; }
 
 FLEMMA_API int64_t flemma_isolate_peak(const flemma_isolate* iso) {
   return iso ? static_cast<int64_t>(iso->iso->arena().peak()) : 0;

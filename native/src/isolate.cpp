@@ -535,7 +535,7 @@ void* Arena::realloc(void* ptr, size_t osize, size_t nsize) {
 Isolate::Isolate(const std::vector<std::pair<std::string, std::string>>& modules, const std::string& main, Limits limits)
     : limits_(limits), arena_(*this) {
   LocaleGuard locale;
-  start_clock(0);
+  start_clock(0, 0);
   L_ = lua_newstate(alloc_fn, this);
   if (!L_) throw Error(FLEMMA_E_NOMEM, "cannot create the isolated interpreter (out of memory)");
   Running running(L_);
@@ -543,6 +543,7 @@ Isolate::Isolate(const std::vector<std::pair<std::string, std::string>>& modules
   lua_sethook(L_, hook_fn, LUA_MASKCOUNT, kTicks);
   InitCtx ctx{this, &modules, &main};
   int status = lua_cpcall(L_, init_fn, &ctx);
+  stop_clock();
   if (status != 0) {
     std::string msg = exhausted_.empty() ? error_text(L_, status) : exhausted_;
     throw Error(FLEMMA_E_INVALID, "isolated interpreter: " + msg);
@@ -551,17 +552,21 @@ Isolate::Isolate(const std::vector<std::pair<std::string, std::string>>& modules
 
 Isolate::~Isolate() = default;  // the arena frees everything the state allocated
 
-void Isolate::start_clock(double budget_ms) {
-  budget_cut_ = budget_ms > 0 && budget_ms < limits_.time_ms;
-  cpu_ms_ = budget_cut_ ? budget_ms : limits_.time_ms;
-  const double wall_ms = std::max(budget_ms > 0 ? budget_ms : limits_.wall_ms, cpu_ms_);
+void Isolate::start_clock(double cpu_ms, double wall_ms) {
+  cpu_cut_ = cpu_ms > 0 && cpu_ms < limits_.time_ms;
+  wall_cut_ = wall_ms > 0 && wall_ms < limits_.wall_ms;
+  cpu_ms_ = cpu_cut_ ? cpu_ms : limits_.time_ms;
+  const double wall = std::max(wall_cut_ ? wall_ms : limits_.wall_ms, 1.0);
   const auto budget = static_cast<int64_t>(cpu_ms_ * 1e6);
   const int64_t now = monotonic_ns();
-  deadline_ns_ = now + budget;
-  cpu_deadline_ns_ = cpu_ns() + budget;
-  wall_cap_ns_ = now + static_cast<int64_t>(wall_ms * 1e6);
+  cpu_start_ns_ = cpu_ns();
+  deadline_ns_ = now + std::min(budget, static_cast<int64_t>(wall * 1e6));
+  cpu_deadline_ns_ = cpu_start_ns_ + budget;
+  wall_cap_ns_ = now + static_cast<int64_t>(wall * 1e6);
   if (L_) lua_sethook(L_, hook_fn, LUA_MASKCOUNT, kTicks);  // a full countdown
 }
+
+void Isolate::stop_clock() { used_ms_ = static_cast<double>(cpu_ns() - cpu_start_ns_) / 1e6; }
 
 bool Isolate::past_deadline() const {
   const int64_t now = monotonic_ns();
@@ -573,17 +578,17 @@ bool Isolate::past_deadline() const {
   return false;
 }
 
-std::string Isolate::time_message() const {
-  if (budget_cut_) {
-    return "was stopped after " + std::to_string(static_cast<int>(cpu_ms_ + 0.5)) +
-           " ms: the time frontmatter and templates may use for one action is spent";
-  }
-  return "ran longer than " + std::to_string(static_cast<int>(limits_.time_ms)) + " ms and was stopped (an endless loop?)";
-}
-
 bool Isolate::time_up() {
   if (!past_deadline()) return false;
-  exhaust(time_message().c_str(), budget_cut_ ? "budget" : "time");
+  // Stopped by the wall clock or by the CPU budget: either is the caller's budget
+  // when it gave less than the limits' own.
+  const bool by_wall = monotonic_ns() > wall_cap_ns_;
+  if (by_wall ? wall_cut_ : cpu_cut_) {
+    exhaust("was stopped: the time frontmatter and templates may use for one action is spent", "budget");
+  } else {
+    exhaust(("ran longer than " + std::to_string(static_cast<int>(limits_.time_ms)) + " ms and was stopped (an endless loop?)").c_str(),
+            "time");
+  }
   return true;
 }
 
@@ -668,16 +673,17 @@ int Isolate::protected_call(lua_State* L) {
   return 0;
 }
 
-std::string Isolate::call(std::string_view fn, std::string_view args_json, double budget_ms) {
+std::string Isolate::call(std::string_view fn, std::string_view args_json, double cpu_ms, double wall_ms) {
   json args = json::parse(args_json.begin(), args_json.end(), nullptr, false);
   if (args.is_discarded() || !args.is_array()) throw Error(FLEMMA_E_INVALID, "the arguments should be a JSON array");
   LocaleGuard locale;
   Running running(L_);
   exhausted_.clear();
   limit_kind_.clear();
-  start_clock(budget_ms);
+  start_clock(cpu_ms, wall_ms);
   CallCtx ctx{this, std::string(fn), &args, json()};
   int status = lua_cpcall(L_, protected_call, &ctx);
+  stop_clock();
   json out;
   if (status == 0 && exhausted_.empty()) {
     out = {{"ok", true}, {"values", std::move(ctx.values)}};

@@ -101,12 +101,14 @@ class Isolate {
   Isolate(const Isolate&) = delete;
   Isolate& operator=(const Isolate&) = delete;
 
-  // Calls entry point `fn` with the JSON array `args` under the limits. budget_ms > 0
-  // is what the caller has left for it (wall clock): the call then ends by then, and
-  // when that is less than Limits::time_ms a stop reports the limit "budget". Returns
-  // {"ok":true,"values":[...]} or
+  // Calls entry point `fn` with the JSON array `args` under the limits. cpu_ms and
+  // wall_ms > 0 are what the caller has left for it (CPU and wall-clock time): the
+  // call ends by then, and a stop with less than the limits' own reports the limit
+  // "budget". Returns {"ok":true,"values":[...]} or
   // {"ok":false,"error":"...","limit":"time"|"budget"|"memory"|null}.
-  std::string call(std::string_view fn, std::string_view args_json, double budget_ms = 0);
+  std::string call(std::string_view fn, std::string_view args_json, double cpu_ms = 0, double wall_ms = 0);
+  // CPU time (ms) of the last call, or of the creation.
+  double cpu_ms() const { return used_ms_; }
 
   const Limits& limits() const { return limits_; }
   const Arena& arena() const { return arena_; }
@@ -142,11 +144,14 @@ class Isolate {
   // processes of a loaded machine took from it: the monotonic deadline is a cheap
   // first check; when it passes, the CPU clock decides, and the monotonic deadline
   // moves by what is left of the budget (never past the call's wall-clock budget).
-  void start_clock(double budget_ms);
-  std::string time_message() const;
+  void start_clock(double cpu_ms, double wall_ms);
+  void stop_clock();
   mutable int64_t deadline_ns_ = 0;
-  double cpu_ms_ = 0;        // the CPU budget of the running call
-  bool budget_cut_ = false;  // the caller's budget is below Limits::time_ms
+  double cpu_ms_ = 0;          // the CPU budget of the running call
+  bool cpu_cut_ = false;       // the caller gave it less CPU time than Limits::time_ms
+  bool wall_cut_ = false;      // ... or less wall-clock time than Limits::wall_ms
+  int64_t cpu_start_ns_ = 0;
+  double used_ms_ = 0;
   int64_t cpu_deadline_ns_ = 0;
   int64_t wall_cap_ns_ = 0;
   std::string exhausted_;

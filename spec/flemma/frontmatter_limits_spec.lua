@@ -88,6 +88,29 @@ describe("frontmatter limits", function()
     )
   end)
 
+  it("stops error handlers, sort comparators and long string comparisons at the time limit (issue 23)", function()
+    check(
+      attack({
+        "xpcall(function() while true do end end, function() while true do end end)",
+        "xpcall(function() error('x') end, function() while true do end end)",
+        "local function h(e) return select(2, xpcall(function() while true do end end, h)) end\nxpcall(function() error('x') end, h)",
+        "xpcall(function() while true do end end, function() while true do pcall(function() while true do end end) end end)",
+        "local t = {}\nfor i = 1, 100 do t[i] = i end\nxpcall(function() table.sort(t, function() while true do end end) end, function() while true do end end)",
+        "local s = ('x'):rep(5e5)\nlocal t = {}\nfor i = 1, 3000 do t[i] = s end\ntable.sort(t, function(a, b) return a < b end)",
+        "local e = setmetatable({}, { __tostring = function() while true do end end })\nxpcall(function() error(e) end, tostring)",
+      }),
+      {
+        "frontmatter line 2: " .. TIME,
+        "frontmatter line 2: " .. TIME,
+        "frontmatter line 2: " .. TIME,
+        "frontmatter line 2: " .. TIME,
+        "frontmatter line 4: " .. TIME,
+        "frontmatter line 5: " .. TIME,
+        "frontmatter line 2: " .. TIME,
+      }
+    )
+  end)
+
   it("refuses strings and tables past the memory limits", function()
     check(
       attack({

@@ -147,6 +147,7 @@ describe("flemma.frontmatter", function()
               'local s = ("a"):rep(100000)\nfor w in s:gmatch(".-.-.-b") do end',
               'local s = ("a"):rep(100000)\nlocal r = s:gsub("(.-)(.-)(.-)b", "")',
             }) do
+              require("flemma.isolate").begin_action() -- each its own action (a key press)
               local _, err = fm.evaluate(code, "lua", 1)
               out[#out + 1] = tostring(err)
             end

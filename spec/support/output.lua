@@ -24,6 +24,16 @@ return function(options)
     end
   end
 
+  -- Each test is one action of its own for the interpreters' time budget
+  -- (flemma.isolate): the suite runs without giving Neovim's main loop control back.
+  busted.subscribe({ "test", "start" }, function()
+    local isolate = package.loaded["flemma.isolate"]
+    if isolate then
+      isolate.begin_action()
+    end
+    return nil, true
+  end)
+
   handler.testEnd = function(element, parent, status)
     if status == "success" then
       write(".")

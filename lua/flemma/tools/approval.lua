@@ -114,7 +114,16 @@ function H.chain(tool_name, input, context, fm, warned)
   local decision = "require_approval"
   for _, r in ipairs(H.sorted()) do
     local ok, result = pcall(r.resolve, tool_name, input or {}, context)
-    if not ok then
+    if not ok and r.name == M.FRONTMATTER then
+      -- The buffer's own policy did not evaluate (its function failed or ran out of
+      -- time): no later resolver decides in its place; the call waits.
+      if not warned[r.name] then
+        warned[r.name] = true
+        util.warn(("the frontmatter's auto_approve failed; the call waits for you: %s"):format(util.message(result)))
+      end
+      decision = "require_approval"
+      break
+    elseif not ok then
       if not warned[r.name] then
         warned[r.name] = true
         util.warn(("approval resolver `%s` failed and was skipped: %s"):format(r.name, util.message(result)))
@@ -141,7 +150,9 @@ end
 
 --- Decides a tool call: the first non-nil result of the resolver chain, or
 --- "require_approval". A resolver that raises (or returns something that is not a
---- decision) is logged and skipped. When the buffer's frontmatter sets its own
+--- decision) is logged and skipped, except the frontmatter's: when the buffer's own
+--- policy fails (its auto_approve function raised or ran out of time), the call
+--- requires approval. When the buffer's frontmatter sets its own
 --- policy, the global policy (the chain as if it set nothing) is asked first: its
 --- deny always wins, and an approval it would not give holds only when the user
 --- trusts that frontmatter (flemma.trust); a frontmatter that fails to evaluate

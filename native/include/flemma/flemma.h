@@ -797,23 +797,33 @@ FLEMMA_API int flemma_unescape(const char *text, size_t len, char *out, size_t *
 
 /* A Lua 5.1 interpreter of its own, for code from untrusted files: its own memory
  * (at most 64 MB, 512 KB for one string or table, 131072 live objects), a
- * deadline for each call (35 ms), a library of bounded functions, and nothing shared with the
- * caller's Lua: only JSON crosses. */
+ * deadline for each call (35 ms of CPU time, at most 1 s of wall-clock time), kept by
+ * the VM on every instruction (inside error handlers too), a library of bounded
+ * functions, and nothing shared with the caller's Lua: only JSON crosses. */
 typedef struct flemma_isolate flemma_isolate;
 
 /* Creates an interpreter from trusted modules: modules_json is a JSON object
  * { "name": "Lua source", ... }; the module `main` is required first and returns
- * the table of entry points. Creation runs under the same limits as a call.
+ * the table of entry points. memory: the bytes it may hold (0: 64 MB; less only).
+ * Creation runs under the same limits as a call.
  * The caller owns *out: free it with flemma_isolate_free. */
-FLEMMA_API int flemma_isolate_new(const char *modules_json, size_t len, const char *main, flemma_isolate **out);
+FLEMMA_API int flemma_isolate_new(const char *modules_json, size_t len, const char *main, size_t memory, flemma_isolate **out);
 
 /* Calls entry point fn with the arguments in args_json (a JSON array; null reads as
- * nil). *out receives {"ok":true,"values":[...]} or {"ok":false,"error":"...",
- * "limit":"time"|"memory"|null}: len bytes owned by the handle, valid until the
- * next call or flemma_isolate_free. */
-FLEMMA_API int flemma_isolate_call(flemma_isolate *iso, const char *fn, const char *args_json, size_t len, const char **out, size_t *out_len);
+ * nil). cpu_ms and wall_ms > 0 are what the caller has left for this call (CPU time
+ * and wall-clock time; <= 0: the interpreter's own 35 ms and 1 s); a call stopped
+ * with less than its own limits reports the limit "budget". *out receives
+ * {"ok":true,"values":[...]} or {"ok":false,"error":"...",
+ * "limit":"time"|"budget"|"memory"|null}: len bytes owned by the handle, valid until
+ * the next call or flemma_isolate_free. */
+FLEMMA_API int flemma_isolate_call(flemma_isolate *iso, const char *fn, const char *args_json, size_t len, double cpu_ms,
+                                   double wall_ms, const char **out, size_t *out_len);
 
-/* The most memory (bytes) the interpreter has held so far. */
+/* The CPU time (ms) the last call, or the creation, used. */
+FLEMMA_API double flemma_isolate_cpu_ms(const flemma_isolate *iso);
+
+/* The memory (bytes) the interpreter holds: the most it has held so far (its arena
+ * keeps what it took until it is freed). */
 FLEMMA_API int64_t flemma_isolate_peak(const flemma_isolate *iso);
 
 /* Frees the interpreter and all its memory at once. NULL is a no-op. */
