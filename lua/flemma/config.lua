@@ -161,6 +161,16 @@ H.defaults = {
     -- you trust it (asked once per command line).
     project_config = false,
   },
+  -- The isolated interpreters that run frontmatter, templates and auto_approve functions.
+  frontmatter = {
+    -- MB all of them may hold together; past it the least recently used ones are
+    -- freed (and made again when next needed). One holds at most 64 MB (less when
+    -- this is smaller).
+    max_memory_mb = 256,
+    -- Seconds an interpreter kept for a chat (its auto_approve function) may go
+    -- unused before it is freed.
+    idle_seconds = 60,
+  },
   attachments = {
     -- Largest file a reference (@./path) may attach, in bytes; a larger one blocks the send.
     max_bytes = 10 * 1024 * 1024,
@@ -447,6 +457,9 @@ function H.check(value, default, path)
   end
   if path == "ui.warn_tokens" and value < 0 then
     util.error(("`%s` should be a number of tokens >= 0 (0: never warn), not %s"):format(path, tostring(value)))
+  end
+  if (path == "frontmatter.max_memory_mb" or path == "frontmatter.idle_seconds") and (value < 1 or value ~= math.floor(value)) then
+    util.error(("`%s` should be a whole number >= 1, not %s"):format(path, tostring(value)))
   end
   if path == "ui.high_cost_threshold" and value < 0 then
     util.error(("`%s` should be a number >= 0 (dollars per million tokens), not %s"):format(path, tostring(value)))

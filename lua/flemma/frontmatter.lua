@@ -344,10 +344,23 @@ function H.watch()
     return
   end
   H.watching = true
+  local group = vim.api.nvim_create_augroup("flemma.frontmatter", { clear = true })
   vim.api.nvim_create_autocmd({ "BufWipeout", "BufDelete" }, {
-    group = vim.api.nvim_create_augroup("flemma.frontmatter", { clear = true }),
+    group = group,
     callback = function(ev)
       M.invalidate(ev.buf)
+    end,
+  })
+  -- A hidden or unloaded chat keeps its options, not its interpreter: the one of its
+  -- auto_approve function is made again by the next call (flemma.isolate).
+  vim.api.nvim_create_autocmd({ "BufHidden", "BufUnload" }, {
+    group = group,
+    callback = function(ev)
+      local c = H.cache[ev.buf]
+      local box = c and c.opts and H.boxes[c.opts.auto_approve]
+      if box and box.interp then
+        box.interp:unload()
+      end
     end,
   })
 end

@@ -143,6 +143,12 @@ function Interp:memory()
   return self.handle and require("flemma.native").isolate_peak(self.handle) or 0
 end
 
+--- Frees the native interpreter now (its buffer was hidden); the next call makes it
+--- again, replaying its setup.
+function Interp:unload()
+  H.drop(self)
+end
+
 --- Frees it for good: later calls fail.
 function Interp:close()
   self.closed = true
@@ -227,6 +233,9 @@ function H.run(self, fn, args, keep)
     if failed then
       return failed
     end
+  else
+    -- It may grow up to its limit in this call: the others make room for that.
+    H.make_room(self, self.limit, H.options().max_memory)
   end
   local res = H.timed(self, fn, args)
   if keep and res.ok then

@@ -148,6 +148,66 @@ describe("flemma.isolate", function()
     assert.is_true(r.ms < 2500, ("<C-]> held Neovim %.0f ms"):format(r.ms))
   end)
 
+  it("keeps a dozen chats' interpreters under the memory cap, frees idle ones and makes them again", function()
+    local r = child([=[
+      require("flemma").setup({ frontmatter = { max_memory_mb = 40, idle_seconds = 1 } })
+      local isolate = require("flemma.isolate")
+      local fm = require("flemma.frontmatter")
+      local bufs, peaks = {}, {}
+      for i = 1, 12 do
+        isolate.begin_action() -- each chat opened by a key press of its own
+        local path = ("%s/chat%d.chat"):format(dir, i)
+        -- 10 MB held while evaluating (its interpreter keeps them), then a policy.
+        vim.fn.writefile({
+          "```lua",
+          "local t = {}",
+          "for i = 1, 20 do t[i] = ('x'):rep(5e5 - 10) .. i end",
+          ("flemma.opt.tools.auto_approve = function(name) return name == 'read' and %d or false end"):format(i),
+          "```",
+          "@You:",
+          "hi",
+        }, path)
+        vim.cmd("edit " .. vim.fn.fnameescape(path))
+        bufs[i] = vim.api.nvim_get_current_buf()
+        local opts = assert(fm.get(bufs[i]))
+        assert(opts.auto_approve("read", {}, {}) == i)
+        peaks[#peaks + 1] = isolate.stats().memory
+      end
+      -- Every chat's function answers as before (its interpreter made again).
+      local answers = {}
+      for i, buf in ipairs(bufs) do
+        isolate.begin_action()
+        local opts = assert(fm.get(buf))
+        answers[i] = { opts.auto_approve("read", {}, {}), opts.auto_approve("bash", {}, {}) }
+        peaks[#peaks + 1] = isolate.stats().memory
+      end
+      local before_idle = isolate.stats()
+      vim.wait(4000, function()
+        return isolate.stats().count == 0
+      end, 50)
+      local after_idle = isolate.stats()
+      isolate.begin_action()
+      local again = assert(fm.get(bufs[5])).auto_approve("read", {}, {})
+      local live = isolate.stats().count
+      isolate.begin_action()
+      local _, too_big = fm.evaluate("local t = {}\nfor i = 1, 100 do t[i] = ('x'):rep(5e5 - 10) .. i end", "lua", 1)
+      out({ peaks = peaks, answers = answers, before_idle = before_idle, after_idle = after_idle, again = again,
+            live = live, too_big = too_big })
+    ]=])
+    for _, m in ipairs(r.peaks) do
+      assert.is_true(m <= 40 * 1024 * 1024, ("the interpreters held %.1f MB"):format(m / 1048576))
+    end
+    assert.is_true(r.peaks[1] >= 9 * 1024 * 1024, "one interpreter holds its 10 MB")
+    for i, a in ipairs(r.answers) do
+      assert.same({ i, false }, a)
+    end
+    assert.is_true(r.before_idle.count >= 1)
+    assert.same({ count = 0, memory = 0 }, r.after_idle)
+    assert.equals(5, r.again)
+    assert.equals(1, r.live)
+    assert.equals("frontmatter line 3: used more than 40 MB of memory and was stopped", r.too_big)
+  end)
+
   it("approves nothing once the budget is spent: the calls wait for the user", function()
     local r = press_with_policy(40, 3)
     assert.is_true(r.answered, "a timer did not fire")
