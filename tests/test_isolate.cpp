@@ -181,6 +181,14 @@ TEST_CASE("isolate deadline") {
     code += "f60()";
     stopped(code);
   }
+  SUBCASE("within the time the caller has left, reported as the budget") {
+    auto i = make();
+    auto out = i.call("run", R"J(["xpcall(function() while true do end end, function() while true do end end)"])J", 5, 0);
+    CHECK(out == R"J({"error":"user:1: was stopped: the time frontmatter and templates may use for one action is spent","limit":"budget","ok":false})J");
+    CHECK(i.cpu_ms() >= 4);
+    CHECK(i.cpu_ms() < 35);
+    CHECK(i.call("run", R"J(["return 2"])J", 5, 0) == R"J({"ok":true,"values":[2]})J");
+  }
   SUBCASE("in metamethods and gsub callbacks") {
     stopped("local t = setmetatable({}, { __index = function(t, k) while true do end end }) return t.x");
     stopped("local t = setmetatable({}, { __lt = function() while true do end end }) return t < t");
