@@ -117,10 +117,7 @@ function H.chain(tool_name, input, context, fm, warned)
     if not ok and r.name == M.FRONTMATTER then
       -- The buffer's own policy did not evaluate (its function failed or ran out of
       -- time): no later resolver decides in its place; the call waits.
-      if not warned[r.name] then
-        warned[r.name] = true
-        util.warn(("the frontmatter's auto_approve failed; the call waits for you: %s"):format(util.message(result)))
-      end
+      H.warn_frontmatter(util.message(result))
       decision = "require_approval"
       break
     elseif not ok then
@@ -146,6 +143,21 @@ function H.chain(tool_name, input, context, fm, warned)
   end
   H.active = saved
   return decision
+end
+
+-- Warns that the frontmatter's policy failed, once per message and main-loop turn
+-- (one <C-]> may ask it about many calls).
+function H.warn_frontmatter(msg)
+  if not H.fm_warned then
+    H.fm_warned = {}
+    vim.schedule(function()
+      H.fm_warned = nil
+    end)
+  end
+  if not H.fm_warned[msg] then
+    H.fm_warned[msg] = true
+    util.warn(("the frontmatter's auto_approve failed; the call waits for you: %s"):format(msg))
+  end
 end
 
 --- Decides a tool call: the first non-nil result of the resolver chain, or
