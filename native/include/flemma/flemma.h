@@ -31,7 +31,7 @@ extern "C" {
 #endif
 
 /* Bumped whenever a declaration below changes in an incompatible way. */
-#define FLEMMA_ABI_VERSION 15
+#define FLEMMA_ABI_VERSION 16
 
 /* Status codes. */
 #define FLEMMA_OK 0
