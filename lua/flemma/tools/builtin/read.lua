@@ -9,6 +9,39 @@ local preview = require("flemma.tools.preview")
 
 local H = {}
 
+-- Lines longer than this (bytes) are shown cut, at a UTF-8 boundary, and the
+-- result says which ones were.
+H.MAX_LINE = 2000
+
+-- Cuts s to at most n bytes without splitting a UTF-8 sequence.
+function H.cut_utf8(s, n)
+  if #s <= n then
+    return s
+  end
+  local k = n
+  while k > 0 and bit.band(s:byte(k + 1), 0xC0) == 0x80 do
+    k = k - 1
+  end
+  return s:sub(1, k)
+end
+
+-- The shown text with long lines cut and, on request, numbered as `cat -n` does
+-- (the number right-aligned in 6 columns, then a tab). Returns the text and the
+-- numbers of the lines that were cut. Work proportional to the (bounded) text.
+function H.shape(text, first, numbered)
+  local out, cut = {}, {}
+  local n = first
+  for line in (text .. "\n"):gmatch("(.-)\n") do
+    if #line > H.MAX_LINE then
+      line = H.cut_utf8(line, H.MAX_LINE) .. " …"
+      cut[#cut + 1] = n
+    end
+    out[#out + 1] = numbered and ("%6d\t%s"):format(n, line) or line
+    n = n + 1
+  end
+  return table.concat(out, "\n"), cut
+end
+
 function H.limits()
   local t = require("flemma.config").get().tools.truncate or {}
   return t.max_lines or 2000, t.max_bytes or 51200
@@ -57,6 +90,25 @@ function H.result(input, ctx, path, offset, max_lines, max_bytes, res)
     shown = 1
   end
   local last = offset + shown - 1
+  local cut
+  text, cut = H.shape(text, offset, input.line_numbers == true)
+  if #cut > 0 then
+    local listed = {}
+    for i = 1, math.min(#cut, 10) do
+      listed[i] = tostring(cut[i])
+    end
+    text = text
+      .. ("\n\n[%s %s %s longer than %d bytes and %s cut (marked …); read %s whole with bash, e.g. `sed -n '%dp' %s`.]"):format(
+        #cut == 1 and "Line" or "Lines",
+        table.concat(listed, ", ") .. (#cut > 10 and (", ... (%d in all)"):format(#cut) or ""),
+        #cut == 1 and "is" or "are",
+        H.MAX_LINE,
+        #cut == 1 and "was" or "were",
+        #cut == 1 and "it" or "one",
+        cut[1],
+        input.path
+      )
+  end
   if res.long_line then
     text = text
       .. ("\n\n[Line %d alone is over %s; only its start is shown. Read it in pieces with bash, e.g. "
@@ -77,9 +129,11 @@ end
 ---@type flemma.tools.Definition
 return {
   name = "read",
-  description = "Read a text file. Returns at most 2000 lines or 50KB from `offset` (1-based line, "
-    .. "default 1); when more remains, the result says which offset to continue from. Binary "
-    .. "files are described, not shown. Relative paths are resolved against the chat file's directory.",
+  description = "Read a text file. Returns at most `limit` (default 2000) lines or 50KB from `offset` "
+    .. "(1-based line, default 1); when more remains, the result says which offset to continue from. "
+    .. "`line_numbers = true` prefixes each line with its number (as `cat -n`). Lines over 2000 bytes "
+    .. "are cut and the result says which. Binary files are described, not shown. Relative paths are "
+    .. "resolved against the chat file's directory.",
   strict = true,
   input_schema = {
     type = "object",
@@ -87,9 +141,13 @@ return {
       path = { type = "string", description = "The file to read" },
       offset = { type = { "integer", "null" }, description = "First line to show, 1-based (default 1)" },
       limit = { type = { "integer", "null" }, description = "Maximum number of lines (default: all, up to the limits)" },
+      line_numbers = {
+        type = { "boolean", "null" },
+        description = "Prefix each line with its 1-based number, as `cat -n` (default false)",
+      },
       label = { type = { "string", "null" }, description = "A few words on why (shown to the user)" },
     },
-    required = { "path", "offset", "limit", "label" },
+    required = { "path", "offset", "limit", "line_numbers", "label" },
     additionalProperties = false,
   },
   paths = function(input)
