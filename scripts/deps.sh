@@ -11,7 +11,11 @@ mkdir -p "$DEPS"
 log() { printf '[deps] %s\n' "$*"; }
 
 PKGS=(g++ cmake make libluajit-5.1-dev luajit lua-busted bubblewrap curl clang-14
-      libclang-rt-14-dev tmux dpkg-dev patchelf python3 nodejs npm)
+      libclang-rt-14-dev tmux dpkg-dev patchelf python3)
+# Node and npm for the MCP specs: from apt only when the system has none (a Node from
+# elsewhere, e.g. NodeSource's, conflicts with Debian's npm package: apt refuses).
+command -v node >/dev/null 2>&1 || PKGS+=(nodejs)
+command -v npm >/dev/null 2>&1 || PKGS+=(npm)
 # The search tools' backends (grep runs rg, glob and find run fdfind); both are optional.
 PKGS+=(ripgrep fd-find)
 
