@@ -303,7 +303,21 @@ describe("built-in tools", function()
     it("replaces one unique occurrence", function()
       helpers.write_file(dir .. "/cfg.lua", "local a = 1\nlocal b = 2\nreturn a + b\n")
       local res = edit("cfg.lua", "local b = 2", "local b = 3\nlocal c = 4")
-      assert.same({ success = true, output = "Edited cfg.lua at line 2: replaced 1 line with 2" }, res)
+      assert.same({
+        success = true,
+        output = table.concat({
+          "Edited cfg.lua at line 2 (strategy: exact match).",
+          "",
+          "--- a/cfg.lua",
+          "+++ b/cfg.lua",
+          "@@ -1,3 +1,4 @@",
+          " local a = 1",
+          "-local b = 2",
+          "+local b = 3",
+          "+local c = 4",
+          " return a + b",
+        }, "\n"),
+      }, res)
       assert.equals("local a = 1\nlocal b = 3\nlocal c = 4\nreturn a + b\n", helpers.read_file(dir .. "/cfg.lua"))
     end)
 
@@ -318,11 +332,11 @@ describe("built-in tools", function()
       helpers.write_file(dir .. "/dup.txt", original)
       local res = edit("dup.txt", "foo", "qux")
       assert.is_false(res.success)
-      assert.matches("found 3 times in dup.txt (at lines 1, 3, 5)", res.error, 1, true)
+      assert.matches("matches 3 places in dup.txt (exact match) at lines 1, 3, 5", res.error, 1, true)
       assert.equals(original, helpers.read_file(dir .. "/dup.txt"))
       res = edit("dup.txt", "missing", "x")
       assert.is_false(res.success)
-      assert.matches("found 0 times in dup.txt", res.error, 1, true)
+      assert.matches("`old_string` was not found in dup.txt", res.error, 1, true)
       assert.equals(original, helpers.read_file(dir .. "/dup.txt"))
     end)
 
