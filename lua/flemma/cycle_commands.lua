@@ -136,6 +136,34 @@ commands.register("tool:list", {
   end,
 })
 
+commands.register("tool:undo", {
+  desc = "undo the files changed by one tool call (write, edit, delete, move): pick it, newest first",
+  run = function()
+    local backup = require("flemma.tools.builtin.backup")
+    local entries = backup.entries()
+    if #entries == 0 then
+      util.notify("no tool change to undo")
+      return
+    end
+    vim.ui.select(entries, {
+      prompt = "Undo which tool change (newest first)?",
+      format_item = function(e)
+        return ("%s  %s: %s"):format(os.date("%Y-%m-%d %H:%M:%S", e.time), e.tool, e.summary)
+      end,
+    }, function(entry)
+      if not entry then
+        return
+      end
+      local done, err = backup.undo(entry)
+      if not done then
+        util.notify("undo failed: " .. err, vim.log.levels.ERROR)
+        return
+      end
+      util.notify("undone: " .. done)
+    end)
+  end,
+})
+
 for _, verb in ipairs({ "enable", "disable", "status" }) do
   commands.register("autopilot:" .. verb, {
     chat = true,

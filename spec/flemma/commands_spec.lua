@@ -39,7 +39,7 @@ describe(":Flemma", function()
   it("completes subcommand names and the arguments of those that take them", function()
     local all = vim.fn.getcompletion("Flemma ", "cmdline")
     assert.same(commands.names(), all)
-    assert.same({ "tool:approve", "tool:cancel", "tool:cancel-all", "tool:execute", "tool:list", "tool:reject" },
+    assert.same({ "tool:approve", "tool:cancel", "tool:cancel-all", "tool:execute", "tool:list", "tool:reject", "tool:undo" },
       vim.tbl_filter(function(n)
         return n:find("^tool:") ~= nil
       end, vim.fn.getcompletion("Flemma tool:", "cmdline")))

@@ -27,14 +27,18 @@ local function dir_entries(dir)
 end
 
 describe("built-in tools", function()
-  local dir, buf
+  local dir, buf, saved_state
   before_each(function()
     tools._reset()
     tools.setup(config.setup({}))
     dir = helpers.tmpdir()
+    -- Backups of write and edit go to a fresh state folder.
+    saved_state = vim.env.XDG_STATE_HOME
+    vim.env.XDG_STATE_HOME = helpers.tmpdir()
     buf = helpers.buffer({ "@You:", "hi" }, dir .. "/talk.chat")
   end)
   after_each(function()
+    vim.env.XDG_STATE_HOME = saved_state
     if vim.api.nvim_buf_is_valid(buf) then
       vim.api.nvim_buf_delete(buf, { force = true })
     end
@@ -256,7 +260,10 @@ describe("built-in tools", function()
 
     it("creates the file and its missing parents", function()
       local res = write("a/b/c/out.txt", "hello\nworld\n")
-      assert.same({ success = true, output = "Wrote 12B (2 lines) to a/b/c/out.txt" }, res)
+      assert.same({
+        success = true,
+        output = "Wrote 12B (2 lines) to a/b/c/out.txt (a new file). To undo: :Flemma tool:undo (choose this change from the list).",
+      }, res)
       assert.equals("hello\nworld\n", helpers.read_file(dir .. "/a/b/c/out.txt"))
     end)
 
@@ -316,6 +323,8 @@ describe("built-in tools", function()
           "+local b = 3",
           "+local c = 4",
           " return a + b",
+          "",
+          "To undo: :Flemma tool:undo (choose this change from the list).",
         }, "\n"),
       }, res)
       assert.equals("local a = 1\nlocal b = 3\nlocal c = 4\nreturn a + b\n", helpers.read_file(dir .. "/cfg.lua"))

@@ -31,14 +31,17 @@ local function edit_input(input)
 end
 
 describe("edit", function()
-  local dir, buf
+  local dir, buf, saved_state
   before_each(function()
     tools._reset()
     tools.setup(config.setup({}))
     dir = helpers.tmpdir()
+    saved_state = vim.env.XDG_STATE_HOME
+    vim.env.XDG_STATE_HOME = helpers.tmpdir()
     buf = helpers.buffer({ "@You:", "hi" }, dir .. "/talk.chat")
   end)
   after_each(function()
+    vim.env.XDG_STATE_HOME = saved_state
     if vim.api.nvim_buf_is_valid(buf) then
       vim.api.nvim_buf_delete(buf, { force = true })
     end
@@ -107,7 +110,7 @@ describe("edit", function()
       assert.equals(after, helpers.read_file(dir .. "/f.txt"))
       -- The diff in the result is the change: applying it with patch(1) to the
       -- file before gives the file after.
-      local diff = res.output:match("\n\n(%-%-%- a/.*)$")
+      local diff = res.output:match("\n\n(%-%-%- a/.-)\n\nTo undo: ")
       assert.truthy(diff, res.output)
       helpers.write_file(dir .. "/g.txt", before)
       helpers.write_file(dir .. "/f.diff", diff .. "\n")
@@ -263,6 +266,117 @@ describe("edit through the buffer", function()
     wait_text(b, "(error)")
     assert.matches("was not found in a.txt", text(b), 1, true)
     assert.equals("alpha\ngamma\n", helpers.read_file(project .. "/a.txt"))
+  end)
+
+  -- Runs :Flemma tool:undo and answers its vim.ui.select with item `choice` (as a
+  -- picker plugged into vim.ui.select would); returns the items as shown.
+  local function undo(choice)
+    local orig = vim.ui.select
+    local shown = {}
+    vim.ui.select = function(items, opts, on_choice)
+      for i, item in ipairs(items) do
+        shown[i] = opts.format_item(item)
+      end
+      on_choice(items[choice], choice)
+    end
+    local ok, err = pcall(vim.cmd, "Flemma tool:undo")
+    vim.ui.select = orig
+    assert(ok, err)
+    return table.concat(shown, "\n")
+  end
+
+  it("undoes a call's change: the exact bytes back, a created file removed, newest first", function()
+    local original = "keep  \r\nthese bytes é\n\tand\nno final newline"
+    helpers.write_file(project .. "/a.txt", original)
+    local b = chat({ path = "a.txt", old_string = "these bytes", new_string = "other bytes" })
+    press("<C-]>")
+    wait_text(b, "To undo: :Flemma tool:undo")
+    assert.equals("keep  \r\nother bytes é\n\tand\nno final newline", helpers.read_file(project .. "/a.txt"))
+    vim.cmd("silent! %bwipeout!")
+    b = helpers.edit(project .. "/two.chat", {
+      "@You:",
+      "Go.",
+      "",
+      "@Assistant:",
+      "**Tool Use:** `write` (`toolu_01`)",
+      "",
+      "```json",
+      vim.json.encode({ path = "new.txt", content = "fresh\n", label = vim.NIL }),
+      "```",
+    })
+    press("<C-]>")
+    wait_text(b, "(a new file). To undo: :Flemma tool:undo")
+    assert.equals("fresh\n", helpers.read_file(project .. "/new.txt"))
+    -- Newest first: 1 is the write, 2 the edit. Undo the edit only.
+    local shown = undo(2)
+    local write_at = shown:find("write: Wrote 6B (1 lines) to new.txt", 1, true)
+    local edit_at = shown:find("edit: Edited a.txt at line 2 (strategy: exact match).", 1, true)
+    assert.truthy(write_at and edit_at and write_at < edit_at, shown)
+    assert.equals(original, helpers.read_file(project .. "/a.txt"))
+    assert.equals("fresh\n", helpers.read_file(project .. "/new.txt"))
+    -- The edit is no longer listed; undoing the write removes the file it created.
+    shown = undo(1)
+    assert.is_nil(shown:find("edit: Edited a.txt", 1, true), shown)
+    assert.is_nil(vim.uv.fs_stat(project .. "/new.txt"))
+    assert.equals(original, helpers.read_file(project .. "/a.txt"))
+  end)
+
+  it("undoes a write over an existing file, a delete and a move over a file", function()
+    local bytes = "\0\1binary-ish\255 text\n"
+    helpers.write_file(project .. "/w.txt", bytes)
+    local b = chat({}, project .. "/x.chat")
+    vim.api.nvim_buf_set_lines(b, 4, -1, false, {
+      "**Tool Use:** `write` (`toolu_01`)",
+      "",
+      "```json",
+      vim.json.encode({ path = "w.txt", content = "replaced\n", label = vim.NIL }),
+      "```",
+    })
+    press("<C-]>")
+    wait_text(b, "The previous content is kept in")
+    assert.equals("replaced\n", helpers.read_file(project .. "/w.txt"))
+    undo(1)
+    assert.equals(bytes, helpers.read_file(project .. "/w.txt"))
+    -- delete through the buffer (asks: approve it), then undo.
+    require("flemma").setup({ tools = { autopilot = { enabled = false }, auto_approve = { "$default", "delete" } } })
+    vim.cmd("silent! %bwipeout!")
+    b = helpers.edit(project .. "/y.chat", {
+      "@You:",
+      "Go.",
+      "",
+      "@Assistant:",
+      "**Tool Use:** `delete` (`toolu_01`)",
+      "",
+      "```json",
+      vim.json.encode({ path = "w.txt", label = vim.NIL }),
+      "```",
+    })
+    press("<C-]>")
+    wait_text(b, "Deleted w.txt")
+    assert.is_nil(vim.uv.fs_stat(project .. "/w.txt"))
+    undo(1)
+    assert.equals(bytes, helpers.read_file(project .. "/w.txt"))
+    -- A move over an existing file: undo moves it back and restores the replaced one.
+    helpers.write_file(project .. "/old.txt", "was here\n")
+    require("flemma").setup({ tools = { autopilot = { enabled = false }, auto_approve = { "$default", "move" } } })
+    vim.cmd("silent! %bwipeout!")
+    b = helpers.edit(project .. "/z.chat", {
+      "@You:",
+      "Go.",
+      "",
+      "@Assistant:",
+      "**Tool Use:** `move` (`toolu_01`)",
+      "",
+      "```json",
+      vim.json.encode({ source = "w.txt", destination = "old.txt", overwrite = true, label = vim.NIL }),
+      "```",
+    })
+    press("<C-]>")
+    wait_text(b, "Moved w.txt to old.txt")
+    assert.equals(bytes, helpers.read_file(project .. "/old.txt"))
+    undo(1)
+    assert.equals(bytes, helpers.read_file(project .. "/w.txt"))
+    assert.equals("was here\n", helpers.read_file(project .. "/old.txt"))
   end)
 
   it("leaves an edit through a symlink leading out of the project pending", function()

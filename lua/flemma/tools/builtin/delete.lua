@@ -61,12 +61,15 @@ return {
     if not ok then
       return { success = false, error = ("cannot delete %s: %s"):format(input.path, err) }
     end
+    if copy then
+      backup.record("delete", ("Deleted %s"):format(input.path), { { path = path, copy = copy } }, ctx.__filename)
+    end
     if st.type == "link" then
       return { success = true, output = ("Deleted the symbolic link %s (what it pointed to is untouched)."):format(input.path) }
     end
     return {
       success = true,
-      output = ("Deleted %s (%s). A copy is kept in %s: to undo, move it back with the move tool."):format(
+      output = ("Deleted %s (%s). A copy is kept in %s: to undo, move it back with the move tool, or :Flemma tool:undo."):format(
         input.path,
         ctx.truncate.format_size(st.size),
         copy

@@ -2,6 +2,7 @@
 --- (replace_all), found exactly or, failing that, by the line-based fallbacks of
 --- flemma.tools.builtin.edit_match; or a range of lines. The result names the
 --- strategy that matched and shows a unified diff.
+local backup = require("flemma.tools.builtin.backup")
 local fs = require("flemma.tools.builtin.fs")
 local match = require("flemma.tools.builtin.edit_match")
 local preview = require("flemma.tools.preview")
@@ -147,6 +148,11 @@ function H.apply(input, ctx, target, L, strategy, found)
   if updated == content then
     return { success = false, error = "the edit changes nothing: the new text is what is there already" }
   end
+  -- The file as it was is backed up first (flemma.tools.builtin.backup).
+  local copy, berr = backup.save(target)
+  if not copy then
+    return { success = false, error = berr .. "; nothing was changed" }
+  end
   local ok, werr = ctx.sandbox.write_file(target, updated)
   if not ok then
     return { success = false, error = werr }
@@ -167,9 +173,11 @@ function H.apply(input, ctx, target, L, strategy, found)
     or strategy == "line range" and "line range"
     or strategy == "fuzzy" and ("fuzzy match, %d%% similar"):format(math.floor(found[1].score * 100))
     or (strategy .. " match")
+  local summary = ("Edited %s at %s (strategy: %s)."):format(input.path, where, how)
+  backup.record("edit", summary, { { path = target, copy = copy } }, ctx.__filename)
   return {
     success = true,
-    output = ("Edited %s at %s (strategy: %s).\n\n%s"):format(input.path, where, how, match.diff(L, edits, input.path)),
+    output = ("%s\n\n%s\n\n%s"):format(summary, match.diff(L, edits, input.path), backup.hint()),
   }
 end
 

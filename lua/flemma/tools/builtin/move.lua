@@ -82,6 +82,12 @@ return {
       local why = code == "EXDEV" and "they are on different file systems" or rerr
       return { success = false, error = ("cannot move %s to %s: %s"):format(input.source, input.destination, why) }
     end
+    backup.record(
+      "move",
+      ("Moved %s to %s"):format(input.source, input.destination),
+      { { path = dst, copy = copy or false, moved_from = src } },
+      ctx.__filename
+    )
     local out = ("Moved %s to %s."):format(input.source, input.destination)
     if copy then
       out = out .. (" The replaced file is kept in %s: to undo, move %s back and that copy to %s."):format(
@@ -92,6 +98,6 @@ return {
     else
       out = out .. (" To undo, move it back to %s."):format(input.source)
     end
-    return { success = true, output = out }
+    return { success = true, output = out .. " Or: :Flemma tool:undo." }
   end,
 }

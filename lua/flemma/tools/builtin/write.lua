@@ -1,5 +1,6 @@
 --- The `write` tool: creates or replaces a file atomically, creating missing parent
 --- directories; refused outside the sandbox's writable paths while the sandbox is on.
+local backup = require("flemma.tools.builtin.backup")
 local fs = require("flemma.tools.builtin.fs")
 local preview = require("flemma.tools.preview")
 
@@ -43,17 +44,30 @@ return {
         }
       end
     end
+    -- What is replaced is backed up first (flemma.tools.builtin.backup).
+    local copy = false
+    if existing and existing.type == "file" then
+      local berr
+      copy, berr = backup.save(target)
+      if not copy then
+        return { success = false, error = berr .. "; nothing was written" }
+      end
+    end
     local ok, err = ctx.sandbox.write_file(target, input.content)
     if not ok then
       return { success = false, error = err }
     end
+    local summary = ("Wrote %s (%d lines) to %s"):format(
+      ctx.truncate.format_size(#input.content),
+      fs.count_lines(input.content),
+      input.path
+    )
+    backup.record("write", summary, { { path = target, copy = copy } }, ctx.__filename)
     return {
       success = true,
-      output = ("Wrote %s (%d lines) to %s"):format(
-        ctx.truncate.format_size(#input.content),
-        fs.count_lines(input.content),
-        input.path
-      ),
+      output = summary
+        .. (copy and (". The previous content is kept in %s. "):format(copy) or " (a new file). ")
+        .. backup.hint(),
     }
   end,
 }
