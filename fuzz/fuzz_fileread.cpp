@@ -1,5 +1,6 @@
 // libFuzzer target for the file reader's line window (native/src/fileread.cpp).
-// Input: four bytes of parameters (first line, line limit, byte limit, read size),
+// Input: four bytes of parameters (first line, line limit, byte limit, read size
+// and, in its top bits, the long-line cap max_line_bytes),
 // then the file's content, written to a memfd and read through /proc/self/fd.
 // Invariants checked against a plain reference (the file split on "\n" as Lua's
 // f:lines() does): the line count, the kept lines, where and why the window was
@@ -23,6 +24,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   int64_t max_lines = data[1] % 6;  // 0: no limit
   int64_t max_bytes = data[2] % 40;
   size_t chunk = data[3] % 32 + 1;
+  int64_t max_line_bytes = (data[3] / 32) % 8;  // 0: no cap
   std::string content(reinterpret_cast<const char*>(data + 4), size - 4);
 
   int fd = ::memfd_create("fuzz_fileread", 0);
@@ -40,6 +42,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   req.max_bytes = max_bytes;
   req.head_bytes = 7;
   req.chunk = chunk;
+  req.max_line_bytes = max_line_bytes;
   fr::Result r = fr::read_file(req);
 
   // The reference.
@@ -64,17 +67,21 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       cut = 1;
       break;
     }
-    int64_t cost = static_cast<int64_t>(lines[i].size()) + (shown > 0 ? 1 : 0);
+    // With a cap, a longer line is kept (and counted) as its first cap + 4 bytes.
+    std::string kept = lines[i];
+    if (max_line_bytes > 0 && static_cast<int64_t>(kept.size()) > max_line_bytes + 4)
+      kept.resize(static_cast<size_t>(max_line_bytes + 4));
+    int64_t cost = static_cast<int64_t>(kept.size()) + (shown > 0 ? 1 : 0);
     if (bytes + cost > max_bytes) {
       if (shown == 0) {
-        text = fr::cut_utf8(lines[i], static_cast<size_t>(max_bytes));
+        text = fr::cut_utf8(kept, static_cast<size_t>(max_bytes));
         long_line = true;
       }
       cut = 2;
       break;
     }
     if (shown > 0) text += "\n";
-    text += lines[i];
+    text += kept;
     shown++;
     bytes += cost;
   }
@@ -91,6 +98,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
 
   req.whole = true;
+  req.max_line_bytes = 0;
   fr::Result w = fr::read_file(req);
   if (!w.ok) std::abort();
   if (static_cast<int64_t>(content.size()) <= max_bytes) {

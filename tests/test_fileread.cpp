@@ -96,6 +96,24 @@ TEST_CASE("fileread: window mode") {
     CHECK(r.total_lines == 20000);
     CHECK(r.text == "line 19998\nline 19999");
   }
+  SUBCASE("max_line_bytes keeps and counts only the start of a long line") {
+    std::string wide(5000, 'w');
+    std::string body;
+    for (int i = 0; i < 30; ++i) body += wide + "\n";
+    fr::Request req = window(d.write("wide.txt", body), 1, 0, 51200);
+    auto whole_lines = fr::read_file(req);
+    CHECK(whole_lines.shown_lines == 10);  // 10 lines of 5000 bytes fill 51200
+    req.max_line_bytes = 2000;
+    auto r = fr::read_file(req);
+    CHECK(r.total_lines == 30);
+    CHECK(r.shown_lines == 25);  // 25 x (2004 + 1) <= 51200
+    CHECK(r.text.substr(0, 2005) == std::string(2004, 'w') + "\n");
+    CHECK_FALSE(r.long_line);
+    req.max_line_bytes = 0;
+    req.path = d.write("short.txt", "a\nbb\n");
+    req.max_line_bytes = 2000;
+    CHECK(fr::read_file(req).text == "a\nbb");
+  }
   SUBCASE("head bytes") {
     fr::Request req = window(d.write("h.txt", "abcdef"), 1, 0, 100);
     req.head_bytes = 3;

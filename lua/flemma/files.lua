@@ -118,11 +118,12 @@ end
 --- Reads a regular file on a native thread; `cb(result)` is called once, on the
 --- main loop, never before M.read returns. `opts.whole`: the bytes (at most
 --- max_bytes; cut_by = 2 when there are more); else the lines from first_line
---- (at most max_lines and max_bytes of text), every line counted. After
+--- (at most max_lines and max_bytes of text; with max_line_bytes, a longer line
+--- kept and counted as its first max_line_bytes + 4 bytes), every line counted. After
 --- `timeout_ms` the read is given up (result.timed_out). Returns a function that
 --- cancels the read (cb is not called then).
 ---@param path string absolute
----@param opts { whole?: boolean, first_line?: integer, max_lines?: integer, max_bytes: integer, head_bytes?: integer, timeout_ms?: integer }
+---@param opts { whole?: boolean, first_line?: integer, max_lines?: integer, max_bytes: integer, head_bytes?: integer, max_line_bytes?: integer, timeout_ms?: integer }
 ---@param cb fun(result: flemma.files.ReadResult)
 ---@return fun() cancel
 function M.read(path, opts, cb)
@@ -135,6 +136,7 @@ function M.read(path, opts, cb)
       max_lines = opts.max_lines,
       max_bytes = opts.max_bytes,
       head_bytes = opts.head_bytes,
+      max_line_bytes = opts.max_line_bytes,
     })
   end)
   if not ok_start or not id then

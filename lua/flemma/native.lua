@@ -9,7 +9,7 @@ local M = {}
 local H = {}
 
 --- The ABI version this binding was written for (FLEMMA_ABI_VERSION).
-M.ABI_VERSION = 16
+M.ABI_VERSION = 17
 
 -- The declarations of flemma.h, section by section, in the header's order.
 -- spec/flemma/native_spec.lua checks that they match the header.
@@ -213,6 +213,7 @@ typedef struct flemma_fread_opts {
   int64_t max_lines;
   int64_t max_bytes;
   int64_t head_bytes;
+  int64_t max_line_bytes;
 } flemma_fread_opts;
 typedef struct flemma_fread_result {
   int64_t id;
@@ -1290,7 +1291,7 @@ function M.fread_fd()
 end
 
 --- Starts reading a file on a native thread; nil and the error when it cannot start.
----@param o { path: string, whole?: boolean, first_line?: integer, max_lines?: integer, max_bytes: integer, head_bytes?: integer }
+---@param o { path: string, whole?: boolean, first_line?: integer, max_lines?: integer, max_bytes: integer, head_bytes?: integer, max_line_bytes?: integer }
 ---@return integer|nil id
 ---@return string|nil err
 function M.fread_start(o)
@@ -1302,6 +1303,7 @@ function M.fread_start(o)
   opts.max_lines = o.max_lines or 0
   opts.max_bytes = o.max_bytes
   opts.head_bytes = o.head_bytes or 0
+  opts.max_line_bytes = o.max_line_bytes or 0
   local id = ffi.new("int64_t[1]")
   if lib.flemma_freader_start(M.freader(), opts, id) ~= 0 then
     return nil, M.last_error()

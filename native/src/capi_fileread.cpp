@@ -82,6 +82,7 @@ FLEMMA_API int flemma_freader_start(flemma_freader* reader, const flemma_fread_o
     req.max_lines = opts->max_lines;
     req.max_bytes = opts->max_bytes;
     req.head_bytes = opts->head_bytes;
+    req.max_line_bytes = opts->max_line_bytes;
     *id_out = r.start(std::move(req));
     return FLEMMA_OK;
   });

@@ -74,6 +74,7 @@ struct Window {
       if (keeping()) {
         // A line longer than the limit is kept only as far as it can be shown.
         size_t cap = static_cast<size_t>(req.max_bytes) + 1;
+        if (req.max_line_bytes > 0) cap = std::min(cap, static_cast<size_t>(req.max_line_bytes) + 4);
         if (line.size() < cap) line.append(p, std::min(part, cap - line.size()));
       }
       line_len += static_cast<int64_t>(part);
@@ -90,7 +91,9 @@ struct Window {
       if (req.max_lines > 0 && r.shown_lines >= req.max_lines) {
         r.cut_by = 1;
       } else {
-        int64_t cost = line_len + (r.shown_lines > 0 ? 1 : 0);
+        int64_t kept = line_len;
+        if (req.max_line_bytes > 0) kept = std::min(kept, req.max_line_bytes + 4);
+        int64_t cost = kept + (r.shown_lines > 0 ? 1 : 0);
         if (bytes + cost > req.max_bytes) {
           if (r.shown_lines == 0) {
             r.text = cut_utf8(line, static_cast<size_t>(req.max_bytes));

@@ -26,6 +26,9 @@ struct Request {
   int64_t max_lines = 0;
   int64_t max_bytes = 51200;
   int64_t head_bytes = 0;  // the first bytes of the file, also returned
+  // Window mode, > 0: a longer line is kept (and counted) as its first
+  // max_line_bytes + 4 bytes only; the caller cuts it and says so.
+  int64_t max_line_bytes = 0;
   size_t chunk = 64 * 1024;  // bytes per read() (smaller in tests and the fuzzer)
 };
 

@@ -31,7 +31,7 @@ extern "C" {
 #endif
 
 /* Bumped whenever a declaration below changes in an incompatible way. */
-#define FLEMMA_ABI_VERSION 16
+#define FLEMMA_ABI_VERSION 17
 
 /* Status codes. */
 #define FLEMMA_OK 0
@@ -521,7 +521,11 @@ typedef struct flemma_freader flemma_freader;
  * whole == 0: the lines from first_line (1-based), at most max_lines of them
  * (<= 0: no limit) and max_bytes of text (kept lines joined by "\n"; a first line
  * alone over max_bytes is cut, not inside a UTF-8 sequence, and long_line set);
- * every line is counted. head_bytes > 0: the first bytes are returned as well. */
+ * every line is counted. head_bytes > 0: the first bytes are returned as well.
+ * max_line_bytes > 0 (window mode, ABI 17): of a longer line only the first
+ * max_line_bytes + 4 bytes are kept and counted against max_bytes (the caller
+ * cuts it at a UTF-8 boundary and says so), so long lines do not use up the
+ * window. */
 typedef struct flemma_fread_opts {
   const char *path;
   int whole;
@@ -529,6 +533,7 @@ typedef struct flemma_fread_opts {
   int64_t max_lines;
   int64_t max_bytes;
   int64_t head_bytes;
+  int64_t max_line_bytes;
 } flemma_fread_opts;
 
 /* ok: 1 when read; else message says why (err_no the errno, 0 for a file that is

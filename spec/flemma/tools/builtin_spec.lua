@@ -220,6 +220,15 @@ describe("built-in tools", function()
       assert.is_nil(read({ path = "wide.txt", offset = 5 }).output:find("cut", 1, true))
     end)
 
+    it("counts only the shown start of long lines against the byte limit", function()
+      helpers.write_file(dir .. "/wide30.txt", string.rep(string.rep("w", 5000) .. "\n", 30))
+      local res = read({ path = "wide30.txt" })
+      assert.is_true(res.success)
+      -- 25 lines of 2000 bytes (+ the mark) fit the 50KB limit; whole, only 10 would.
+      assert.matches("Showing lines 1-25 of 30 (", res.output, 1, true)
+      assert.matches("[Lines 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, ... (25 in all) are longer than 2000 bytes", res.output, 1, true)
+    end)
+
     it("describes binary files instead of dumping them", function()
       helpers.write_file(dir .. "/pic.png", "\137PNG\r\n\26\n" .. string.rep("\0\1\2", 400))
       helpers.write_file(dir .. "/blob.bin", "abc\0def")

@@ -185,6 +185,7 @@ return {
       max_lines = want == math.huge and 0 or want,
       max_bytes = max_bytes,
       head_bytes = 8192,
+      max_line_bytes = H.MAX_LINE,
       timeout_ms = math.floor((ctx.timeout or 30) * 1000),
     }, function(res)
       callback(H.result(input, ctx, path, offset, max_lines, max_bytes, res))
