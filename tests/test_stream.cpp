@@ -313,15 +313,54 @@ TEST_CASE("stream") {
     CHECK(s::describe(evs[2]) == "text 0 \"ok\"");
   }
 
-  SUBCASE("an event larger than the limit is reported, not kept") {
+  SUBCASE("a line longer than the limit fails the stream: an error, nothing after it is decoded") {
+    std::string ok = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"ok\"}}]}\n\n";
     std::string big(s::kMaxEventData + 10, 'x');
-    std::string body = "data: " + big + "\n\ndata: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"ok\"}}]}\n\n";
-    auto one = decode(s::Kind::OpenAIChat, body);
-    auto chunked = decode(s::Kind::OpenAIChat, body, {65536});
-    CHECK(one == chunked);
-    REQUIRE(one.size() == 3);
-    CHECK(one[0].a == "malformed_event");
-    CHECK(s::describe(one[1]) == "text 0 \"ok\"");
+    // With and without its line end (a line that never ends is cut off as well).
+    for (const std::string& tail : {std::string("\n\n") + ok, std::string()}) {
+      std::string body = ok + "data: " + big + tail;
+      auto one = decode(s::Kind::OpenAIChat, body);
+      auto chunked = decode(s::Kind::OpenAIChat, body, {65536});
+      CHECK(one == chunked);
+      CHECK(lines(one) == "text 0 \"ok\"\nerror \"limit_exceeded\" \"a line of the stream is longer than 16 MiB: the "
+                          "stream was stopped\"\nend incomplete\n");
+    }
+    // An event's data lines count together.
+    std::string half(s::kMaxEventData / 2 + 10, 'y');
+    auto evs = decode(s::Kind::OpenAIChat, "data: " + half + "\ndata: " + half + "\n\n" + ok);
+    CHECK(lines(evs) == "error \"limit_exceeded\" \"an event's data is larger than 16 MiB: the stream was stopped\"\n"
+                        "end incomplete\n");
+  }
+
+  SUBCASE("JSON nested deeper than the limit fails the stream without parsing it") {
+    // 15 MB of `[` took gigabytes in the JSON parser.
+    std::string deep(15 << 20, '[');
+    for (auto kind : {s::Kind::Anthropic, s::Kind::OpenAIChat, s::Kind::OpenAIResponses, s::Kind::Vertex}) {
+      CAPTURE(static_cast<int>(kind));
+      auto evs = decode(kind, "event: x\ndata: " + deep + "\n\ndata: {\"type\":\"message_stop\"}\n\n", {1 << 20});
+      CHECK(lines(evs) == "error \"limit_exceeded\" \"the `x` event's JSON is nested deeper than 128 levels: the "
+                          "stream was stopped\"\nend incomplete\n");
+    }
+    // At the limit it is parsed; brackets inside strings do not count.
+    std::string at = std::string(127, '[') + "{\"a\":\"[[[[\\\"[[[\"}" + std::string(127, ']');
+    CHECK(s::detail::json_depth_within(at, 128));
+    CHECK_FALSE(s::detail::json_depth_within("[" + at + "]", 128));
+    CHECK(s::detail::json_depth_within("\"[[[", 1));  // an unterminated string
+    CHECK(s::detail::json_depth_within("\"\\", 0));
+    auto evs = decode(s::Kind::OpenAIChat, "data: " + at + "\n\n");
+    REQUIRE(evs.size() == 2);
+    CHECK(evs[0].a == "malformed_event");  // parsed (not an object), decoding goes on
+  }
+
+  SUBCASE("fail() ends the stream: an error of the caller's type, later bytes ignored, end incomplete") {
+    s::Decoder d(s::Kind::Anthropic);
+    std::vector<s::Event> out;
+    d.feed("event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"m\",\"model\":\"x\"}}\n\ndata: {\"ty", out);
+    d.fail("too much", out, "response_too_large");
+    CHECK(d.failed());
+    d.feed("pe\":\"message_stop\"}\n\n", out);
+    d.finish(out);
+    CHECK(lines(out) == "message_start \"m\" \"x\"\nerror \"response_too_large\" \"too much\"\nend incomplete\n");
   }
 
   SUBCASE("the fast path for content block deltas agrees with the JSON parser") {
@@ -538,6 +577,102 @@ TEST_CASE("stream through the process manager") {
       CHECK(batches >= 2);
       CHECK(err == "oops\n");
     }
+  }
+
+  SUBCASE("past max_stdout_bytes the stream fails and the child is stopped") {
+    flemma_procmgr* m = flemma_procmgr_new();
+    // An endless stream of text deltas.
+    std::string script =
+        "printf 'HTTP/1.1 200 OK\\r\\ncontent-type: text/event-stream\\r\\n\\r\\n'; while :; do printf 'data: "
+        "{\"choices\":[{\"index\":0,\"delta\":{\"content\":\"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\"}}]}\\n\\n'; done";
+    const char* argv[] = {"bash", "-c", script.c_str(), nullptr};
+    flemma_spawn_opts o{};
+    o.argv = argv;
+    o.decoder = "openai_chat";
+    o.kill_grace_ms = 100;
+    o.max_stdout_bytes = 200000;
+    int64_t id = 0, pid = 0;
+    REQUIRE(flemma_procmgr_spawn(m, &o, &id, &pid) == FLEMMA_OK);
+    size_t text = 0;
+    std::string errors;
+    bool exited = false;
+    for (int round = 0; round < 400 && !exited; ++round) {
+      pollfd p{flemma_procmgr_fd(m), POLLIN, 0};
+      ::poll(&p, 1, 50);
+      flemma_procmgr_ack(m);
+      while (flemma_proc_event* e = flemma_procmgr_next_event(m)) {
+        if (e->kind == 3) {
+          for (size_t i = 0; i < e->stream_event_count; ++i) {
+            const auto& c = e->stream_events[i];
+            if (c.type == 3) text += c.a_len;
+            if (c.type == 12) errors += std::string(c.a, c.a_len) + ": " + std::string(c.b, c.b_len) + "\n";
+            if (c.type == 13) CHECK(c.status == 0);
+          }
+        } else if (e->kind == 2) {
+          exited = true;
+          CHECK(e->signal != 0);
+          CHECK(e->out_total_bytes >= 200000);
+        }
+        flemma_proc_event_free(e);
+      }
+    }
+    CHECK(exited);
+    CHECK(errors == "response_too_large: the response is larger than 200000 bytes\n");
+    CHECK(text > 60000);
+    CHECK(text < 200000);
+    flemma_procmgr_free(m);
+  }
+
+  SUBCASE("a host that does not take the events holds the child back; pause holds it too") {
+    flemma_procmgr* m = flemma_procmgr_new();
+    // Writes 64 MiB of deltas as fast as it can, then says so on stderr.
+    std::string script =
+        "printf 'HTTP/1.1 200 OK\\r\\ncontent-type: text/event-stream\\r\\n\\r\\n'; yes 'data: "
+        "{\"choices\":[{\"index\":0,\"delta\":{\"content\":\"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\"}}]}"
+        "\n' | head -c 67108864; echo done >&2";
+    const char* argv[] = {"bash", "-c", script.c_str(), nullptr};
+    flemma_spawn_opts o{};
+    o.argv = argv;
+    o.decoder = "openai_chat";
+    int64_t id = 0, pid = 0;
+    REQUIRE(flemma_procmgr_spawn(m, &o, &id, &pid) == FLEMMA_OK);
+    auto take = [&](bool* exited, int64_t* stdout_bytes) {
+      size_t bytes = 0;
+      flemma_procmgr_ack(m);
+      while (flemma_proc_event* e = flemma_procmgr_next_event(m)) {
+        if (e->kind == 3)
+          for (size_t i = 0; i < e->stream_event_count; ++i) bytes += e->stream_events[i].a_len + 64;
+        if (e->kind == 2) {
+          if (exited) *exited = true;
+          if (stdout_bytes) *stdout_bytes = e->out_total_bytes;
+        }
+        flemma_proc_event_free(e);
+      }
+      return bytes;
+    };
+    // Untaken, the queue stops at about 1 MiB (plus one read) and stays there.
+    ::usleep(500 * 1000);
+    size_t queued = take(nullptr, nullptr);
+    CHECK(queued > 0);
+    CHECK(queued < (2u << 20));
+    // Paused, nothing more comes however long the host waits.
+    flemma_procmgr_pause(m, id, 1);
+    ::usleep(100 * 1000);
+    take(nullptr, nullptr);  // what was read before the pause arrived
+    ::usleep(300 * 1000);
+    CHECK(take(nullptr, nullptr) == 0);
+    // Resumed and taken as it comes: all of it arrives and the child exits.
+    flemma_procmgr_pause(m, id, 0);
+    bool exited = false;
+    int64_t total = 0;
+    for (int round = 0; round < 2000 && !exited; ++round) {
+      pollfd p{flemma_procmgr_fd(m), POLLIN, 0};
+      ::poll(&p, 1, 50);
+      take(&exited, &total);
+    }
+    CHECK(exited);
+    CHECK(total > (60 << 20));
+    flemma_procmgr_free(m);
   }
 
   SUBCASE("an unknown decoder or a merged output is refused before anything runs") {

@@ -9,7 +9,7 @@ local M = {}
 local H = {}
 
 --- The ABI version this binding was written for (FLEMMA_ABI_VERSION).
-M.ABI_VERSION = 17
+M.ABI_VERSION = 18
 
 -- The declarations of flemma.h, section by section, in the header's order.
 -- spec/flemma/native_spec.lua checks that they match the header.
@@ -145,6 +145,7 @@ typedef struct flemma_spawn_opts {
   int64_t max_lines;
   int64_t max_bytes;
   const char *decoder;
+  int64_t max_stdout_bytes;
 } flemma_spawn_opts;
 typedef struct flemma_proc_event {
   int64_t id;
@@ -181,6 +182,7 @@ int flemma_procmgr_spawn(flemma_procmgr *mgr, const flemma_spawn_opts *opts, int
 int flemma_procmgr_write(flemma_procmgr *mgr, int64_t id, const char *data, size_t len);
 int flemma_procmgr_close_stdin(flemma_procmgr *mgr, int64_t id);
 int flemma_procmgr_cancel(flemma_procmgr *mgr, int64_t id);
+int flemma_procmgr_pause(flemma_procmgr *mgr, int64_t id, int paused);
 int flemma_procmgr_kill_all(flemma_procmgr *mgr);
 int flemma_procmgr_ack(flemma_procmgr *mgr);
 flemma_proc_event *flemma_procmgr_next_event(flemma_procmgr *mgr);
@@ -1167,7 +1169,7 @@ function H.cstrings(list)
 end
 
 --- Spawns a child; raises on a bad request.
----@param o { argv: string[], cwd?: string, env?: string[], stdin?: string, stdin_mode: integer, merge_output: boolean, progress: boolean, timeout_ms: integer, kill_grace_ms: integer, max_lines: integer, max_bytes: integer, decoder?: string }
+---@param o { argv: string[], cwd?: string, env?: string[], stdin?: string, stdin_mode: integer, merge_output: boolean, progress: boolean, timeout_ms: integer, kill_grace_ms: integer, max_lines: integer, max_bytes: integer, decoder?: string, max_stdout_bytes?: integer }
 ---@return integer id
 ---@return integer pid
 function M.proc_spawn(o)
@@ -1191,6 +1193,7 @@ function M.proc_spawn(o)
   opts.max_lines = o.max_lines or 0
   opts.max_bytes = o.max_bytes or 0
   opts.decoder = o.decoder
+  opts.max_stdout_bytes = o.max_stdout_bytes or 0
   local id = ffi.new("int64_t[1]")
   local pid = ffi.new("int64_t[1]")
   if lib.flemma_procmgr_spawn(mgr, opts, id, pid) ~= 0 then
@@ -1249,6 +1252,13 @@ end
 
 function M.proc_cancel(id)
   M.lib().flemma_procmgr_cancel(M.procmgr(), id)
+end
+
+--- Stops (true) or resumes reading a child's stdout.
+---@param id integer
+---@param paused boolean
+function M.proc_pause(id, paused)
+  M.lib().flemma_procmgr_pause(M.procmgr(), id, paused and 1 or 0)
 end
 
 --- SIGKILL to every group the library started (also without a manager).

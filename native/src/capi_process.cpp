@@ -110,6 +110,7 @@ FLEMMA_API int flemma_procmgr_spawn(flemma_procmgr* mgr, const flemma_spawn_opts
     o.max_lines = opts->max_lines;
     o.max_bytes = opts->max_bytes;
     if (opts->decoder) o.decoder = opts->decoder;
+    o.max_stdout_bytes = opts->max_stdout_bytes;
     pid_t pid = -1;
     int64_t id = m.spawn(std::move(o), &pid);
     if (id_out) *id_out = id;
@@ -137,6 +138,13 @@ FLEMMA_API int flemma_procmgr_close_stdin(flemma_procmgr* mgr, int64_t id) {
 FLEMMA_API int flemma_procmgr_cancel(flemma_procmgr* mgr, int64_t id) {
   return flemma::guard([&] {
     need(mgr).cancel(id);
+    return FLEMMA_OK;
+  });
+}
+
+FLEMMA_API int flemma_procmgr_pause(flemma_procmgr* mgr, int64_t id, int paused) {
+  return flemma::guard([&] {
+    need(mgr).pause(id, paused != 0);
     return FLEMMA_OK;
   });
 }

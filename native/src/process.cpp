@@ -20,6 +20,7 @@
 #include <set>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 
 #if defined(__linux__)
 #include <sys/eventfd.h>
@@ -303,7 +304,7 @@ std::vector<std::string> build_env(const char* const* base, const std::vector<st
 struct Proc;
 
 struct Request {
-  enum class Kind { Add, Write, CloseStdin, Cancel, MarkAllCancelled, Shutdown };
+  enum class Kind { Add, Write, CloseStdin, Cancel, MarkAllCancelled, Shutdown, Pause, Resume, Unhold };
   Request(Kind k, int64_t i = 0, std::string d = {}, Proc* p = nullptr)
       : kind(k), id(i), data(std::move(d)), proc(p) {}
   Kind kind;
@@ -321,6 +322,10 @@ struct Manager::Impl {
   int event_wfd = -1;
   std::atomic<int> running{0};
   std::atomic<int64_t> next_id{1};
+  // Decoded stream bytes queued per child, and the children whose reading the
+  // worker stopped because of them (resumed once the host took them).
+  std::unordered_map<int64_t, int64_t> queued;
+  std::unordered_set<int64_t> held;
 
   // Worker only.
   uv_loop_t loop{};
@@ -358,26 +363,37 @@ struct Manager::Impl {
 
   // Queues decoded events of a child, merged into its batch still waiting in
   // the queue if there is one (the host has not taken it yet).
-  void emit_stream(int64_t id, std::vector<stream::Event> evs) {
-    if (evs.empty()) return;
+  // Returns true when the child's queued events passed kMaxQueuedStreamBytes:
+  // the caller stops reading it (the host's next_event resumes it).
+  bool emit_stream(int64_t id, std::vector<stream::Event> evs) {
+    if (evs.empty()) return false;
     std::vector<stream::Event> batch;
     batch.reserve(evs.size());
-    for (auto& e : evs) stream::coalesce(batch, std::move(e));
-    bool was_empty;
+    int64_t bytes = 0;
+    for (auto& e : evs) {
+      bytes += static_cast<int64_t>(e.a.size() + e.b.size()) + 64;
+      stream::coalesce(batch, std::move(e));
+    }
+    bool was_empty, full;
     {
       std::lock_guard<std::mutex> lock(mu);
       was_empty = events.empty();
       if (!was_empty && events.back()->kind == Event::Kind::Stream && events.back()->id == id) {
         for (auto& e : batch) stream::coalesce(events.back()->stream, std::move(e));
+        events.back()->queued_bytes += bytes;
       } else {
         auto ev = std::make_unique<Event>();
         ev->kind = Event::Kind::Stream;
         ev->id = id;
         ev->stream = std::move(batch);
+        ev->queued_bytes = bytes;
         events.push_back(std::move(ev));
       }
+      full = (queued[id] += bytes) > kMaxQueuedStreamBytes;
+      if (full) held.insert(id);
     }
     if (was_empty) signal_fd();
+    return full;
   }
 
   void signal_fd() {
@@ -424,6 +440,8 @@ struct Proc {
   std::unique_ptr<stream::Decoder> decoder;  // stdout's decoder (opts.decoder)
   std::unique_ptr<jsonrpc::Decoder> rpc;     // or its JSON-RPC decoder (decoder "jsonrpc")
   std::unique_ptr<search::OutputDecoder> outdec;  // or a search output decoder
+  // Reading stdout: on unless the host paused it or its queued events are held.
+  bool reading = false, paused = false, held = false;
 
   // The pid_poll handle (stopped and closed before the Proc is deleted) does
   // not own its descriptor.
@@ -502,7 +520,21 @@ void on_alloc(uv_handle_t* h, size_t, uv_buf_t* b) {
   *b = uv_buf_init(p->buf.data(), static_cast<unsigned>(p->buf.size()));
 }
 
-// Decodes stdout (opts.decoder): the bytes are counted, not kept.
+void on_read(uv_stream_t* s, ssize_t n, const uv_buf_t* b);
+
+// Starts or stops reading stdout as the host's pause and the queue's hold say.
+void update_reading(Proc* p) {
+  if (!p->out_open) return;
+  bool want = !p->paused && !p->held;
+  if (want == p->reading) return;
+  auto* s = reinterpret_cast<uv_stream_t*>(&p->out_pipe);
+  if (want) uv_read_start(s, on_alloc, on_read);
+  else uv_read_stop(s);
+  p->reading = want;
+}
+
+// Decodes stdout (opts.decoder): the bytes are counted, not kept. Past
+// max_stdout_bytes the stream fails; a failed stream stops the child.
 void decode(Proc* p, const char* data, size_t n, bool end) {
   std::vector<stream::Event> evs;
   try {
@@ -515,7 +547,16 @@ void decode(Proc* p, const char* data, size_t n, bool end) {
     } else if (end) {
       p->decoder->finish(evs);
     } else {
-      p->decoder->feed(std::string_view(data, n), evs);
+      int64_t cap = p->opts.max_stdout_bytes;
+      int64_t before = p->out.total_bytes - static_cast<int64_t>(n);
+      if (cap > 0 && p->out.total_bytes > cap) {
+        size_t room = before < cap ? static_cast<size_t>(cap - before) : 0;
+        p->decoder->feed(std::string_view(data, room), evs);
+        p->decoder->fail("the response is larger than " + std::to_string(cap) + " bytes", evs,
+                         kResponseTooLarge);
+      } else {
+        p->decoder->feed(std::string_view(data, n), evs);
+      }
     }
   } catch (const std::exception& e) {
     stream::Event err;
@@ -524,7 +565,10 @@ void decode(Proc* p, const char* data, size_t n, bool end) {
     err.b = e.what();
     evs.push_back(std::move(err));
   }
-  p->mgr->emit_stream(p->id, std::move(evs));
+  if (p->mgr->emit_stream(p->id, std::move(evs)) && !end) {
+    p->held = true;
+    update_reading(p);
+  }
 }
 
 void on_read(uv_stream_t* s, ssize_t n, const uv_buf_t* b) {
@@ -532,6 +576,12 @@ void on_read(uv_stream_t* s, ssize_t n, const uv_buf_t* b) {
   if (n > 0 && (p->decoder || p->rpc || p->outdec) && s == reinterpret_cast<uv_stream_t*>(&p->out_pipe)) {
     p->out.total_bytes += n;
     decode(p, b->base, static_cast<size_t>(n), false);
+    if (p->decoder && p->decoder->failed() && p->out_open) {
+      // Nothing more is read: the child is stopped like a cancel.
+      close_stream(p, &p->out_pipe, p->out_open);
+      start_kill(p);
+      maybe_finish(p);
+    }
     return;
   }
   if (n > 0) {
@@ -570,11 +620,16 @@ void on_exit_status(Proc* p, int status) {
         &p->linger,
         [](uv_timer_t* t) {
           Proc* q = static_cast<Proc*>(t->data);
+          if (!q->killing && q->out_open && !q->reading) {
+            // The host holds stdout back: what the child wrote waits in the pipe.
+            return;  // the timer repeats
+          }
+          uv_timer_stop(t);
           close_stream(q, &q->out_pipe, q->out_open);
           close_stream(q, &q->err_pipe, q->err_open);
           maybe_finish(q);
         },
-        p->killing ? 50 : kLingerMs, 0);
+        p->killing ? 50 : kLingerMs, p->killing ? 50 : kLingerMs);
   }
   maybe_finish(p);
 }
@@ -702,6 +757,7 @@ void add_proc(Manager::Impl* m, Proc* p) {
     if (readable) uv_read_start(reinterpret_cast<uv_stream_t*>(pipe), on_alloc, on_read);
   };
   open_pipe(&p->out_pipe, p->out_fd, p->out_open, true);
+  p->reading = p->out_open;
   open_pipe(&p->err_pipe, p->err_fd, p->err_open, true);
   open_pipe(&p->in_pipe, p->in_fd, p->in_open, false);
   if (p->in_open) {
@@ -784,6 +840,20 @@ void Manager::Impl::handle_requests() {
           p->cancelled = true;
           start_kill(p);
         }
+        // A decoded stream is of no more use: stop reading it.
+        if (p->decoder && p->out_open) {
+          close_stream(p, &p->out_pipe, p->out_open);
+          maybe_finish(p);
+        }
+        break;
+      case Request::Kind::Pause:
+      case Request::Kind::Resume:
+        p->paused = r.kind == Request::Kind::Pause;
+        update_reading(p);
+        break;
+      case Request::Kind::Unhold:
+        p->held = false;
+        update_reading(p);
         break;
       default:
         break;
@@ -863,10 +933,25 @@ void Manager::ack() {
 }
 
 std::unique_ptr<Event> Manager::next_event() {
-  std::lock_guard<std::mutex> lock(impl_->mu);
-  if (impl_->events.empty()) return nullptr;
-  auto ev = std::move(impl_->events.front());
-  impl_->events.pop_front();
+  std::unique_ptr<Event> ev;
+  bool unhold = false;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    if (impl_->events.empty()) return nullptr;
+    ev = std::move(impl_->events.front());
+    impl_->events.pop_front();
+    if (ev->kind == Event::Kind::Stream) {
+      auto it = impl_->queued.find(ev->id);
+      if (it != impl_->queued.end()) {
+        it->second -= ev->queued_bytes;
+        if (it->second <= kMaxQueuedStreamBytes / 2 && impl_->held.erase(ev->id) > 0) unhold = true;
+      }
+    } else if (ev->kind == Event::Kind::Exit) {
+      impl_->queued.erase(ev->id);
+      impl_->held.erase(ev->id);
+    }
+  }
+  if (unhold) impl_->post(Request{Request::Kind::Unhold, ev->id});
   return ev;
 }
 
@@ -935,6 +1020,10 @@ int64_t Manager::search(search::Options opts) {
   });
   m->jobs.emplace(id, std::move(job));
   return id;
+}
+
+void Manager::pause(int64_t id, bool paused) {
+  impl_->post(Request{paused ? Request::Kind::Pause : Request::Kind::Resume, id});
 }
 
 void Manager::kill_all() {

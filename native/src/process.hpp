@@ -32,7 +32,16 @@ struct SpawnOptions {
   std::string decoder;                         // a stream kind: stdout goes to a decoder (Stream events);
                                                // or a JSON object {"kind": "rg_json"|"paths", "max": n,
                                                // "glob", "name_only", "skip": [...]}: a search output decoder
+  int64_t max_stdout_bytes = 0;                // with a stream decoder: past this many stdout bytes the
+                                               // stream fails (kResponseTooLarge) and the child is stopped; <= 0: none
 };
+
+// The error type of the Error event that ends a stream longer than max_stdout_bytes.
+inline constexpr const char* kResponseTooLarge = "response_too_large";
+// Decoded events of one child waiting for the host, in bytes: past this the
+// worker stops reading the child's stdout until the host has taken them (the
+// child then blocks on a full pipe).
+constexpr int64_t kMaxQueuedStreamBytes = 1 << 20;
 
 struct StreamResult {
   std::string tail;          // the kept tail (truncate_tail of the output by the limits)
@@ -59,6 +68,7 @@ struct Event {
   StreamResult err;          // stderr when not merged
   // Stream: decoded events of stdout, consecutive deltas of one block coalesced.
   std::vector<stream::Event> stream;
+  int64_t queued_bytes = 0;  // what `stream` counts against kMaxQueuedStreamBytes
 };
 
 // Whether a process group is in the registry that kill_all_groups() kills (tests).
@@ -98,6 +108,9 @@ class Manager {
   void write_stdin(int64_t id, std::string data);
   void close_stdin(int64_t id);
   void cancel(int64_t id);
+  // Stops (true) or resumes reading the child's stdout: a host that cannot keep
+  // up holds the child back (it blocks on the full pipe) instead of queueing.
+  void pause(int64_t id, bool paused);
   // SIGKILL to every group this manager started that may still be alive, at once.
   void kill_all();
   // Resets the descriptor (call before taking events).

@@ -94,6 +94,34 @@ size_t utf8_boundary(std::string_view s, size_t max) {
   return k;
 }
 
+bool json_depth_within(std::string_view s, size_t max) {
+  const char* p = s.data();
+  const char* e = p + s.size();
+  size_t depth = 0;
+  while (p < e) {
+    char c = *p++;
+    if (c == '"') {
+      // Skip the string: to its closing quote, over escapes.
+      while (p < e) {
+        const void* q = std::memchr(p, '"', static_cast<size_t>(e - p));
+        const char* end = q ? static_cast<const char*>(q) : e;
+        const char* b = static_cast<const char*>(std::memchr(p, '\\', static_cast<size_t>(end - p)));
+        if (b) {
+          p = e - b > 2 ? b + 2 : e;  // the escaped byte is skipped
+          continue;
+        }
+        p = q ? end + 1 : e;
+        break;
+      }
+    } else if (c == '[' || c == '{') {
+      if (++depth > max) return false;
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return true;
+}
+
 // ---------------------------------------------------------------------------
 // The fast path for Anthropic's content_block_delta events
 // ---------------------------------------------------------------------------
@@ -384,6 +412,11 @@ struct Malformed {
   std::string what;
 };
 
+// An event passed a limit: the decoder fails (Decoder::fail) with this message.
+struct LimitExceeded {
+  std::string what;
+};
+
 class Provider {
  public:
   virtual ~Provider() = default;
@@ -450,6 +483,11 @@ std::string event_label(std::string_view name) { return name.empty() ? std::stri
 // Parses an event's data. Invalid UTF-8 is replaced by U+FFFD and parsed again;
 // on failure an error event is appended and false returned.
 bool parse_data(std::string_view name, std::string_view data, json& j, std::vector<Event>& out) {
+  // Each level of nesting costs the parser a value and a container: millions of
+  // `[` would take gigabytes.
+  if (!detail::json_depth_within(data, kMaxJsonDepth))
+    throw LimitExceeded{"the `" + detail::sanitize_utf8(event_label(name)) + "` event's JSON is nested deeper than " +
+                        std::to_string(kMaxJsonDepth) + " levels"};
   j = json::parse(data.begin(), data.end(), nullptr, false);
   if (!j.is_discarded()) return true;
   if (!detail::valid_utf8(data)) {
@@ -1133,8 +1171,20 @@ size_t find_line(std::string_view in, size_t& term) {
 
 }  // namespace
 
+void Decoder::fail(std::string message, std::vector<Event>& out, const char* type) {
+  if (failed_) return;
+  failed_ = true;
+  out.push_back(make(Type::Error, -1, type, std::move(message)));
+  // What was assembled is dropped at once.
+  std::string().swap(line_);
+  std::string().swap(data_);
+  data_in_view_ = false;
+  has_data_ = false;
+}
+
 void Decoder::feed(std::string_view in, std::vector<Event>& out) {
   if (phase_ == Phase::Done) throw Error(FLEMMA_E_STATE, "stream: feed after finish");
+  if (failed_) return;
   if (phase_ == Phase::Start) {
     static constexpr std::string_view kHttp = "HTTP/";
     size_t take = std::min(kHttp.size() - line_.size(), in.size());
@@ -1308,26 +1358,22 @@ void Decoder::sse_bytes(std::string_view in, std::vector<Event>& out) {
     size_t term = 0;
     size_t len = find_line(in, term);
     if (len == std::string_view::npos) {
-      if (line_.size() + in.size() <= kMaxEventData + 16) line_.append(in);
-      else line_overflow_ = true;
+      if (line_.size() + in.size() <= kMaxEventData) line_.append(in);
+      else line_too_long(out);
       break;
     }
     if (term == 1 && in[len] == '\r' && len + 1 == in.size()) skip_lf_ = true;
-    if (line_.empty() && !line_overflow_) {
+    if (line_.empty()) {
       sse_line(in.substr(0, len), true, out);
+    } else if (line_.size() + len > kMaxEventData) {
+      line_too_long(out);
     } else {
-      if (line_.size() + len <= kMaxEventData + 16) line_.append(in.data(), len);
-      else line_overflow_ = true;
-      if (line_overflow_) {
-        data_overflow_ = true;
-        line_overflow_ = false;
-        line_.clear();
-      } else {
-        std::string line;
-        line.swap(line_);
-        sse_line(line, false, out);
-      }
+      line_.append(in.data(), len);
+      std::string line;
+      line.swap(line_);
+      sse_line(line, false, out);
     }
+    if (failed_) return;
     in.remove_prefix(len + term);
   }
   keep_data();  // the view must not outlive the caller's buffer
@@ -1339,8 +1385,8 @@ void Decoder::sse_line(std::string_view line, bool stable, std::vector<Event>& o
     return;
   }
   if (line.front() == ':') return;  // a comment
-  if (line.size() > kMaxEventData + 16) {
-    data_overflow_ = true;
+  if (line.size() > kMaxEventData) {
+    line_too_long(out);
     return;
   }
   size_t colon = line.find(':');
@@ -1360,7 +1406,8 @@ void Decoder::sse_line(std::string_view line, bool stable, std::vector<Event>& o
     }
     keep_data();
     if (data_.size() + value.size() + 1 > kMaxEventData) {
-      data_overflow_ = true;
+      fail("an event's data is larger than " + std::to_string(kMaxEventData >> 20) + " MiB: the stream was stopped",
+           out);
       return;
     }
     if (has_data_) data_.push_back('\n');
@@ -1379,19 +1426,25 @@ void Decoder::keep_data() {
   }
 }
 
+void Decoder::line_too_long(std::vector<Event>& out) {
+  fail("a line of the stream is longer than " + std::to_string(kMaxEventData >> 20) + " MiB: the stream was stopped",
+       out);
+}
+
 void Decoder::dispatch(std::vector<Event>& out) {
   std::string_view data = data_in_view_ ? data_view_ : std::string_view(data_);
   data_in_view_ = false;
-  if (data_overflow_) {
-    out.push_back(malformed("an event's data is larger than " + std::to_string(kMaxEventData >> 20) +
-                            " MiB: it was dropped"));
-  } else if (has_data_ && !data.empty()) {
-    provider_->on_event(event_name_, data, out);
+  if (has_data_ && !data.empty()) {
+    try {
+      provider_->on_event(event_name_, data, out);
+    } catch (const LimitExceeded& e) {
+      fail(e.what + ": the stream was stopped", out);
+      return;
+    }
   }
   event_name_.clear();
   data_.clear();
   has_data_ = false;
-  data_overflow_ = false;
 }
 
 void Decoder::raw_bytes(std::string_view in) {
@@ -1410,14 +1463,16 @@ void Decoder::finish(std::vector<Event>& out) {
   }
   bool complete = false;
   Event end = make(Type::End);
-  if (phase_ == Phase::Sse || phase_ == Phase::Start) {
+  if (failed_) {
+    // Ended early (fail): incomplete, whatever came after.
+  } else if (phase_ == Phase::Sse || phase_ == Phase::Start) {
     // An event without its closing blank line is incomplete: it is dropped.
     complete = provider_->on_close(out);
   } else if (phase_ == Phase::Raw) {
     size_t keep = detail::utf8_boundary(body_, kMaxBody);
     std::string body = body_.substr(0, keep);
     if (!detail::valid_utf8(body)) body = detail::sanitize_utf8(body);
-    if (!body_truncated_) {
+    if (!body_truncated_ && detail::json_depth_within(body, kMaxJsonDepth)) {
       json j = json::parse(body, nullptr, false);
       if (j.is_object()) {
         std::string et, msg;

@@ -58,7 +58,13 @@ std::optional<Kind> kind_from_name(std::string_view name);
 // Limits.
 constexpr size_t kMaxBody = 64 * 1024;          // a non-SSE body kept for the report
 constexpr size_t kMaxHeaderBlock = 64 * 1024;   // header lines beyond this are dropped
-constexpr size_t kMaxEventData = 16 << 20;      // one SSE event's data (then an error)
+constexpr size_t kMaxEventData = 16 << 20;      // one SSE line or event's data (then the stream fails)
+constexpr size_t kMaxJsonDepth = 128;           // nesting of an event's JSON (then the stream fails)
+
+// The error type of a limit that failed the stream (Event::a of its Error event):
+// a line or event larger than kMaxEventData, JSON nested deeper than
+// kMaxJsonDepth, or a limit of the caller (Decoder::fail).
+inline constexpr const char* kLimitError = "limit_exceeded";
 
 class Provider;  // one provider's event decoder (stream.cpp)
 
@@ -75,6 +81,11 @@ class Decoder {
   // Feeding after finish is an error (flemma::Error, FLEMMA_E_STATE).
   void finish(std::vector<Event>& out);
   bool finished() const { return phase_ == Phase::Done; }
+  // Ends the stream early: appends an Error event (kLimitError, message) and
+  // ignores every later byte; finish() then reports the stream incomplete. The
+  // decoder fails by itself when a line, an event or its JSON passes the limits.
+  void fail(std::string message, std::vector<Event>& out, const char* type = kLimitError);
+  bool failed() const { return failed_; }
   // Clears events, keeping some of their strings' memory for the next events
   // (a caller that decodes batch after batch allocates less).
   void recycle(std::vector<Event>& events);
@@ -89,6 +100,7 @@ class Decoder {
   void sse_line(std::string_view line, bool stable, std::vector<Event>& out);
   void keep_data();
   void dispatch(std::vector<Event>& out);
+  void line_too_long(std::vector<Event>& out);
   void raw_bytes(std::string_view in);
 
   std::unique_ptr<Provider> provider_;
@@ -109,9 +121,9 @@ class Decoder {
   std::string_view data_view_;  // the data while it is one line in the caller's buffer
   bool data_in_view_ = false;
   bool has_data_ = false;
-  bool data_overflow_ = false;
   bool bom_checked_ = false;
   int bom_seen_ = 0;
+  bool failed_ = false;
   // Raw (non-SSE) body.
   std::string body_;
   bool body_truncated_ = false;
@@ -135,6 +147,10 @@ namespace detail {
 // else (including any JSON it does not recognize) returns false and goes to the
 // general decoder, which must give the same result (checked by the fuzzer).
 bool fast_anthropic_delta(std::string_view data, Type& type, int32_t& index, std::string& text);
+
+// Whether the JSON text s nests arrays and objects at most max deep (strings
+// are skipped; s need not be valid JSON). One pass; stops at the first excess.
+bool json_depth_within(std::string_view s, size_t max);
 
 // Whether s is valid UTF-8 (no overlongs, surrogates or code points past U+10FFFF).
 bool valid_utf8(std::string_view s);

@@ -31,7 +31,7 @@ extern "C" {
 #endif
 
 /* Bumped whenever a declaration below changes in an incompatible way. */
-#define FLEMMA_ABI_VERSION 17
+#define FLEMMA_ABI_VERSION 18
 
 /* Status codes. */
 #define FLEMMA_OK 0
@@ -368,6 +368,10 @@ typedef struct flemma_spawn_opts {
   int64_t max_lines;
   int64_t max_bytes;
   const char *decoder; /* NULL, a stream kind (see flemma_stream_new) or "jsonrpc" (flemma_jsonrpc_new's defaults) */
+  /* With a stream decoder (not "jsonrpc"): past this many stdout bytes the stream fails (an ERROR
+   * event of type "response_too_large", then END incomplete) and the child is
+   * stopped as by flemma_procmgr_cancel; 0: no limit. */
+  int64_t max_stdout_bytes;
 } flemma_spawn_opts;
 
 /* An event. kind 1: progress (bytes, lines, last_line); kind 2: exit (every
@@ -432,6 +436,13 @@ FLEMMA_API int flemma_procmgr_close_stdin(flemma_procmgr *mgr, int64_t id);
 /* SIGTERM to the child's whole group, SIGKILL after the grace period; the exit
  * event reports cancelled. */
 FLEMMA_API int flemma_procmgr_cancel(flemma_procmgr *mgr, int64_t id);
+
+/* paused != 0 stops reading the child's stdout, 0 reads it again: a host that
+ * cannot keep up with a decoded stream holds the child back (it blocks on the
+ * full pipe) instead of queueing its output. The worker also stops reading by
+ * itself while about 1 MiB of a child's decoded events wait to be taken. An
+ * unknown or finished id is a no-op. */
+FLEMMA_API int flemma_procmgr_pause(flemma_procmgr *mgr, int64_t id, int paused);
 
 /* SIGKILL, at once, to every group the library started that may be alive. */
 FLEMMA_API int flemma_procmgr_kill_all(flemma_procmgr *mgr);
