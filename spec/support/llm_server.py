@@ -18,6 +18,9 @@ A script entry:
                 {"kind": "anthropic_tool", "bytes": N, "delta": n}: one `write` tool use whose
                 input {"path": "big.txt", "content": "..."} is N bytes of JSON on one line,
                 in input_json_delta pieces of n bytes
+  gen           {"head": s, "piece": p, "count": N, "tail": t}: a generated body: s, then p
+                N times (count omitted: without end, as fast as the client reads, until
+                it goes away), then t; "{n}" in p is replaced by the piece's number (0-based)
   content_type  (text/event-stream for fixtures and synth, else application/json)
   chunk_seed    split the body at random boundaries (seeded), one write + flush each
   max_chunk     largest random chunk (64)
@@ -134,6 +137,8 @@ class Handler(BaseHTTPRequestHandler):
             with open(os.path.join(FIXTURES, e["fixture"]), "rb") as f:
                 data = f.read()
             ctype = "text/event-stream"
+        elif "gen" in e:
+            return self.answer_gen(e, status)
         elif "synth" in e:
             s = e["synth"]
             synth = synth_anthropic_tool if s.get("kind") == "anthropic_tool" else synth_anthropic
@@ -188,6 +193,45 @@ class Handler(BaseHTTPRequestHandler):
             if chunked:
                 self.wfile.write(b"0\r\n\r\n")
                 self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+
+    def answer_gen(self, e, status):
+        g = e["gen"]
+        head = g.get("head", "").encode()
+        piece = g.get("piece", "")
+        tail = g.get("tail", "").encode()
+        count = g.get("count")
+        numbered = "{n}" in piece
+        self.send_response(status)
+        self.send_header("Content-Type", e.get("content_type", "text/event-stream"))
+        for k, v in (e.get("headers") or {}).items():
+            self.send_header(k, str(v))
+        self.send_header("Transfer-Encoding", "chunked")
+        self.send_header("Connection", "close")
+        self.end_headers()
+
+        def chunk(data):
+            if data:
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+
+        try:
+            chunk(head)
+            # Pieces go out in writes of about 64 KiB.
+            fixed = piece.encode()
+            per = max(1, 65536 // max(1, len(fixed)))
+            n = 0
+            while count is None or n < count:
+                k = per if count is None else min(per, count - n)
+                if numbered:
+                    data = "".join(piece.replace("{n}", str(n + i)) for i in range(k)).encode()
+                else:
+                    data = fixed * k
+                chunk(data)
+                n += k
+            chunk(tail)
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
         except (BrokenPipeError, ConnectionResetError):
             pass
 
