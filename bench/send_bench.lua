@@ -138,7 +138,73 @@ local function stream_once()
   return total, gap
 end
 
+-- An endless stream (a hostile or broken server sending as fast as it can):
+-- the longest main-loop gap from <C-c> until the request finished.
+local ENDLESS = {
+  gen = {
+    head = 'event: message_start\ndata: {"type":"message_start","message":{"id":"msg_1","model":"claude-sonnet-4-6",'
+      .. '"usage":{"input_tokens":10}}}\n\nevent: content_block_start\ndata: {"type":"content_block_start","index":0,'
+      .. '"content_block":{"type":"text","text":""}}\n\n',
+    piece = 'event: content_block_delta\ndata: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta",'
+      .. '"text":"lorem ipsum dolor sit amet consectetur adipiscing elit sed do eiusmod tempor\\n"}}\n\n',
+  },
+}
+
+local function cancel_endless_once()
+  vim.api.nvim_buf_set_lines(buf, 0, -1, false, { "@You:", "Go on forever." })
+  server:script({ ENDLESS })
+  local done
+  local group = vim.api.nvim_create_augroup("send_bench", { clear = true })
+  vim.api.nvim_create_autocmd("User", {
+    pattern = "FlemmaRequestFinished",
+    group = group,
+    callback = function(ev)
+      done = ev.data
+    end,
+  })
+  require("flemma.cycle").advance(buf)
+  -- Two seconds of the stream first.
+  vim.wait(2000, function()
+    return done ~= nil
+  end, 5)
+  assert(done == nil, "the endless stream ended: " .. vim.inspect(done))
+  local gap, prev = 0, vim.uv.hrtime()
+  local timer = vim.uv.new_timer()
+  timer:start(1, 1, function()
+    local now = vim.uv.hrtime()
+    gap = math.max(gap, (now - prev) / 1e6)
+    prev = now
+  end)
+  require("flemma.send").cancel(buf)
+  vim.wait(5000, function()
+    return done ~= nil
+  end, 1)
+  timer:stop()
+  timer:close()
+  assert(done and done.status == "cancelled", "the cancel did not end the request: " .. vim.inspect(done))
+  return gap
+end
+
 return {
+  {
+    name = "send_cancel_endless_gap",
+    unit = "ms",
+    target = 50,
+    op = "<=",
+    runs = 5,
+    warmup = 1,
+    setup = function()
+      setup()
+      require("flemma").setup({
+        provider = "bench",
+        providers = { bench = { kind = "anthropic", endpoint = server:url("/v1/messages") } },
+        parameters = { max_retries = 0, max_response_bytes = 1024 * 1024 * 1024 },
+        tools = { autopilot = { enabled = false } },
+      })
+    end,
+    teardown = teardown,
+    run = cancel_endless_once,
+  },
   {
     name = "send_stream_5mb_into_10mb_gap",
     unit = "ms",

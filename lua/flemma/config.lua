@@ -18,6 +18,7 @@ H.defaults = {
     timeout = 600, -- seconds a whole request may take
     connect_timeout = 10, -- seconds to establish the connection
     max_retries = 3, -- retries of a request refused with 429, 503, 529 or a reset connection
+    max_response_bytes = 64 * 1024 * 1024, -- a longer response is stopped (the text so far stays)
     thinking_foreign = "text", -- thinking of another provider: "text" (plain text) | "preserve" | "drop"
     anthropic = { thinking_budget = nil },
     openai = { reasoning = nil },
@@ -106,6 +107,9 @@ H.defaults = {
     -- Tool calls per buffer: a token bucket of `burst` calls refilled at `per_second`;
     -- a call over it gets an error result and autopilot stops. false: no limit.
     rate_limit = { burst = 20, per_second = 2 },
+    -- Tool calls of one answer that go through approval; the ones beyond get an
+    -- error result saying so.
+    max_calls_per_answer = 256,
     -- Limits of a tool's output before it is truncated (the full output goes to a file).
     truncate = { max_lines = 2000, max_bytes = 51200 },
     -- The bash tool: which shell runs commands and extra environment variables.
@@ -443,6 +447,11 @@ function H.check(value, default, path)
   end
   if vt == "number" and (value ~= value or value == math.huge or value == -math.huge) then
     util.error(("`%s` should be a finite number, not %s"):format(path, H.nonfinite(value)))
+  end
+  if (path == "parameters.max_response_bytes" or path == "tools.max_calls_per_answer")
+    and (value < 1 or value ~= math.floor(value))
+  then
+    util.error(("`%s` should be a whole number >= 1, not %s"):format(path, tostring(value)))
   end
   if path == "attachments.max_bytes" and (value < 1 or value ~= math.floor(value)) then
     util.error(("`%s` should be a whole number of bytes >= 1, not %s"):format(path, tostring(value)))

@@ -281,7 +281,14 @@ function M.categorize(bufnr)
     end
   end
 
-  local lines = vim.api.nvim_buf_get_lines(bufnr, 0, -1, false)
+  -- The 1-based line i (nil past the end): only the lines looked at are read (a
+  -- chat of an answer with 10,000 tool calls has over 100,000 lines).
+  local function line(i)
+    if i < 1 then
+      return nil
+    end
+    return vim.api.nvim_buf_get_lines(bufnr, i - 1, i, false)[1]
+  end
   local at -- 0-based index before which the block goes
   local after = scan.after
   if after then
@@ -297,13 +304,14 @@ function M.categorize(bufnr)
     else
       at = after.first_line
     end
-    if lines[at + 1] ~= nil and lines[at + 1] ~= "" then
+    local next_line = line(at + 1)
+    if next_line ~= nil and next_line ~= "" then
       block[#block + 1] = ""
     end
   else
     at = scan.assistant.last_line
     local prefix = { "@You:" }
-    if lines[at] ~= "" then
+    if line(at) ~= "" then
       table.insert(prefix, 1, "")
     end
     for i = #prefix, 1, -1 do

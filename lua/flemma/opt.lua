@@ -59,6 +59,7 @@ H.params.thinking = function(v)
 end
 H.params.cache_retention = one_of({ "none", "short", "long" })
 H.params.max_tokens = integer(1)
+H.params.max_response_bytes = integer(1)
 H.params.temperature = function(v)
   if type(v) ~= "number" or v < 0 or v > 2 then
     return "should be a number between 0 and 2"
@@ -85,6 +86,7 @@ H.ROOT_NAMES = {
   "cache_retention",
   "extra",
   "max_tokens",
+  "max_response_bytes",
   "model",
   "openai",
   "provider",

@@ -30,6 +30,8 @@ local H = {}
 ---@field on_progress? fun(p: flemma.process.Progress) at most every 100 ms
 ---@field decoder? string a stream kind ("anthropic", "openai_chat", "openai", "vertex"), or a JSON object describing a search output decoder (`{"kind": "rg_json"|"paths", "max": n, "glob"?, "name_only"?, "hidden"?, "skip"?}`): stdout is decoded natively (and not kept)
 ---@field on_events? fun(events: table[]) with `decoder`: batches of decoded events, in order, all before on_exit
+---@field max_stdout_bytes? integer with `decoder`: past this many bytes of stdout the stream fails (an `error`
+--- event of type "response_too_large", then `end` incomplete) and the process is stopped
 
 ---@class flemma.process.Result
 ---@field code integer|nil exit code (nil when a signal ended the process)
@@ -63,6 +65,29 @@ function H.Handle:cancel()
   end
   self._cancelled = true
   native.proc_cancel(self.id)
+end
+
+--- Stops reading the process's stdout (with `decoder`): a consumer that cannot keep
+--- up holds the process back (it blocks on the full pipe) instead of queueing its
+--- output. A no-op once the process finished.
+function H.Handle:pause()
+  if not self._done and not self._paused then
+    self._paused = true
+    native.proc_pause(self.id, true)
+  end
+end
+
+--- Reads stdout again after pause().
+function H.Handle:resume()
+  if not self._done and self._paused then
+    self._paused = false
+    native.proc_pause(self.id, false)
+  end
+end
+
+---@return boolean
+function H.Handle:is_paused()
+  return self._paused == true
 end
 
 --- Writes to stdin (needs `keep_stdin_open`).
@@ -122,7 +147,7 @@ function H.check(opts)
   if opts.decoder and opts.merge_output then
     util.error("process.spawn: a `decoder` reads stdout alone: leave `merge_output` unset (or false)")
   end
-  for _, key in ipairs({ "timeout", "kill_grace", "max_lines", "max_bytes" }) do
+  for _, key in ipairs({ "timeout", "kill_grace", "max_lines", "max_bytes", "max_stdout_bytes" }) do
     typed(key, "number")
     if opts[key] and opts[key] < 0 then
       util.error(("process.spawn: `%s` should not be negative"):format(key))
@@ -341,6 +366,7 @@ function M.spawn(opts, on_exit)
     max_lines = opts.max_lines and math.floor(opts.max_lines) or 0,
     max_bytes = opts.max_bytes and math.floor(opts.max_bytes) or 0,
     decoder = opts.decoder,
+    max_stdout_bytes = opts.max_stdout_bytes and math.floor(opts.max_stdout_bytes) or 0,
   })
   local handle = setmetatable({
     id = id,

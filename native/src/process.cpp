@@ -599,6 +599,15 @@ void on_read(uv_stream_t* s, ssize_t n, const uv_buf_t* b) {
   }
 }
 
+// A decoded stream of a child being stopped is of no more use: it is not read
+// further (a paused one would otherwise wait for its reader).
+void stop_stream(Proc* p) {
+  if (p->decoder && p->out_open) {
+    close_stream(p, &p->out_pipe, p->out_open);
+    maybe_finish(p);
+  }
+}
+
 void on_exit_status(Proc* p, int status) {
   if (p->exited) return;
   p->exited = true;
@@ -817,12 +826,21 @@ void Manager::Impl::handle_requests() {
       for (auto& [id, p] : procs) all.push_back(p);
       for (Proc* p : all) {
         p->cancelled = true;
+        p->killing = true;
         kill_group(p, SIGKILL);
+        stop_stream(p);
       }
       continue;
     }
     if (r.kind == Request::Kind::MarkAllCancelled) {
-      for (auto& [id, p] : procs) p->cancelled = true;
+      // Their groups were killed (kill_all_groups): nothing more is read.
+      std::vector<Proc*> all;
+      for (auto& [id, p] : procs) all.push_back(p);
+      for (Proc* p : all) {
+        p->cancelled = true;
+        p->killing = true;
+        stop_stream(p);
+      }
       continue;
     }
     auto it = procs.find(r.id);
@@ -840,11 +858,7 @@ void Manager::Impl::handle_requests() {
           p->cancelled = true;
           start_kill(p);
         }
-        // A decoded stream is of no more use: stop reading it.
-        if (p->decoder && p->out_open) {
-          close_stream(p, &p->out_pipe, p->out_open);
-          maybe_finish(p);
-        }
+        stop_stream(p);
         break;
       case Request::Kind::Pause:
       case Request::Kind::Resume:

@@ -331,8 +331,13 @@ function H.set_status(req, text)
   end
 end
 
---- Ends a request once: writes its end into the buffer, unlocks, reports.
-function H.finish(req, status, err)
+--- Ends a request once: writes its end into the buffer, unlocks, reports. `o.note`:
+--- the request was stopped (curl too): the text stays, an incomplete tool use is
+--- dropped and `o.note` is the line left (as a cancel does). `o.abandon`: the buffer is
+--- being unloaded: nothing is written into it.
+---@param o? { note?: string, abandon?: boolean }
+function H.finish(req, status, err, o)
+  o = o or {}
   if req.finished then
     return
   end
@@ -350,10 +355,15 @@ function H.finish(req, status, err)
     req.retry_timer:close()
     req.retry_timer = nil
   end
-  if req.handle and status == "cancelled" then
+  if req.handle and (status == "cancelled" or o.note) then
     pcall(req.handle.cancel, req.handle)
   end
-  local ok, werr = pcall(req.writer.finish, req.writer, status)
+  local ok, werr
+  if o.abandon then
+    ok, werr = pcall(req.writer.abandon, req.writer)
+  else
+    ok, werr = pcall(req.writer.finish, req.writer, o.note and "cancelled" or status, o.note)
+  end
   if vim.api.nvim_buf_is_valid(req.bufnr) then
     vim.b[req.bufnr].flemma_status = nil
   end
@@ -509,6 +519,34 @@ function H.describe(req, a)
   )
 end
 
+--- Error types of the native decoder that end a stream early: it broke a limit.
+M.limit_errors = { response_too_large = true, limit_exceeded = true }
+
+--- Stops a request whose stream broke a limit: what arrived stays, with a line
+--- saying why it stopped, and an error names the limit.
+function H.stop_at_limit(req, ev)
+  local name = req.spec.name
+  if ev.error_type == "response_too_large" then
+    local size = require("flemma.native").format_size(tonumber(req.ctx.parameters.max_response_bytes) or 0)
+    return H.finish(
+      req,
+      "error",
+      ("%s: the response passed parameters.max_response_bytes (%s): the request was stopped\nraise the limit if the answer is expected to be that long"):format(
+        name,
+        size
+      ),
+      { note = ("<!-- flemma: stopped: the response passed parameters.max_response_bytes (%s) -->"):format(size) }
+    )
+  end
+  -- The decoder's own limits (JSON nesting, line length): a broken or hostile server.
+  return H.finish(
+    req,
+    "error",
+    ("%s: %s\nis `providers.%s.endpoint` (%s) the right server?"):format(name, util.redact(ev.message or ""), name, req.spec.endpoint),
+    { note = "<!-- flemma: stopped: the stream broke a limit of the decoder (JSON nesting or line length) -->" }
+  )
+end
+
 --- Handles one batch of decoded events of the current attempt.
 function H.on_events(req, a, events)
   if req.finished or a ~= req.attempt then
@@ -516,7 +554,9 @@ function H.on_events(req, a, events)
   end
   for _, ev in ipairs(events) do
     local t = ev.type
-    if t == "http" then
+    if t == "error" and M.limit_errors[ev.error_type] then
+      return H.stop_at_limit(req, ev)
+    elseif t == "http" then
       a.status = ev.status
       a.headers = ev.headers or {}
       a.sse = (a.headers["content-type"] or ""):find("text/event%-stream") ~= nil
@@ -549,6 +589,18 @@ function H.on_events(req, a, events)
       end
     end
   end
+  -- A stream faster than the buffer takes it is held back (curl waits on the pipe)
+  -- until the writer caught up: the text waiting stays bounded, and so does the
+  -- work of a cancel or quit.
+  local handle = req.handle
+  if handle and req.writer:over_limit() and not handle:is_paused() then
+    handle:pause()
+    req.writer.on_low = function()
+      if req.handle == handle then
+        handle:resume()
+      end
+    end
+  end
 end
 
 function H.on_exit(req, a, result)
@@ -569,6 +621,7 @@ function H.on_exit(req, a, result)
       util.warn(("%s: the model refused to answer"):format(req.spec.name))
     end
     -- The rest of a fast answer goes in at the writer's pace, then the response ends.
+    req.writer:push_tail()
     req.writer:when_drained(function()
       H.finish(req, "completed")
     end)
@@ -632,6 +685,7 @@ function H.attempt(req)
     decoder = req.spec.kind,
     connect_timeout = tonumber(req.ctx.parameters.connect_timeout),
     timeout = tonumber(req.ctx.parameters.timeout),
+    max_response_bytes = tonumber(req.ctx.parameters.max_response_bytes),
     on_events = function(events)
       H.on_events(req, a, events)
     end,
@@ -696,7 +750,11 @@ function M.send(bufnr, request, done, extra)
     usage = {},
     retries = 0,
   }
-  req.writer = require("flemma.provider.writer").new(bufnr, { provider = spec.kind, label = spec.name })
+  req.writer = require("flemma.provider.writer").new(bufnr, {
+    provider = spec.kind,
+    label = spec.name,
+    max_tool_calls = require("flemma.config").get().tools.max_calls_per_answer,
+  })
   H.active[bufnr] = req
   -- Removed when the request finishes (H.finish): left in place, it kept every
   -- finished request of the buffer (its body: the whole conversation) alive
@@ -706,7 +764,9 @@ function M.send(bufnr, request, done, extra)
     once = true,
     callback = function()
       if H.active[bufnr] == req then
-        H.finish(req, "cancelled")
+        -- Whatever would be written goes with the buffer (on :qa! too, where a
+        -- fast stream's end took seconds to write into a buffer being thrown away).
+        H.finish(req, "cancelled", nil, { abandon = true })
       end
     end,
   })

@@ -132,6 +132,8 @@ end
 ---@field decoder string the stream decoder kind ("anthropic", "openai_chat")
 ---@field connect_timeout? number seconds
 ---@field timeout? number seconds
+---@field max_response_bytes? integer past this many bytes of the response, it fails (an `error` event of type
+--- "response_too_large") and curl is stopped
 ---@field on_events fun(events: table[])
 ---@field on_exit fun(result: flemma.process.Result)
 
@@ -180,6 +182,7 @@ function M.start(o)
     decoder = o.decoder,
     on_events = on_events,
     merge_output = false,
+    max_stdout_bytes = o.max_response_bytes,
     -- A safety net behind curl's own --max-time.
     timeout = o.timeout and o.timeout > 0 and math.floor((o.timeout + 30) * 1000) or nil,
     kill_grace = 500,

@@ -21,6 +21,13 @@ M.max_flush = 128 * 1024
 -- Tool inputs up to this size are decoded and written as compact JSON; longer ones
 -- as they came.
 M.max_input_normalized = 64 * 1024
+--- At most this many lines per change as well: each line costs the buffer's
+--- listeners (the document, folds, decorations) some microseconds, and 128 KB of
+--- short lines (tool uses) held the loop 40-50 ms.
+M.max_flush_lines = 1000
+--- Pending text above this many bytes makes `over_limit()` true: the request holds
+--- the stream back until a flush brings it down to `max_flush` (`on_low`).
+M.max_pending = 256 * 1024
 M.frames = { "⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "⠧", "⠇", "⠏" }
 M.cancelled_line = "<!-- flemma: cancelled -->"
 
@@ -34,12 +41,16 @@ M.cancelled_line = "<!-- flemma: cancelled -->"
 ---@field block? { index: integer, kind: string } the open text/thinking block
 ---@field tools table<integer, { id: string, name: string, json: string[] }> open tool uses by index
 ---@field wrote boolean content was written (or is pending)
+---@field pending_bytes integer bytes of the pending text
+---@field on_low? fun() called (once, then cleared) when a flush leaves at most `max_flush` bytes pending
+---@field max_tool_calls? integer tool uses beyond this many get an error result at the end
+---@field over_cap string[] ids of the tool uses beyond `max_tool_calls`
 local Writer = {}
 Writer.__index = Writer
 
 --- Appends `@Assistant:` to the buffer and locks it.
 ---@param bufnr integer
----@param opts? { provider?: string, label?: string }
+---@param opts? { provider?: string, label?: string, max_tool_calls?: integer }
 ---@return flemma.provider.Writer
 function M.new(bufnr, opts)
   opts = opts or {}
@@ -47,10 +58,13 @@ function M.new(bufnr, opts)
     bufnr = bufnr,
     provider = opts.provider or "anthropic",
     label = opts.label or "",
+    max_tool_calls = opts.max_tool_calls,
+    over_cap = {},
     pending = {},
     head = 1,
     tail = 0,
     pending_nl = 0,
+    pending_bytes = 0,
     tools = {},
     wrote = false,
     esc = native.escaper_new(),
@@ -167,6 +181,7 @@ function Writer:push(s)
   end
   self.tail = self.tail + 1
   self.pending[self.tail] = s
+  self.pending_bytes = self.pending_bytes + #s
   -- Counted with plain finds: gsub tried its pattern at every byte of a long text.
   local find, at = string.find, 1
   while true do
@@ -184,6 +199,12 @@ end
 --- Whether text waits to be written.
 function Writer:has_pending()
   return self.head <= self.tail
+end
+
+--- Whether more text waits than the writer should be given before it wrote some
+--- (`max_pending`); `on_low` says when it can take more.
+function Writer:over_limit()
+  return self.pending_bytes > M.max_pending
 end
 
 --- The 0-based row the next pushed text starts on.
@@ -244,12 +265,25 @@ function H.cut(text, limit)
   return nil
 end
 
+--- The length of text's first `n` lines with the newline ending them, or nil when
+--- text has at most n line breaks.
+function H.first_lines(text, n)
+  local pos = 0
+  for _ = 1, n do
+    pos = text:find("\n", pos + 1, true)
+    if not pos then
+      return nil
+    end
+  end
+  return pos
+end
+
 --- Takes the text to write now from the front of the queue: whole lines of at most
 --- `limit` bytes (up to the last newline within the limit), else all of it. A line
 --- longer than the limit is taken whole, to its newline (or the end of the queue):
 --- Neovim copies a line on each change to it, so writing a long line in pieces cost
 --- its length again for every piece. Only what is taken is joined and copied,
---- however much waits behind it.
+--- however much waits behind it. At most `max_flush_lines` lines are taken.
 function Writer:take(limit)
   local q, i, n = self.pending, self.head, 0
   local parts = {}
@@ -260,6 +294,7 @@ function Writer:take(limit)
     i = i + 1
   end
   local text = table.concat(parts)
+  local put_back = false
   if n > limit then
     local at = H.cut(text, limit) or text:find("\n", limit + 1, true)
     if not at then
@@ -285,12 +320,24 @@ function Writer:take(limit)
       i = i - 1
       q[i] = text:sub(at + 1)
       text = text:sub(1, at)
+      put_back = true
     end
+  end
+  local lines_at = limit ~= math.huge and H.first_lines(text, M.max_flush_lines) or nil
+  if lines_at and lines_at < #text then
+    if put_back then
+      q[i] = text:sub(lines_at + 1) .. q[i]
+    else
+      i = i - 1
+      q[i] = text:sub(lines_at + 1)
+    end
+    text = text:sub(1, lines_at)
   end
   self.head = i
   if i > self.tail then
     self.pending, self.head, self.tail = {}, 1, 0
   end
+  self.pending_bytes = math.max(0, self.pending_bytes - #text)
   return text
 end
 
@@ -315,6 +362,11 @@ function Writer:flush(all)
     self.col = #lines[#lines]
   end
   self.last_flush = vim.uv.now()
+  if self.on_low and self.pending_bytes <= M.max_flush then
+    local cb = self.on_low
+    self.on_low = nil
+    cb()
+  end
   if self:has_pending() then
     self:schedule()
   elseif self.drained then
@@ -477,6 +529,28 @@ function Writer:write_tool(tool)
   self:separate()
   self:push(table.concat(lines, "\n"))
   self.tool_count = (self.tool_count or 0) + 1
+  if self.max_tool_calls and self.tool_count > self.max_tool_calls then
+    self.over_cap[#self.over_cap + 1] = id
+  end
+end
+
+--- The error results of the tool uses beyond `max_tool_calls` (lines, or nil).
+function Writer:over_cap_results()
+  if #self.over_cap == 0 then
+    return nil
+  end
+  local message = ("not run: this answer holds %d tool calls and at most %d run per answer (tools.max_calls_per_answer); ask for fewer at a time"):format(
+    self.tool_count,
+    self.max_tool_calls
+  )
+  local lines = {}
+  for i, id in ipairs(self.over_cap) do
+    if i > 1 then
+      lines[#lines + 1] = ""
+    end
+    vim.list_extend(lines, document.render_error(id, message))
+  end
+  return lines
 end
 
 -- ---------------------------------------------------------------------------
@@ -496,12 +570,45 @@ function Writer:stop_timers()
   end
 end
 
+--- Queues the end of a complete answer when tool uses beyond `max_tool_calls` need
+--- their error results (thousands of them): `@You:` and the results go in at the
+--- writer's pace, and `finish` then only closes the response. A no-op otherwise.
+function Writer:push_tail()
+  local results = not self.closed and not self.tail_row and self:over_cap_results() or nil
+  if not results then
+    return
+  end
+  self:close_block()
+  self:push("\n\n")
+  self.tail_row = self:next_row() + 1
+  self:push("\n@You:\n" .. table.concat(results, "\n"))
+  self.over_cap = {}
+end
+
+--- Ends the request without touching the buffer (it is being unloaded: what would be
+--- written is lost anyway): timers stopped, pending text dropped.
+function Writer:abandon()
+  if self.closed then
+    return
+  end
+  self:stop_timers()
+  self.closed = true
+  self.pending, self.head, self.tail, self.pending_bytes = {}, 1, 0, 0
+  self.tools = {}
+  if vim.api.nvim_buf_is_valid(self.bufnr) then
+    vim.bo[self.bufnr].modifiable = self.saved_modifiable
+  end
+end
+
 --- Ends the response. `status`: "completed" (a fresh `@You:` follows), "cancelled"
---- (an incomplete tool use is dropped, a cancelled line is left) or "error" (an empty
---- `@Assistant:` is removed). Restores the buffer's `modifiable`.
+--- (an incomplete tool use is dropped, a cancelled line is left: `note` when given,
+--- e.g. why the request was stopped) or "error" (an empty `@Assistant:` is removed).
+--- Tool uses beyond `max_tool_calls` get their error results under the `@You:`.
+--- Restores the buffer's `modifiable`.
 ---@param status "completed"|"cancelled"|"error"
+---@param note? string the line left instead of the cancelled line
 ---@return { row: integer }|nil where `@You:` was written (0-based), nil when removed
-function Writer:finish(status)
+function Writer:finish(status, note)
   if self.closed then
     return nil
   end
@@ -548,18 +655,32 @@ function Writer:finish(status)
       end)
       return
     end
+    if self.tail_row then
+      -- push_tail wrote `@You:` and the results.
+      self:edit(function()
+        vim.api.nvim_buf_set_lines(bufnr, last + 1, -1, false, { "" })
+      end)
+      result = { row = self.tail_row }
+      return
+    end
     local tail = {}
     if status == "cancelled" then
       if not empty then
         tail[#tail + 1] = ""
       end
-      tail[#tail + 1] = M.cancelled_line
+      tail[#tail + 1] = note or M.cancelled_line
     end
-    vim.list_extend(tail, { "", "@You:", "" })
+    vim.list_extend(tail, { "", "@You:" })
+    local you = #tail
+    local results = self:over_cap_results()
+    if results then
+      vim.list_extend(tail, results)
+    end
+    tail[#tail + 1] = ""
     self:edit(function()
       vim.api.nvim_buf_set_lines(bufnr, last + 1, -1, false, tail)
     end)
-    result = { row = last + 1 + #tail - 2 }
+    result = { row = last + you }
   end)
   vim.bo[bufnr].modifiable = self.saved_modifiable
   if not ok then
