@@ -86,6 +86,21 @@ function H.window(buf, win)
   marks.redraw(buf)
 end
 
+--- A chat that grew past ui.treesitter_max_bytes (a long answer streaming in) goes
+--- over to Vim's syntax, as a chat of that size is opened: tree-sitter parsed the
+--- whole buffer again after changes (a 20 MB answer: 2 s, also while quitting).
+function H.limit_treesitter(buf)
+  local hl = vim.treesitter.highlighter and vim.treesitter.highlighter.active or {}
+  if not hl[buf] then
+    return
+  end
+  local max = require("flemma.config").get().ui.treesitter_max_bytes
+  if vim.api.nvim_buf_get_offset(buf, vim.api.nvim_buf_line_count(buf)) > max then
+    vim.treesitter.stop(buf)
+    vim.bo[buf].syntax = "chat"
+  end
+end
+
 --- Makes buffer buf (filetype chat) highlighted, folded in the current window,
 --- with rulers and signs.
 ---@param buf integer
@@ -108,6 +123,7 @@ function M.attach(buf)
       H.safe(marks.update, buf)
       H.safe(marks.redraw, buf)
       H.safe(H.fence_warnings, buf)
+      H.safe(H.limit_treesitter, buf)
     end
   end
   vim.api.nvim_buf_attach(buf, false, {

@@ -124,6 +124,7 @@ describe("a hostile server", function()
     setup({ parameters = { max_response_bytes = 8 * 1024 * 1024 } })
     server:script({ ENDLESS })
     local buf = chat()
+    local treesitter = vim.treesitter.highlighter.active[buf] ~= nil
     local base = reset_peak()
     press("<C-]>")
     local fin = h.wait_finished(1, 30000)
@@ -138,6 +139,12 @@ describe("a hostile server", function()
     assert.is_true(#t > 3 * 1024 * 1024 and #t < 8 * 1024 * 1024, tostring(#t))
     assert.is_true(growth < 200, ("the peak grew by %.0f MB"):format(growth))
     assert.is_true(vim.bo[buf].modifiable)
+    if treesitter then
+      -- Past ui.treesitter_max_bytes the chat went over to Vim's syntax (tree-sitter
+      -- parsed the whole answer again after changes: seconds, also when quitting).
+      assert.is_nil(vim.treesitter.highlighter.active[buf])
+      assert.equals("chat", vim.bo[buf].syntax)
+    end
   end)
 
   it("rejects a max_response_bytes that is not a whole number >= 1, in setup() and frontmatter", function()
