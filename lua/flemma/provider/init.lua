@@ -333,9 +333,8 @@ end
 
 --- Ends a request once: writes its end into the buffer, unlocks, reports. `o.note`:
 --- the request was stopped (curl too): the text stays, an incomplete tool use is
---- dropped and `o.note` is the line left (as a cancel does). `o.abandon`: the buffer is
---- being unloaded: nothing is written into it.
----@param o? { note?: string, abandon?: boolean }
+--- dropped and `o.note` is the line left (as a cancel does).
+---@param o? { note?: string }
 function H.finish(req, status, err, o)
   o = o or {}
   if req.finished then
@@ -358,12 +357,7 @@ function H.finish(req, status, err, o)
   if req.handle and (status == "cancelled" or o.note) then
     pcall(req.handle.cancel, req.handle)
   end
-  local ok, werr
-  if o.abandon then
-    ok, werr = pcall(req.writer.abandon, req.writer)
-  else
-    ok, werr = pcall(req.writer.finish, req.writer, o.note and "cancelled" or status, o.note)
-  end
+  local ok, werr = pcall(req.writer.finish, req.writer, o.note and "cancelled" or status, o.note)
   if vim.api.nvim_buf_is_valid(req.bufnr) then
     vim.b[req.bufnr].flemma_status = nil
   end
@@ -764,9 +758,10 @@ function M.send(bufnr, request, done, extra)
     once = true,
     callback = function()
       if H.active[bufnr] == req then
-        -- Whatever would be written goes with the buffer (on :qa! too, where a
-        -- fast stream's end took seconds to write into a buffer being thrown away).
-        H.finish(req, "cancelled", nil, { abandon = true })
+        -- Cheap however fast the stream: the text waiting to be written is bounded
+        -- (the stream is held back), so :qa! does not write a backlog of seconds.
+        -- flemma.ui.quit writes the marker of a buffer :wq! wrote again.
+        H.finish(req, "cancelled")
       end
     end,
   })

@@ -585,21 +585,6 @@ function Writer:push_tail()
   self.over_cap = {}
 end
 
---- Ends the request without touching the buffer (it is being unloaded: what would be
---- written is lost anyway): timers stopped, pending text dropped.
-function Writer:abandon()
-  if self.closed then
-    return
-  end
-  self:stop_timers()
-  self.closed = true
-  self.pending, self.head, self.tail, self.pending_bytes = {}, 1, 0, 0
-  self.tools = {}
-  if vim.api.nvim_buf_is_valid(self.bufnr) then
-    vim.bo[self.bufnr].modifiable = self.saved_modifiable
-  end
-end
-
 --- Ends the response. `status`: "completed" (a fresh `@You:` follows), "cancelled"
 --- (an incomplete tool use is dropped, a cancelled line is left: `note` when given,
 --- e.g. why the request was stopped) or "error" (an empty `@Assistant:` is removed).
