@@ -385,6 +385,17 @@ function H.static_result(part, uses)
     end
     return "The tool call was denied by the approval policy.", true
   elseif part.status == "rejected" then
+    if vim.trim(content) == "" then
+      -- A tool may say what a rejection tells the model (on_rejected).
+      local use = uses[part.id]
+      local def = use and require("flemma.tools").get(use.name)
+      if def and type(def.on_rejected) == "function" and use.input ~= nil then
+        local ok, text = pcall(def.on_rejected, use.input)
+        if ok and type(text) == "string" and text ~= "" then
+          return text, true
+        end
+      end
+    end
     return vim.trim(content) ~= "" and content or "The user rejected this tool call.", true
   elseif part.status == "pending" and vim.trim(content) ~= "" then
     -- Content-overwrite protection: the user's text is the result.

@@ -58,6 +58,7 @@ H.optional = {
   execute = { "function" },
   enabled = { "boolean", "function" },
   risk = { "string" },
+  on_rejected = { "function" },
 }
 
 -- Risk levels (`:help flemma-risk`), least to most.
@@ -750,6 +751,7 @@ function M.execute(bufnr, tool_use, on_done, opts)
     state.started = true
     H.running = H.running + 1
     local ctx = require("flemma.tools.context").new(bufnr, name, opts)
+    H.ctx_ids[ctx] = tool_use.id
     local middleware = require("flemma.tools.middleware")
     if middleware.any(name) then
       local mw_ctx = { tool_name = name, call_id = tool_use.id, bufnr = ctx.bufnr, cwd = ctx.cwd, context = ctx }
@@ -783,6 +785,15 @@ function M.execute(bufnr, tool_use, on_done, opts)
 end
 
 -- Calls made with tools.call() ------------------------------------------------------
+
+H.ctx_ids = setmetatable({}, { __mode = "k" }) -- execution context -> call id
+
+--- The id of the call an execution context belongs to (nil for a call without one).
+---@param ctx flemma.tools.Context
+---@return string|nil
+function M.call_id(ctx)
+  return H.ctx_ids[ctx]
+end
 
 H.frames = setmetatable({}, { __mode = "k" }) -- coroutine -> frame
 H.frames_by_id = {} -- running call id -> frame
