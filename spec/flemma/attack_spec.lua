@@ -307,8 +307,10 @@ describe("a key for a loopback endpoint with http_proxy set", function()
   end)
 
   after_each(function()
-    for k, v in pairs(saved) do
-      vim.env[k] = v
+    -- Every name, also those that were unset (pairs() skips nil values: the proxy
+    -- stayed set for every later spec).
+    for _, k in ipairs({ "http_proxy", "HTTP_PROXY", "ALL_PROXY", "all_proxy", "no_proxy", "NO_PROXY" }) do
+      vim.env[k] = saved[k]
     end
     proxy:stop()
     h.teardown()

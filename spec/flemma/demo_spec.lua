@@ -106,13 +106,21 @@ describe("make demo", function()
     -- The cursor sits on the pending bash block: approve it and press Ctrl-] again.
     child.tmux({ "send-keys", "-t", "flemma", ":Flemma tool:approve", "Enter" })
     child.tmux({ "send-keys", "-t", "flemma", "C-]" })
-    s = child.wait_screen("tour-bash-done\n", 15000)
-    -- The line shows in the running placeholder's progress first: wait for the result.
+    -- The line shows in the running placeholder's progress first, then in the result,
+    -- which is folded once it is written (ui.fold_completed): wait for either.
+    helpers.wait_for(function()
+      s = child.screen()
+      return s:find("tour-bash-done\n", 1, true) ~= nil or s:find("Tool Result: bash (toolu_tour_bash)", 1, true) ~= nil
+    end, 15000, "the bash call never ran:\n" .. tostring(s))
     helpers.wait_for(function()
       s = child.screen()
       return s:find("running bash", 1, true) == nil
     end, 15000, "the bash result never replaced the running placeholder:\n" .. s)
     assert.truthy(s:find("notes.txt", 1, true), s)
+    child.tmux({ "send-keys", "-t", "flemma", ":w", "Enter" })
+    helpers.wait_for(function()
+      return (helpers.read_file(dir .. "/tour.chat") or ""):find("\ntour%-bash%-done\n") ~= nil
+    end, 10000, "the bash result never reached the file")
     -- The write outside the project never ran.
     assert.is_nil(vim.uv.fs_stat(home .. "/flemma-tour.txt"))
     -- Quitting is part of the tour: Neovim (and make demo) must exit 0.
