@@ -140,6 +140,31 @@ describe("flemma.compat.codecompanion", function()
     assert.is_nil(text(buf):find("(error)", 1, true))
   end)
 
+  it("runs its commands inside the sandbox when it is on: a write outside the writable paths fails", function()
+    local dir = helpers.tmpdir()
+    local outside = vim.fn.tempname():gsub("^/tmp/", "/var/tmp/flemma-cc-")
+    vim.fn.mkdir(outside, "p")
+    require("flemma").setup({
+      tools = { autopilot = { enabled = false }, auto_approve = { "$default" } },
+      sandbox = { enabled = true, policy = { rw_paths = { dir } } },
+    })
+    table.insert(handles, cc.adapt(cmd_runner({})))
+    local buf = chat({
+      { "cc_cmd_runner", "toolu_01", { cmd = ("echo in > %s/in.txt && echo out > %s/out.txt"):format(dir, outside) } },
+    })
+    press("<C-]>")
+    approve_all(buf)
+    press("<C-]>")
+    wait_text(buf, "failed: ")
+    local ok, err = pcall(function()
+      assert.equals("in\n", helpers.read_file(dir .. "/in.txt"))
+      assert.equals(0, vim.fn.filereadable(outside .. "/out.txt"), "the command wrote outside the sandbox")
+      assert.truthy(text(buf):find("Read-only file system", 1, true), text(buf))
+    end)
+    vim.fn.delete(outside, "rf")
+    assert(ok, err)
+  end)
+
   it("requires_approval = false never overrides the user's deny", function()
     local dir = helpers.tmpdir()
     local tool = cmd_runner({})
