@@ -13,7 +13,7 @@ ASAN_PRELOAD = $(shell gcc -print-file-name=libasan.so) $(shell gcc -print-file-
 ASAN_SPECS = spec/flemma/process_spec.lua spec/flemma/sandbox_spec.lua spec/flemma/document_spec.lua \
 	spec/flemma/truncate_spec.lua spec/flemma/native_spec.lua spec/flemma/stream_spec.lua
 
-.PHONY: all build deps test asan bench fuzz demo helptags clean distclean
+.PHONY: all build deps test asan bench fuzz demo helptags format lint clean distclean
 
 all: build
 
@@ -62,6 +62,20 @@ demo:
 # edit of doc/flemma.txt, regenerate it (spec/flemma/doc_spec.lua checks it is current).
 helptags:
 	@bash scripts/helptags.sh
+
+# The layout of the Lua (stylua.toml) and of the native core (.clang-format): `make format`
+# rewrites the files, `make lint` checks them (and runs the linters) without writing.
+STYLUA       ?= $(firstword $(wildcard .deps/npm/node_modules/.bin/stylua) stylua)
+CLANG_FORMAT ?= $(firstword $(shell command -v clang-format-14 clang-format 2>/dev/null))
+LUA_DIRS      = lua plugin ftplugin ftdetect spec bench scripts
+NATIVE_FILES  = $(wildcard native/src/*.cpp native/src/*.hpp native/include/flemma/*.h native/reaper/*.cpp tests/*.cpp fuzz/*.cpp)
+
+format:
+	@$(STYLUA) $(LUA_DIRS)
+	@$(CLANG_FORMAT) -i $(NATIVE_FILES)
+
+lint:
+	@bash scripts/lint.sh
 
 bench: deps build
 	@BENCH="$(BENCH)" bash scripts/bench.sh

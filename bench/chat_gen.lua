@@ -7,9 +7,30 @@
 local M = {}
 
 local WORDS = {
-  "parser", "buffer", "message", "fence", "marker", "placeholder", "preview", "cycle",
-  "result", "approval", "sandbox", "process", "stream", "extmark", "window", "scroll",
-  "native", "handle", "region", "state", "append", "delete", "insert", "undo",
+  "parser",
+  "buffer",
+  "message",
+  "fence",
+  "marker",
+  "placeholder",
+  "preview",
+  "cycle",
+  "result",
+  "approval",
+  "sandbox",
+  "process",
+  "stream",
+  "extmark",
+  "window",
+  "scroll",
+  "native",
+  "handle",
+  "region",
+  "state",
+  "append",
+  "delete",
+  "insert",
+  "undo",
 }
 
 -- One prose line, distinct through (turn, line).

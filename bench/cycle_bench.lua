@@ -59,7 +59,9 @@ return {
     name = "categorize_preview_500",
     note = function()
       table.sort(all_ms)
-      return ("the previews out of view all drawn %.1f ms later (median)"):format(all_ms[math.floor((#all_ms + 1) / 2)] or -1)
+      return ("the previews out of view all drawn %.1f ms later (median)"):format(
+        all_ms[math.floor((#all_ms + 1) / 2)] or -1
+      )
     end,
     unit = "ms",
     target = 50,
@@ -127,7 +129,8 @@ return {
       local ms = (vim.uv.hrtime() - t0) / 1e6
       rejected_cpu[#rejected_cpu + 1] = (os.clock() - c0) * 1000
       local text = table.concat(vim.api.nvim_buf_get_lines(rejected_buf, 0, -1, false), "\n")
-      local _, errors = text:gsub("%*%*Tool Result:%*%* `toolu_%d+` %(error%)\n\n```\nThe user rejected this tool call%.\n```", "")
+      local _, errors =
+        text:gsub("%*%*Tool Result:%*%* `toolu_%d+` %(error%)\n\n```\nThe user rejected this tool call%.\n```", "")
       assert(errors == REJECTED, ("expected %d error results, found %d"):format(REJECTED, errors))
       assert(not text:find("status=rejected", 1, true), "a placeholder was left")
       return ms

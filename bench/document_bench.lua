@@ -10,8 +10,26 @@ local native = require("flemma.native")
 local H = {}
 
 local words = {
-  "the", "parser", "reads", "every", "line", "once", "and", "jumps", "over", "closed",
-  "fences", "so", "that", "large", "buffers", "stay", "fast", "while", "tools", "run",
+  "the",
+  "parser",
+  "reads",
+  "every",
+  "line",
+  "once",
+  "and",
+  "jumps",
+  "over",
+  "closed",
+  "fences",
+  "so",
+  "that",
+  "large",
+  "buffers",
+  "stay",
+  "fast",
+  "while",
+  "tools",
+  "run",
 }
 
 function H.prose(seed, n)
@@ -60,7 +78,9 @@ function H.generate(bytes)
     add(("**Tool Use:** `bash` (`%s`)"):format(id))
     add("")
     add("```json")
-    add(('{"command":"grep -rn \\"pattern_%d\\" src/ | head -20","label":"search %d","timeout":30}'):format(round, round))
+    add(
+      ('{"command":"grep -rn \\"pattern_%d\\" src/ | head -20","label":"search %d","timeout":30}'):format(round, round)
+    )
     add("```")
     add("")
     add("@You:")
@@ -138,9 +158,7 @@ function H.case(name, bytes, target)
       local inputs = #raw.tool_uses
       local handover = math.max(0, to_native - parse_only)
       local decode = math.max(0, total - raw_total)
-      state.note = (
-        "%.1f MB, %d lines, %d tool uses, %d messages; lines->C (pointer arrays, native join) %.1f ms, native parse %.1f ms, FFI items->tables %.1f ms, JSON decode %.1f ms; crossing FFI %.0f%% of %.1f ms"
-      ):format(
+      state.note = ("%.1f MB, %d lines, %d tool uses, %d messages; lines->C (pointer arrays, native join) %.1f ms, native parse %.1f ms, FFI items->tables %.1f ms, JSON decode %.1f ms; crossing FFI %.0f%% of %.1f ms"):format(
         state.size / 1e6,
         #lines,
         inputs,

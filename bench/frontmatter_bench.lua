@@ -115,11 +115,13 @@ return {
     op = "<=",
     runs = 9,
     run = function()
-      local opts = assert(frontmatter.evaluate(
-        'flemma.opt.tools.auto_approve = function(name, input) return name == "bash" and input.command:match("^git ") ~= nil end',
-        "lua",
-        1
-      ))
+      local opts = assert(
+        frontmatter.evaluate(
+          'flemma.opt.tools.auto_approve = function(name, input) return name == "bash" and input.command:match("^git ") ~= nil end',
+          "lua",
+          1
+        )
+      )
       local n = 200
       local t0 = vim.uv.hrtime()
       for _ = 1, n do
@@ -137,7 +139,8 @@ return {
     op = "<=",
     runs = 5,
     run = function()
-      local opts = assert(frontmatter.evaluate("flemma.opt.tools.auto_approve = function() while true do end end", "lua", 1))
+      local opts =
+        assert(frontmatter.evaluate("flemma.opt.tools.auto_approve = function() while true do end end", "lua", 1))
       require("flemma.isolate").begin_action()
       local t0 = vim.uv.hrtime()
       for i = 1, 150 do

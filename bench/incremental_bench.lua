@@ -177,9 +177,14 @@ function H.edit_case(name, bytes, target)
       return blocking
     end,
     note = function()
-      return (
-        "%.1f MB, %d lines, %d tool uses; edits x, dd, p, u in the middle third; the edit and its TextChanged take %.2f ms (median, deferred work not included); the most main-thread CPU time between two ticks %.2f ms (median: the work, without the machine's late wake-ups); idle blocking on this machine %.2f ms"
-      ):format(st.info.bytes / 1e6, st.n, st.info.tools, H.median(st.work), H.median(st.cpu), st.idle or 0)
+      return ("%.1f MB, %d lines, %d tool uses; edits x, dd, p, u in the middle third; the edit and its TextChanged take %.2f ms (median, deferred work not included); the most main-thread CPU time between two ticks %.2f ms (median: the work, without the machine's late wake-ups); idle blocking on this machine %.2f ms"):format(
+        st.info.bytes / 1e6,
+        st.n,
+        st.info.tools,
+        H.median(st.work),
+        H.median(st.cpu),
+        st.idle or 0
+      )
     end,
   }
 end
@@ -310,9 +315,7 @@ local cases = {
     end,
     note = function()
       local st = append.stats or {}
-      return (
-        "%d chunks at 1 ms; main-thread CPU time over the stream and 400 ms after, less an idle Neovim's (%.0f ms of CPU in %.0f ms, idle %.3f ms/ms; last run); the same stream into a buffer that is not a chat %.0f ms; in the edit callbacks (set_text, on_lines, TextChanged) %.0f ms; timer lateness summed %.0f ms (idle: %.0f ms over as long); longest blocking %.1f ms (median; last run after chunk %s); idle blocking on this machine %.2f ms"
-      ):format(
+      return ("%d chunks at 1 ms; main-thread CPU time over the stream and 400 ms after, less an idle Neovim's (%.0f ms of CPU in %.0f ms, idle %.3f ms/ms; last run); the same stream into a buffer that is not a chat %.0f ms; in the edit callbacks (set_text, on_lines, TextChanged) %.0f ms; timer lateness summed %.0f ms (idle: %.0f ms over as long); longest blocking %.1f ms (median; last run after chunk %s); idle blocking on this machine %.2f ms"):format(
         APPEND_N,
         st.cpu or 0,
         st.wall or 0,
@@ -336,7 +339,10 @@ local cases = {
     warmup = 0,
     run = function()
       append.i = (append.i or 0) + 1
-      return assert(append.blockings[append.i], "append_10mb_total runs first: run `make bench` or BENCH='append_10mb_total append_10mb_blocking'")
+      return assert(
+        append.blockings[append.i],
+        "append_10mb_total runs first: run `make bench` or BENCH='append_10mb_total append_10mb_blocking'"
+      )
     end,
     teardown = function()
       H.wipe(append.buf)

@@ -34,7 +34,10 @@ function Direct.start()
       end
     end
   end)
-  self:call("initialize", { protocolVersion = "2025-06-18", capabilities = vim.empty_dict(), clientInfo = { name = "bench", version = "0" } })
+  self:call(
+    "initialize",
+    { protocolVersion = "2025-06-18", capabilities = vim.empty_dict(), clientInfo = { name = "bench", version = "0" } }
+  )
   self.stdin:write(vim.json.encode({ jsonrpc = "2.0", method = "notifications/initialized" }) .. "\n")
   return self
 end
@@ -46,9 +49,12 @@ function Direct:call(method, params)
   self.waiting = w
   local t0 = vim.uv.hrtime()
   self.stdin:write(vim.json.encode({ jsonrpc = "2.0", id = self.id, method = method, params = params }) .. "\n")
-  assert(vim.wait(10000, function()
-    return w.t1 ~= nil
-  end, 1), "the direct client got no answer")
+  assert(
+    vim.wait(10000, function()
+      return w.t1 ~= nil
+    end, 1),
+    "the direct client got no answer"
+  )
   return (w.t1 - t0) / 1e6
 end
 
@@ -87,9 +93,12 @@ local notes = {}
 local finished_at
 
 local function wait_ready()
-  assert(vim.wait(30000, function()
-    return require("flemma.tools").is_ready()
-  end, 1), "the MCP server never became ready")
+  assert(
+    vim.wait(30000, function()
+      return require("flemma.tools").is_ready()
+    end, 1),
+    "the MCP server never became ready"
+  )
 end
 
 return {
@@ -101,7 +110,10 @@ return {
     runs = 15,
     warmup = 3,
     note = function()
-      return ("above the bare client's %.2f ms (median): Flemma's whole call %.2f ms"):format(median(notes.direct), median(notes.flemma))
+      return ("above the bare client's %.2f ms (median): Flemma's whole call %.2f ms"):format(
+        median(notes.direct),
+        median(notes.flemma)
+      )
     end,
     setup = function()
       notes = { direct = {}, flemma = {} }
@@ -151,9 +163,12 @@ return {
       finished_at = nil
       local t0 = vim.uv.hrtime()
       vim.api.nvim_feedkeys(vim.api.nvim_replace_termcodes("<C-]>", true, false, true), "mx", false)
-      assert(vim.wait(10000, function()
-        return finished_at ~= nil
-      end, 1), "the tool never finished")
+      assert(
+        vim.wait(10000, function()
+          return finished_at ~= nil
+        end, 1),
+        "the tool never finished"
+      )
       local ms = (finished_at - t0) / 1e6
       local text = table.concat(vim.api.nvim_buf_get_lines(buf, 0, -1, false), "\n")
       assert(text:find("Echo: " .. msg, 1, true), "no result in the buffer:\n" .. text)

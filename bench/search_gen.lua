@@ -14,8 +14,26 @@ M.REGEX = "fn_[0-9]+_handler\\("
 M.DIR = ("/tmp/flemma-bench-search-%d-%d"):format(M.FILES, M.SIZE)
 
 local words = {
-  "static", "int", "return", "const", "char", "buffer", "length", "value", "struct", "node",
-  "while", "for", "if", "else", "size_t", "count", "index", "result", "error", "flags",
+  "static",
+  "int",
+  "return",
+  "const",
+  "char",
+  "buffer",
+  "length",
+  "value",
+  "struct",
+  "node",
+  "while",
+  "for",
+  "if",
+  "else",
+  "size_t",
+  "count",
+  "index",
+  "result",
+  "error",
+  "flags",
 }
 
 -- A few distinct bodies, reused: generating 200 MB of fresh random text in Lua

@@ -31,11 +31,14 @@ return {
       vim.api.nvim_buf_set_lines(buf, 0, -1, false, lines)
       local usage = require("flemma.provider.usage")
       for i = 1, 50 do
-        usage.add(buf, usage.record({ input_tokens = 1000 * i, output_tokens = 100 }, {
-          kind = "anthropic",
-          provider = "anthropic",
-          model = i % 2 == 0 and "claude-sonnet-4-6" or "claude-haiku-4-5",
-        }))
+        usage.add(
+          buf,
+          usage.record({ input_tokens = 1000 * i, output_tokens = 100 }, {
+            kind = "anthropic",
+            provider = "anthropic",
+            model = i % 2 == 0 and "claude-sonnet-4-6" or "claude-haiku-4-5",
+          })
+        )
       end
       require("flemma").statusline(buf)
     end,

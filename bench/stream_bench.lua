@@ -13,9 +13,36 @@ local SIZE = 50 * 1024 * 1024
 local CHUNK = 64 * 1024
 
 local words = {
-  "the", "decoder", "reads", "each", "line", "once", "and", "hands", "events", "to",
-  "Lua", "in", "batches", "so", "that", "long", "answers", "stream", "without", "stalls",
-  "café", "naïve", "日本語", "→", "“quoted”", "\\n", "\\\"x\\\"", "self.value", "x = 1;", "🌍",
+  "the",
+  "decoder",
+  "reads",
+  "each",
+  "line",
+  "once",
+  "and",
+  "hands",
+  "events",
+  "to",
+  "Lua",
+  "in",
+  "batches",
+  "so",
+  "that",
+  "long",
+  "answers",
+  "stream",
+  "without",
+  "stalls",
+  "café",
+  "naïve",
+  "日本語",
+  "→",
+  "“quoted”",
+  "\\n",
+  '\\"x\\"',
+  "self.value",
+  "x = 1;",
+  "🌍",
 }
 
 function H.event(name, json)
@@ -52,30 +79,84 @@ function H.generate()
   end
   while size < SIZE do
     -- A thinking block, a long text block, a tool use: one "turn" of ~60 KB.
-    add(H.event("content_block_start", ('{"type":"content_block_start","index":%d,"content_block":{"type":"thinking","thinking":""}}'):format(block)))
+    add(
+      H.event(
+        "content_block_start",
+        ('{"type":"content_block_start","index":%d,"content_block":{"type":"thinking","thinking":""}}'):format(block)
+      )
+    )
     for _ = 1, 60 do
-      add(H.event("content_block_delta", ('{"type":"content_block_delta","index":%d,"delta":{"type":"thinking_delta","thinking":"%s"}}'):format(block, phrase())))
+      add(
+        H.event(
+          "content_block_delta",
+          ('{"type":"content_block_delta","index":%d,"delta":{"type":"thinking_delta","thinking":"%s"}}'):format(
+            block,
+            phrase()
+          )
+        )
+      )
     end
-    add(H.event("content_block_delta", ('{"type":"content_block_delta","index":%d,"delta":{"type":"signature_delta","signature":"EqQBCgIYAhIM1gbcDa9GJwZA2b3hGgxBdjrkzLoky3dl1pkiMOYds"}}'):format(block)))
+    add(
+      H.event(
+        "content_block_delta",
+        ('{"type":"content_block_delta","index":%d,"delta":{"type":"signature_delta","signature":"EqQBCgIYAhIM1gbcDa9GJwZA2b3hGgxBdjrkzLoky3dl1pkiMOYds"}}'):format(
+          block
+        )
+      )
+    )
     add(H.event("content_block_stop", ('{"type":"content_block_stop","index":%d}'):format(block)))
     block = block + 1
-    add(H.event("content_block_start", ('{"type":"content_block_start","index":%d,"content_block":{"type":"text","text":""}}'):format(block)))
+    add(
+      H.event(
+        "content_block_start",
+        ('{"type":"content_block_start","index":%d,"content_block":{"type":"text","text":""}}'):format(block)
+      )
+    )
     for i = 1, 400 do
-      add(H.event("content_block_delta", ('{"type":"content_block_delta","index":%d,"delta":{"type":"text_delta","text":"%s"}}'):format(block, phrase())))
+      add(
+        H.event(
+          "content_block_delta",
+          ('{"type":"content_block_delta","index":%d,"delta":{"type":"text_delta","text":"%s"}}'):format(
+            block,
+            phrase()
+          )
+        )
+      )
       if i % 100 == 0 then
         add(H.event("ping", '{"type": "ping"}'))
       end
     end
     add(H.event("content_block_stop", ('{"type":"content_block_stop","index":%d}'):format(block)))
     block = block + 1
-    add(H.event("content_block_start", ('{"type":"content_block_start","index":%d,"content_block":{"type":"tool_use","id":"toolu_01Bench%06d","name":"bash","input":{}}}'):format(block, block)))
+    add(
+      H.event(
+        "content_block_start",
+        ('{"type":"content_block_start","index":%d,"content_block":{"type":"tool_use","id":"toolu_01Bench%06d","name":"bash","input":{}}}'):format(
+          block,
+          block
+        )
+      )
+    )
     for _ = 1, 20 do
-      add(H.event("content_block_delta", ('{"type":"content_block_delta","index":%d,"delta":{"type":"input_json_delta","partial_json":"{\\"command\\": \\"echo %s\\"}"}}'):format(block, rnd(100000))))
+      add(
+        H.event(
+          "content_block_delta",
+          ('{"type":"content_block_delta","index":%d,"delta":{"type":"input_json_delta","partial_json":"{\\"command\\": \\"echo %s\\"}"}}'):format(
+            block,
+            rnd(100000)
+          )
+        )
+      )
     end
     add(H.event("content_block_stop", ('{"type":"content_block_stop","index":%d}'):format(block)))
     block = block + 1
   end
-  add(H.event("message_delta", '{"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":5000000}}'))
+  add(
+    H.event(
+      "message_delta",
+      '{"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":5000000}}'
+    )
+  )
   add(H.event("message_stop", '{"type":"message_stop"}'))
   return table.concat(parts)
 end

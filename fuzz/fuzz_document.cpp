@@ -13,7 +13,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   int32_t prev_first = 0;
   for (const auto& it : doc.items) {
     // Lines are 1-based, ranges are ordered and items come in document order.
-    if (it.first_line < 1 || it.last_line < it.first_line || it.first_line < prev_first) std::abort();
+    if (it.first_line < 1 || it.last_line < it.first_line || it.first_line < prev_first)
+      std::abort();
     prev_first = it.first_line;
     for (flemma_doc_str s : {it.key, it.label, it.body, it.note}) {
       if (s.len < 0) std::abort();
@@ -22,7 +23,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
   }
   for (const auto& d : doc.diags) {
-    if (d.line < 1 || d.severity < 1 || d.severity > 3 || doc.str(text, d.message).empty()) std::abort();
+    if (d.line < 1 || d.severity < 1 || d.severity > 3 || doc.str(text, d.message).empty())
+      std::abort();
   }
   return 0;
 }

@@ -37,7 +37,8 @@ std::vector<std::string_view> lines_of(std::string_view s) {
   size_t start = 0;
   for (;;) {
     size_t nl = s.find('\n', start);
-    std::string_view l = s.substr(start, nl == std::string_view::npos ? std::string_view::npos : nl - start);
+    std::string_view l =
+        s.substr(start, nl == std::string_view::npos ? std::string_view::npos : nl - start);
     if (!l.empty() && l.back() == '\r') l.remove_suffix(1);
     out.push_back(l);
     if (nl == std::string_view::npos) return out;

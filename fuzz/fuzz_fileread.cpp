@@ -29,7 +29,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   int fd = ::memfd_create("fuzz_fileread", 0);
   if (fd < 0) return 0;
-  if (!content.empty() && ::write(fd, content.data(), content.size()) != static_cast<ssize_t>(content.size())) {
+  if (!content.empty() &&
+      ::write(fd, content.data(), content.size()) != static_cast<ssize_t>(content.size())) {
     ::close(fd);
     return 0;
   }
@@ -87,12 +88,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   if (!r.ok || r.type != fr::Type::Regular) std::abort();
   if (r.total_lines != static_cast<int64_t>(lines.size())) std::abort();
-  if (r.text != text || r.shown_lines != shown || r.cut_by != cut || r.long_line != long_line) std::abort();
+  if (r.text != text || r.shown_lines != shown || r.cut_by != cut || r.long_line != long_line)
+    std::abort();
   if (r.head != content.substr(0, 7)) std::abort();
   if (r.size != static_cast<int64_t>(content.size())) std::abort();
   if (long_line) {
     if (r.text.size() > static_cast<size_t>(max_bytes)) std::abort();
-    if (r.text.size() < content.size() && !r.text.empty() && r.text.size() < lines[first - 1].size() &&
+    if (r.text.size() < content.size() && !r.text.empty() &&
+        r.text.size() < lines[first - 1].size() &&
         (static_cast<unsigned char>(lines[first - 1][r.text.size()]) & 0xC0) == 0x80)
       std::abort();
   }

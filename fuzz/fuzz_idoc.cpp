@@ -56,12 +56,14 @@ void expect_ranges(const flemma::document::Incremental& d, uint64_t since, size_
   if (!d.touched(since, cap, r)) fail("the log does not reach the load");
   if (r.size() > cap) fail("more ranges than the cap");
   for (size_t k = 0; k < r.size(); ++k) {
-    if (r[k].first < 0 || r[k].first > r[k].end || r[k].end > d.line_count()) fail("a range outside the document");
+    if (r[k].first < 0 || r[k].first > r[k].end || r[k].end > d.line_count())
+      fail("a range outside the document");
     if (k > 0 && r[k - 1].end >= r[k].first) fail("ranges out of order or overlapping");
   }
   int32_t line = 0, end = 0;
   d.reparsed(since, line, end);
-  if (r.empty() ? line != d.line_count() || end != d.line_count() : line != r.front().first || end != r.back().end)
+  if (r.empty() ? line != d.line_count() || end != d.line_count()
+                : line != r.front().first || end != r.back().end)
     fail("not the lines reparsed reports");
 }
 
@@ -92,13 +94,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (e.size() >= 2 && (static_cast<uint8_t>(e[1]) & 0x80) && n > 0) {
       std::string text = d.text();
       size_t nl = text.rfind('\n');
-      std::string last = (nl == std::string::npos ? text : text.substr(nl + 1)) + std::string(e.substr(2));
+      std::string last =
+          (nl == std::string::npos ? text : text.substr(nl + 1)) + std::string(e.substr(2));
       d.edit(n - 1, n, split(last));
       expect_same(d);
       expect_ranges(d, loaded, 1 + c % 5);
       continue;
     }
-    const int32_t first = e.empty() ? n : static_cast<int32_t>(static_cast<uint8_t>(e[0]) % static_cast<uint32_t>(n + 1));
+    const int32_t first =
+        e.empty() ? n
+                  : static_cast<int32_t>(static_cast<uint8_t>(e[0]) % static_cast<uint32_t>(n + 1));
     const int32_t count = e.size() < 2 ? 0 : static_cast<uint8_t>(e[1]) % 4;
     const int32_t last = std::min(n, first + count);
     std::vector<std::string_view> lines;

@@ -19,7 +19,8 @@ namespace s = flemma::stream;
 
 namespace {
 
-std::vector<s::Event> decode(std::string_view bytes, int64_t max, const uint8_t* sizes, size_t nsizes) {
+std::vector<s::Event> decode(std::string_view bytes, int64_t max, const uint8_t* sizes,
+                             size_t nsizes) {
   se::OutputDecoder d(se::OutputDecoder::Kind::RgJson, max);
   std::vector<s::Event> out;
   size_t pos = 0, k = 0;

@@ -18,7 +18,8 @@ namespace s = flemma::stream;
 
 namespace {
 
-std::vector<s::Event> decode(s::Kind kind, std::string_view bytes, const uint8_t* sizes, size_t nsizes) {
+std::vector<s::Event> decode(s::Kind kind, std::string_view bytes, const uint8_t* sizes,
+                             size_t nsizes) {
   s::Decoder d(kind);
   std::vector<s::Event> out;
   size_t pos = 0, k = 0;
@@ -34,7 +35,8 @@ std::vector<s::Event> decode(s::Kind kind, std::string_view bytes, const uint8_t
 
 // As the C API decodes: the events of each piece are copied out, then recycled
 // (their strings are reused for the next events).
-std::vector<s::Event> decode_recycled(s::Kind kind, std::string_view bytes, const uint8_t* sizes, size_t nsizes) {
+std::vector<s::Event> decode_recycled(s::Kind kind, std::string_view bytes, const uint8_t* sizes,
+                                      size_t nsizes) {
   s::Decoder d(kind);
   std::vector<s::Event> out, batch;
   size_t pos = 0, k = 0;
@@ -58,15 +60,19 @@ void check_fast_path(std::string_view data) {
   if (!s::detail::fast_anthropic_delta(data, t, index, text)) return;
   auto j = nlohmann::json::parse(data.begin(), data.end(), nullptr, false);
   if (j.is_discarded()) std::abort();  // the fast path accepted invalid JSON
-  const char* key = t == s::Type::Text ? "text" : t == s::Type::Thinking ? "thinking" : "partial_json";
-  if (j.at("index").get<int64_t>() != index || j.at("delta").at(key).get<std::string>() != text) std::abort();
+  const char* key = t == s::Type::Text       ? "text"
+                    : t == s::Type::Thinking ? "thinking"
+                                             : "partial_json";
+  if (j.at("index").get<int64_t>() != index || j.at("delta").at(key).get<std::string>() != text)
+    std::abort();
 }
 
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 2) return 0;
-  static const s::Kind kinds[] = {s::Kind::Anthropic, s::Kind::OpenAIChat, s::Kind::OpenAIResponses, s::Kind::Vertex};
+  static const s::Kind kinds[] = {s::Kind::Anthropic, s::Kind::OpenAIChat, s::Kind::OpenAIResponses,
+                                  s::Kind::Vertex};
   s::Kind kind = kinds[data[0] & 3];
   size_t nsizes = std::min<size_t>(data[1] % 8, size - 2);
   const uint8_t* sizes = data + 2;

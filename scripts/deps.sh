@@ -11,7 +11,7 @@ mkdir -p "$DEPS"
 log() { printf '[deps] %s\n' "$*"; }
 
 PKGS=(g++ cmake make libluajit-5.1-dev luajit lua-busted bubblewrap curl clang-14
-      libclang-rt-14-dev tmux dpkg-dev patchelf python3)
+      libclang-rt-14-dev tmux dpkg-dev patchelf python3 clang-format-14 clang-tidy-14 lua-check)
 # Node and npm for the MCP specs: from apt only when the system has none (a Node from
 # elsewhere, e.g. NodeSource's, conflicts with Debian's npm package: apt refuses).
 command -v node >/dev/null 2>&1 || PKGS+=(nodejs)
@@ -106,6 +106,8 @@ esac
 # The reference MCP servers the MCP specs run (spec/flemma/mcp_spec.lua), with Node,
 # pinned; skipped when these versions are there.
 MCP_PKGS=(@modelcontextprotocol/server-everything@2026.8.31 @modelcontextprotocol/server-filesystem@2026.8.31)
+# And the Lua formatter `make lint` and `make format` run (StyLua, a prebuilt binary on npm).
+MCP_PKGS+=(@johnnymorganz/stylua-bin@2.5.2)
 mcp_present() {
   local p name version
   for p in "${MCP_PKGS[@]}"; do

@@ -7,7 +7,9 @@
 #include "guard.hpp"
 
 TEST_CASE("core ABI") {
-  SUBCASE("reports the ABI version of the header") { CHECK(flemma_abi_version() == FLEMMA_ABI_VERSION); }
+  SUBCASE("reports the ABI version of the header") {
+    CHECK(flemma_abi_version() == FLEMMA_ABI_VERSION);
+  }
 
   SUBCASE("has a version string") { CHECK(std::strlen(flemma_version()) > 0); }
 

@@ -50,7 +50,8 @@ size_t parts_of(const std::string& text) {
 
 TEST_CASE("document") {
   SUBCASE("a message with text and a tool use gets items with 1-based lines") {
-    auto p = run("@Assistant:\nHi.\n\n**Tool Use:** `bash` (`t1`)\n\n```json\n{\"command\": \"ls\"}\n```");
+    auto p = run(
+        "@Assistant:\nHi.\n\n**Tool Use:** `bash` (`t1`)\n\n```json\n{\"command\": \"ls\"}\n```");
     REQUIRE(p.doc.items.size() == 3);
     CHECK(p.doc.items[0].kind == FLEMMA_DOC_MESSAGE);
     CHECK(p.doc.items[0].role == FLEMMA_DOC_ASSISTANT);
@@ -81,7 +82,9 @@ TEST_CASE("document") {
 
   SUBCASE("a fence that reads a role marker as text is named on its opening line") {
     // An unclosed fence in a question, closed by the fence of the answer below.
-    auto p = run("@You:\nfix this:\n```python\nx = 1\n\n@Assistant:\nHere:\n\n```python\nx = 2\n```\n\n@You:\nok\n");
+    auto p =
+        run("@You:\nfix this:\n```python\nx = 1\n\n@Assistant:\nHere:\n\n```python\nx = "
+            "2\n```\n\n@You:\nok\n");
     CHECK(p.count(FLEMMA_DOC_MESSAGE) == 2);
     REQUIRE(p.doc.diags.size() == 1);
     CHECK(p.doc.diags[0].line == 3);
@@ -91,7 +94,9 @@ TEST_CASE("document") {
     CHECK(run("@You:\n```python\nx\n```\n@Assistant:\n```\ny\n```\n").doc.diags.empty());
     CHECK_FALSE(run("@You:\n```python\nx\n@Assistant:\nplain\n").has_diag("is read as text"));
     // Not the block of a tool result: its output may quote a chat.
-    auto r = run("@Assistant:\n**Tool Use:** `a` (`b`)\n\n```json\n{}\n```\n@You:\n**Tool Result:** `b`\n\n```\nout\n@Assistant:\nx\n```\n");
+    auto r =
+        run("@Assistant:\n**Tool Use:** `a` (`b`)\n\n```json\n{}\n```\n@You:\n**Tool Result:** "
+            "`b`\n\n```\nout\n@Assistant:\nx\n```\n");
     CHECK(r.doc.diags.empty());
     CHECK(r.count(FLEMMA_DOC_MESSAGE) == 2);
   }
@@ -120,7 +125,8 @@ TEST_CASE("document") {
     // Valid JSON: still never run. Invalid JSON: no JSON error (the block is
     // parsed again on each change while a writer streams a long input into it).
     for (const char* json : {"{\"command\": \"ls\"}", "{\"content\": \"abc"}) {
-      auto p = run(std::string("@Assistant:\n**Tool Use:** `bash` (`i`)\n\n```json\n") + json + "\n\n@You:\nhi");
+      auto p = run(std::string("@Assistant:\n**Tool Use:** `bash` (`i`)\n\n```json\n") + json +
+                   "\n\n@You:\nhi");
       const auto* u = p.first(FLEMMA_DOC_TOOL_USE);
       REQUIRE(u);
       CHECK((u->flags & FLEMMA_DOC_F_UNCLOSED) != 0);
@@ -132,19 +138,22 @@ TEST_CASE("document") {
   }
 
   SUBCASE("tool input nested deeper than the limit is rejected without recursion") {
-    std::string deep = "@Assistant:\n**Tool Use:** `x` (`i`)\n\n```json\n{\"a\":" + std::string(100000, '[') + "\n```";
+    std::string deep =
+        "@Assistant:\n**Tool Use:** `x` (`i`)\n\n```json\n{\"a\":" + std::string(100000, '[') +
+        "\n```";
     auto p = run(deep);
     CHECK((p.first(FLEMMA_DOC_TOOL_USE)->flags & FLEMMA_DOC_F_BAD_INPUT) != 0);
     CHECK(p.has_diag("nests deeper"));
   }
 
   SUBCASE("placeholders, legacy suffixes and error results are told apart") {
-    auto p = run(
-        "@Assistant:\n**Tool Use:** `x` (`a`)\n\n```json\n{}\n```\n**Tool Use:** `x` (`b`)\n\n```json\n{}\n```\n"
-        "**Tool Use:** `x` (`c`)\n\n```json\n{}\n```\n"
-        "@You:\n**Tool Result:** `a`\n\n```flemma:tool status=denied\n```\n"
-        "**Tool Result:** `b` (pending)\n\n```\n```\n"
-        "**Tool Result:** `c` (error)\n\n```\nboom\n```\n");
+    auto p =
+        run("@Assistant:\n**Tool Use:** `x` (`a`)\n\n```json\n{}\n```\n**Tool Use:** `x` "
+            "(`b`)\n\n```json\n{}\n```\n"
+            "**Tool Use:** `x` (`c`)\n\n```json\n{}\n```\n"
+            "@You:\n**Tool Result:** `a`\n\n```flemma:tool status=denied\n```\n"
+            "**Tool Result:** `b` (pending)\n\n```\n```\n"
+            "**Tool Result:** `c` (error)\n\n```\nboom\n```\n");
     int seen = 0;
     for (const auto& it : p.doc.items) {
       if (it.kind != FLEMMA_DOC_TOOL_RESULT) continue;
@@ -166,9 +175,10 @@ TEST_CASE("document") {
   }
 
   SUBCASE("ids are checked across the document") {
-    auto p = run(
-        "@Assistant:\n**Tool Use:** `x` (`a`)\n\n```json\n{}\n```\n**Tool Use:** `x` (`a`)\n\n```json\n{}\n```\n"
-        "@You:\n**Tool Result:** `zz`\n\n```\n```\n");
+    auto p =
+        run("@Assistant:\n**Tool Use:** `x` (`a`)\n\n```json\n{}\n```\n**Tool Use:** `x` "
+            "(`a`)\n\n```json\n{}\n```\n"
+            "@You:\n**Tool Result:** `zz`\n\n```\n```\n");
     CHECK(p.has_diag("already used on line 2"));
     CHECK(p.has_diag("matches no **Tool Use:**"));
   }
@@ -194,9 +204,20 @@ TEST_CASE("document") {
 
   SUBCASE("regressions found by the fuzzer stay fixed") {
     // Inputs that once looked risky: lone fences, headers at EOF, NULs, bare CRs.
-    const char* cases[] = {"", "\n", "```", "```lua", "**Tool Use:** `a` (`b`)", "**Tool Result:** `a`",
-                           "**Tool Result:** `a` (", "<thinking", "<thinking a=\"", "@You:\r", "\r\r\n\r",
-                           "**Tool Use:** `a` (`b`)\n\n```json\n", "```lua\n```", "<thinking>\n</thinking>"};
+    const char* cases[] = {"",
+                           "\n",
+                           "```",
+                           "```lua",
+                           "**Tool Use:** `a` (`b`)",
+                           "**Tool Result:** `a`",
+                           "**Tool Result:** `a` (",
+                           "<thinking",
+                           "<thinking a=\"",
+                           "@You:\r",
+                           "\r\r\n\r",
+                           "**Tool Use:** `a` (`b`)\n\n```json\n",
+                           "```lua\n```",
+                           "<thinking>\n</thinking>"};
     for (const char* c : cases) {
       auto p = run(c);
       for (const auto& it : p.doc.items) {
@@ -254,8 +275,11 @@ TEST_CASE("document") {
     flemma_doc_free(empty);
   }
 
-  SUBCASE("lines given one by one parse like the same lines joined with newlines, from the document's own copy") {
-    std::string text = "@Assistant:\nHi.\n\n**Tool Use:** `bash` (`t1`)\n\n```json\n{\"a\": 1}\n```\n@You:\r\nok";
+  SUBCASE(
+      "lines given one by one parse like the same lines joined with newlines, from the document's "
+      "own copy") {
+    std::string text =
+        "@Assistant:\nHi.\n\n**Tool Use:** `bash` (`t1`)\n\n```json\n{\"a\": 1}\n```\n@You:\r\nok";
     std::vector<std::string> lines;
     for (size_t a = 0;;) {
       size_t e = text.find('\n', a);
@@ -290,7 +314,8 @@ TEST_CASE("document") {
     lines.clear();
     const flemma_doc_item& use = flemma_doc_items(by_lines)[2];
     REQUIRE(use.kind == FLEMMA_DOC_TOOL_USE);
-    CHECK(std::string(flemma_doc_text(by_lines) + use.body.off, static_cast<size_t>(use.body.len)) == "{\"a\": 1}");
+    CHECK(std::string(flemma_doc_text(by_lines) + use.body.off,
+                      static_cast<size_t>(use.body.len)) == "{\"a\": 1}");
     flemma_doc_free(by_lines);
     flemma_doc_free(by_text);
 

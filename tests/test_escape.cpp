@@ -69,8 +69,9 @@ TEST_CASE("escape") {
     CHECK(e::unescape("\\\\@You:") == "\\@You:");
   }
   SUBCASE("other lines are left alone") {
-    for (const char* s : {"@You", "@You said", " @You:", "\t**Tool Use:**", "*Tool Use:*", "<think>", "``flemma:",
-                          "    ```flemma:tool", "```python", "```", "~~~ flemmA:", "\\n", "\\", "", "x@You:"}) {
+    for (const char* s : {"@You", "@You said", " @You:", "\t**Tool Use:**", "*Tool Use:*",
+                          "<think>", "``flemma:", "    ```flemma:tool", "```python", "```",
+                          "~~~ flemmA:", "\\n", "\\", "", "x@You:"}) {
       CAPTURE(s);
       CHECK(e::escape(s) == s);
       CHECK(e::unescape(s) == s);
@@ -143,9 +144,12 @@ TEST_CASE("escape") {
     d::Document doc = d::parse(chat);
     int messages = 0, texts = 0, other = 0;
     for (const auto& it : doc.items) {
-      if (it.kind == FLEMMA_DOC_MESSAGE) ++messages;
-      else if (it.kind == FLEMMA_DOC_TEXT) ++texts;
-      else ++other;
+      if (it.kind == FLEMMA_DOC_MESSAGE)
+        ++messages;
+      else if (it.kind == FLEMMA_DOC_TEXT)
+        ++texts;
+      else
+        ++other;
     }
     CHECK(messages == 3);
     CHECK(texts == 3);

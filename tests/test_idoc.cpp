@@ -62,11 +62,36 @@ std::string read_file(const std::string& path) {
 // Lines that change the structure most: fences of both kinds and lengths,
 // role markers, tool headers, placeholders, thinking tags, frontmatter.
 const char* const kPool[] = {
-    "```",       "````",         "~~~",       "```json",  "```lua",   "````markdown", "`````",
-    "@You:",     "@Assistant:",  "@System:",  "",         "",         "text",         "more text here",
-    "**Tool Use:** `bash` (`t1`)", "**Tool Use:** `read` (`t2`)", "**Tool Result:** `t1`", "**Tool Result:** `t2` (error)", "**Tool Result:** `t3`",
-    "```flemma:tool status=pending", "```flemma:tool status=approved", "{\"command\": \"ls\"}", "{\"a\": [1, 2",
-    "<thinking>", "</thinking>", "<thinking redacted>", "```lua\r", "text\r", "  ```", "~~~~ x",
+    "```",
+    "````",
+    "~~~",
+    "```json",
+    "```lua",
+    "````markdown",
+    "`````",
+    "@You:",
+    "@Assistant:",
+    "@System:",
+    "",
+    "",
+    "text",
+    "more text here",
+    "**Tool Use:** `bash` (`t1`)",
+    "**Tool Use:** `read` (`t2`)",
+    "**Tool Result:** `t1`",
+    "**Tool Result:** `t2` (error)",
+    "**Tool Result:** `t3`",
+    "```flemma:tool status=pending",
+    "```flemma:tool status=approved",
+    "{\"command\": \"ls\"}",
+    "{\"a\": [1, 2",
+    "<thinking>",
+    "</thinking>",
+    "<thinking redacted>",
+    "```lua\r",
+    "text\r",
+    "  ```",
+    "~~~~ x",
 };
 
 std::string random_line(std::mt19937& rng) {
@@ -139,8 +164,9 @@ TEST_CASE("incremental document") {
 
   SUBCASE("tool ids are checked across messages") {
     Incremental d;
-    load(d, 
-        "@Assistant:\n**Tool Use:** `x` (`a`)\n\n```json\n{}\n```\n@You:\n**Tool Result:** `a`\n\n```\nok\n```");
+    load(d,
+         "@Assistant:\n**Tool Use:** `x` (`a`)\n\n```json\n{}\n```\n@You:\n**Tool Result:** "
+         "`a`\n\n```\nok\n```");
     CHECK(d.diagnostics().empty());
     edit(d, 7, 8, {"**Tool Result:** `b`"});
     CHECK(d.check() == "");
@@ -152,10 +178,12 @@ TEST_CASE("incremental document") {
     CHECK_FALSE(d.find_tool_use("b", seg, item));
   }
 
-  SUBCASE("id diagnostics come and go as uses and results are added and removed in other messages") {
+  SUBCASE(
+      "id diagnostics come and go as uses and results are added and removed in other messages") {
     Incremental d;
     const std::string use = "**Tool Use:** `x` (`a`)\n\n```json\n{}\n```\n";
-    load(d, "@Assistant:\n" + use + "@You:\nhi\n@Assistant:\nplain\n@You:\n**Tool Result:** `a`\n\n```\nok\n```");
+    load(d, "@Assistant:\n" + use +
+                "@You:\nhi\n@Assistant:\nplain\n@You:\n**Tool Result:** `a`\n\n```\nok\n```");
     CHECK(d.diagnostics().empty());
     edit(d, 9, 10, split(use + "x"));  // the second assistant message uses `a` too
     CHECK(d.check() == "");
@@ -164,7 +192,8 @@ TEST_CASE("incremental document") {
     edit(d, 0, 6, {"@Assistant:", "gone"});  // the first use goes: no duplicate left
     CHECK(d.check() == "");
     CHECK(d.diagnostics().empty());
-    edit(d, 3, 3, {"**Tool Result:** `a`", "", "```", "second", "```"});  // a second result, above the use
+    edit(d, 3, 3,
+         {"**Tool Result:** `a`", "", "```", "second", "```"});  // a second result, above the use
     CHECK(d.check() == "");
     REQUIRE(d.diagnostics().size() == 1);
     CHECK(d.diag_arena().find("already has a result on line 4") != std::string::npos);
@@ -189,7 +218,8 @@ TEST_CASE("incremental document") {
     CHECK(hi == 4);
     CHECK(d.changes(d.version(), lo, hi));
     CHECK(lo == hi);
-    CHECK_FALSE(d.changes(0, lo, hi) == false);  // version 0 is the empty document: the log reaches it
+    CHECK_FALSE(d.changes(0, lo, hi) ==
+                false);  // version 0 is the empty document: the log reaches it
   }
 
   SUBCASE("edits out of range are refused and change nothing") {
@@ -203,12 +233,15 @@ TEST_CASE("incremental document") {
 
   SUBCASE("random edits of structural lines on the fixture chats always match a full parse") {
     std::mt19937 rng(16);
-    const char* fixtures[] = {"basic", "crlf", "diagnostics", "nested_fences", "parallel_tools", "placeholders",
-                              "thinking", "frontmatter_unterminated", "empty_messages", "unicode"};
+    const char* fixtures[] = {
+        "basic",          "crlf",         "diagnostics", "nested_fences",
+        "parallel_tools", "placeholders", "thinking",    "frontmatter_unterminated",
+        "empty_messages", "unicode"};
     for (const char* name : fixtures) {
-      std::string text = read_file(std::string(FLEMMA_SOURCE_DIR) + "/spec/fixtures/chat/" + name + ".chat");
+      std::string text =
+          read_file(std::string(FLEMMA_SOURCE_DIR) + "/spec/fixtures/chat/" + name + ".chat");
       Incremental d;
-    load(d, text);
+      load(d, text);
       REQUIRE(d.check() == "");
       for (int step = 0; step < 400; ++step) {
         int32_t n = d.line_count();
@@ -229,7 +262,8 @@ TEST_CASE("incremental document") {
   SUBCASE("the C API edits, lists segments and reports changes") {
     flemma_idoc* d = flemma_idoc_new();
     REQUIRE(d);
-    const char* lines[] = {"@You:", "hi", "@Assistant:", "**Tool Use:** `bash` (`t`)", "", "```json", "{}", "```"};
+    const char* lines[] = {"@You:", "hi",      "@Assistant:", "**Tool Use:** `bash` (`t`)",
+                           "",      "```json", "{}",          "```"};
     size_t lens[8];
     for (int i = 0; i < 8; ++i) lens[i] = std::string_view(lines[i]).size();
     CHECK(flemma_idoc_edit(d, 0, 0, lines, lens, 8) == FLEMMA_OK);
@@ -276,7 +310,8 @@ void append_chunk(Incremental& d, const std::string& chunk) {
 
 // Prose with a ```lua block every `every` chunks, cut anywhere (chunks end mid-line).
 std::string stream_chunk(int i, int every) {
-  static const char* const words[] = {"the ", "model ", "writes ", "a ", "long ", "answer ", "about ", "fences. "};
+  static const char* const words[] = {"the ",  "model ",  "writes ", "a ",
+                                      "long ", "answer ", "about ",  "fences. "};
   if (i % every == 0) return (i / every) % 2 == 1 ? "\n\n```lua\n" : "\n```\n\n";
   if (i % 7 == 0) return "\nline " + std::to_string(i) + " ";
   return words[i % 8];
@@ -368,7 +403,9 @@ TEST_CASE("incremental document: edits inside a long message") {
   SUBCASE("an edit after the end of a text run keeps the run's last line (fuzz_idoc)") {
     Incremental d;
     d.set_checkpoint_every(1);
-    load(d, "@System:\nYou are terse.\nlook.\n\n**Tool Use:** `bash` (`t`)\n\n```json\n{}\n```\n@You:\nok");
+    load(d,
+         "@System:\nYou are terse.\nlook.\n\n**Tool Use:** `bash` "
+         "(`t`)\n\n```json\n{}\n```\n@You:\nok");
     edit(d, 3, 4, {});
     CHECK(d.check() == "");
     edit(d, 3, 3, {"", ""});
@@ -401,7 +438,8 @@ TEST_CASE("incremental document: edits inside a long message") {
           std::vector<std::string> lines;
           int added = static_cast<int>(rng() % 3);
           for (int k = 0; k < added; ++k)
-            lines.push_back(rng() % 3 == 0 ? random_line(rng) : "prose " + std::to_string(rng() % 1000));
+            lines.push_back(rng() % 3 == 0 ? random_line(rng)
+                                           : "prose " + std::to_string(rng() % 1000));
           // Markers would end the message: mostly leave them out.
           for (auto& l : lines)
             if (!l.empty() && l[0] == '@' && rng() % 8 != 0) l = "plain";
@@ -435,7 +473,8 @@ std::vector<std::string> line_kinds(const Incremental& d) {
         continue;
       }
       for (int32_t x = first; x <= last && x < below; ++x)
-        out[static_cast<size_t>(x)] = std::to_string(it.kind) + (x == first ? "F" : "") + (x == last ? "L" : "");
+        out[static_cast<size_t>(x)] =
+            std::to_string(it.kind) + (x == first ? "F" : "") + (x == last ? "L" : "");
     }
   }
   return out;
@@ -498,7 +537,8 @@ TEST_CASE("incremental document: the lines parsed again") {
     for (int32_t every : {1, 3, 16}) {
       Incremental d;
       d.set_checkpoint_every(every);
-      load(d, "```lua\nx = 1\n```\n" + long_message(120) + "\n\n@Assistant:\n" + long_message(80).substr(6));
+      load(d, "```lua\nx = 1\n```\n" + long_message(120) + "\n\n@Assistant:\n" +
+                  long_message(80).substr(6));
       std::vector<uint64_t> versions;
       std::vector<std::vector<std::string>> kinds;
       for (int step = 0; step < 400; ++step) {
@@ -524,8 +564,9 @@ TEST_CASE("incremental document: the lines parsed again") {
           const std::vector<std::string>& before = kinds[kinds.size() - back];
           int32_t line = -1, end = -1;
           REQUIRE(d.reparsed(versions[versions.size() - back], line, end));
-          INFO("cp every " << every << " step " << step << " back " << back << " parsed again " << line << ".." << end
-                           << "\n" << d.text());
+          INFO("cp every " << every << " step " << step << " back " << back << " parsed again "
+                           << line << ".." << end << "\n"
+                           << d.text());
           REQUIRE(line <= end);
           REQUIRE(line <= static_cast<int32_t>(before.size()));
           const int32_t delta = d.line_count() - static_cast<int32_t>(before.size());
@@ -617,7 +658,8 @@ TEST_CASE("incremental document: the places edited, one range each") {
     for (int32_t every : {1, 16}) {
       Incremental d;
       d.set_checkpoint_every(every);
-      load(d, "```lua\nx = 1\n```\n" + long_message(200) + "\n\n@Assistant:\n" + long_message(150).substr(6));
+      load(d, "```lua\nx = 1\n```\n" + long_message(200) + "\n\n@Assistant:\n" +
+                  long_message(150).substr(6));
       struct Edit {
         int32_t first, last, count;
       };
@@ -659,7 +701,8 @@ TEST_CASE("incremental document: the places edited, one range each") {
               REQUIRE(!(old >= ed.first && old < ed.first + ed.count));
               if (old >= ed.first + ed.count) old -= ed.count - (ed.last - ed.first);
             }
-            INFO("cp every " << every << " step " << step << " back " << back << " line " << x << " was " << old);
+            INFO("cp every " << every << " step " << step << " back " << back << " line " << x
+                             << " was " << old);
             REQUIRE(before[static_cast<size_t>(old)] == after[static_cast<size_t>(x)]);
           }
         }
@@ -672,7 +715,9 @@ TEST_CASE("incremental document: a line compared in place") {
   flemma_idoc* d = flemma_idoc_new();
   std::vector<std::string> lines = {"@You:", "first", "", "@Assistant:", "alpha", "beta", "gamma"};
   REQUIRE(capi_edit(d, 0, 0, lines) == FLEMMA_OK);
-  auto is = [&](int32_t line, const std::string& text) { return flemma_idoc_line_is(d, line, text.data(), text.size()); };
+  auto is = [&](int32_t line, const std::string& text) {
+    return flemma_idoc_line_is(d, line, text.data(), text.size());
+  };
   // In order, across the two segments, then backwards and at random.
   for (int32_t l = 1; l <= 7; ++l) CHECK(is(l, lines[static_cast<size_t>(l - 1)]) == 1);
   for (int32_t l = 7; l >= 1; --l) CHECK(is(l, lines[static_cast<size_t>(l - 1)]) == 1);
@@ -715,7 +760,8 @@ TEST_CASE("incremental document: lines read from a file") {
   auto load = [&](int64_t sz, int32_t count, const char* const* ls, const size_t* lns, size_t ns) {
     flemma_idoc* d = flemma_idoc_new();
     int inserted = -1;
-    REQUIRE(flemma_idoc_edit_file(d, 0, 0, tmpl, sz, count, offsets, ls, lns, ns, &inserted) == FLEMMA_OK);
+    REQUIRE(flemma_idoc_edit_file(d, 0, 0, tmpl, sz, count, offsets, ls, lns, ns, &inserted) ==
+            FLEMMA_OK);
     const int32_t n = flemma_idoc_line_count(d);
     const int32_t segs = flemma_idoc_segment_count(d);
     flemma_idoc_free(d);

@@ -25,7 +25,9 @@ end
 return M
 )";
 
-iso::Isolate make(iso::Limits limits = {}) { return iso::Isolate({{"rt", kRuntime}}, "rt", limits); }
+iso::Isolate make(iso::Limits limits = {}) {
+  return iso::Isolate({{"rt", kRuntime}}, "rt", limits);
+}
 
 std::string run(iso::Isolate& i, const std::string& code) {
   std::string esc;
@@ -53,15 +55,19 @@ TEST_CASE("isolate") {
   }
   SUBCASE("reports an error with the user line") {
     auto i = make();
-    CHECK(run(i, "local x\nerror('nope')") == R"J({"error":"user:2: nope","limit":null,"ok":false})J");
+    CHECK(run(i, "local x\nerror('nope')") ==
+          R"J({"error":"user:2: nope","limit":null,"ok":false})J");
   }
   SUBCASE("stops an endless loop at the deadline, even under pcall") {
     auto i = make();
     auto t0 = std::chrono::steady_clock::now();
     auto out = run(i, "while true do pcall(function() while true do end end) end");
     MESSAGE("endless loop stopped after " << ms_since(t0) << " ms");
-    CHECK(out == R"J({"error":"user:1: ran longer than 35 ms and was stopped (an endless loop?)","limit":"time","ok":false})J");
-    CHECK(run(i, "return 1") == R"J({"ok":true,"values":[1]})J");  // the next call has its own deadline
+    CHECK(
+        out ==
+        R"J({"error":"user:1: ran longer than 35 ms and was stopped (an endless loop?)","limit":"time","ok":false})J");
+    CHECK(run(i, "return 1") ==
+          R"J({"ok":true,"values":[1]})J");  // the next call has its own deadline
   }
   SUBCASE("stops code that holds too much memory") {
     iso::Limits small;
@@ -71,24 +77,30 @@ TEST_CASE("isolate") {
     auto t0 = std::chrono::steady_clock::now();
     auto out = run(i, "local t = {}\nfor i = 1, 1e6 do t[i] = ('y'):rep(1000) .. i end");
     MESSAGE("memory stopped after " << ms_since(t0) << " ms, peak " << i.arena().peak());
-    CHECK(out == R"J({"error":"user:2: used more than 1 MB of memory and was stopped","limit":"memory","ok":false})J");
+    CHECK(
+        out ==
+        R"J({"error":"user:2: used more than 1 MB of memory and was stopped","limit":"memory","ok":false})J");
     CHECK(i.arena().peak() <= (1u << 20));
   }
   SUBCASE("refuses a table part over the block limit") {
     iso::Limits slow;
     slow.time_ms = 5000;
     auto i = make(slow);
-    CHECK(run(i, "local t = {}\nfor i = 1, 1e6 do t[i] = i end") ==
-          R"J({"error":"user:2: needed 1048576 bytes for one string or table, more than the 512 KB one may hold, and was stopped","limit":"memory","ok":false})J");
+    CHECK(
+        run(i, "local t = {}\nfor i = 1, 1e6 do t[i] = i end") ==
+        R"J({"error":"user:2: needed 1048576 bytes for one string or table, more than the 512 KB one may hold, and was stopped","limit":"memory","ok":false})J");
   }
   SUBCASE("refuses one string over the block limit") {
     auto i = make();
-    CHECK(run(i, "return ('x'):rep(2^30)") ==
-          R"J({"error":"user:1: string.rep: the result would be 1073741824 bytes, more than the 512 KB one string may hold","limit":null,"ok":false})J");
+    CHECK(
+        run(i, "return ('x'):rep(2^30)") ==
+        R"J({"error":"user:1: string.rep: the result would be 1073741824 bytes, more than the 512 KB one string may hold","limit":null,"ok":false})J");
   }
   SUBCASE("pattern attacks end at the deadline") {
-    for (const char* code : {"local s = ('('):rep(3e5) return s:find('%b()')", "local s = ('a'):rep(2e4) return s:find('(.-)%1b')",
-                             "local s = ('a'):rep(40) for i = 1, 1e9 do s:find('^a*a*a*a*a*b') end"}) {
+    for (const char* code :
+         {"local s = ('('):rep(3e5) return s:find('%b()')",
+          "local s = ('a'):rep(2e4) return s:find('(.-)%1b')",
+          "local s = ('a'):rep(40) for i = 1, 1e9 do s:find('^a*a*a*a*a*b') end"}) {
       auto i = make();
       auto t0 = std::chrono::steady_clock::now();
       auto out = run(i, code);
@@ -120,9 +132,12 @@ TEST_CASE("lpattern") {
   }
   SUBCASE("reports malformed patterns") {
     lp::StepBudget b(1000);
-    CHECK_THROWS_WITH_AS(lp::Matcher("a", "[a", b).match_at(0), "malformed pattern (missing ']')", lp::PatternError);
-    CHECK_THROWS_WITH_AS(lp::Matcher("a", "%", b).match_at(0), "malformed pattern (ends with '%')", lp::PatternError);
-    CHECK_THROWS_WITH_AS(lp::Matcher("a", "a)", b).match_at(0), "invalid pattern capture", lp::PatternError);
+    CHECK_THROWS_WITH_AS(lp::Matcher("a", "[a", b).match_at(0), "malformed pattern (missing ']')",
+                         lp::PatternError);
+    CHECK_THROWS_WITH_AS(lp::Matcher("a", "%", b).match_at(0), "malformed pattern (ends with '%')",
+                         lp::PatternError);
+    CHECK_THROWS_WITH_AS(lp::Matcher("a", "a)", b).match_at(0), "invalid pattern capture",
+                         lp::PatternError);
   }
   SUBCASE("stops at the step budget") {
     lp::StepBudget b(100000);
@@ -153,47 +168,74 @@ TEST_CASE("isolate deadline") {
     stopped("xpcall(function() error('x') end, function() while true do end end)");
   }
   SUBCASE("in a message handler that raises while handling") {
-    stopped("xpcall(function() while true do end end, function(e) local n = 0 while n < 1e6 do n = n + 1 end error(e) end)");
-    stopped("local function h(e) return select(2, xpcall(function() while true do end end, h)) end\n"
-            "xpcall(function() error('x') end, h)");
+    stopped(
+        "xpcall(function() while true do end end, function(e) local n = 0 while n < 1e6 do n = n + "
+        "1 end error(e) end)");
+    stopped(
+        "local function h(e) return select(2, xpcall(function() while true do end end, h)) end\n"
+        "xpcall(function() error('x') end, h)");
   }
   SUBCASE("in a pcall inside a handler") {
-    stopped("xpcall(function() while true do end end, function() while true do pcall(function() while true do end end) end end)");
+    stopped(
+        "xpcall(function() while true do end end, function() while true do pcall(function() while "
+        "true do end end) end end)");
   }
   SUBCASE("in __tostring of an error object") {
-    stopped("local e = setmetatable({}, { __tostring = function() while true do end end })\n"
-            "xpcall(function() error(e) end, function(x) return tostring(x) end)");
+    stopped(
+        "local e = setmetatable({}, { __tostring = function() while true do end end })\n"
+        "xpcall(function() error(e) end, function(x) return tostring(x) end)");
   }
   SUBCASE("in a table.sort comparator") {
-    stopped("local t = {} for i = 1, 100 do t[i] = i end table.sort(t, function(a, b) while true do end end)");
-    stopped("local t = {} for i = 1, 100 do t[i] = i end\n"
-            "xpcall(function() table.sort(t, function(a, b) while true do end end) end, function() while true do end end)");
+    stopped(
+        "local t = {} for i = 1, 100 do t[i] = i end table.sort(t, function(a, b) while true do "
+        "end end)");
+    stopped(
+        "local t = {} for i = 1, 100 do t[i] = i end\n"
+        "xpcall(function() table.sort(t, function(a, b) while true do end end) end, function() "
+        "while true do end end)");
   }
   SUBCASE("in comparisons of long strings") {
-    stopped("local s = ('x'):rep(5e5) local t = {} for i = 1, 3000 do t[i] = s end table.sort(t)", 1500);
-    stopped("local s = ('x'):rep(5e5) local t = {} for i = 1, 3000 do t[i] = s end table.sort(t, function(a, b) return a < b end)",
+    stopped("local s = ('x'):rep(5e5) local t = {} for i = 1, 3000 do t[i] = s end table.sort(t)",
             1500);
-    stopped("local a, b = ('x'):rep(5e5), ('x'):rep(5e5 - 1) .. 'y' local n = 0 while true do if a < b then n = n + 1 end end", 1500);
+    stopped(
+        "local s = ('x'):rep(5e5) local t = {} for i = 1, 3000 do t[i] = s end table.sort(t, "
+        "function(a, b) return a < b end)",
+        1500);
+    stopped(
+        "local a, b = ('x'):rep(5e5), ('x'):rep(5e5 - 1) .. 'y' local n = 0 while true do if a < b "
+        "then n = n + 1 end end",
+        1500);
   }
   SUBCASE("in a call tree without loops") {
     std::string code = "local f0 = function() end\n";
-    for (int k = 1; k <= 60; k++) code += "local f" + std::to_string(k) + " = function() f" + std::to_string(k - 1) + "() f" + std::to_string(k - 1) + "() end\n";
+    for (int k = 1; k <= 60; k++)
+      code += "local f" + std::to_string(k) + " = function() f" + std::to_string(k - 1) + "() f" +
+              std::to_string(k - 1) + "() end\n";
     code += "f60()";
     stopped(code);
   }
   SUBCASE("within the time the caller has left, reported as the budget") {
     auto i = make();
-    auto out = i.call("run", R"J(["xpcall(function() while true do end end, function() while true do end end)"])J", 5, 0);
-    CHECK(out == R"J({"error":"user:1: was stopped: the time frontmatter and templates may use for one action is spent","limit":"budget","ok":false})J");
+    auto out = i.call(
+        "run",
+        R"J(["xpcall(function() while true do end end, function() while true do end end)"])J", 5,
+        0);
+    CHECK(
+        out ==
+        R"J({"error":"user:1: was stopped: the time frontmatter and templates may use for one action is spent","limit":"budget","ok":false})J");
     CHECK(i.cpu_ms() >= 4);
     CHECK(i.cpu_ms() < 35);
     CHECK(i.call("run", R"J(["return 2"])J", 5, 0) == R"J({"ok":true,"values":[2]})J");
   }
   SUBCASE("in metamethods and gsub callbacks") {
-    stopped("local t = setmetatable({}, { __index = function(t, k) while true do end end }) return t.x");
+    stopped(
+        "local t = setmetatable({}, { __index = function(t, k) while true do end end }) return "
+        "t.x");
     stopped("local t = setmetatable({}, { __lt = function() while true do end end }) return t < t");
     stopped("local s = ('x'):rep(100) s:gsub('x', function() while true do end end)");
-    stopped("xpcall(function() local t = setmetatable({}, { __concat = function() while true do end end }) return t .. 'x' end,"
-            " function() while true do end end)");
+    stopped(
+        "xpcall(function() local t = setmetatable({}, { __concat = function() while true do end "
+        "end }) return t .. 'x' end,"
+        " function() while true do end end)");
   }
 }

@@ -12,11 +12,13 @@ namespace s = flemma::stream;
 
 namespace {
 
-std::vector<std::string> decode(const std::string& bytes, size_t chunk, size_t max_line = 0, int depth = 0) {
+std::vector<std::string> decode(const std::string& bytes, size_t chunk, size_t max_line = 0,
+                                int depth = 0) {
   j::Decoder d(max_line, depth);
   std::vector<s::Event> evs;
   if (chunk == 0) chunk = bytes.size() ? bytes.size() : 1;
-  for (size_t i = 0; i < bytes.size(); i += chunk) d.feed(std::string_view(bytes).substr(i, chunk), evs);
+  for (size_t i = 0; i < bytes.size(); i += chunk)
+    d.feed(std::string_view(bytes).substr(i, chunk), evs);
   d.finish(evs);
   std::vector<std::string> out;
   for (const auto& e : evs) out.push_back(s::describe(e));
@@ -33,11 +35,17 @@ TEST_CASE("jsonrpc: classifies requests, notifications, results and errors, any 
       "{ \"jsonrpc\": \"2.0\", \"id\": \"a\", \"result\": {\"tools\": [], \"x\": \"\\u00e9\"} }\n"
       "{\"jsonrpc\":\"2.0\",\"id\":3,\"error\":{\"code\":-32601,\"message\":\"no\"}}";
   const std::vector<std::string> want = {
-      "jsonrpc 1 \"ping\" \"{\\\"id\\\":1,\\\"jsonrpc\\\":\\\"2.0\\\",\\\"method\\\":\\\"ping\\\"}\"",
+      "jsonrpc 1 \"ping\" "
+      "\"{\\\"id\\\":1,\\\"jsonrpc\\\":\\\"2.0\\\",\\\"method\\\":\\\"ping\\\"}\"",
       "jsonrpc 2 \"notifications/progress\" "
-      "\"{\\\"jsonrpc\\\":\\\"2.0\\\",\\\"method\\\":\\\"notifications/progress\\\",\\\"params\\\":{\\\"progress\\\":1}}\"",
-      "jsonrpc 3 \"\" \"{\\\"id\\\":\\\"a\\\",\\\"jsonrpc\\\":\\\"2.0\\\",\\\"result\\\":{\\\"tools\\\":[],\\\"x\\\":\\\"\xc3\xa9\\\"}}\"",
-      "jsonrpc 4 \"\" \"{\\\"error\\\":{\\\"code\\\":-32601,\\\"message\\\":\\\"no\\\"},\\\"id\\\":3,\\\"jsonrpc\\\":\\\"2.0\\\"}\"",
+      "\"{\\\"jsonrpc\\\":\\\"2.0\\\",\\\"method\\\":\\\"notifications/"
+      "progress\\\",\\\"params\\\":{\\\"progress\\\":1}}\"",
+      "jsonrpc 3 \"\" "
+      "\"{\\\"id\\\":\\\"a\\\",\\\"jsonrpc\\\":\\\"2.0\\\",\\\"result\\\":{\\\"tools\\\":[],"
+      "\\\"x\\\":\\\"\xc3\xa9\\\"}}\"",
+      "jsonrpc 4 \"\" "
+      "\"{\\\"error\\\":{\\\"code\\\":-32601,\\\"message\\\":\\\"no\\\"},\\\"id\\\":3,"
+      "\\\"jsonrpc\\\":\\\"2.0\\\"}\"",
       "end complete",
   };
   CHECK(decode(in, 0) == want);
@@ -45,9 +53,10 @@ TEST_CASE("jsonrpc: classifies requests, notifications, results and errors, any 
 }
 
 TEST_CASE("jsonrpc: garbage, non-messages and a batch") {
-  auto out = decode("hello world\n[1,2]\n{\"id\":1,\"result\":1}\n"
-                    "[{\"jsonrpc\":\"2.0\",\"method\":\"a\"},{\"jsonrpc\":\"2.0\",\"method\":\"b\"}]\n",
-                    5);
+  auto out = decode(
+      "hello world\n[1,2]\n{\"id\":1,\"result\":1}\n"
+      "[{\"jsonrpc\":\"2.0\",\"method\":\"a\"},{\"jsonrpc\":\"2.0\",\"method\":\"b\"}]\n",
+      5);
   REQUIRE(out.size() == 7);
   CHECK(out[0].rfind("error \"invalid_json\" \"not JSON: hello world\"", 0) == 0);
   CHECK(out[1].rfind("error \"not_jsonrpc\"", 0) == 0);  // each member of [1,2]
@@ -60,7 +69,8 @@ TEST_CASE("jsonrpc: garbage, non-messages and a batch") {
 
 TEST_CASE("jsonrpc: a line over the limit is dropped as it streams, the next line is decoded") {
   std::string big(1000, 'x');
-  std::string in = "{\"jsonrpc\":\"2.0\",\"method\":\"" + big + "\"}\n{\"jsonrpc\":\"2.0\",\"method\":\"ok\"}\n";
+  std::string in =
+      "{\"jsonrpc\":\"2.0\",\"method\":\"" + big + "\"}\n{\"jsonrpc\":\"2.0\",\"method\":\"ok\"}\n";
   for (size_t chunk : {0, 1, 10, 333}) {
     auto out = decode(in, chunk, 100);
     REQUIRE(out.size() == 3);
@@ -74,12 +84,16 @@ TEST_CASE("jsonrpc: a line over the limit is dropped as it streams, the next lin
   CHECK(out[1] == "end incomplete");
 }
 
-TEST_CASE("jsonrpc: nesting past the limit is refused before parsing; brackets in strings do not count") {
-  std::string deep = "{\"jsonrpc\":\"2.0\",\"method\":\"m\",\"params\":" + std::string(100, '[') + std::string(100, ']') + "}\n";
+TEST_CASE(
+    "jsonrpc: nesting past the limit is refused before parsing; brackets in strings do not count") {
+  std::string deep = "{\"jsonrpc\":\"2.0\",\"method\":\"m\",\"params\":" + std::string(100, '[') +
+                     std::string(100, ']') + "}\n";
   auto out = decode(deep, 0, 0, 16);
   REQUIRE(out.size() == 2);
   CHECK(out[0].rfind("error \"too_deep\"", 0) == 0);
-  std::string strs = "{\"jsonrpc\":\"2.0\",\"method\":\"m\",\"params\":{\"s\":\"[[[[[[[[[[[[[[[[[[[[\\\"[[[[[[\"}}\n";
+  std::string strs =
+      "{\"jsonrpc\":\"2.0\",\"method\":\"m\",\"params\":{\"s\":\"[[[[[[[[[[[[[[[[[[[[\\\"[[[[[[\"}}"
+      "\n";
   out = decode(strs, 0, 0, 4);
   REQUIRE(out.size() == 2);
   CHECK(out[0].rfind("jsonrpc 2 \"m\"", 0) == 0);
@@ -87,7 +101,8 @@ TEST_CASE("jsonrpc: nesting past the limit is refused before parsing; brackets i
   CHECK(j::json_depth("[[[]]]", 2) == 3);
 }
 
-TEST_CASE("jsonrpc: invalid UTF-8 is an error, quotes stay valid UTF-8; feed after finish is an error") {
+TEST_CASE(
+    "jsonrpc: invalid UTF-8 is an error, quotes stay valid UTF-8; feed after finish is an error") {
   auto out = decode("{\"jsonrpc\":\"2.0\",\"method\":\"\xff\"}\n", 0);
   REQUIRE(out.size() == 2);
   CHECK(out[0].rfind("error \"invalid_json\"", 0) == 0);

@@ -140,8 +140,10 @@ TEST_CASE("process") {
     int64_t id = spawn(m, "sleep 0.3; seq 1 100000");
     ::setenv("TMPDIR", tmpl_b, 1);  // too late for that child
     flemma_proc_event* e = wait_exit(m, id);
-    if (had_tmpdir) ::setenv("TMPDIR", old_tmpdir.c_str(), 1);
-    else ::unsetenv("TMPDIR");
+    if (had_tmpdir)
+      ::setenv("TMPDIR", old_tmpdir.c_str(), 1);
+    else
+      ::unsetenv("TMPDIR");
     REQUIRE(e != nullptr);
     REQUIRE(e->out_path != nullptr);
     std::string path = e->out_path;
@@ -183,7 +185,8 @@ TEST_CASE("process") {
     CHECK(::kill(-static_cast<pid_t>(pid), 0) == 0);
     CHECK(flemma::process::is_registered(static_cast<pid_t>(pid)));
     auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-    while (::kill(-static_cast<pid_t>(pid), 0) == 0 && std::chrono::steady_clock::now() < deadline) {
+    while (::kill(-static_cast<pid_t>(pid), 0) == 0 &&
+           std::chrono::steady_clock::now() < deadline) {
       ::usleep(20000);
     }
     REQUIRE(::kill(-static_cast<pid_t>(pid), 0) != 0);
@@ -199,7 +202,8 @@ TEST_CASE("process") {
     o.argv = argv;
     int64_t id = 0;
     CHECK(flemma_procmgr_spawn(m, &o, &id, nullptr) == FLEMMA_E_INVALID);
-    CHECK(std::string(flemma_last_error()).find("cannot run `flemma-no-such-program`") != std::string::npos);
+    CHECK(std::string(flemma_last_error()).find("cannot run `flemma-no-such-program`") !=
+          std::string::npos);
   }
   SUBCASE("the environment gets the non-interactive variables and the extra ones last") {
     const char* base[] = {"PATH=/bin", "CI=false", "FOO=1", nullptr};
@@ -210,8 +214,10 @@ TEST_CASE("process") {
     CHECK(std::find(env.begin(), env.end(), "GIT_TERMINAL_PROMPT=0") != env.end());
   }
   SUBCASE("inherited secrets are dropped; extra ones stay, a bare name removes one") {
-    const char* base[] = {"PATH=/bin",          "ANTHROPIC_API_KEY=sk-1", "GITHUB_TOKEN=t", "AWS_SECRET_ACCESS_KEY=a",
-                          "my_secret=x",        "DB_PASSWORD=p",          "TOKENIZER=ok",   "KEYBOARD=ok",
+    const char* base[] = {"PATH=/bin",          "ANTHROPIC_API_KEY=sk-1",
+                          "GITHUB_TOKEN=t",     "AWS_SECRET_ACCESS_KEY=a",
+                          "my_secret=x",        "DB_PASSWORD=p",
+                          "TOKENIZER=ok",       "KEYBOARD=ok",
                           "MY_PROVIDER_CRED=c", nullptr};
     auto env = flemma::process::build_env(base, {"OPENAI_API_KEY=given", "MY_PROVIDER_CRED"});
     auto has = [&](const char* kv) { return std::find(env.begin(), env.end(), kv) != env.end(); };
@@ -228,42 +234,46 @@ TEST_CASE("process") {
     CHECK(has("OPENAI_API_KEY=given"));
   }
   SUBCASE("secrets by other names and by value are dropped; the usual variables stay") {
-    const char* base[] = {"PATH=/bin",
-                          "HOME=/home/u",
-                          "TERM=xterm",
-                          "LANG=C.UTF-8",
-                          "LC_ALL=C",
-                          "SHELL=/bin/bash",
-                          "USER=u",
-                          "EDITOR=vi",
-                          "TMPDIR=/tmp",
-                          "XDG_CONFIG_HOME=/c",
-                          "GIT_AUTHOR_NAME=Me",
-                          "GIT_AUTHOR_EMAIL=me@x",
-                          "VERTEX_SERVICE_ACCOUNT=sa",
-                          "GITHUB_PAT=ghp",
-                          "SSH_AUTH_SOCK=/s",
-                          "XDG_SESSION_ID=3",
-                          "HTTP_AUTHORIZATION=b",
-                          "XAUTHORITY=/x",
-                          "MY_COOKIE_JAR=c",
-                          "gpg_private=p",
-                          "DB_PASSWD=p",
-                          "GOOGLE_APPLICATION_CREDENTIALS=/c.json",
-                          "SIGNING=-----BEGIN OPENSSH PRIVATE KEY-----\nabc\n-----END OPENSSH PRIVATE KEY-----",
-                          "GCP_JSON={\"type\": \"service_account\", \"private_key\": \"x\"}",
-                          "PUBLIC=-----BEGIN PUBLIC KEY-----",
-                          nullptr};
+    const char* base[] = {
+        "PATH=/bin",
+        "HOME=/home/u",
+        "TERM=xterm",
+        "LANG=C.UTF-8",
+        "LC_ALL=C",
+        "SHELL=/bin/bash",
+        "USER=u",
+        "EDITOR=vi",
+        "TMPDIR=/tmp",
+        "XDG_CONFIG_HOME=/c",
+        "GIT_AUTHOR_NAME=Me",
+        "GIT_AUTHOR_EMAIL=me@x",
+        "VERTEX_SERVICE_ACCOUNT=sa",
+        "GITHUB_PAT=ghp",
+        "SSH_AUTH_SOCK=/s",
+        "XDG_SESSION_ID=3",
+        "HTTP_AUTHORIZATION=b",
+        "XAUTHORITY=/x",
+        "MY_COOKIE_JAR=c",
+        "gpg_private=p",
+        "DB_PASSWD=p",
+        "GOOGLE_APPLICATION_CREDENTIALS=/c.json",
+        "SIGNING=-----BEGIN OPENSSH PRIVATE KEY-----\nabc\n-----END OPENSSH PRIVATE KEY-----",
+        "GCP_JSON={\"type\": \"service_account\", \"private_key\": \"x\"}",
+        "PUBLIC=-----BEGIN PUBLIC KEY-----",
+        nullptr};
     auto env = flemma::process::build_env(base, {});
     auto has_name = [&](const std::string& n) {
-      return std::any_of(env.begin(), env.end(), [&](const std::string& kv) { return kv.rfind(n + "=", 0) == 0; });
+      return std::any_of(env.begin(), env.end(),
+                         [&](const std::string& kv) { return kv.rfind(n + "=", 0) == 0; });
     };
-    for (const char* keep : {"PATH", "HOME", "TERM", "LANG", "LC_ALL", "SHELL", "USER", "EDITOR", "TMPDIR",
-                             "XDG_CONFIG_HOME", "GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL", "PUBLIC"})
+    for (const char* keep :
+         {"PATH", "HOME", "TERM", "LANG", "LC_ALL", "SHELL", "USER", "EDITOR", "TMPDIR",
+          "XDG_CONFIG_HOME", "GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL", "PUBLIC"})
       CHECK_MESSAGE(has_name(keep), keep);
-    for (const char* drop : {"VERTEX_SERVICE_ACCOUNT", "GITHUB_PAT", "SSH_AUTH_SOCK", "XDG_SESSION_ID",
-                             "HTTP_AUTHORIZATION", "XAUTHORITY", "MY_COOKIE_JAR", "gpg_private", "DB_PASSWD",
-                             "GOOGLE_APPLICATION_CREDENTIALS", "SIGNING", "GCP_JSON"})
+    for (const char* drop :
+         {"VERTEX_SERVICE_ACCOUNT", "GITHUB_PAT", "SSH_AUTH_SOCK", "XDG_SESSION_ID",
+          "HTTP_AUTHORIZATION", "XAUTHORITY", "MY_COOKIE_JAR", "gpg_private", "DB_PASSWD",
+          "GOOGLE_APPLICATION_CREDENTIALS", "SIGNING", "GCP_JSON"})
       CHECK_MESSAGE(!has_name(drop), drop);
   }
   flemma_procmgr_free(m);

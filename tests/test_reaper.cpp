@@ -45,7 +45,8 @@ Run reap(std::vector<std::string> args, std::vector<std::string> env = {}) {
   std::vector<char*> envp;
   for (auto& kv : env) envp.push_back(kv.data());
   envp.push_back(nullptr);
-  int rc = ::posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), env.empty() ? environ : envp.data());
+  int rc =
+      ::posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), env.empty() ? environ : envp.data());
   posix_spawn_file_actions_destroy(&fa);
   ::close(fds[1]);
   REQUIRE(rc == 0);
@@ -102,7 +103,8 @@ TEST_CASE("flemma-reap") {
   }
   SUBCASE("a signal ignored where the reaper was started still ends it as it ended the command") {
     // The reaper inherits SIGUSR1 ignored; the command restores the default.
-    struct sigaction ign {}, old {};
+    struct sigaction ign {
+    }, old{};
     ign.sa_handler = SIG_IGN;
     ::sigaction(SIGUSR1, &ign, &old);
     Run r = reap({"--", "perl", "-e", "$SIG{USR1} = 'DEFAULT'; kill 'USR1', $$; sleep 5"});
@@ -115,7 +117,7 @@ TEST_CASE("flemma-reap") {
     ::mkdir((dir + "/a").c_str(), 0755);
     ::mkdir((dir + "/b").c_str(), 0755);
     std::ofstream(dir + "/a/tool") << "#!/bin/sh\necho a\n";
-    ::chmod((dir + "/a/tool").c_str(), 0644);  // not executable: skipped
+    ::chmod((dir + "/a/tool").c_str(), 0644);             // not executable: skipped
     std::ofstream(dir + "/b/tool") << "echo \"b $1\"\n";  // no #!: run by /bin/sh
     ::chmod((dir + "/b/tool").c_str(), 0755);
     Run r = reap({"--", "tool", "x"}, {"PATH=" + dir + "/nowhere:" + dir + "/a:" + dir + "/b"});
@@ -153,7 +155,8 @@ TEST_CASE("flemma-reap") {
     for (int n : {3, 4, 9}) {
       CAPTURE(n);
       std::string fd = std::to_string(n);
-      std::string script = "ls /proc/$$/fd; readlink /proc/$$/fd/" + fd + "; wc -c < /proc/$$/fd/" + fd;
+      std::string script =
+          "ls /proc/$$/fd; readlink /proc/$$/fd/" + fd + "; wc -c < /proc/$$/fd/" + fd;
       Run r = reap({"--seccomp-fd", fd, "--", "bash", "-c", script});
       CHECK(WIFEXITED(r.status));
       CHECK(WEXITSTATUS(r.status) == 0);

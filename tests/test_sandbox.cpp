@@ -73,7 +73,9 @@ TEST_CASE("sandbox") {
     for (auto& s : a) joined += s + " ";
     // flemma-reap hands bwrap its seccomp filter on fd 3.
     CHECK(a.front() == flemma::reaper::path());
-    CHECK(joined.rfind(flemma::reaper::path() + " --seccomp-fd 3 -- bwrap --ro-bind / / --dev /dev --proc /proc ", 0) == 0);
+    CHECK(joined.rfind(flemma::reaper::path() +
+                           " --seccomp-fd 3 -- bwrap --ro-bind / / --dev /dev --proc /proc ",
+                       0) == 0);
     // The root is in /tmp: /tmp gets a fresh tmpfs, the root is bound back.
     CHECK(joined.find("--tmpfs /tmp ") != std::string::npos);
     CHECK(joined.find("--tmpfs /tmp ") < joined.find("--bind " + dir + "/root " + dir + "/root "));
@@ -81,7 +83,8 @@ TEST_CASE("sandbox") {
     CHECK(joined.find("--ro-bind " + dir + "/root/.git/config ") != std::string::npos);
     CHECK(joined.find("missing") == std::string::npos);
     CHECK(joined.find("--tmpfs " + dir) == std::string::npos);  // hooks exist: a plain ro-bind
-    CHECK(joined.find("--unshare-user --cap-drop ALL --unshare-pid --die-with-parent --new-session --seccomp 3 "
+    CHECK(joined.find("--unshare-user --cap-drop ALL --unshare-pid --die-with-parent --new-session "
+                      "--seccomp 3 "
                       "--unshare-net -- echo hi") != std::string::npos);
     policy.network = true;
     auto b = sb::wrap(sb::Backend::Bwrap, policy, {"true"}, dir, "/usr/bin/bwrap");
@@ -105,9 +108,12 @@ TEST_CASE("sandbox") {
     std::string joined;
     for (auto& x : a) joined += x + " ";
     CHECK(joined.find("--ro-bind " + dir + "/root/.git/modules/sub/hooks ") != std::string::npos);
-    CHECK(joined.find("--ro-bind /dev/null " + dir + "/root/.git/modules/sub/config ") != std::string::npos);
-    CHECK(joined.find("--tmpfs " + dir + "/root/deep/er/.git/hooks --remount-ro") != std::string::npos);
-    CHECK(joined.find("--bind " + dir + "/root/deep/er/.git " + dir + "/root/deep/er/.git ") != std::string::npos);
+    CHECK(joined.find("--ro-bind /dev/null " + dir + "/root/.git/modules/sub/config ") !=
+          std::string::npos);
+    CHECK(joined.find("--tmpfs " + dir + "/root/deep/er/.git/hooks --remount-ro") !=
+          std::string::npos);
+    CHECK(joined.find("--bind " + dir + "/root/deep/er/.git " + dir + "/root/deep/er/.git ") !=
+          std::string::npos);
   }
   SUBCASE("$HOME is never a root: it stands for its entries that are not hidden") {
     std::string saved = std::getenv("HOME") ? std::getenv("HOME") : "";
@@ -125,8 +131,10 @@ TEST_CASE("sandbox") {
     fs::create_directories(dir + "/home/.config");
     CHECK_FALSE(sb::is_path_writable(dir + "/home/.config/nvim/init.lua", cfg, "/"));
     CHECK(sb::is_path_writable(dir + "/home/.config/other", cfg, "/"));
-    if (saved.empty()) ::unsetenv("HOME");
-    else ::setenv("HOME", saved.c_str(), 1);
+    if (saved.empty())
+      ::unsetenv("HOME");
+    else
+      ::setenv("HOME", saved.c_str(), 1);
   }
   SUBCASE("write_file writes beneath the roots, with openat2 and without it") {
     auto read = [](const std::string& p) {
@@ -135,15 +143,17 @@ TEST_CASE("sandbox") {
     };
     sb::write_file(dir + "/root/a/b/new.txt", policy, "/", "one");
     CHECK(read(dir + "/root/a/b/new.txt") == "one");
-    CHECK((fs::status(dir + "/root/a/b/new.txt").permissions() & fs::perms::all) == (fs::perms::owner_read |
-          fs::perms::owner_write | fs::perms::group_read | fs::perms::others_read));
+    CHECK((fs::status(dir + "/root/a/b/new.txt").permissions() & fs::perms::all) ==
+          (fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read |
+           fs::perms::others_read));
     fs::permissions(dir + "/root/a/b/new.txt", fs::perms::owner_read | fs::perms::owner_write);
     sb::write_file("root/a/b/new.txt", policy, dir, "two");
     CHECK(read(dir + "/root/a/b/new.txt") == "two");
     CHECK((fs::status(dir + "/root/a/b/new.txt").permissions() & fs::perms::all) ==
           (fs::perms::owner_read | fs::perms::owner_write));
     CHECK_THROWS(sb::write_file(dir + "/outside/x", policy, "/", "x"));
-    CHECK_THROWS(sb::write_file(dir + "/root/link/x", policy, "/", "x"));  // a symlink out of the root
+    CHECK_THROWS(
+        sb::write_file(dir + "/root/link/x", policy, "/", "x"));  // a symlink out of the root
     CHECK_THROWS(sb::write_file(dir + "/root/.git/config", policy, "/", "x"));
     CHECK_THROWS(sb::write_file(dir + "/root/a", policy, "/", "x"));  // a directory
     CHECK_FALSE(fs::exists(dir + "/outside/x"));
@@ -159,7 +169,8 @@ TEST_CASE("sandbox") {
           BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
       };
       sock_fprog fprog{static_cast<unsigned short>(sizeof prog / sizeof prog[0]), prog};
-      if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 || ::prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &fprog) != 0)
+      if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 ||
+          ::prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &fprog) != 0)
         ::_exit(2);
       try {
         sb::write_file(dir + "/root/c/d/walked.txt", policy, "/", "walked");
@@ -192,7 +203,8 @@ TEST_CASE("sandbox") {
     if (child == 0) {
       sock_fprog fprog{static_cast<unsigned short>(prog.size() / sizeof(sock_filter)),
                        reinterpret_cast<sock_filter*>(prog.data())};
-      if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 || ::prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &fprog) != 0)
+      if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 ||
+          ::prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &fprog) != 0)
         ::_exit(2);
       errno = 0;
       if (::socket(AF_UNIX, SOCK_STREAM, 0) >= 0 || errno != EPERM) ::_exit(3);
@@ -230,20 +242,24 @@ TEST_CASE("sandbox") {
     fs::create_directories(dir + "/real-aws");
     fs::create_directory_symlink(dir + "/real-aws", dir + "/home/.aws");
     fs::create_directories(dir + "/home/.config/gh/project/.git/hooks");
-    fs::create_directories(dir + "/home/.local/share/keyrings/.git");  // a repository inside a hidden entry
+    fs::create_directories(
+        dir + "/home/.local/share/keyrings/.git");  // a repository inside a hidden entry
     sb::Policy h{{dir + "/home/.config/gh/project", dir + "/home/.local"},
                  true,
-                 {dir + "/home/.ssh", dir + "/home/.netrc", dir + "/home/.aws", dir + "/home/.config/gh",
-                  dir + "/home/.local/share/keyrings", dir + "/home/missing", dir + "/home/.ssh/inner", "/"}};
+                 {dir + "/home/.ssh", dir + "/home/.netrc", dir + "/home/.aws",
+                  dir + "/home/.config/gh", dir + "/home/.local/share/keyrings",
+                  dir + "/home/missing", dir + "/home/.ssh/inner", "/"}};
     auto hidden = sb::existing_hidden(h, "/");
     std::vector<std::string> paths;
     for (auto& x : hidden) paths.push_back(x.path);
-    CHECK(paths == std::vector<std::string>{dir + "/real-aws", dir + "/home/.ssh", dir + "/home/.netrc",
-                                           dir + "/home/.config/gh", dir + "/home/.local/share/keyrings"});
+    CHECK(paths == std::vector<std::string>{dir + "/real-aws", dir + "/home/.ssh",
+                                            dir + "/home/.netrc", dir + "/home/.config/gh",
+                                            dir + "/home/.local/share/keyrings"});
     auto a = sb::bwrap_args(h, "/");
     std::string joined;
     for (auto& x : a) joined += x + " ";
-    CHECK(joined.find("--tmpfs " + dir + "/home/.ssh --remount-ro " + dir + "/home/.ssh ") != std::string::npos);
+    CHECK(joined.find("--tmpfs " + dir + "/home/.ssh --remount-ro " + dir + "/home/.ssh ") !=
+          std::string::npos);
     CHECK(joined.find("--ro-bind /dev/null " + dir + "/home/.netrc ") != std::string::npos);
     CHECK(joined.find("--tmpfs " + dir + "/real-aws --remount-ro") != std::string::npos);
     // A root below a hidden directory: the tmpfs (writable, to hold the mount
@@ -254,7 +270,8 @@ TEST_CASE("sandbox") {
     REQUIRE(proj != std::string::npos);
     CHECK(gh < proj);
     CHECK(joined.find("--tmpfs " + dir + "/home/.config/gh --remount-ro") == std::string::npos);
-    CHECK(joined.find(dir + "/home/.config/gh/project/.git/hooks") != std::string::npos);  // still protected
+    CHECK(joined.find(dir + "/home/.config/gh/project/.git/hooks") !=
+          std::string::npos);  // still protected
     // A hidden entry below a root comes after the root; what lies in it gets no mount.
     size_t local = joined.find("--bind " + dir + "/home/.local ");
     size_t keyrings = joined.find("--tmpfs " + dir + "/home/.local/share/keyrings ");
@@ -271,7 +288,8 @@ TEST_CASE("sandbox") {
     // The same rules in the sandbox-exec profile, shortest path first.
     std::string p = sb::seatbelt_profile(h, "/");
     size_t deny_gh = p.find("(deny file-read* (subpath \"" + dir + "/home/.config/gh\"))");
-    size_t allow_proj = p.find("(allow file-read* (subpath \"" + dir + "/home/.config/gh/project\"))");
+    size_t allow_proj =
+        p.find("(allow file-read* (subpath \"" + dir + "/home/.config/gh/project\"))");
     CHECK(deny_gh != std::string::npos);
     CHECK(allow_proj != std::string::npos);
     CHECK(deny_gh < allow_proj);

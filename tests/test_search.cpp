@@ -159,11 +159,13 @@ TEST_CASE("search: the ReDoS screen") {
     CHECK(se::check_pattern(p, false).find("side by side") != std::string::npos);
   }
   // Acceptable patterns.
-  for (const char* p : {"a*b*", "\\d+\\.\\d+", "foo.*bar", "(ab)+", "(a{2})+", "[a-z]+_[0-9]+", "^\\s*#"}) {
+  for (const char* p :
+       {"a*b*", "\\d+\\.\\d+", "foo.*bar", "(ab)+", "(a{2})+", "[a-z]+_[0-9]+", "^\\s*#"}) {
     INFO(p);
     CHECK(se::check_pattern(p, false).empty());
   }
-  CHECK(se::check_pattern(std::string(1001, 'a'), false).find("longer than 1000") != std::string::npos);
+  CHECK(se::check_pattern(std::string(1001, 'a'), false).find("longer than 1000") !=
+        std::string::npos);
   CHECK(se::check_pattern("", false).find("empty") != std::string::npos);
   CHECK(se::check_pattern("(a+)+", true).empty());  // a literal: nothing to screen
   CHECK(se::check_pattern("(ab", false).find("not closed") != std::string::npos);
@@ -222,7 +224,8 @@ TEST_CASE("search: the walker") {
   write(t.root / ".ignore", "*.log\n");
   write(t.root / "bin.dat", std::string("needle\0binary\n", 14));
   write(t.root / "late.bin", "needle early\n" + std::string(300000, 'x') + std::string("\0", 1));
-  write(t.root / "other.bin", std::string("no match\0here\n", 15));  // binary, no match: not counted
+  write(t.root / "other.bin",
+        std::string("no match\0here\n", 15));  // binary, no match: not counted
   write(t.root / "long.txt", "x\n" + std::string(1000, 'y') + "needle" + "\n");
   write(t.root / "node_modules/m.txt", "needle in modules\n");
   fs::create_symlink("/etc", t.root / "link_out");
@@ -254,13 +257,15 @@ TEST_CASE("search: the walker") {
     o.no_ignore = true;
     o.include = "*.lua";
     auto g = matches_of(run(o));
-    CHECK(g == std::vector<std::string>{"src/b.lua:2:-- NEEDLE two", "src/gen/c.lua:1:needle ignored"});
+    CHECK(g ==
+          std::vector<std::string>{"src/b.lua:2:-- NEEDLE two", "src/gen/c.lua:1:needle ignored"});
   }
   SUBCASE("context lines and max_results (all counted)") {
     o.context = 1;
     o.max_results = 1;
     auto e = run(o);
-    CHECK(matches_of(e) == std::vector<std::string>{"a.txt:1-alpha", "a.txt:2:needle one", "a.txt:3-gamma"});
+    CHECK(matches_of(e) ==
+          std::vector<std::string>{"a.txt:1-alpha", "a.txt:2:needle one", "a.txt:3-gamma"});
     CHECK(summary_of(e).usage[0] == (root ? 4 : 3));
   }
   SUBCASE("files mode: globs, skipped folders, newest first") {
@@ -288,31 +293,47 @@ TEST_CASE("search: the walker") {
 
 TEST_CASE("search: rg --json and path list decoders") {
   const std::string rg =
-      R"({"type":"begin","data":{"path":{"text":"src/a.lua"}}})" "\n"
-      R"({"type":"context","data":{"path":{"text":"src/a.lua"},"lines":{"text":"before\n"},"line_number":1,"absolute_offset":0,"submatches":[]}})" "\n"
-      R"({"type":"match","data":{"path":{"text":"src/a.lua"},"lines":{"text":"the needle\r\n"},"line_number":2,"absolute_offset":7,"submatches":[{"match":{"text":"needle"},"start":4,"end":10}]}})" "\n"
-      R"({"type":"end","data":{"path":{"text":"src/a.lua"},"binary_offset":null,"stats":{}}})" "\n"
-      R"({"type":"begin","data":{"path":{"bytes":"Yi50eHQ="}}})" "\n"
-      R"({"type":"match","data":{"path":{"bytes":"Yi50eHQ="},"lines":{"bytes":"bmVlZGxlIP8K"},"line_number":9}})" "\n"
-      R"({"type":"end","data":{"path":{"bytes":"Yi50eHQ="},"binary_offset":null,"stats":{}}})" "\n"
-      R"({"type":"begin","data":{"path":{"text":"bin"}}})" "\n"
-      R"({"type":"match","data":{"path":{"text":"bin"},"lines":{"text":"needle in a binary\n"},"line_number":1}})" "\n"
-      R"({"type":"end","data":{"path":{"text":"bin"},"binary_offset":12,"stats":{}}})" "\n"
+      R"({"type":"begin","data":{"path":{"text":"src/a.lua"}}})"
+      "\n"
+      R"({"type":"context","data":{"path":{"text":"src/a.lua"},"lines":{"text":"before\n"},"line_number":1,"absolute_offset":0,"submatches":[]}})"
+      "\n"
+      R"({"type":"match","data":{"path":{"text":"src/a.lua"},"lines":{"text":"the needle\r\n"},"line_number":2,"absolute_offset":7,"submatches":[{"match":{"text":"needle"},"start":4,"end":10}]}})"
+      "\n"
+      R"({"type":"end","data":{"path":{"text":"src/a.lua"},"binary_offset":null,"stats":{}}})"
+      "\n"
+      R"({"type":"begin","data":{"path":{"bytes":"Yi50eHQ="}}})"
+      "\n"
+      R"({"type":"match","data":{"path":{"bytes":"Yi50eHQ="},"lines":{"bytes":"bmVlZGxlIP8K"},"line_number":9}})"
+      "\n"
+      R"({"type":"end","data":{"path":{"bytes":"Yi50eHQ="},"binary_offset":null,"stats":{}}})"
+      "\n"
+      R"({"type":"begin","data":{"path":{"text":"bin"}}})"
+      "\n"
+      R"({"type":"match","data":{"path":{"text":"bin"},"lines":{"text":"needle in a binary\n"},"line_number":1}})"
+      "\n"
+      R"({"type":"end","data":{"path":{"text":"bin"},"binary_offset":12,"stats":{}}})"
+      "\n"
       "not json\n"
-      R"({"type":"begin","data":{"path":{"text":"c"}}})" "\n"
-      R"({"type":"match","data":{"path":{"text":"c"},"lines":{"text":"third\n"},"line_number":3}})" "\n"
-      R"({"type":"end","data":{"path":{"text":"c"},"binary_offset":null,"stats":{}}})" "\n"
-      R"({"type":"summary","data":{}})" "\n";
+      R"({"type":"begin","data":{"path":{"text":"c"}}})"
+      "\n"
+      R"({"type":"match","data":{"path":{"text":"c"},"lines":{"text":"third\n"},"line_number":3}})"
+      "\n"
+      R"({"type":"end","data":{"path":{"text":"c"},"binary_offset":null,"stats":{}}})"
+      "\n"
+      R"({"type":"summary","data":{}})"
+      "\n";
   auto decode = [&](size_t piece, int64_t max) {
     se::OutputDecoder d(se::OutputDecoder::Kind::RgJson, max);
     std::vector<flemma::stream::Event> out;
-    for (size_t i = 0; i < rg.size(); i += piece) d.feed(std::string_view(rg).substr(i, piece), out);
+    for (size_t i = 0; i < rg.size(); i += piece)
+      d.feed(std::string_view(rg).substr(i, piece), out);
     d.finish(out);
     return out;
   };
   auto whole = decode(rg.size(), 2);
-  CHECK(matches_of(whole) ==
-        std::vector<std::string>{"src/a.lua:1-before", "src/a.lua:2:the needle", "b.txt:9:needle \xEF\xBF\xBD"});
+  CHECK(matches_of(whole) == std::vector<std::string>{"src/a.lua:1-before",
+                                                      "src/a.lua:2:the needle",
+                                                      "b.txt:9:needle \xEF\xBF\xBD"});
   const auto& s = summary_of(whole);
   CHECK(s.usage[0] == 3);  // all matches counted, the binary file's left out
   CHECK(s.usage[1] == 3);  // text files searched (end events)
@@ -329,7 +350,8 @@ TEST_CASE("search: rg --json and path list decoders") {
     write(t.root / "node_modules/x.c", "");
     struct timeval old[2] = {{1000000, 0}, {1000000, 0}};
     ::utimes((t.root / "a.c").c_str(), old);
-    se::OutputDecoder d(se::OutputDecoder::Kind::Paths, 10, t.root.string(), "**/*.c", false, {"node_modules"});
+    se::OutputDecoder d(se::OutputDecoder::Kind::Paths, 10, t.root.string(), "**/*.c", false,
+                        {"node_modules"});
     std::vector<flemma::stream::Event> out;
     std::string list = std::string("./a.c\0sub/b.c\0sub/c.h\0node_modules/x.c\0missing.c\0", 49);
     d.feed(list, out);
@@ -366,7 +388,8 @@ TEST_CASE("search: through the process manager") {
       if (e->kind == 3)
         for (size_t k = 0; k < e->stream_event_count; ++k) {
           const auto& s = e->stream_events[k];
-          if (s.type == FLEMMA_STREAM_SEARCH_MATCH) got.push_back(std::string(s.a, s.a_len) + ":" + std::string(s.b, s.b_len));
+          if (s.type == FLEMMA_STREAM_SEARCH_MATCH)
+            got.push_back(std::string(s.a, s.a_len) + ":" + std::string(s.b, s.b_len));
         }
       if (e->kind == 2) {
         exited = true;

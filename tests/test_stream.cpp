@@ -39,7 +39,8 @@ s::Kind kind_of(const fs::path& p) {
 }
 
 // Decodes bytes fed in the given chunk sizes (cycled; empty: all at once).
-std::vector<s::Event> decode(s::Kind kind, const std::string& bytes, const std::vector<size_t>& sizes = {}) {
+std::vector<s::Event> decode(s::Kind kind, const std::string& bytes,
+                             const std::vector<size_t>& sizes = {}) {
   s::Decoder d(kind);
   std::vector<s::Event> out;
   size_t pos = 0, k = 0;
@@ -89,7 +90,8 @@ std::vector<s::Event> c_api_decode(const char* kind, const std::string& bytes, s
   for (size_t pos = 0; pos < bytes.size(); pos += chunk) {
     const flemma_stream_event* evs = nullptr;
     size_t n = 0;
-    REQUIRE(flemma_stream_feed(st, bytes.data() + pos, std::min(chunk, bytes.size() - pos), &evs, &n) == FLEMMA_OK);
+    REQUIRE(flemma_stream_feed(st, bytes.data() + pos, std::min(chunk, bytes.size() - pos), &evs,
+                               &n) == FLEMMA_OK);
     take(evs, n);
   }
   const flemma_stream_event* evs = nullptr;
@@ -200,7 +202,8 @@ TEST_CASE("stream") {
     CHECK(lines(evs) == "text 0 \"a\"\ntext 0 \"b\"\ntext 0 \"c\"\ntext 0 \"d\"\nend incomplete\n");
   }
 
-  SUBCASE("data lines of one event are joined with newlines; comments and other fields are skipped") {
+  SUBCASE(
+      "data lines of one event are joined with newlines; comments and other fields are skipped") {
     std::string body =
         ": comment\n"
         "id: 7\nretry: 10\nfoo: bar\n"
@@ -219,12 +222,15 @@ TEST_CASE("stream") {
   }
 
   SUBCASE("a byte order mark before a stream without headers is dropped, even in pieces") {
-    std::string body = "\xEF\xBB\xBF" "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"}}]}\n\n";
+    std::string body =
+        "\xEF\xBB\xBF"
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"}}]}\n\n";
     CHECK(lines(decode(s::Kind::OpenAIChat, body, {1})) == "text 0 \"a\"\nend incomplete\n");
     CHECK(lines(decode(s::Kind::OpenAIChat, body)) == "text 0 \"a\"\nend incomplete\n");
   }
 
-  SUBCASE("interim header blocks are skipped and the last block's status and headers are reported") {
+  SUBCASE(
+      "interim header blocks are skipped and the last block's status and headers are reported") {
     std::string resp =
         "HTTP/1.1 100 Continue\r\n\r\n"
         "HTTP/1.1 103 Early Hints\r\nLink: </style.css>\r\n\r\n"
@@ -252,7 +258,8 @@ TEST_CASE("stream") {
         "HTTP/1.1 200 Connection established\r\n\r\n"
         "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\r\n"
         "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
-    CHECK(lines(decode(s::Kind::Anthropic, resp)) == "http 200 content-type=\"text/event-stream\"\nend complete\n");
+    CHECK(lines(decode(s::Kind::Anthropic, resp)) ==
+          "http 200 content-type=\"text/event-stream\"\nend complete\n");
   }
 
   SUBCASE("a response cut inside its headers reports no status and is incomplete") {
@@ -264,7 +271,8 @@ TEST_CASE("stream") {
   SUBCASE("a large non-SSE body is kept up to 64 KiB, cut on a UTF-8 boundary") {
     std::string page;
     while (page.size() < 100000) page += "<p>h\xC3\xA9llo \xE6\x97\xA5</p>\n";
-    auto evs = decode(s::Kind::Anthropic, "HTTP/1.1 500 Oops\r\nContent-Type: text/html\r\n\r\n" + page, {4096});
+    auto evs = decode(s::Kind::Anthropic,
+                      "HTTP/1.1 500 Oops\r\nContent-Type: text/html\r\n\r\n" + page, {4096});
     REQUIRE(evs.size() == 2);
     CHECK(evs[1].type == s::Type::End);
     CHECK(evs[1].mask == 1u);
@@ -276,29 +284,41 @@ TEST_CASE("stream") {
 
   SUBCASE("the openai error shapes are all understood") {
     auto err = [](const std::string& body) {
-      auto evs = decode(s::Kind::OpenAIChat, "HTTP/1.1 400 Bad\r\nContent-Type: application/json\r\n\r\n" + body);
+      auto evs = decode(s::Kind::OpenAIChat,
+                        "HTTP/1.1 400 Bad\r\nContent-Type: application/json\r\n\r\n" + body);
       return s::describe(evs.at(1));
     };
     CHECK(err(R"({"error":{"message":"bad model","type":"invalid_request_error"}})") ==
           R"(error "invalid_request_error" "bad model")");
-    CHECK(err(R"({"error":{"message":"no key","code":"invalid_api_key"}})") == R"(error "invalid_api_key" "no key")");
+    CHECK(err(R"({"error":{"message":"no key","code":"invalid_api_key"}})") ==
+          R"(error "invalid_api_key" "no key")");
     CHECK(err(R"({"error":{"message":"busy","code":503}})") == R"(error "503" "busy")");
     CHECK(err(R"({"error":"model 'x' not found"})") == R"(error "error" "model 'x' not found")");
     CHECK(err(R"({"detail":"nope"})").rfind("end incomplete", 0) == 0);
   }
 
   SUBCASE("an SSE error in an openai stream is reported") {
-    std::string body = "data: {\"error\":{\"message\":\"upstream failed\",\"type\":\"server_error\"}}\n\n";
-    CHECK(lines(decode(s::Kind::OpenAIChat, body)) == "error \"server_error\" \"upstream failed\"\nend incomplete\n");
+    std::string body =
+        "data: {\"error\":{\"message\":\"upstream failed\",\"type\":\"server_error\"}}\n\n";
+    CHECK(lines(decode(s::Kind::OpenAIChat, body)) ==
+          "error \"server_error\" \"upstream failed\"\nend incomplete\n");
   }
 
-  SUBCASE("openai: a new id at a used tool call index starts a new call; a close after finish_reason is complete") {
+  SUBCASE(
+      "openai: a new id at a used tool call index starts a new call; a close after finish_reason "
+      "is complete") {
     std::string body =
-        "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"a\",\"function\":{\"name\":\"x\",\"arguments\":\"{}\"}}]}}]}\n\n"
-        "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"b\",\"function\":{\"name\":\"y\",\"arguments\":\"{}\"}}]},\"finish_reason\":\"tool_calls\"}]}\n\n";
+        "data: "
+        "{\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"a\","
+        "\"function\":{\"name\":\"x\",\"arguments\":\"{}\"}}]}}]}\n\n"
+        "data: "
+        "{\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"b\","
+        "\"function\":{\"name\":\"y\",\"arguments\":\"{}\"}}]},\"finish_reason\":\"tool_calls\"}]}"
+        "\n\n";
     CHECK(lines(decode(s::Kind::OpenAIChat, body)) ==
           "tool_use_start 0 \"a\" \"x\"\ntool_input_delta 0 \"{}\"\ntool_use_stop 0\n"
-          "tool_use_start 1 \"b\" \"y\"\ntool_input_delta 1 \"{}\"\ntool_use_stop 1\nstop \"tool_calls\"\nend complete\n");
+          "tool_use_start 1 \"b\" \"y\"\ntool_input_delta 1 \"{}\"\ntool_use_stop 1\nstop "
+          "\"tool_calls\"\nend complete\n");
   }
 
   SUBCASE("event data that is not a JSON object is an error event, and decoding goes on") {
@@ -323,24 +343,31 @@ TEST_CASE("stream") {
       auto one = decode(s::Kind::OpenAIChat, body);
       auto chunked = decode(s::Kind::OpenAIChat, body, {65536});
       CHECK(one == chunked);
-      CHECK(lines(one) == "text 0 \"ok\"\nerror \"limit_exceeded\" \"a line of the stream is longer than 16 MiB: the "
-                          "stream was stopped\"\nend incomplete\n");
+      CHECK(lines(one) ==
+            "text 0 \"ok\"\nerror \"limit_exceeded\" \"a line of the stream is longer than 16 MiB: "
+            "the "
+            "stream was stopped\"\nend incomplete\n");
     }
     // An event's data lines count together.
     std::string half(s::kMaxEventData / 2 + 10, 'y');
     auto evs = decode(s::Kind::OpenAIChat, "data: " + half + "\ndata: " + half + "\n\n" + ok);
-    CHECK(lines(evs) == "error \"limit_exceeded\" \"an event's data is larger than 16 MiB: the stream was stopped\"\n"
-                        "end incomplete\n");
+    CHECK(lines(evs) ==
+          "error \"limit_exceeded\" \"an event's data is larger than 16 MiB: the stream was "
+          "stopped\"\n"
+          "end incomplete\n");
   }
 
   SUBCASE("JSON nested deeper than the limit fails the stream without parsing it") {
     // 15 MB of `[` took gigabytes in the JSON parser.
     std::string deep(15 << 20, '[');
-    for (auto kind : {s::Kind::Anthropic, s::Kind::OpenAIChat, s::Kind::OpenAIResponses, s::Kind::Vertex}) {
+    for (auto kind :
+         {s::Kind::Anthropic, s::Kind::OpenAIChat, s::Kind::OpenAIResponses, s::Kind::Vertex}) {
       CAPTURE(static_cast<int>(kind));
-      auto evs = decode(kind, "event: x\ndata: " + deep + "\n\ndata: {\"type\":\"message_stop\"}\n\n", {1 << 20});
-      CHECK(lines(evs) == "error \"limit_exceeded\" \"the `x` event's JSON is nested deeper than 128 levels: the "
-                          "stream was stopped\"\nend incomplete\n");
+      auto evs = decode(
+          kind, "event: x\ndata: " + deep + "\n\ndata: {\"type\":\"message_stop\"}\n\n", {1 << 20});
+      CHECK(lines(evs) ==
+            "error \"limit_exceeded\" \"the `x` event's JSON is nested deeper than 128 levels: the "
+            "stream was stopped\"\nend incomplete\n");
     }
     // At the limit it is parsed; brackets inside strings do not count.
     std::string at = std::string(127, '[') + "{\"a\":\"[[[[\\\"[[[\"}" + std::string(127, ']');
@@ -353,15 +380,21 @@ TEST_CASE("stream") {
     CHECK(evs[0].a == "malformed_event");  // parsed (not an object), decoding goes on
   }
 
-  SUBCASE("fail() ends the stream: an error of the caller's type, later bytes ignored, end incomplete") {
+  SUBCASE(
+      "fail() ends the stream: an error of the caller's type, later bytes ignored, end "
+      "incomplete") {
     s::Decoder d(s::Kind::Anthropic);
     std::vector<s::Event> out;
-    d.feed("event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"m\",\"model\":\"x\"}}\n\ndata: {\"ty", out);
+    d.feed(
+        "event: message_start\ndata: "
+        "{\"type\":\"message_start\",\"message\":{\"id\":\"m\",\"model\":\"x\"}}\n\ndata: {\"ty",
+        out);
     d.fail("too much", out, "response_too_large");
     CHECK(d.failed());
     d.feed("pe\":\"message_stop\"}\n\n", out);
     d.finish(out);
-    CHECK(lines(out) == "message_start \"m\" \"x\"\nerror \"response_too_large\" \"too much\"\nend incomplete\n");
+    CHECK(lines(out) ==
+          "message_start \"m\" \"x\"\nerror \"response_too_large\" \"too much\"\nend incomplete\n");
   }
 
   SUBCASE("the fast path for content block deltas agrees with the JSON parser") {
@@ -369,7 +402,9 @@ TEST_CASE("stream") {
         R"({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hi"}})",
         R"({"type":"content_block_delta","index":12,"delta":{"type":"thinking_delta","thinking":"a\nb\"c\\d\/e\u00e9\ud83c\udf0d\u0000"}})",
         R"({"type":"content_block_delta","index":3,"delta":{"type":"input_json_delta","partial_json":"{\"a\": 1"}}   )",
-        R"({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"caf)" "\xC3\xA9" R"("}})",
+        R"({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"caf)"
+        "\xC3\xA9"
+        R"("}})",
     };
     for (const char* c : cases) {
       CAPTURE(c);
@@ -380,7 +415,9 @@ TEST_CASE("stream") {
       auto j = nlohmann::json::parse(c);
       CHECK(idx == j["index"].get<int>());
       const auto& d = j["delta"];
-      std::string key = t == s::Type::Text ? "text" : t == s::Type::Thinking ? "thinking" : "partial_json";
+      std::string key = t == s::Type::Text       ? "text"
+                        : t == s::Type::Thinking ? "thinking"
+                                                 : "partial_json";
       CHECK(text == d[key].get<std::string>());
     }
     const char* rejected[] = {
@@ -390,8 +427,10 @@ TEST_CASE("stream") {
         R"({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"\ud800"}})",
         R"({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"\x"}})",
         R"({"type":"content_block_delta","index":1234567890,"delta":{"type":"text_delta","text":"Hi"}})",
-        "{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"\t\"}}",
-        "{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"\xC0\xAF\"}}",
+        "{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":"
+        "\"\t\"}}",
+        "{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":"
+        "\"\xC0\xAF\"}}",
     };
     for (const char* c : rejected) {
       CAPTURE(c);
@@ -402,20 +441,42 @@ TEST_CASE("stream") {
     }
   }
 
-  SUBCASE("the fast path accepts exactly the texts the JSON parser accepts, at any position in a word") {
+  SUBCASE(
+      "the fast path accepts exactly the texts the JSON parser accepts, at any position in a "
+      "word") {
     // Pieces that stop the sixteen- or eight-byte scan, placed at every offset,
     // in texts spanning several blocks, before up to 20 bytes of trailing blanks
     // (the scan's last block is the final sixteen bytes of the data).
-    const char* pieces[] = {"a", "bcdefgh", "ijklmnopqrstuvw", "\"", "\\\"", "\\\\", "\\n", "\\u00e9", "\\ud83c\\udf0d",
-                            "\x7f", "\xC3\xA9", "\xE6\x97\xA5", "\xF0\x9F\x8C\x8D", "\n", "\x01", "\x1f", " ", "\xFF", "\xC3",
-                            "\\x", "\\"};
+    const char* pieces[] = {"a",
+                            "bcdefgh",
+                            "ijklmnopqrstuvw",
+                            "\"",
+                            "\\\"",
+                            "\\\\",
+                            "\\n",
+                            "\\u00e9",
+                            "\\ud83c\\udf0d",
+                            "\x7f",
+                            "\xC3\xA9",
+                            "\xE6\x97\xA5",
+                            "\xF0\x9F\x8C\x8D",
+                            "\n",
+                            "\x01",
+                            "\x1f",
+                            " ",
+                            "\xFF",
+                            "\xC3",
+                            "\\x",
+                            "\\"};
     std::mt19937 rng(7);
     int accepted = 0;
     for (int round = 0; round < 8000; ++round) {
       std::string body;
-      for (int k = 0, n = 1 + static_cast<int>(rng() % 12); k < n; ++k) body += pieces[rng() % std::size(pieces)];
-      std::string data = R"({"type":"content_block_delta","index":4,"delta":{"type":"text_delta","text":")" + body + "\"}}" +
-                         std::string(rng() % 21, ' ');
+      for (int k = 0, n = 1 + static_cast<int>(rng() % 12); k < n; ++k)
+        body += pieces[rng() % std::size(pieces)];
+      std::string data =
+          R"({"type":"content_block_delta","index":4,"delta":{"type":"text_delta","text":")" +
+          body + "\"}}" + std::string(rng() % 21, ' ');
       CAPTURE(data);
       s::Type t;
       int32_t idx;
@@ -442,12 +503,13 @@ TEST_CASE("stream") {
       std::string text(rng() % 90, 'x');
       for (auto& c : text) c = static_cast<char>('a' + rng() % 26);
       if (k % 7 == 0) text += "\\u00e9\\n";
-      body += "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":" + std::to_string(k / 100) +
-              ",\"delta\":{\"type\":\"text_delta\",\"text\":\"" + text + "\"}}\n\n";
+      body += "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":" +
+              std::to_string(k / 100) + ",\"delta\":{\"type\":\"text_delta\",\"text\":\"" + text +
+              "\"}}\n\n";
       if (k % 50 == 0) body += "event: ping\ndata: {\"type\": \"ping\"}\n\n";
       if (k % 100 == 99)
-        body += "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":" + std::to_string(k / 100) +
-                "}\n\n";
+        body += "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":" +
+                std::to_string(k / 100) + "}\n\n";
     }
     body += "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
     auto whole = decode(s::Kind::Anthropic, body);
@@ -487,11 +549,15 @@ TEST_CASE("stream") {
     s::coalesce(out, ev(s::Type::ToolUseStop, 2, ""));
     s::coalesce(out, ev(s::Type::ToolUseStop, 2, ""));
     CHECK(lines(out) ==
-          "text 0 \"ab\"\nthinking 0 \"c\"\ntext 1 \"d\"\ntool_input_delta 2 \"{}\"\ntool_use_stop 2\ntool_use_stop 2\n");
+          "text 0 \"ab\"\nthinking 0 \"c\"\ntext 1 \"d\"\ntool_input_delta 2 \"{}\"\ntool_use_stop "
+          "2\ntool_use_stop 2\n");
   }
 
   SUBCASE("invalid UTF-8 is replaced and texts are always valid") {
-    CHECK(s::detail::sanitize_utf8("a\xFF" "b\xE6\x97") == "a\xEF\xBF\xBD" "b\xEF\xBF\xBD\xEF\xBF\xBD");
+    CHECK(s::detail::sanitize_utf8("a\xFF"
+                                   "b\xE6\x97") ==
+          "a\xEF\xBF\xBD"
+          "b\xEF\xBF\xBD\xEF\xBF\xBD");
     CHECK(s::detail::utf8_boundary("ab\xE6\x97\xA5", 4) == 2);
     CHECK(s::detail::utf8_boundary("ab\xE6\x97\xA5", 5) == 5);
     CHECK_FALSE(s::detail::valid_utf8("\xED\xA0\x80"));  // an encoded surrogate
@@ -508,8 +574,8 @@ std::vector<s::Event> coalesced(const std::vector<s::Event>& evs) {
 
 // Runs bash -c script with a decoder; returns the stream events (coalesced
 // across batches) and the exit event, checking that no stream event follows it.
-std::vector<s::Event> run_decoded(const char* decoder, const std::string& script, std::string* err_tail = nullptr,
-                                  int* batches = nullptr) {
+std::vector<s::Event> run_decoded(const char* decoder, const std::string& script,
+                                  std::string* err_tail = nullptr, int* batches = nullptr) {
   flemma_procmgr* m = flemma_procmgr_new();
   REQUIRE(m != nullptr);
   const char* argv[] = {"bash", "-c", script.c_str(), nullptr};
@@ -564,15 +630,20 @@ TEST_CASE("stream through the process manager") {
   signal(SIGPIPE, SIG_IGN);
 
   SUBCASE("a child's stdout is decoded into batches that all come before the exit event") {
-    for (const char* name : {"anthropic_tool_use.http", "openai_tool_calls.http", "anthropic_truncated.http"}) {
+    for (const char* name :
+         {"anthropic_tool_use.http", "openai_tool_calls.http", "anthropic_truncated.http"}) {
       CAPTURE(name);
       auto path = (kFixtures / name).string();
       // In three pieces with pauses, so that several batches are queued.
-      std::string script = "f='" + path + "'; head -c 300 \"$f\"; sleep 0.1; tail -c +301 \"$f\" | head -c 900; sleep 0.1; "
-                           "tail -c +1201 \"$f\"; echo oops >&2";
+      std::string script =
+          "f='" + path +
+          "'; head -c 300 \"$f\"; sleep 0.1; tail -c +301 \"$f\" | head -c 900; sleep 0.1; "
+          "tail -c +1201 \"$f\"; echo oops >&2";
       std::string err;
       int batches = 0;
-      auto got = run_decoded(std::string(name).rfind("openai", 0) == 0 ? "openai_chat" : "anthropic", script, &err, &batches);
+      auto got =
+          run_decoded(std::string(name).rfind("openai", 0) == 0 ? "openai_chat" : "anthropic",
+                      script, &err, &batches);
       auto expected = coalesced(decode(kind_of(name), slurp(kFixtures / name)));
       CHECK(lines(got) == lines(expected));
       CHECK(batches >= 2);
@@ -584,8 +655,10 @@ TEST_CASE("stream through the process manager") {
     flemma_procmgr* m = flemma_procmgr_new();
     // An endless stream of text deltas.
     std::string script =
-        "printf 'HTTP/1.1 200 OK\\r\\ncontent-type: text/event-stream\\r\\n\\r\\n'; while :; do printf 'data: "
-        "{\"choices\":[{\"index\":0,\"delta\":{\"content\":\"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\"}}]}\\n\\n'; done";
+        "printf 'HTTP/1.1 200 OK\\r\\ncontent-type: text/event-stream\\r\\n\\r\\n'; while :; do "
+        "printf 'data: "
+        "{\"choices\":[{\"index\":0,\"delta\":{\"content\":"
+        "\"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\"}}]}\\n\\n'; done";
     const char* argv[] = {"bash", "-c", script.c_str(), nullptr};
     flemma_spawn_opts o{};
     o.argv = argv;
@@ -607,7 +680,8 @@ TEST_CASE("stream through the process manager") {
           for (size_t i = 0; i < e->stream_event_count; ++i) {
             const auto& c = e->stream_events[i];
             if (c.type == 3) text += c.a_len;
-            if (c.type == 12) errors += std::string(c.a, c.a_len) + ": " + std::string(c.b, c.b_len) + "\n";
+            if (c.type == 12)
+              errors += std::string(c.a, c.a_len) + ": " + std::string(c.b, c.b_len) + "\n";
             if (c.type == 13) CHECK(c.status == 0);
           }
         } else if (e->kind == 2) {
@@ -630,7 +704,8 @@ TEST_CASE("stream through the process manager") {
     // Writes 16 MiB of deltas as fast as it can.
     std::string script =
         "printf 'HTTP/1.1 200 OK\\r\\ncontent-type: text/event-stream\\r\\n\\r\\n'; yes 'data: "
-        "{\"choices\":[{\"index\":0,\"delta\":{\"content\":\"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\"}}]}"
+        "{\"choices\":[{\"index\":0,\"delta\":{\"content\":"
+        "\"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\"}}]}"
         "\n' | head -c 16777216";
     const char* argv[] = {"bash", "-c", script.c_str(), nullptr};
     flemma_spawn_opts o{};
@@ -643,7 +718,8 @@ TEST_CASE("stream through the process manager") {
       flemma_procmgr_ack(m);
       while (flemma_proc_event* e = flemma_procmgr_next_event(m)) {
         if (e->kind == 3)
-          for (size_t i = 0; i < e->stream_event_count; ++i) bytes += e->stream_events[i].a_len + 64;
+          for (size_t i = 0; i < e->stream_event_count; ++i)
+            bytes += e->stream_events[i].a_len + 64;
         if (e->kind == 2) {
           if (exited) *exited = true;
           if (stdout_bytes) *stdout_bytes = e->out_total_bytes;

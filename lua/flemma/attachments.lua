@@ -399,7 +399,12 @@ function H.utf8_valid(s, partial)
       end
     end
     local b2 = byte(s, i + 1)
-    if (c == 0xE0 and b2 < 0xA0) or (c == 0xED and b2 > 0x9F) or (c == 0xF0 and b2 < 0x90) or (c == 0xF4 and b2 > 0x8F) then
+    if
+      (c == 0xE0 and b2 < 0xA0)
+      or (c == 0xED and b2 > 0x9F)
+      or (c == 0xF0 and b2 < 0x90)
+      or (c == 0xF4 and b2 > 0x8F)
+    then
       return false
     end
     i = i + len
@@ -671,9 +676,11 @@ function H.expand_part(bufnr, msg, p, refs, max_bytes, problems, stamps, warning
         if file.text then
           out[#out + 1] = H.placed({ kind = "text", text = M.inline_text(ref.path, file.text), file = ref.path }, p)
         else
-          local part = H.placed({ kind = "file", path = ref.path, mime = file.mime, data = file.data, size = file.size }, p)
+          local part =
+            H.placed({ kind = "file", path = ref.path, mime = file.mime, data = file.data, size = file.size }, p)
           if msg.role == "system" then
-            out[#out + 1] = H.placed({ kind = "text", text = M.note(part, "a system prompt takes text only"), file = ref.path }, p)
+            out[#out + 1] =
+              H.placed({ kind = "text", text = M.note(part, "a system prompt takes text only"), file = ref.path }, p)
             warnings[#warnings + 1] = ("@%s in @System: is sent as a text note (a system prompt takes text only): reference it from an @You: message"):format(
               ref.path
             )
@@ -721,7 +728,10 @@ function M.expand(bufnr, doc)
         local before = #problems
         for j, p in ipairs(msg.parts) do
           if p.kind == "text" and p.text and vim.tbl_contains(found, j) then
-            vim.list_extend(new_parts, H.expand_part(bufnr, msg, p, H.refs_of(p), max_bytes, problems, stamps, warnings))
+            vim.list_extend(
+              new_parts,
+              H.expand_part(bufnr, msg, p, H.refs_of(p), max_bytes, problems, stamps, warnings)
+            )
           else
             new_parts[#new_parts + 1] = p
           end

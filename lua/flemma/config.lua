@@ -28,7 +28,11 @@ H.defaults = {
   -- entries (any OpenAI-compatible server is `kind = "openai_chat"`). Never
   -- overridable from frontmatter.
   providers = {
-    anthropic = { kind = "anthropic", endpoint = "https://api.anthropic.com/v1/messages", api_key_env = "ANTHROPIC_API_KEY" },
+    anthropic = {
+      kind = "anthropic",
+      endpoint = "https://api.anthropic.com/v1/messages",
+      api_key_env = "ANTHROPIC_API_KEY",
+    },
     openai = { kind = "openai", endpoint = "https://api.openai.com/v1/responses", api_key_env = "OPENAI_API_KEY" },
     vertex = { kind = "vertex", endpoint = nil, api_key_env = "VERTEX_ACCESS_TOKEN" },
     openai_chat = {
@@ -246,7 +250,8 @@ H.open = {
 }
 
 H.kinds = { "anthropic", "openai_chat", "openai", "vertex" }
-H.provider_fields = { kind = "string", endpoint = "string", api_key_env = "string", model = "string", headers = "table" }
+H.provider_fields =
+  { kind = "string", endpoint = "string", api_key_env = "string", model = "string", headers = "table" }
 
 --- `providers`: a table of named entries, each { kind, endpoint, api_key_env?, model?, headers? }.
 function H.check_providers(value)
@@ -256,20 +261,29 @@ function H.check_providers(value)
   for name, entry in pairs(value) do
     local path = "providers." .. tostring(name)
     if type(name) ~= "string" or type(entry) ~= "table" then
-      util.error(("`%s` should be a table { kind, endpoint, api_key_env?, model?, headers? }, not %s"):format(path, type(entry)))
+      util.error(
+        ("`%s` should be a table { kind, endpoint, api_key_env?, model?, headers? }, not %s"):format(path, type(entry))
+      )
     end
     for k, v in pairs(entry) do
       local want = H.provider_fields[k]
       if require("flemma.secrets").forbidden[k] then
         util.error(require("flemma.secrets").refusal(path .. "." .. k))
       elseif not want then
-        util.error(("unknown option `%s.%s` (a provider has kind, endpoint, api_key_env, model, headers)"):format(path, tostring(k)))
+        util.error(
+          ("unknown option `%s.%s` (a provider has kind, endpoint, api_key_env, model, headers)"):format(
+            path,
+            tostring(k)
+          )
+        )
       elseif type(v) ~= want then
         util.error(("`%s.%s` should be a %s, not %s"):format(path, k, want, type(v)))
       end
     end
     if entry.kind ~= nil and not vim.tbl_contains(H.kinds, entry.kind) then
-      util.error(("`%s.kind` should be one of %s, not %s"):format(path, table.concat(H.kinds, ", "), vim.inspect(entry.kind)))
+      util.error(
+        ("`%s.kind` should be one of %s, not %s"):format(path, table.concat(H.kinds, ", "), vim.inspect(entry.kind))
+      )
     end
     for k, v in pairs(entry.headers or {}) do
       if type(k) ~= "string" or type(v) ~= "string" then
@@ -289,7 +303,12 @@ function H.check_mcp_servers(value)
   end
   for name, entry in pairs(value) do
     local path = "mcp.servers." .. tostring(name)
-    if type(name) ~= "string" or not name:match("^[%a][%w_%-]*$") or name:find("__", 1, true) or name:sub(-1) == "_" then
+    if
+      type(name) ~= "string"
+      or not name:match("^[%a][%w_%-]*$")
+      or name:find("__", 1, true)
+      or name:sub(-1) == "_"
+    then
       util.error(
         ("`%s`: a server name should start with a letter and hold letters, digits, `-` and single `_`, not %s"):format(
           path,
@@ -333,7 +352,9 @@ end
 function H.check_patterns(value, path)
   for i, p in ipairs(value) do
     if type(p) ~= "string" or not p:find(":", 1, true) then
-      util.error(('`%s[%d]` should be a tool pattern like "name:*" or "name:tool", not %s'):format(path, i, vim.inspect(p)))
+      util.error(
+        ('`%s[%d]` should be a tool pattern like "name:*" or "name:tool", not %s'):format(path, i, vim.inspect(p))
+      )
     end
   end
 end
@@ -360,7 +381,11 @@ function H.check_deny_read(value)
     if
       type(entry) ~= "string"
       or entry:find("[%z\n]")
-      or not (entry == "$default" or p == "~" or (p and (p:match("^~/.") or p:match("^/.") or p:match("^%$%{?[%a_][%w_]*%}?/."))))
+      or not (
+        entry == "$default"
+        or p == "~"
+        or (p and (p:match("^~/.") or p:match("^/.") or p:match("^%$%{?[%a_][%w_]*%}?/.")))
+      )
     then
       util.error(
         ('`sandbox.deny_read[%d]` should be "$default", an absolute path, "~/path" or "$VAR/path" (with "!" in front to take it out), not %s'):format(
@@ -390,7 +415,9 @@ function H.check_rate_limit(value)
     util.error(("`tools.rate_limit.burst` should be a whole number of calls >= 1, not %s"):format(vim.inspect(b)))
   end
   if r ~= nil and (type(r) ~= "number" or r ~= r or r <= 0 or r == math.huge) then
-    util.error(("`tools.rate_limit.per_second` should be a number of calls per second > 0, not %s"):format(vim.inspect(r)))
+    util.error(
+      ("`tools.rate_limit.per_second` should be a number of calls per second > 0, not %s"):format(vim.inspect(r))
+    )
   end
 end
 
@@ -448,7 +475,8 @@ function H.check(value, default, path)
   if vt == "number" and (value ~= value or value == math.huge or value == -math.huge) then
     util.error(("`%s` should be a finite number, not %s"):format(path, H.nonfinite(value)))
   end
-  if (path == "parameters.max_response_bytes" or path == "tools.max_calls_per_answer")
+  if
+    (path == "parameters.max_response_bytes" or path == "tools.max_calls_per_answer")
     and (value < 1 or value ~= math.floor(value))
   then
     util.error(("`%s` should be a whole number >= 1, not %s"):format(path, tostring(value)))
@@ -456,7 +484,8 @@ function H.check(value, default, path)
   if path == "attachments.max_bytes" and (value < 1 or value ~= math.floor(value)) then
     util.error(("`%s` should be a whole number of bytes >= 1, not %s"):format(path, tostring(value)))
   end
-  if (path == "ui.ruler.char" or path == "ui.signs.streaming" or path == "ui.signs.pending")
+  if
+    (path == "ui.ruler.char" or path == "ui.signs.streaming" or path == "ui.signs.pending")
     and (vim.fn.strdisplaywidth(value) < 1 or vim.fn.strdisplaywidth(value) > 2 or value:find("[%c]"))
   then
     util.error(("`%s` should be one or two display cells (e.g. %q), not %s"):format(path, default, vim.inspect(value)))
@@ -467,7 +496,10 @@ function H.check(value, default, path)
   if path == "ui.warn_tokens" and value < 0 then
     util.error(("`%s` should be a number of tokens >= 0 (0: never warn), not %s"):format(path, tostring(value)))
   end
-  if (path == "frontmatter.max_memory_mb" or path == "frontmatter.idle_seconds") and (value < 1 or value ~= math.floor(value)) then
+  if
+    (path == "frontmatter.max_memory_mb" or path == "frontmatter.idle_seconds")
+    and (value < 1 or value ~= math.floor(value))
+  then
     util.error(("`%s` should be a whole number >= 1, not %s"):format(path, tostring(value)))
   end
   if path == "ui.high_cost_threshold" and value < 0 then
@@ -565,7 +597,9 @@ function M.setup(opts)
   if merged.providers[merged.provider] == nil then
     local names = vim.tbl_keys(merged.providers)
     table.sort(names)
-    util.error(("`provider` should be one of %s, not %s"):format(table.concat(names, ", "), vim.inspect(merged.provider)))
+    util.error(
+      ("`provider` should be one of %s, not %s"):format(table.concat(names, ", "), vim.inspect(merged.provider))
+    )
   end
   require("flemma.switch").check_presets(merged.presets, merged)
   -- Entries whose key variable the user named: their key may go to their endpoint

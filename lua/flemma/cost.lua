@@ -118,7 +118,10 @@ end
 function M.settle(bufnr, resume)
   local ok, q = pcall(M.question, bufnr)
   if not ok then
-    util.notify("not sent: the price of the frontmatter's model could not be checked: " .. util.message(q), vim.log.levels.ERROR)
+    util.notify(
+      "not sent: the price of the frontmatter's model could not be checked: " .. util.message(q),
+      vim.log.levels.ERROR
+    )
     return false
   end
   if not q then
@@ -137,7 +140,10 @@ function M.settle(bufnr, resume)
       elseif reason == "no_ui" then
         H.refused(bufnr, q, "there is no UI to ask whether to use it")
       elseif reason == "failed" then
-        util.notify("not sent: cannot ask whether to use the frontmatter's model: " .. tostring(err), vim.log.levels.ERROR)
+        util.notify(
+          "not sent: cannot ask whether to use the frontmatter's model: " .. tostring(err),
+          vim.log.levels.ERROR
+        )
       else
         H.refused(bufnr, q, "you did not confirm it", true)
       end

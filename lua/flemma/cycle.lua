@@ -606,7 +606,9 @@ function H.run(bufnr, job)
         local lines = require("flemma.document").render_placeholder(job.id, status)
         H.set_lines(bufnr, part.first_line - 1, part.last_line, lines)
         H.refresh_previews(bufnr)
-        util.warn(("`%s` was not run: where its path leads changed since it was approved; it waits for you"):format(job.id))
+        util.warn(
+          ("`%s` was not run: where its path leads changed since it was approved; it waits for you"):format(job.id)
+        )
         return
       end
     end
@@ -639,17 +641,23 @@ function H.run(bufnr, job)
       done(result)
     end
   end
-  local ok, handle = pcall(require("flemma.tools").execute, bufnr, {
-    id = job.id,
-    name = job.name,
-    input = job.input,
-  }, on_done, {
-    on_progress = function(p)
-      if p and p.last_line then
-        require("flemma.ui.spinner").progress(bufnr, job.id, p.last_line)
-      end
-    end,
-  })
+  local ok, handle = pcall(
+    require("flemma.tools").execute,
+    bufnr,
+    {
+      id = job.id,
+      name = job.name,
+      input = job.input,
+    },
+    on_done,
+    {
+      on_progress = function(p)
+        if p and p.last_line then
+          require("flemma.ui.spinner").progress(bufnr, job.id, p.last_line)
+        end
+      end,
+    }
+  )
   if not ok then
     on_done({ success = false, error = util.message(handle) })
   elseif s.running[job.id] then
@@ -862,7 +870,11 @@ function M.execute_at_cursor(bufnr)
   local target
   for _, msg in ipairs(doc.messages) do
     for _, part in ipairs(msg.parts) do
-      if (part.kind == "tool_use" or part.kind == "tool_result") and line >= part.first_line and line <= part.last_line then
+      if
+        (part.kind == "tool_use" or part.kind == "tool_result")
+        and line >= part.first_line
+        and line <= part.last_line
+      then
         target = part
       end
     end
@@ -978,7 +990,11 @@ function M.cancel(bufnr, id)
         pcall(handle.cancel)
       end
       -- Tools that do not call back after cancel still end here.
-      H.finish(bufnr, { id = rid, name = run.name }, { success = false, error = "The tool call was cancelled by the user." })
+      H.finish(
+        bufnr,
+        { id = rid, name = run.name },
+        { success = false, error = "The tool call was cancelled by the user." }
+      )
     end
   end
   return n
@@ -1044,7 +1060,11 @@ function H.nested_pending(bufnr, parent_id, id, name, args, decide)
   local last = parent.last_line
   for _, msg in ipairs(doc.messages) do
     for _, part in ipairs(msg.parts) do
-      if part.kind == "tool_result" and type(part.id) == "string" and part.id:sub(1, #parent_id + 1) == parent_id .. "." then
+      if
+        part.kind == "tool_result"
+        and type(part.id) == "string"
+        and part.id:sub(1, #parent_id + 1) == parent_id .. "."
+      then
         last = math.max(last, part.last_line)
       end
     end
@@ -1055,7 +1075,9 @@ function H.nested_pending(bufnr, parent_id, id, name, args, decide)
   vim.list_extend(block, require("flemma.document").render_placeholder(id, "pending"))
   H.set_lines(bufnr, last, last, block)
   local preview = require("flemma.tools").preview(name, args, 60, bufnr)
-  util.notify(("`%s` asks to run %s: %s (%s): :Flemma tool:approve or tool:reject"):format(parent_id, name, preview, id))
+  util.notify(
+    ("`%s` asks to run %s: %s (%s): :Flemma tool:approve or tool:reject"):format(parent_id, name, preview, id)
+  )
   M.focus_pending(bufnr)
 end
 

@@ -332,8 +332,10 @@ function H.live_of(bufnr)
         end
         -- The rows touched: the end rows too, unless both ends are at a line start
         -- (end columns are relative to the start column on the start row).
-        local touched = ((old_rows == 0 and col + old_col or old_col) > 0 or (new_rows == 0 and col + new_col or new_col) > 0)
-          and 1
+        local touched = (
+          (old_rows == 0 and col + old_col or old_col) > 0 or (new_rows == 0 and col + new_col or new_col) > 0
+        )
+            and 1
           or 0
         local last_old = math.min(row + old_rows + touched, nlines)
         local last_new = math.min(row + new_rows + touched, count)
@@ -377,7 +379,8 @@ function H.live_of(bufnr)
           end
           L.bytes_tick, L.bytes_lines = nil, nil
           if edit_last and (edit_last > first or last_new > first) then
-            local ok = pcall(native.idoc_edit, L.idoc, first, edit_last, vim.api.nvim_buf_get_lines(buf, first, last_new, false))
+            local ok =
+              pcall(native.idoc_edit, L.idoc, first, edit_last, vim.api.nvim_buf_get_lines(buf, first, last_new, false))
             if not ok then
               L.broken = true
             end
@@ -507,7 +510,9 @@ function M.get(bufnr)
   end
   H.sync(L)
   -- A safety net: the native lines must be the buffer's.
-  if L.nlines ~= vim.api.nvim_buf_line_count(bufnr) and not (L.nlines == 0 and vim.api.nvim_buf_line_count(bufnr) == 1) then
+  if
+    L.nlines ~= vim.api.nvim_buf_line_count(bufnr) and not (L.nlines == 0 and vim.api.nvim_buf_line_count(bufnr) == 1)
+  then
     L.broken = true
     L = H.live_of(bufnr)
     H.sync(L)
@@ -629,7 +634,9 @@ end
 
 function H.check_id(id, what)
   if type(id) ~= "string" or id == "" or id:find("[`\n]") then
-    util.error(("%s: `id` should be a non-empty string without backticks or newlines, not %s"):format(what, vim.inspect(id)))
+    util.error(
+      ("%s: `id` should be a non-empty string without backticks or newlines, not %s"):format(what, vim.inspect(id))
+    )
   end
 end
 
@@ -829,7 +836,14 @@ function H.message_problems(prev, msg, next_msg)
             )
           )
         elseif count > 1 then
-          add(u, ("tool use `%s` (%s) has %d results in the next @You: message: keep exactly one"):format(u.id, u.name, count))
+          add(
+            u,
+            ("tool use `%s` (%s) has %d results in the next @You: message: keep exactly one"):format(
+              u.id,
+              u.name,
+              count
+            )
+          )
         end
       end
     end

@@ -55,7 +55,8 @@ M.counters.vertex = {
   endpoint = function(endpoint)
     local base, n = endpoint:gsub(":streamGenerateContent[^/]*$", ":countTokens")
     if n == 0 then
-      return nil, ("cannot derive the token-counting endpoint from %s (it should end in :streamGenerateContent)"):format(endpoint)
+      return nil,
+        ("cannot derive the token-counting endpoint from %s (it should end in :streamGenerateContent)"):format(endpoint)
     end
     return base
   end,
@@ -124,7 +125,10 @@ function M.estimate(bufnr, cb)
   local counter = M.counters[spec.kind]
   if not counter then
     return cb({
-      error = ("%s: the %s API has no token-counting endpoint that Flemma knows; nothing was counted"):format(spec.name, spec.kind),
+      error = ("%s: the %s API has no token-counting endpoint that Flemma knows; nothing was counted"):format(
+        spec.name,
+        spec.kind
+      ),
     })
   end
   local endpoint, eerr = counter.endpoint(spec.endpoint)
@@ -155,11 +159,13 @@ function M.estimate(bufnr, cb)
   end
   -- A key that the frontmatter's provider would send to a new host: asked first
   -- (flemma.keyhost), counted after a yes.
-  if not require("flemma.keyhost").settle(bufnr, function()
-    M.estimate(bufnr, cb)
-  end, function(message)
-    cb({ error = (message:gsub("^not sent: ", "nothing counted: ")) })
-  end) then
+  if
+    not require("flemma.keyhost").settle(bufnr, function()
+      M.estimate(bufnr, cb)
+    end, function(message)
+      cb({ error = (message:gsub("^not sent: ", "nothing counted: ")) })
+    end)
+  then
     return
   end
   provider.resolve_key(spec, function(key, kerr)
@@ -192,9 +198,14 @@ function M.estimate(bufnr, cb)
           local status, text = H.split_http(result.output or "")
           local dok, decoded = pcall(vim.json.decode, text)
           if status ~= 200 or not dok then
-            local msg = dok and require("flemma.provider").kind(spec.kind).error_message(decoded) or vim.trim(text:sub(1, 200))
+            local msg = dok and require("flemma.provider").kind(spec.kind).error_message(decoded)
+              or vim.trim(text:sub(1, 200))
             return cb({
-              error = ("%s: counting tokens failed: HTTP %s%s"):format(spec.name, tostring(status), msg and msg ~= "" and (': "' .. msg .. '"') or ""),
+              error = ("%s: counting tokens failed: HTTP %s%s"):format(
+                spec.name,
+                tostring(status),
+                msg and msg ~= "" and (': "' .. msg .. '"') or ""
+              ),
             })
           end
           local tokens = counter.tokens(decoded)

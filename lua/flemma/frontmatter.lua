@@ -148,7 +148,12 @@ end
 function H.wrap_function(box, first_line)
   return function(tool_name, input, ctx)
     if not box.interp then
-      error(("frontmatter line %d: this auto_approve function belongs to a frontmatter that changed; evaluate it again"):format(first_line), 0)
+      error(
+        ("frontmatter line %d: this auto_approve function belongs to a frontmatter that changed; evaluate it again"):format(
+          first_line
+        ),
+        0
+      )
     end
     local res = box.interp:call("auto_approve", H.plain(tool_name), H.plain(input) or {}, H.plain(ctx) or {})
     if not res.ok then
@@ -168,7 +173,8 @@ function H.evaluate(code, lang, first_line, config)
   local v = (res.values or {})[1]
   if type(v) ~= "table" or type(v.error) == "string" then
     H.free(box)
-    return nil, type(v) == "table" and v.error or ("frontmatter line %d: the evaluation returned no options"):format(first_line)
+    return nil,
+      type(v) == "table" and v.error or ("frontmatter line %d: the evaluation returned no options"):format(first_line)
   end
   local opts = {
     tools = v.tools,
@@ -213,7 +219,8 @@ function M.evaluate(code, lang, first_line, config)
   if lang == "lua" or lang == "json" then
     return H.evaluate(code, lang, first_line, config)
   end
-  return nil, ("frontmatter line %d: unsupported frontmatter language %q; use lua or json"):format(first_line, tostring(lang))
+  return nil,
+    ("frontmatter line %d: unsupported frontmatter language %q; use lua or json"):format(first_line, tostring(lang))
 end
 
 --- Frees the interpreter kept for an auto_approve function of an evaluation (its

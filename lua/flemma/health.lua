@@ -30,9 +30,15 @@ function H.curl_tls()
   end
   local res = vim.system({ "curl", "--version" }, { text = true }):wait(3000)
   local out = res.stdout or ""
-  local tls = out:match("%s(OpenSSL/%S+)") or out:match("%s(LibreSSL/%S+)") or out:match("%s(GnuTLS/%S+)")
-    or out:match("%s(BoringSSL%S*)") or out:match("%s(wolfSSL/%S+)") or out:match("%s(mbedTLS/%S+)")
-    or out:match("%s(rustls%S*)") or out:match("%s(SecureTransport%S*)") or out:match("%s(Schannel%S*)")
+  local tls = out:match("%s(OpenSSL/%S+)")
+    or out:match("%s(LibreSSL/%S+)")
+    or out:match("%s(GnuTLS/%S+)")
+    or out:match("%s(BoringSSL%S*)")
+    or out:match("%s(wolfSSL/%S+)")
+    or out:match("%s(mbedTLS/%S+)")
+    or out:match("%s(rustls%S*)")
+    or out:match("%s(SecureTransport%S*)")
+    or out:match("%s(Schannel%S*)")
   local protocols = out:match("\nProtocols:([^\n]*)") or ""
   if (" " .. protocols .. " "):find(" https ", 1, true) then
     vim.health.ok(("curl TLS: %s (https supported)"):format(tls or "yes"))
@@ -68,14 +74,30 @@ function H.providers()
   for _, name in ipairs(names) do
     local entry = config.providers[name]
     if type(entry) == "table" then
-      local active = name == config.provider and " (active)" or used[name] and " (selected by a buffer's frontmatter)" or ""
-      local where = ("`%s` (%s, %s)%s"):format(name, tostring(entry.kind), tostring(entry.endpoint or "no endpoint"), active)
+      local active = name == config.provider and " (active)"
+        or used[name] and " (selected by a buffer's frontmatter)"
+        or ""
+      local where = ("`%s` (%s, %s)%s"):format(
+        name,
+        tostring(entry.kind),
+        tostring(entry.endpoint or "no endpoint"),
+        active
+      )
       local env = entry.api_key_env
       local loopback = type(entry.endpoint) == "string"
-        and (entry.endpoint:match("^%a+://127%.") or entry.endpoint:match("^%a+://localhost[:/]") or entry.endpoint:match("^%a+://%[::1%]"))
+        and (
+          entry.endpoint:match("^%a+://127%.")
+          or entry.endpoint:match("^%a+://localhost[:/]")
+          or entry.endpoint:match("^%a+://%[::1%]")
+        )
       local withheld
       if env and type(entry.endpoint) == "string" then
-        local host, why = require("flemma.secrets").destination(env, entry.endpoint, require("flemma.config").key_configured(name), name)
+        local host, why = require("flemma.secrets").destination(
+          env,
+          entry.endpoint,
+          require("flemma.config").key_configured(name),
+          name
+        )
         withheld = not host and why or nil
       end
       if not env then
@@ -90,7 +112,9 @@ function H.providers()
         local report = active ~= "" and vim.health.warn or vim.health.info
         report(("%s: no key: $%s is not set"):format(where, env), {
           ("export %s=... before starting Neovim"):format(env),
-          ("or keep it in the system keyring (secret-tool store --label=flemma service %s key api), asked at send: :help flemma-secrets"):format(name),
+          ("or keep it in the system keyring (secret-tool store --label=flemma service %s key api), asked at send: :help flemma-secrets"):format(
+            name
+          ),
         })
       end
     end
@@ -105,19 +129,31 @@ function H.buffers()
   for _, bufnr in ipairs(vim.api.nvim_list_bufs()) do
     if vim.api.nvim_buf_is_loaded(bufnr) and vim.bo[bufnr].filetype == "chat" then
       local name = vim.api.nvim_buf_get_name(bufnr)
-      local label = ("buffer %d%s"):format(bufnr, name ~= "" and (" (" .. vim.fn.fnamemodify(name, ":~:.") .. ")") or "")
+      local label = ("buffer %d%s"):format(
+        bufnr,
+        name ~= "" and (" (" .. vim.fn.fnamemodify(name, ":~:.") .. ")") or ""
+      )
       local ok, sel, err = pcall(fm.selection, bufnr)
       if not ok or not sel then
-        rows[#rows + 1] = { vim.health.error, ("%s: nothing is sent while its frontmatter fails: %s"):format(label, ok and err or tostring(sel)) }
+        rows[#rows + 1] = {
+          vim.health.error,
+          ("%s: nothing is sent while its frontmatter fails: %s"):format(label, ok and err or tostring(sel)),
+        }
       elseif sel.provider or sel.model then
         local spec, serr = require("flemma.provider").resolve_buffer(bufnr)
         if spec then
           rows[#rows + 1] = {
             vim.health.ok,
-            ("%s: its frontmatter selects `%s` %s%s"):format(label, spec.name, spec.model, sel.preset and (" (" .. sel.preset .. ")") or ""),
+            ("%s: its frontmatter selects `%s` %s%s"):format(
+              label,
+              spec.name,
+              spec.model,
+              sel.preset and (" (" .. sel.preset .. ")") or ""
+            ),
           }
         else
-          rows[#rows + 1] = { vim.health.error, ("%s: its frontmatter selects a provider that cannot send: %s"):format(label, serr) }
+          rows[#rows + 1] =
+            { vim.health.error, ("%s: its frontmatter selects a provider that cannot send: %s"):format(label, serr) }
         end
       end
     end
@@ -191,11 +227,17 @@ function M.check()
     else
       local avail, aerr = sandbox.is_available(backend)
       if avail then
-        vim.health.ok(("backend `%s` works (probe run passed); sandbox %s"):format(backend, enabled and "enabled" or "disabled (sandbox.enabled = false)"))
+        vim.health.ok(
+          ("backend `%s` works (probe run passed); sandbox %s"):format(
+            backend,
+            enabled and "enabled" or "disabled (sandbox.enabled = false)"
+          )
+        )
       else
         local report = enabled and vim.health.error or vim.health.warn
         report(("backend `%s` unavailable: %s"):format(backend, aerr), {
-          enabled and "Tool commands are refused while the sandbox is enabled and unavailable; fix the backend or run :Flemma sandbox:disable"
+          enabled
+              and "Tool commands are refused while the sandbox is enabled and unavailable; fix the backend or run :Flemma sandbox:disable"
             or "Only needed when you enable the sandbox",
         })
       end

@@ -204,7 +204,8 @@ function H.make(self)
   self.limit = memory
   local native = require("flemma.native")
   local t0 = vim.uv.hrtime()
-  local ok, handle, err = pcall(native.isolate_new, require("flemma.util").module_sources_json(self.modules), self.main, memory)
+  local ok, handle, err =
+    pcall(native.isolate_new, require("flemma.util").module_sources_json(self.modules), self.main, memory)
   if not ok or not handle then
     H.spend(0, (vim.uv.hrtime() - t0) / 1e6)
     return { ok = false, error = "cannot start the interpreter: " .. tostring(ok and err or handle) }

@@ -51,7 +51,8 @@ function M.prompt(bufnr, q)
     q.spec.name,
     q.spec.api_key_env,
     q.host,
-    q.own and ("your own provider, " .. q.own.name .. ", does not") or "a host of your configuration, not of your own choice"
+    q.own and ("your own provider, " .. q.own.name .. ", does not")
+      or "a host of your configuration, not of your own choice"
   )
 end
 
@@ -104,7 +105,10 @@ function M.settle(bufnr, resume, on_refused)
       elseif reason == "no_ui" then
         refused(H.refusal(bufnr, q, "there is no UI to ask whether to send it there"))
       elseif reason == "failed" then
-        refused(H.refusal(bufnr, q, "the question could not be asked (" .. tostring(err) .. ")", true), vim.log.levels.ERROR)
+        refused(
+          H.refusal(bufnr, q, "the question could not be asked (" .. tostring(err) .. ")", true),
+          vim.log.levels.ERROR
+        )
       else
         refused(H.refusal(bufnr, q, "you did not confirm it", true))
       end

@@ -329,7 +329,8 @@ int64_t flemma_isolate_peak(const flemma_isolate *iso);
 void flemma_isolate_free(flemma_isolate *iso);
 ]],
 }
-H.order = { "core", "truncate", "document", "idoc", "process", "fileread", "sandbox", "stream", "jsonrpc", "escape", "isolate" }
+H.order =
+  { "core", "truncate", "document", "idoc", "process", "fileread", "sandbox", "stream", "jsonrpc", "escape", "isolate" }
 
 --- All declarations, as passed to ffi.cdef.
 ---@return string
@@ -390,11 +391,8 @@ function H.load()
   end
   local ok, lib = pcall(ffi.load, path)
   if not ok then
-    return nil, ("cannot load native library %s (%s): rebuild it with `make` in %s"):format(
-      path,
-      tostring(lib),
-      util.root()
-    )
+    return nil,
+      ("cannot load native library %s (%s): rebuild it with `make` in %s"):format(path, tostring(lib), util.root())
   end
   local version = lib.flemma_abi_version()
   if version ~= M.ABI_VERSION then
@@ -1062,7 +1060,14 @@ function M.idoc_segment(d, i)
       if kind == 3 then
         p = { kind = "text", first_line = first, last_line = last, text = M.unescape(str(it.body)) }
       elseif kind == 4 then
-        p = { kind = "tool_use", first_line = first, last_line = last, id = str(it.key), name = str(it.label), fence_line = fence_line }
+        p = {
+          kind = "tool_use",
+          first_line = first,
+          last_line = last,
+          id = str(it.key),
+          name = str(it.label),
+          fence_line = fence_line,
+        }
         if band(it.flags, 8) == 0 then
           out.inputs[p] = str(it.body)
         else
@@ -1088,7 +1093,13 @@ function M.idoc_segment(d, i)
           fence_line = fence_line,
         }
       elseif kind == 6 then
-        p = { kind = "thinking", first_line = first, last_line = last, text = M.unescape(str(it.body)), redacted = band(it.flags, 4) ~= 0 }
+        p = {
+          kind = "thinking",
+          first_line = first,
+          last_line = last,
+          text = M.unescape(str(it.body)),
+          redacted = band(it.flags, 4) ~= 0,
+        }
         local k2, l2 = str(it.key), str(it.label)
         if k2 ~= "" then
           p.signature = k2
@@ -1684,7 +1695,12 @@ function H.stream_event(e)
       ev.body = a
     end
   elseif t == 14 then
-    ev = { type = "jsonrpc", kind = H.JSONRPC_KINDS[e.status], method = a, json = e.b ~= nil and ffi_string(e.b, e.b_len) or "" }
+    ev = {
+      type = "jsonrpc",
+      kind = H.JSONRPC_KINDS[e.status],
+      method = a,
+      json = e.b ~= nil and ffi_string(e.b, e.b_len) or "",
+    }
   elseif t == 15 then
     ev = {
       type = "search_match",

@@ -495,7 +495,8 @@ function M.selection(config)
       -- OpenAI-compatible servers (ollama, llama.cpp, ...) serve models of the
       -- user's choosing: any name is theirs to judge.
       local any = entry.kind == "openai_chat" or table_of_kind == nil
-      providers[name] = { kind = entry.kind, default_model = default, any_model = any, models = not any and accepted or nil }
+      providers[name] =
+        { kind = entry.kind, default_model = default, any_model = any, models = not any and accepted or nil }
     end
   end
   return { provider = config.provider, model = config.model, providers = providers, presets = presets_out }
@@ -696,7 +697,9 @@ function M.new(config)
   -- parameters as `:Flemma switch $preset` does; what the code sets after it wins.
   function select_provider(v)
     if type(v) ~= "string" or v == "" then
-      M.fail(("`flemma.opt.provider` should be a provider name or a $preset, not %s"):format(v == "" and '""' or show(v)))
+      M.fail(
+        ("`flemma.opt.provider` should be a provider name or a $preset, not %s"):format(v == "" and '""' or show(v))
+      )
     end
     if presets.is_preset(v) then
       local p = sel.presets[v]
@@ -773,7 +776,9 @@ function M.new(config)
     if not model then
       fail_at(
         S.selected_line,
-        ("`flemma.opt.provider`: %s has no default model: set `flemma.opt.model` too (a name from the server's model list)"):format(name)
+        ("`flemma.opt.provider`: %s has no default model: set `flemma.opt.model` too (a name from the server's model list)"):format(
+          name
+        )
       )
     end
     if S.model_set and S.model ~= nil and p and not p.any_model and not p.models[S.model] then

@@ -203,7 +203,14 @@ function H.secret_env(env, explicit)
   local function remove(name)
     -- Any name the environment can hold (exec passes on names a shell cannot write,
     -- such as CFG-DEPLOY or app.key): all but `=` and NUL.
-    if type(name) == "string" and name ~= "" and not name:find("[=%z]") and not pass[name] and not given(name) and not out[name] then
+    if
+      type(name) == "string"
+      and name ~= ""
+      and not name:find("[=%z]")
+      and not pass[name]
+      and not given(name)
+      and not out[name]
+    then
       out[name] = true
       env[#env + 1] = name
     end

@@ -71,12 +71,14 @@ function M.check(bufnr, abs, shown)
         secret
       )
   end
-  local where = #roots > 0 and table.concat(
-      vim.tbl_map(function(r)
-        return vim.fn.fnamemodify(r, ":~")
-      end, roots),
-      ", "
-    ) or "none"
+  local where = #roots > 0
+      and table.concat(
+        vim.tbl_map(function(r)
+          return vim.fn.fnamemodify(r, ":~")
+        end, roots),
+        ", "
+      )
+    or "none"
   return false,
     ("%s is outside the project (%s; project roots: %s): Flemma sends a file from outside the project only after you confirm it when sending"):format(
       shown,
@@ -140,7 +142,9 @@ function M.confirm(bufnr, wanted, cb)
   end
   local what = secrets == 0 and "from outside the project"
     or secrets == #wanted and (#wanted == 1 and "that holds secrets" or "that hold secrets")
-    or (#wanted == 1 and "that holds secrets or is outside the project" or "that hold secrets or are outside the project")
+    or (
+      #wanted == 1 and "that holds secrets or is outside the project" or "that hold secrets or are outside the project"
+    )
   local prompt = ("This chat sends %d file%s %s to the model: %s. Send %s?"):format(
     #wanted,
     #wanted == 1 and "" or "s",

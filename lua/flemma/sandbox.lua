@@ -51,9 +51,8 @@ function M.backend()
   end
   local name = H.defaults_by_os[jit.os]
   if not name then
-    return nil, ("no sandbox backend for %s: the sandbox needs Linux (bubblewrap) or macOS (sandbox-exec)"):format(
-      jit.os
-    )
+    return nil,
+      ("no sandbox backend for %s: the sandbox needs Linux (bubblewrap) or macOS (sandbox-exec)"):format(jit.os)
   end
   return name
 end
@@ -63,7 +62,12 @@ function H.probe(name)
     local hint = name == "bwrap" and "install bubblewrap (e.g. `apt install bubblewrap`)" or "it ships with macOS"
     return false, ("`%s` is not installed or not on PATH: %s"):format(name, hint)
   end
-  local argv = native.sandbox_wrap(name, { rw_paths = { vim.fn.getcwd() }, network = false }, { "true" }, vim.fn.getcwd())
+  local argv = native.sandbox_wrap(
+    name,
+    { rw_paths = { vim.fn.getcwd() }, network = false },
+    { "true" },
+    vim.fn.getcwd()
+  )
   local ok, res = pcall(function()
     return vim.system(argv, { text = true }):wait(5000)
   end)
@@ -73,11 +77,7 @@ function H.probe(name)
   if res.code ~= 0 then
     local msg = vim.trim(res.stderr or "")
     return false,
-      ("the probe run of `%s` failed (exit %s%s)"):format(
-        name,
-        tostring(res.code),
-        msg ~= "" and (": " .. msg) or ""
-      )
+      ("the probe run of `%s` failed (exit %s%s)"):format(name, tostring(res.code), msg ~= "" and (": " .. msg) or "")
   end
   return true
 end
@@ -253,7 +253,8 @@ function M.wrap_command(argv, policy)
   end
   local ok, perr = M.is_available(name)
   if not ok then
-    return nil, ("sandbox enabled but `%s` cannot run: %s (or disable it with :Flemma sandbox:disable)"):format(name, perr)
+    return nil,
+      ("sandbox enabled but `%s` cannot run: %s (or disable it with :Flemma sandbox:disable)"):format(name, perr)
   end
   return native.sandbox_wrap(name, H.check_policy(policy), argv, vim.fn.getcwd())
 end

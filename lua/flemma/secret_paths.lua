@@ -203,7 +203,9 @@ function H.holds_token(path)
     return true
   end
   data = data:lower()
-  return data:find("token", 1, true) ~= nil or data:find("password", 1, true) ~= nil or data:find("_auth", 1, true) ~= nil
+  return data:find("token", 1, true) ~= nil
+    or data:find("password", 1, true) ~= nil
+    or data:find("_auth", 1, true) ~= nil
 end
 
 -- Why a file's name makes it a secret, or nil. `path` is absolute (for the content

@@ -326,12 +326,17 @@ M.register("gcloud", {
       end
       env = { CLOUDSDK_AUTH_CREDENTIAL_FILE_OVERRIDE = path }
     end
-    H.run({ "gcloud", "auth", "print-access-token" }, { env = env }, "gcloud auth print-access-token", function(key, why)
-      if tmp then
-        os.remove(tmp)
+    H.run(
+      { "gcloud", "auth", "print-access-token" },
+      { env = env },
+      "gcloud auth print-access-token",
+      function(key, why)
+        if tmp then
+          os.remove(tmp)
+        end
+        cb(key, why)
       end
-      cb(key, why)
-    end)
+    )
   end,
 })
 
@@ -391,7 +396,10 @@ end
 function M.is_home(env, host)
   for _, pattern in ipairs(env and M.homes[env] or {}) do
     local wild = pattern:match("^%*([.-].+)$")
-    if host == pattern or (wild and #host > #wild and host:sub(-#wild) == wild and host:sub(1, -#wild - 1):match("^[%w-]+$")) then
+    if
+      host == pattern
+      or (wild and #host > #wild and host:sub(-#wild) == wild and host:sub(1, -#wild - 1):match("^[%w-]+$"))
+    then
       return true
     end
   end
@@ -420,7 +428,11 @@ function M.destination(env, endpoint, configured, name)
   end
   if scheme ~= "https" and not M.is_loopback_host(host) then
     return nil,
-      ("the key in $%s is not sent: a key never goes over %s:// to another machine (%s); use https"):format(env, scheme, host)
+      ("the key in $%s is not sent: a key never goes over %s:// to another machine (%s); use https"):format(
+        env,
+        scheme,
+        host
+      )
   end
   if configured or M.is_home(env, host) then
     return host
@@ -438,7 +450,8 @@ function M.destination(env, endpoint, configured, name)
 end
 
 --- Names that look like a key in setup() or frontmatter: refused there.
-M.forbidden = { api_key = true, apikey = true, key = true, token = true, access_token = true, secret = true, password = true }
+M.forbidden =
+  { api_key = true, apikey = true, key = true, token = true, access_token = true, secret = true, password = true }
 
 --- The message refusing a key at `path` (e.g. "providers.openai.api_key").
 ---@param path string

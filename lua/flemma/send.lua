@@ -215,11 +215,13 @@ function H.warn_size(bufnr)
     end
     return tostring(n)
   end
-  util.warn(("large request: ~%s tokens (%s)%s"):format(
-    short(tokens, { { 1e6, "M" }, { 1e3, "k" } }),
-    short(bytes, { { 1024 * 1024, " MB" }, { 1024, " KB" } }),
-    cost and (", ~$%.2f input"):format(cost) or ""
-  ))
+  util.warn(
+    ("large request: ~%s tokens (%s)%s"):format(
+      short(tokens, { { 1e6, "M" }, { 1e3, "k" } }),
+      short(bytes, { { 1024 * 1024, " MB" }, { 1024, " KB" } }),
+      cost and (", ~$%.2f input"):format(cost) or ""
+    )
+  )
 end
 
 --- Sends the buffer's conversation. Returns true when a request was started.

@@ -89,7 +89,12 @@ function M.tree(bufnr)
     return require("flemma.provider").resolve(sel_config)
   end)
   if ok_p and spec then
-    local model_layer = require("flemma.config").session() and "switch" or config.model and "setup" or (H.get(config, "providers." .. spec.name .. ".model") and H.config_layer("providers." .. spec.name .. ".model") or "default")
+    local model_layer = require("flemma.config").session() and "switch"
+      or config.model and "setup"
+      or (
+        H.get(config, "providers." .. spec.name .. ".model") and H.config_layer("providers." .. spec.name .. ".model")
+        or "default"
+      )
     if fm_opts.model then
       -- Set there, by its preset, or the default of the provider it selects.
       model_layer = "frontmatter"
@@ -167,13 +172,23 @@ function M.tree(bufnr)
   -- Sandbox.
   local sandbox = require("flemma.sandbox")
   local enabled = sandbox.is_enabled()
-  row(0, "sandbox: " .. (enabled and "enabled" or "disabled"),
-    enabled ~= (config.sandbox.enabled == true) and "command" or H.config_layer("sandbox.enabled"))
+  row(
+    0,
+    "sandbox: " .. (enabled and "enabled" or "disabled"),
+    enabled ~= (config.sandbox.enabled == true) and "command" or H.config_layer("sandbox.enabled")
+  )
   local backend, berr = sandbox.backend()
   row(1, "backend: " .. (backend or ("none (" .. tostring(berr) .. ")")), H.config_layer("sandbox.backend"))
-  row(1, "network: " .. (config.sandbox.policy.network and "allowed" or "cut"), H.config_layer("sandbox.policy.network"))
-  row(1, "writable roots: " .. (config.sandbox.policy.rw_paths and H.show(config.sandbox.policy.rw_paths) or "the defaults"),
-    H.config_layer("sandbox.policy.rw_paths"))
+  row(
+    1,
+    "network: " .. (config.sandbox.policy.network and "allowed" or "cut"),
+    H.config_layer("sandbox.policy.network")
+  )
+  row(
+    1,
+    "writable roots: " .. (config.sandbox.policy.rw_paths and H.show(config.sandbox.policy.rw_paths) or "the defaults"),
+    H.config_layer("sandbox.policy.rw_paths")
+  )
 
   -- Tools and approval.
   local tools = require("flemma.tools")
@@ -213,9 +228,16 @@ function M.tree(bufnr)
       row(2, "beyond the global policy: " .. state, "frontmatter")
     end
   end
-  row(1, (fm_opts.auto_approve ~= nil and "global auto_approve: " or "auto_approve: ") .. H.show(config.tools.auto_approve),
-    H.config_layer("tools.auto_approve"))
-  row(1, "auto_approve_sandboxed: " .. tostring(config.tools.auto_approve_sandboxed), H.config_layer("tools.auto_approve_sandboxed"))
+  row(
+    1,
+    (fm_opts.auto_approve ~= nil and "global auto_approve: " or "auto_approve: ") .. H.show(config.tools.auto_approve),
+    H.config_layer("tools.auto_approve")
+  )
+  row(
+    1,
+    "auto_approve_sandboxed: " .. tostring(config.tools.auto_approve_sandboxed),
+    H.config_layer("tools.auto_approve_sandboxed")
+  )
   local approval = require("flemma.tools.approval")
   -- The built-in resolvers by what they are to the user; the user's own by name.
   local labels = {
@@ -236,8 +258,11 @@ function M.tree(bufnr)
   -- Autopilot.
   local cycle = require("flemma.cycle")
   local on = cycle.autopilot_enabled(bufnr)
-  row(0, ("autopilot: %s (max %d turns)"):format(on and "on" or "off", config.tools.autopilot.max_turns),
-    on ~= (config.tools.autopilot.enabled == true) and "buffer" or H.config_layer("tools.autopilot.enabled"))
+  row(
+    0,
+    ("autopilot: %s (max %d turns)"):format(on and "on" or "off", config.tools.autopilot.max_turns),
+    on ~= (config.tools.autopilot.enabled == true) and "buffer" or H.config_layer("tools.autopilot.enabled")
+  )
 
   -- Frontmatter.
   if fm_err then
@@ -260,11 +285,17 @@ function M.lines(bufnr)
     end
   end
   local name = vim.api.nvim_buf_get_name(bufnr)
-  local out = { ("Flemma status of buffer %d%s"):format(bufnr, name ~= "" and (" (" .. vim.fn.fnamemodify(name, ":~:.") .. ")") or "") }
+  local out = {
+    ("Flemma status of buffer %d%s"):format(
+      bufnr,
+      name ~= "" and (" (" .. vim.fn.fnamemodify(name, ":~:.") .. ")") or ""
+    ),
+  }
   local native = require("flemma.native")
   native.reset()
   local ok, err = native.available()
-  out[#out + 1] = ok and ("native core %s (ABI %d) at %s"):format(native.version(), native.abi_version(), native.library_path())
+  out[#out + 1] = ok
+      and ("native core %s (ABI %d) at %s"):format(native.version(), native.abi_version(), native.library_path())
     or ("native core unavailable: " .. tostring(err))
   out[#out + 1] = ""
   for _, r in ipairs(rows) do

@@ -21,7 +21,15 @@ function M.parameter_names()
       names[#names + 1] = k
     end
   end
-  for _, k in ipairs({ "max_tokens", "temperature", "thinking", "anthropic.thinking_budget", "openai.reasoning", "vertex.project_id", "vertex.thinking_budget" }) do
+  for _, k in ipairs({
+    "max_tokens",
+    "temperature",
+    "thinking",
+    "anthropic.thinking_budget",
+    "openai.reasoning",
+    "vertex.project_id",
+    "vertex.thinking_budget",
+  }) do
     if not vim.tbl_contains(names, k) then
       names[#names + 1] = k
     end
@@ -87,7 +95,9 @@ function M.parse(words, config)
   local sel = { parameters = {} }
   local first = words[1]
   if not first or first:find("=", 1, true) then
-    util.error("switch: name a provider or a $preset first, e.g. `:Flemma switch anthropic claude-opus-4-6 thinking=high`")
+    util.error(
+      "switch: name a provider or a $preset first, e.g. `:Flemma switch anthropic claude-opus-4-6 thinking=high`"
+    )
   end
   local i = 2
   if first:sub(1, 1) == "$" then
@@ -151,7 +161,8 @@ function M.preset(name, config)
       ("unknown preset `%s`%s%s"):format(
         name,
         guess and ("; did you mean `%s`?"):format(guess) or "",
-        #names > 0 and (" (presets: " .. table.concat(names, ", ") .. ")") or " (none is defined: add `presets` in setup())"
+        #names > 0 and (" (presets: " .. table.concat(names, ", ") .. ")")
+          or " (none is defined: add `presets` in setup())"
       )
     )
   end
@@ -213,12 +224,14 @@ function M.check_presets(presets, config)
   end
   for name, p in pairs(presets) do
     if type(name) ~= "string" or not name:match("^%$[%w_.-]+$") then
-      util.error(("`presets`: the name %s should start with $ (e.g. \"$fast\")"):format(vim.inspect(name)))
+      util.error(('`presets`: the name %s should start with $ (e.g. "$fast")'):format(vim.inspect(name)))
     end
     if type(p) == "table" then
       for k in pairs(p) do
         if k ~= "provider" and k ~= "model" and k ~= "parameters" then
-          util.error(("unknown option `presets.%s.%s` (a preset has provider, model, parameters)"):format(name, tostring(k)))
+          util.error(
+            ("unknown option `presets.%s.%s` (a preset has provider, model, parameters)"):format(name, tostring(k))
+          )
         end
       end
       if type(p.provider) ~= "string" then
@@ -231,7 +244,9 @@ function M.check_presets(presets, config)
         util.error(("`presets.%s.parameters` should be a table, not %s"):format(name, type(p.parameters)))
       end
     elseif type(p) ~= "string" then
-      util.error(("`presets.%s` should be a string \"provider [model] [key=value ...]\" or a table, not %s"):format(name, type(p)))
+      util.error(
+        ('`presets.%s` should be a string "provider [model] [key=value ...]" or a table, not %s'):format(name, type(p))
+      )
     end
     M.preset(name, config)
   end
@@ -269,7 +284,11 @@ function M.describe(spec, params)
   local config = require("flemma.config").get()
   local info = require("flemma.models").get(spec.kind, spec.model)
   local shown = H.show_params(params or {}, "", {})
-  local msg = ("switched to %s %s%s"):format(spec.name, spec.model, #shown > 0 and (" (" .. table.concat(shown, " ") .. ")") or "")
+  local msg = ("switched to %s %s%s"):format(
+    spec.name,
+    spec.model,
+    #shown > 0 and (" (" .. table.concat(shown, " ") .. ")") or ""
+  )
   local warning
   if info then
     msg = msg .. (" · %s in / %s out per million tokens"):format(H.money(info.input), H.money(info.output))
@@ -338,7 +357,10 @@ function M.apply(sel)
     util.warn(warning)
   end
   H.frontmatter_note(vim.api.nvim_get_current_buf(), spec)
-  vim.api.nvim_exec_autocmds("User", { pattern = "FlemmaSwitched", modeline = false, data = { provider = spec.name, model = spec.model } })
+  vim.api.nvim_exec_autocmds(
+    "User",
+    { pattern = "FlemmaSwitched", modeline = false, data = { provider = spec.name, model = spec.model } }
+  )
   return spec
 end
 

@@ -339,7 +339,9 @@ function Session:load(need)
       self.stamps[p] = H.stamp(p)
     end
     if #text > M.MAX_FILE then
-      return { error = ("the project's instruction files hold %d bytes, more than %d KB"):format(#text, M.MAX_FILE / 1024) }
+      return {
+        error = ("the project's instruction files hold %d bytes, more than %d KB"):format(#text, M.MAX_FILE / 1024),
+      }
     end
     return { code = "_lit(1)", map = { 1 }, literals = { text }, chunk = "flemma:project" }
   end
@@ -627,7 +629,10 @@ function M.preview(bufnr)
       msgs[#msgs + 1] = ("line %d: %s"):format(p.line, p.message)
     end
     vim.diagnostic.set(send.ns, bufnr, diags)
-    util.notify("no preview: the conversation cannot be sent as it is:\n" .. table.concat(msgs, "\n"), vim.log.levels.ERROR)
+    util.notify(
+      "no preview: the conversation cannot be sent as it is:\n" .. table.concat(msgs, "\n"),
+      vim.log.levels.ERROR
+    )
     return
   end
   send.clear_problems(bufnr)

@@ -397,11 +397,16 @@ function H.command(state)
   local w = M.widening(opts)
   if state == "trusted" then
     util.notify(
-      ("trusted the frontmatter of %s%s"):format(util.buffer_name(bufnr), w and (": it " .. H.describe(w)) or " (it only narrows the policy)")
+      ("trusted the frontmatter of %s%s"):format(
+        util.buffer_name(bufnr),
+        w and (": it " .. H.describe(w)) or " (it only narrows the policy)"
+      )
     )
   else
     util.notify(
-      ("the frontmatter of %s is not trusted: it approves nothing beyond your configuration"):format(util.buffer_name(bufnr))
+      ("the frontmatter of %s is not trusted: it approves nothing beyond your configuration"):format(
+        util.buffer_name(bufnr)
+      )
     )
   end
 end

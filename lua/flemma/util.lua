@@ -109,8 +109,8 @@ function M.redact(text, env_except)
   end
   local function header(name)
     -- `name: value` and curl config `header = "name: value"`
-    text = text:gsub("([Hh][Ee][Aa][Dd][Ee][Rr]%s*=%s*\"%s*" .. name .. "%s*:%s*)[^\"\n]*", "%1[redacted]")
-    text = text:gsub("(" .. name .. "%s*:%s*)[^\r\n\"]*", "%1[redacted]")
+    text = text:gsub('([Hh][Ee][Aa][Dd][Ee][Rr]%s*=%s*"%s*' .. name .. '%s*:%s*)[^"\n]*', "%1[redacted]")
+    text = text:gsub("(" .. name .. '%s*:%s*)[^\r\n"]*', "%1[redacted]")
   end
   header("[Xx]%-[Aa][Pp][Ii]%-[Kk][Ee][Yy]")
   header("[Aa][Uu][Tt][Hh][Oo][Rr][Ii][Zz][Aa][Tt][Ii][Oo][Nn]")
@@ -158,8 +158,11 @@ function M.open(cmd)
     return
   end
   local msg = tostring(err)
-  if msg:find("markdown", 1, true) and (msg:find("Parser could not be created", 1, true) or msg:find("no parser", 1, true))
-    and not M.has_parser("markdown") then
+  if
+    msg:find("markdown", 1, true)
+    and (msg:find("Parser could not be created", 1, true) or msg:find("no parser", 1, true))
+    and not M.has_parser("markdown")
+  then
     vim.bo.syntax = "markdown"
     return
   end

@@ -135,7 +135,8 @@ long no_core() {
   return call(__NR_prlimit64, 0, RLIMIT_CORE, L(&zero), 0);
 }
 void* map(size_t n) {
-  long r = call(__NR_mmap, 0, L(n), 0x3 /* PROT_READ|PROT_WRITE */, 0x22 /* MAP_PRIVATE|MAP_ANONYMOUS */, -1, 0);
+  long r = call(__NR_mmap, 0, L(n), 0x3 /* PROT_READ|PROT_WRITE */,
+                0x22 /* MAP_PRIVATE|MAP_ANONYMOUS */, -1, 0);
   return (r < 0 && r > -4096) ? nullptr : reinterpret_cast<void*>(r);
 }
 int64_t now_ms() {
@@ -195,8 +196,8 @@ long clone_vfork(int (*fn)(void*), void* stack_top, void* arg) {
       "hlt\n"
       "1:"
       : "=a"(ret)
-      : "a"(static_cast<long>(__NR_clone)), "D"(kFlags), "S"(stack_top), "d"(0L), "r"(r10), "r"(r8), "r"(r12),
-        "r"(r13), [nr_exit] "i"(__NR_exit)
+      : "a"(static_cast<long>(__NR_clone)), "D"(kFlags), "S"(stack_top), "d"(0L), "r"(r10), "r"(r8),
+        "r"(r12), "r"(r13), [nr_exit] "i"(__NR_exit)
       : "rcx", "r11", "memory");
   return ret;
 #else
@@ -258,30 +259,54 @@ char* put_str(char* p, const char* s) {
 // The C library's wording for the errors a start can meet.
 const char* error_text(int err, char* buf) {
   switch (err) {
-    case EPERM: return "Operation not permitted";
-    case ENOENT: return "No such file or directory";
-    case ESRCH: return "No such process";
-    case EINTR: return "Interrupted system call";
-    case EIO: return "Input/output error";
-    case E2BIG: return "Argument list too long";
-    case ENOEXEC: return "Exec format error";
-    case EBADF: return "Bad file descriptor";
-    case ECHILD: return "No child processes";
-    case EAGAIN: return "Resource temporarily unavailable";
-    case ENOMEM: return "Cannot allocate memory";
-    case EACCES: return "Permission denied";
-    case EFAULT: return "Bad address";
-    case ENOTDIR: return "Not a directory";
-    case EISDIR: return "Is a directory";
-    case EINVAL: return "Invalid argument";
-    case ENFILE: return "Too many open files in system";
-    case EMFILE: return "Too many open files";
-    case ETXTBSY: return "Text file busy";
-    case ENAMETOOLONG: return "File name too long";
-    case ENOSYS: return "Function not implemented";
-    case ELOOP: return "Too many levels of symbolic links";
-    case ELIBBAD: return "Accessing a corrupted shared library";
-    default: break;
+    case EPERM:
+      return "Operation not permitted";
+    case ENOENT:
+      return "No such file or directory";
+    case ESRCH:
+      return "No such process";
+    case EINTR:
+      return "Interrupted system call";
+    case EIO:
+      return "Input/output error";
+    case E2BIG:
+      return "Argument list too long";
+    case ENOEXEC:
+      return "Exec format error";
+    case EBADF:
+      return "Bad file descriptor";
+    case ECHILD:
+      return "No child processes";
+    case EAGAIN:
+      return "Resource temporarily unavailable";
+    case ENOMEM:
+      return "Cannot allocate memory";
+    case EACCES:
+      return "Permission denied";
+    case EFAULT:
+      return "Bad address";
+    case ENOTDIR:
+      return "Not a directory";
+    case EISDIR:
+      return "Is a directory";
+    case EINVAL:
+      return "Invalid argument";
+    case ENFILE:
+      return "Too many open files in system";
+    case EMFILE:
+      return "Too many open files";
+    case ETXTBSY:
+      return "Text file busy";
+    case ENAMETOOLONG:
+      return "File name too long";
+    case ENOSYS:
+      return "Function not implemented";
+    case ELOOP:
+      return "Too many levels of symbolic links";
+    case ELIBBAD:
+      return "Accessing a corrupted shared library";
+    default:
+      break;
   }
   *put_int(put_str(buf, "Unknown error "), err) = '\0';
   return buf;
@@ -378,7 +403,8 @@ int collect(int32_t root, int32_t* found, int max) {
               in_num = true;
             } else if (in_num) {
               if (v > 0 && n_found < max) found[n_found++] = static_cast<int32_t>(v);
-              if (v > 0 && top < static_cast<int>(sizeof g_stack / sizeof g_stack[0])) g_stack[top++] = static_cast<int32_t>(v);
+              if (v > 0 && top < static_cast<int>(sizeof g_stack / sizeof g_stack[0]))
+                g_stack[top++] = static_cast<int32_t>(v);
               v = 0;
               in_num = false;
             }
@@ -386,7 +412,8 @@ int collect(int32_t root, int32_t* found, int max) {
         }
         if (in_num && v > 0) {
           if (n_found < max) found[n_found++] = static_cast<int32_t>(v);
-          if (top < static_cast<int>(sizeof g_stack / sizeof g_stack[0])) g_stack[top++] = static_cast<int32_t>(v);
+          if (top < static_cast<int>(sizeof g_stack / sizeof g_stack[0]))
+            g_stack[top++] = static_cast<int32_t>(v);
         }
         sys::close(static_cast<int>(f));
       }
@@ -475,7 +502,8 @@ Options parse(int argc, char** argv) {
     }
   }
   if (i >= argc) {
-    say("usage: flemma-reap [--grace-ms MS] [--seccomp-fd N] [--exec PATH] [--] program [args...]\n");
+    say("usage: flemma-reap [--grace-ms MS] [--seccomp-fd N] [--exec PATH] [--] program "
+        "[args...]\n");
     sys::exit(125);
   }
   o.argv = argv + i;
@@ -495,7 +523,8 @@ int seccomp_memfd() {
   sys::lseek0(static_cast<int>(fd));
   return static_cast<int>(fd);
 #else
-  say("flemma-reap: no seccomp filter for this architecture: refusing to run the sandbox without it\n");
+  say("flemma-reap: no seccomp filter for this architecture: refusing to run the sandbox without "
+      "it\n");
   sys::exit(126);
 #endif
 }
@@ -589,7 +618,8 @@ __attribute__((no_sanitize("address"))) int run_command(void* arg) {
   sys::sigmask(SIG_SETMASK, &none);
   if (a.filter_fd >= 0) {
     // dup3 onto itself fails: then clear close-on-exec.
-    long r = a.filter_fd == o.seccomp_fd ? sys::fcntl(a.filter_fd, F_SETFD, 0) : sys::dup_to(a.filter_fd, o.seccomp_fd);
+    long r = a.filter_fd == o.seccomp_fd ? sys::fcntl(a.filter_fd, F_SETFD, 0)
+                                         : sys::dup_to(a.filter_fd, o.seccomp_fd);
     if (r < 0) sys::exit(126);
   }
   close_from_3(o.seccomp_fd);
@@ -702,7 +732,7 @@ alignas(16) char g_command_stack[64 * 1024];
 [[noreturn]] void mirror(int status) {
   int low = status & 0x7f;
   if (low == 0) sys::exit((status >> 8) & 0xff);  // exited
-  if (low != 0x7f) {                               // killed by signal `low`
+  if (low != 0x7f) {                              // killed by signal `low`
     sys::no_core();
     sys::default_action(low);
     uint64_t s = sig_bit(low);

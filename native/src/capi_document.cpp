@@ -20,7 +20,8 @@ extern "C" {
 // NULL with flemma_last_error() set. `text` stays owned by the caller.
 FLEMMA_API flemma_doc* flemma_doc_new(const char* text, size_t len) {
   return flemma::guard_ptr([&]() -> flemma_doc* {
-    if (!text && len > 0) throw flemma::Error(FLEMMA_E_INVALID, "flemma_doc_new: text is NULL but len is not 0");
+    if (!text && len > 0)
+      throw flemma::Error(FLEMMA_E_INVALID, "flemma_doc_new: text is NULL but len is not 0");
     std::string_view sv = text ? std::string_view(text, len) : std::string_view();
     return new flemma_doc{nullptr, text, flemma::document::parse(sv)};
   });
@@ -29,19 +30,23 @@ FLEMMA_API flemma_doc* flemma_doc_new(const char* text, size_t len) {
 // Returns a new document owned by the caller (free with flemma_doc_free), or
 // NULL with flemma_last_error() set. It copies the lines; they stay owned by
 // the caller.
-FLEMMA_API flemma_doc* flemma_doc_new_lines(const char* const* lines, const size_t* lens, size_t count) {
+FLEMMA_API flemma_doc* flemma_doc_new_lines(const char* const* lines, const size_t* lens,
+                                            size_t count) {
   return flemma::guard_ptr([&]() -> flemma_doc* {
     if (count > 0 && (!lines || !lens))
-      throw flemma::Error(FLEMMA_E_INVALID, "flemma_doc_new_lines: lines or lens is NULL but count is not 0");
+      throw flemma::Error(FLEMMA_E_INVALID,
+                          "flemma_doc_new_lines: lines or lens is NULL but count is not 0");
     size_t total = count > 0 ? count - 1 : 0;  // the "\n" between lines
     for (size_t i = 0; i < count; ++i) {
       if (!lines[i] && lens[i] > 0)
-        throw flemma::Error(FLEMMA_E_INVALID, "flemma_doc_new_lines: line " + std::to_string(i + 1) +
+        throw flemma::Error(FLEMMA_E_INVALID, "flemma_doc_new_lines: line " +
+                                                  std::to_string(i + 1) +
                                                   " is NULL but its length is not 0");
       total += lens[i];
       if (lens[i] >= flemma::document::kMaxInput || total >= flemma::document::kMaxInput)
         throw flemma::Error(FLEMMA_E_INVALID,
-                            "the document is 1 GiB or more; documents that large cannot be parsed: split the conversation");
+                            "the document is 1 GiB or more; documents that large cannot be parsed: "
+                            "split the conversation");
     }
     auto d = std::make_unique<flemma_doc>();
     d->joined.reset(new char[total + 1]);  // not zeroed: every byte is written below
@@ -86,6 +91,8 @@ FLEMMA_API const flemma_doc_diag* flemma_doc_diags(const flemma_doc* doc) {
 }
 
 // The arena, owned by doc (valid until flemma_doc_free); NULL for NULL.
-FLEMMA_API const char* flemma_doc_arena(const flemma_doc* doc) { return doc ? doc->doc.arena.data() : nullptr; }
+FLEMMA_API const char* flemma_doc_arena(const flemma_doc* doc) {
+  return doc ? doc->doc.arena.data() : nullptr;
+}
 
 }  // extern "C"

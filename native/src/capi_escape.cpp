@@ -21,11 +21,12 @@ FLEMMA_API flemma_escaper* flemma_escaper_new(void) {
 FLEMMA_API void flemma_escaper_free(flemma_escaper* escaper) { delete escaper; }
 
 // *out is owned by the escaper until its next call.
-FLEMMA_API int flemma_escaper_feed(flemma_escaper* escaper, const char* data, size_t len, int final, const char** out,
-                                   size_t* out_len) {
+FLEMMA_API int flemma_escaper_feed(flemma_escaper* escaper, const char* data, size_t len, int final,
+                                   const char** out, size_t* out_len) {
   return flemma::guard([&] {
     if (!escaper) throw flemma::Error(FLEMMA_E_INVALID, "flemma_escaper_feed: escaper is NULL");
-    if (!data && len > 0) throw flemma::Error(FLEMMA_E_INVALID, "flemma_escaper_feed: data is NULL but len is not 0");
+    if (!data && len > 0)
+      throw flemma::Error(FLEMMA_E_INVALID, "flemma_escaper_feed: data is NULL but len is not 0");
     escaper->out.clear();
     escaper->escaper.feed(std::string_view(data ? data : "", len), final != 0, escaper->out);
     if (out) *out = escaper->out.data();
@@ -54,8 +55,10 @@ FLEMMA_API int flemma_escaper_reset(flemma_escaper* escaper) {
 // out is the caller's, len bytes at least.
 FLEMMA_API int flemma_unescape(const char* text, size_t len, char* out, size_t* out_len) {
   return flemma::guard([&] {
-    if (!text && len > 0) throw flemma::Error(FLEMMA_E_INVALID, "flemma_unescape: text is NULL but len is not 0");
-    if (!out && len > 0) throw flemma::Error(FLEMMA_E_INVALID, "flemma_unescape: out is NULL but len is not 0");
+    if (!text && len > 0)
+      throw flemma::Error(FLEMMA_E_INVALID, "flemma_unescape: text is NULL but len is not 0");
+    if (!out && len > 0)
+      throw flemma::Error(FLEMMA_E_INVALID, "flemma_unescape: out is NULL but len is not 0");
     std::string s = flemma::escape::unescape(std::string_view(text ? text : "", len));
     if (s.size() > len) throw flemma::Error(FLEMMA_E_INTERNAL, "flemma_unescape: the output grew");
     if (!s.empty()) std::memcpy(out, s.data(), s.size());

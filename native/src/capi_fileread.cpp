@@ -71,10 +71,12 @@ FLEMMA_API int flemma_freader_fd(const flemma_freader* reader) {
 }
 
 // Borrows opts and its path for the call.
-FLEMMA_API int flemma_freader_start(flemma_freader* reader, const flemma_fread_opts* opts, int64_t* id_out) {
+FLEMMA_API int flemma_freader_start(flemma_freader* reader, const flemma_fread_opts* opts,
+                                    int64_t* id_out) {
   return flemma::guard([&] {
     auto& r = need(reader);
-    if (!opts || !opts->path || !id_out) throw flemma::Error(FLEMMA_E_INVALID, "file reader: opts, path and id_out are needed");
+    if (!opts || !opts->path || !id_out)
+      throw flemma::Error(FLEMMA_E_INVALID, "file reader: opts, path and id_out are needed");
     flemma::fileread::Request req;
     req.path = opts->path;
     req.whole = opts->whole != 0;

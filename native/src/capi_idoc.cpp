@@ -33,12 +33,13 @@ FLEMMA_API flemma_idoc* flemma_idoc_new(void) {
 
 FLEMMA_API void flemma_idoc_free(flemma_idoc* doc) { delete doc; }
 
-FLEMMA_API int flemma_idoc_edit(flemma_idoc* doc, int32_t first, int32_t last, const char* const* lines,
-                                const size_t* lens, size_t count) {
+FLEMMA_API int flemma_idoc_edit(flemma_idoc* doc, int32_t first, int32_t last,
+                                const char* const* lines, const size_t* lens, size_t count) {
   return flemma::guard([&] {
     if (!doc) throw flemma::Error(FLEMMA_E_INVALID, "flemma_idoc_edit: doc is NULL");
     if (count > 0 && (!lines || !lens))
-      throw flemma::Error(FLEMMA_E_INVALID, "flemma_idoc_edit: lines or lens is NULL but count is not 0");
+      throw flemma::Error(FLEMMA_E_INVALID,
+                          "flemma_idoc_edit: lines or lens is NULL but count is not 0");
     auto& v = doc->scratch;
     v.clear();
     v.reserve(count);
@@ -47,7 +48,8 @@ FLEMMA_API int flemma_idoc_edit(flemma_idoc* doc, int32_t first, int32_t last, c
         throw flemma::Error(FLEMMA_E_INVALID, "flemma_idoc_edit: line " + std::to_string(i + 1) +
                                                   " is NULL but its length is not 0");
       if (lens[i] >= flemma::document::kMaxInput)
-        throw flemma::Error(FLEMMA_E_INVALID, "flemma_idoc_edit: a line of 1 GiB or more cannot be parsed");
+        throw flemma::Error(FLEMMA_E_INVALID,
+                            "flemma_idoc_edit: a line of 1 GiB or more cannot be parsed");
       v.emplace_back(lines[i] ? lines[i] : "", lens[i]);
     }
     doc->doc.edit(first, last, v);
@@ -56,15 +58,19 @@ FLEMMA_API int flemma_idoc_edit(flemma_idoc* doc, int32_t first, int32_t last, c
   });
 }
 
-FLEMMA_API int flemma_idoc_edit_file(flemma_idoc* doc, int32_t first, int32_t last, const char* path, int64_t size,
-                                     int32_t count, const int64_t* offsets, const char* const* lines,
+FLEMMA_API int flemma_idoc_edit_file(flemma_idoc* doc, int32_t first, int32_t last,
+                                     const char* path, int64_t size, int32_t count,
+                                     const int64_t* offsets, const char* const* lines,
                                      const size_t* lens, size_t nsamples, int* inserted) {
   return flemma::guard([&] {
-    if (!doc || !path || !inserted) throw flemma::Error(FLEMMA_E_INVALID, "flemma_idoc_edit_file: a pointer is NULL");
+    if (!doc || !path || !inserted)
+      throw flemma::Error(FLEMMA_E_INVALID, "flemma_idoc_edit_file: a pointer is NULL");
     if (nsamples > 0 && (!offsets || !lines || !lens))
-      throw flemma::Error(FLEMMA_E_INVALID, "flemma_idoc_edit_file: samples are NULL but nsamples is not 0");
+      throw flemma::Error(FLEMMA_E_INVALID,
+                          "flemma_idoc_edit_file: samples are NULL but nsamples is not 0");
     *inserted = 0;
-    if (size <= 0 || count <= 0 || static_cast<uint64_t>(size) >= (uint64_t{1} << 40)) return FLEMMA_OK;
+    if (size <= 0 || count <= 0 || static_cast<uint64_t>(size) >= (uint64_t{1} << 40))
+      return FLEMMA_OK;
     const auto n = static_cast<size_t>(size);
     int fd = ::open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return FLEMMA_OK;
@@ -81,7 +87,8 @@ FLEMMA_API int flemma_idoc_edit_file(flemma_idoc* doc, int32_t first, int32_t la
     for (size_t k = 0; k < nsamples; ++k) {
       if (offsets[k] < 0 || (lens[k] > 0 && !lines[k])) return FLEMMA_OK;
       const auto off = static_cast<uint64_t>(offsets[k]);
-      if (off + lens[k] >= n || std::memcmp(text.data() + off, lines[k], lens[k]) != 0 || text[off + lens[k]] != '\n')
+      if (off + lens[k] >= n || std::memcmp(text.data() + off, lines[k], lens[k]) != 0 ||
+          text[off + lens[k]] != '\n')
         return FLEMMA_OK;
     }
     auto& v = doc->scratch;
@@ -113,9 +120,13 @@ FLEMMA_API int flemma_idoc_edit_file(flemma_idoc* doc, int32_t first, int32_t la
   });
 }
 
-FLEMMA_API int32_t flemma_idoc_line_count(const flemma_idoc* doc) { return doc ? doc->doc.line_count() : 0; }
+FLEMMA_API int32_t flemma_idoc_line_count(const flemma_idoc* doc) {
+  return doc ? doc->doc.line_count() : 0;
+}
 
-FLEMMA_API uint64_t flemma_idoc_version(const flemma_idoc* doc) { return doc ? doc->doc.version() : 0; }
+FLEMMA_API uint64_t flemma_idoc_version(const flemma_idoc* doc) {
+  return doc ? doc->doc.version() : 0;
+}
 
 FLEMMA_API int32_t flemma_idoc_segment_count(const flemma_idoc* doc) {
   return doc ? static_cast<int32_t>(doc->doc.segment_count()) : 0;
@@ -126,11 +137,14 @@ FLEMMA_API int32_t flemma_idoc_segment_at(const flemma_idoc* doc, int32_t line) 
   return static_cast<int32_t>(doc->doc.segment_at(line - 1));
 }
 
-FLEMMA_API int flemma_idoc_get_segment(const flemma_idoc* doc, int32_t index, flemma_idoc_segment* out) {
+FLEMMA_API int flemma_idoc_get_segment(const flemma_idoc* doc, int32_t index,
+                                       flemma_idoc_segment* out) {
   return flemma::guard([&] {
-    if (!doc || !out) throw flemma::Error(FLEMMA_E_INVALID, "flemma_idoc_get_segment: doc or out is NULL");
+    if (!doc || !out)
+      throw flemma::Error(FLEMMA_E_INVALID, "flemma_idoc_get_segment: doc or out is NULL");
     if (index < 0 || static_cast<size_t>(index) >= doc->doc.segment_count())
-      throw flemma::Error(FLEMMA_E_INVALID, "flemma_idoc_get_segment: no segment " + std::to_string(index));
+      throw flemma::Error(FLEMMA_E_INVALID,
+                          "flemma_idoc_get_segment: no segment " + std::to_string(index));
     const auto& s = doc->doc.segment(static_cast<size_t>(index));
     out->id = s.id;
     out->version = s.version;
@@ -146,7 +160,8 @@ FLEMMA_API int flemma_idoc_get_segment(const flemma_idoc* doc, int32_t index, fl
   });
 }
 
-FLEMMA_API int flemma_idoc_changes(const flemma_idoc* doc, uint64_t since, int32_t* lo, int32_t* hi) {
+FLEMMA_API int flemma_idoc_changes(const flemma_idoc* doc, uint64_t since, int32_t* lo,
+                                   int32_t* hi) {
   if (!doc || !lo || !hi) return FLEMMA_E_INVALID;
   size_t l = 0, h = 0;
   bool exact = doc->doc.changes(since, l, h);
@@ -155,7 +170,8 @@ FLEMMA_API int flemma_idoc_changes(const flemma_idoc* doc, uint64_t since, int32
   return exact ? 1 : 0;
 }
 
-FLEMMA_API int flemma_idoc_reparsed(const flemma_idoc* doc, uint64_t since, int32_t* first, int32_t* last) {
+FLEMMA_API int flemma_idoc_reparsed(const flemma_idoc* doc, uint64_t since, int32_t* first,
+                                    int32_t* last) {
   if (!doc || !first || !last) return FLEMMA_E_INVALID;
   int32_t line = 0, end = 0;
   bool exact = doc->doc.reparsed(since, line, end);
@@ -164,7 +180,8 @@ FLEMMA_API int flemma_idoc_reparsed(const flemma_idoc* doc, uint64_t since, int3
   return exact ? 1 : 0;
 }
 
-FLEMMA_API int32_t flemma_idoc_touched(const flemma_idoc* doc, uint64_t since, int32_t* ranges, int32_t cap) {
+FLEMMA_API int32_t flemma_idoc_touched(const flemma_idoc* doc, uint64_t since, int32_t* ranges,
+                                       int32_t cap) {
   if (!doc || !ranges || cap < 1) return FLEMMA_E_INVALID;
   return flemma::guard([&]() -> int32_t {
     std::vector<flemma::document::Incremental::LineRange> out;
@@ -216,8 +233,8 @@ FLEMMA_API const char* flemma_idoc_diag_arena(const flemma_idoc* doc) {
   return doc ? doc->doc.diag_arena().data() : nullptr;
 }
 
-FLEMMA_API int flemma_idoc_find_tool_use(const flemma_idoc* doc, const char* id, size_t len, int32_t* segment,
-                                         int32_t* item) {
+FLEMMA_API int flemma_idoc_find_tool_use(const flemma_idoc* doc, const char* id, size_t len,
+                                         int32_t* segment, int32_t* item) {
   return flemma::guard([&] {
     if (!doc || (!id && len > 0) || !segment || !item)
       throw flemma::Error(FLEMMA_E_INVALID, "flemma_idoc_find_tool_use: NULL argument");

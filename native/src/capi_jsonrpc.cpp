@@ -55,7 +55,8 @@ FLEMMA_API int flemma_jsonrpc_feed(flemma_jsonrpc* decoder, const char* data, si
   });
 }
 
-FLEMMA_API int flemma_jsonrpc_finish(flemma_jsonrpc* decoder, const flemma_stream_event** events, size_t* count) {
+FLEMMA_API int flemma_jsonrpc_finish(flemma_jsonrpc* decoder, const flemma_stream_event** events,
+                                     size_t* count) {
   if (events) *events = nullptr;
   if (count) *count = 0;
   return flemma::guard([&] {

@@ -88,12 +88,13 @@ FLEMMA_API int flemma_procmgr_fd(const flemma_procmgr* mgr) {
 }
 
 // Borrows opts for the duration of the call; everything is copied.
-FLEMMA_API int flemma_procmgr_spawn(flemma_procmgr* mgr, const flemma_spawn_opts* opts, int64_t* id_out,
-                                    int64_t* pid_out) {
+FLEMMA_API int flemma_procmgr_spawn(flemma_procmgr* mgr, const flemma_spawn_opts* opts,
+                                    int64_t* id_out, int64_t* pid_out) {
   return flemma::guard([&] {
     auto& m = need(mgr);
     if (!opts || !opts->argv || !opts->argv[0])
-      throw flemma::Error(FLEMMA_E_INVALID, "spawn: the command is empty: give at least the program name");
+      throw flemma::Error(FLEMMA_E_INVALID,
+                          "spawn: the command is empty: give at least the program name");
     flemma::process::SpawnOptions o;
     for (const char* const* a = opts->argv; *a; ++a) o.argv.emplace_back(*a);
     if (opts->cwd) o.cwd = opts->cwd;
@@ -151,8 +152,10 @@ FLEMMA_API int flemma_procmgr_pause(flemma_procmgr* mgr, int64_t id, int paused)
 
 FLEMMA_API int flemma_procmgr_kill_all(flemma_procmgr* mgr) {
   return flemma::guard([&] {
-    if (mgr) mgr->mgr.kill_all();
-    else flemma::process::kill_all_groups();
+    if (mgr)
+      mgr->mgr.kill_all();
+    else
+      flemma::process::kill_all_groups();
     return FLEMMA_OK;
   });
 }
@@ -174,14 +177,17 @@ FLEMMA_API flemma_proc_event* flemma_procmgr_next_event(flemma_procmgr* mgr) {
 }
 
 // Takes ownership of event. NULL is a no-op.
-FLEMMA_API void flemma_proc_event_free(flemma_proc_event* event) { delete reinterpret_cast<EventBox*>(event); }
+FLEMMA_API void flemma_proc_event_free(flemma_proc_event* event) {
+  delete reinterpret_cast<EventBox*>(event);
+}
 
 FLEMMA_API int flemma_procmgr_running(const flemma_procmgr* mgr) {
   return flemma::guard([&] { return need(const_cast<flemma_procmgr*>(mgr)).running(); });
 }
 
 // Borrows opts for the duration of the call; everything is copied.
-FLEMMA_API int flemma_procmgr_search(flemma_procmgr* mgr, const flemma_search_opts* opts, int64_t* id_out) {
+FLEMMA_API int flemma_procmgr_search(flemma_procmgr* mgr, const flemma_search_opts* opts,
+                                     int64_t* id_out) {
   return flemma::guard([&] {
     auto& m = need(mgr);
     if (!opts || !opts->root || opts->root[0] != '/')
@@ -201,7 +207,8 @@ FLEMMA_API int flemma_procmgr_search(flemma_procmgr* mgr, const flemma_search_op
     o.max_results = opts->max_results;
     if (opts->skip_dirs)
       for (const char* const* d = opts->skip_dirs; *d; ++d) o.skip_dirs.emplace_back(*d);
-    if (!o.files_mode && o.pattern.empty()) throw flemma::Error(FLEMMA_E_INVALID, "search: the pattern is empty");
+    if (!o.files_mode && o.pattern.empty())
+      throw flemma::Error(FLEMMA_E_INVALID, "search: the pattern is empty");
     int64_t id = m.search(std::move(o));
     if (id_out) *id_out = id;
     return FLEMMA_OK;
@@ -212,7 +219,8 @@ FLEMMA_API int flemma_procmgr_search(flemma_procmgr* mgr, const flemma_search_op
 FLEMMA_API int flemma_search_check(const char* pattern, size_t len, int fixed_strings) {
   return flemma::guard([&] {
     if (!pattern && len > 0) throw flemma::Error(FLEMMA_E_INVALID, "search: the pattern is NULL");
-    std::string why = flemma::search::check_pattern(std::string_view(pattern ? pattern : "", len), fixed_strings != 0);
+    std::string why = flemma::search::check_pattern(std::string_view(pattern ? pattern : "", len),
+                                                    fixed_strings != 0);
     if (!why.empty()) throw flemma::Error(FLEMMA_E_INVALID, why);
     return FLEMMA_OK;
   });

@@ -20,7 +20,8 @@ struct StrvBox {
 };
 
 std::string need_cwd(const char* cwd) {
-  if (!cwd || cwd[0] != '/') throw flemma::Error(FLEMMA_E_INVALID, "sandbox: cwd should be an absolute path");
+  if (!cwd || cwd[0] != '/')
+    throw flemma::Error(FLEMMA_E_INVALID, "sandbox: cwd should be an absolute path");
   return cwd;
 }
 
@@ -49,7 +50,8 @@ FLEMMA_API void flemma_sandbox_policy_free(flemma_sandbox_policy* policy) { dele
 FLEMMA_API int flemma_sandbox_policy_add_root(flemma_sandbox_policy* policy, const char* path) {
   return flemma::guard([&] {
     if (!policy) throw flemma::Error(FLEMMA_E_INVALID, "sandbox: policy is NULL");
-    if (!path || !*path) throw flemma::Error(FLEMMA_E_INVALID, "sandbox: a writable root should be a non-empty path");
+    if (!path || !*path)
+      throw flemma::Error(FLEMMA_E_INVALID, "sandbox: a writable root should be a non-empty path");
     policy->policy.rw_paths.emplace_back(path);
     return FLEMMA_OK;
   });
@@ -59,15 +61,16 @@ FLEMMA_API int flemma_sandbox_policy_add_root(flemma_sandbox_policy* policy, con
 FLEMMA_API int flemma_sandbox_policy_deny_read(flemma_sandbox_policy* policy, const char* path) {
   return flemma::guard([&] {
     if (!policy) throw flemma::Error(FLEMMA_E_INVALID, "sandbox: policy is NULL");
-    if (!path || !*path) throw flemma::Error(FLEMMA_E_INVALID, "sandbox: a path to hide should be a non-empty path");
+    if (!path || !*path)
+      throw flemma::Error(FLEMMA_E_INVALID, "sandbox: a path to hide should be a non-empty path");
     policy->policy.deny_read.emplace_back(path);
     return FLEMMA_OK;
   });
 }
 
 // Borrows everything for the duration of the call.
-FLEMMA_API int flemma_sandbox_is_path_writable(const flemma_sandbox_policy* policy, const char* path,
-                                               const char* cwd) {
+FLEMMA_API int flemma_sandbox_is_path_writable(const flemma_sandbox_policy* policy,
+                                               const char* path, const char* cwd) {
   return flemma::guard([&] {
     const auto& p = need(policy);
     if (!path) throw flemma::Error(FLEMMA_E_INVALID, "sandbox: path is NULL");
@@ -76,8 +79,8 @@ FLEMMA_API int flemma_sandbox_is_path_writable(const flemma_sandbox_policy* poli
 }
 
 // Borrows everything for the duration of the call.
-FLEMMA_API int flemma_sandbox_write_file(const flemma_sandbox_policy* policy, const char* path, const char* cwd,
-                                         const char* data, size_t len) {
+FLEMMA_API int flemma_sandbox_write_file(const flemma_sandbox_policy* policy, const char* path,
+                                         const char* cwd, const char* data, size_t len) {
   return flemma::guard([&] {
     const auto& p = need(policy);
     if (!path) throw flemma::Error(FLEMMA_E_INVALID, "sandbox: path is NULL");
@@ -89,18 +92,20 @@ FLEMMA_API int flemma_sandbox_write_file(const flemma_sandbox_policy* policy, co
 
 // Caller owns the result: flemma_strv_free.
 FLEMMA_API flemma_strv* flemma_sandbox_wrap(const flemma_sandbox_policy* policy, int backend,
-                                            const char* const* argv, const char* cwd, const char* program) {
+                                            const char* const* argv, const char* cwd,
+                                            const char* program) {
   return flemma::guard_ptr([&]() -> flemma_strv* {
     const auto& p = need(policy);
     if (backend != 1 && backend != 2)
-      throw flemma::Error(FLEMMA_E_INVALID, "sandbox: backend should be 1 (bwrap) or 2 (sandbox-exec)");
+      throw flemma::Error(FLEMMA_E_INVALID,
+                          "sandbox: backend should be 1 (bwrap) or 2 (sandbox-exec)");
     std::vector<std::string> cmd;
     if (argv)
       for (const char* const* a = argv; *a; ++a) cmd.emplace_back(*a);
     auto* box = new StrvBox();
     try {
-      box->strings = flemma::sandbox::wrap(static_cast<flemma::sandbox::Backend>(backend), p, cmd, need_cwd(cwd),
-                                           program ? program : "");
+      box->strings = flemma::sandbox::wrap(static_cast<flemma::sandbox::Backend>(backend), p, cmd,
+                                           need_cwd(cwd), program ? program : "");
     } catch (...) {
       delete box;
       throw;

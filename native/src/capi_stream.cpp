@@ -78,7 +78,8 @@ FLEMMA_API int flemma_stream_feed(flemma_stream* stream, const char* data, size_
   });
 }
 
-FLEMMA_API int flemma_stream_finish(flemma_stream* stream, const flemma_stream_event** events, size_t* count) {
+FLEMMA_API int flemma_stream_finish(flemma_stream* stream, const flemma_stream_event** events,
+                                    size_t* count) {
   if (events) *events = nullptr;
   if (count) *count = 0;
   return flemma::guard([&] {

@@ -33,7 +33,8 @@ flemma_truncate_result* make_result(flemma::truncate::Result&& r) {
 }
 
 void check_text(const char* text, size_t len) {
-  if (!text && len > 0) throw flemma::Error(FLEMMA_E_INVALID, "truncate: text is NULL but its length is not 0");
+  if (!text && len > 0)
+    throw flemma::Error(FLEMMA_E_INVALID, "truncate: text is NULL but its length is not 0");
 }
 
 }  // namespace
@@ -53,20 +54,22 @@ FLEMMA_API int flemma_format_size(int64_t bytes, char* buf, size_t cap) {
 }
 
 // Caller owns the result: free it with flemma_truncate_result_free.
-FLEMMA_API flemma_truncate_result* flemma_truncate_head(const char* text, size_t len, int64_t max_lines,
-                                                        int64_t max_bytes) {
+FLEMMA_API flemma_truncate_result* flemma_truncate_head(const char* text, size_t len,
+                                                        int64_t max_lines, int64_t max_bytes) {
   return flemma::guard_ptr([&] {
     check_text(text, len);
-    return make_result(flemma::truncate::truncate_head(std::string_view(text ? text : "", len), max_lines, max_bytes));
+    return make_result(flemma::truncate::truncate_head(std::string_view(text ? text : "", len),
+                                                       max_lines, max_bytes));
   });
 }
 
 // Caller owns the result: free it with flemma_truncate_result_free.
-FLEMMA_API flemma_truncate_result* flemma_truncate_tail(const char* text, size_t len, int64_t max_lines,
-                                                        int64_t max_bytes) {
+FLEMMA_API flemma_truncate_result* flemma_truncate_tail(const char* text, size_t len,
+                                                        int64_t max_lines, int64_t max_bytes) {
   return flemma::guard_ptr([&] {
     check_text(text, len);
-    return make_result(flemma::truncate::truncate_tail(std::string_view(text ? text : "", len), max_lines, max_bytes));
+    return make_result(flemma::truncate::truncate_tail(std::string_view(text ? text : "", len),
+                                                       max_lines, max_bytes));
   });
 }
 

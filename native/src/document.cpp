@@ -150,11 +150,14 @@ bool fast_string(const unsigned char*& p, const unsigned char* e) {
           if (h < 0) return false;
           v = v * 16 + h;
         }
-        if (v >= 0xD800 && v <= 0xDFFF) return false;  // surrogates: the full parser checks the pairing
+        if (v >= 0xD800 && v <= 0xDFFF)
+          return false;  // surrogates: the full parser checks the pairing
         p += 6;
         continue;
       }
-      if (x != '"' && x != '\\' && x != '/' && x != 'b' && x != 'f' && x != 'n' && x != 'r' && x != 't') return false;
+      if (x != '"' && x != '\\' && x != '/' && x != 'b' && x != 'f' && x != 'n' && x != 'r' &&
+          x != 't')
+        return false;
       p += 2;
       continue;
     }
@@ -163,7 +166,9 @@ bool fast_string(const unsigned char*& p, const unsigned char* e) {
       continue;
     }
     // Well-formed UTF-8 (Unicode table 3-7): no overlongs, no surrogates, at most U+10FFFF.
-    auto cont = [&](std::ptrdiff_t k, unsigned char lo, unsigned char hi) { return p + k < e && p[k] >= lo && p[k] <= hi; };
+    auto cont = [&](std::ptrdiff_t k, unsigned char lo, unsigned char hi) {
+      return p + k < e && p[k] >= lo && p[k] <= hi;
+    };
     if (c >= 0xC2 && c <= 0xDF) {
       if (!cont(1, 0x80, 0xBF)) return false;
       p += 2;
@@ -204,7 +209,8 @@ bool fast_number(const unsigned char*& p, const unsigned char* e) {
 }
 
 bool fast_literal(const unsigned char*& p, const unsigned char* e, sv word) {
-  if (static_cast<size_t>(e - p) < word.size() || std::memcmp(p, word.data(), word.size()) != 0) return false;
+  if (static_cast<size_t>(e - p) < word.size() || std::memcmp(p, word.data(), word.size()) != 0)
+    return false;
   p += word.size();
   return true;
 }
@@ -335,7 +341,6 @@ struct IdTable {
   }
 };
 
-
 std::string printable_id(sv s, size_t max) {
   std::string out;
   for (char c : s.substr(0, max)) {
@@ -347,7 +352,8 @@ std::string printable_id(sv s, size_t max) {
 }
 
 template <class Out>
-void check_id_refs(const std::vector<IdRef>& use_ids, const std::vector<IdRef>& result_ids, Out&& out) {
+void check_id_refs(const std::vector<IdRef>& use_ids, const std::vector<IdRef>& result_ids,
+                   Out&& out) {
   IdTable uses(use_ids), results(result_ids);
   for (size_t i = 0; i < use_ids.size(); ++i) {
     int32_t prev = uses.find_or_insert(static_cast<int32_t>(i));
@@ -365,7 +371,8 @@ void check_id_refs(const std::vector<IdRef>& use_ids, const std::vector<IdRef>& 
     if (prev >= 0)
       out(r.line, FLEMMA_DOC_SEV_ERROR,
           "tool `" + printable_id(r.id, 80) + "` already has a result on line " +
-              std::to_string(result_ids[static_cast<size_t>(prev)].line) + ": delete one of the two results");
+              std::to_string(result_ids[static_cast<size_t>(prev)].line) +
+              ": delete one of the two results");
     if (!uses.contains(r))
       out(r.line, FLEMMA_DOC_SEV_ERROR,
           "tool result `" + printable_id(r.id, 80) +
@@ -413,8 +420,9 @@ class Parser {
       out.stopped = true;
       out.old_cp = so_;
       out.state = stop_state_;
-      std::stable_sort(doc_.diags.begin(), doc_.diags.end(),
-                       [](const flemma_doc_diag& a, const flemma_doc_diag& b) { return a.line < b.line; });
+      std::stable_sort(
+          doc_.diags.begin(), doc_.diags.end(),
+          [](const flemma_doc_diag& a, const flemma_doc_diag& b) { return a.line < b.line; });
       return std::move(doc_);
     }
     return finish();
@@ -470,7 +478,8 @@ class Parser {
         while (so_ < old.size() && old[so_].line + stop_->line_delta < l.idx) ++so_;
         if (so_ < old.size() && old[so_].line + stop_->line_delta == l.idx) {
           const Checkpoint& o = old[so_];
-          if ((o.msg_item >= 0) == in_msg_ && o.role == current_role() && (o.run_first >= 0) == (run_first_ >= 0)) {
+          if ((o.msg_item >= 0) == in_msg_ && o.role == current_role() &&
+              (o.run_first >= 0) == (run_first_ >= 0)) {
             stopped_ = true;
             stop_state_ = state_at(l);
             return;
@@ -483,7 +492,8 @@ class Parser {
       }
       int32_t resume_idx = -1, resume_start = -1;
       const bool marker = step(l, first_is_text, resume_idx, resume_start);
-      if (marker) last_cp_ = std::numeric_limits<int32_t>::min() / 2;  // the first line of a message gets one
+      if (marker)
+        last_cp_ = std::numeric_limits<int32_t>::min() / 2;  // the first line of a message gets one
       first_is_text = false;
       if (resume_idx < 0) break;
       l = line_at(resume_idx, resume_start);
@@ -494,16 +504,20 @@ class Parser {
     Line l;
     l.idx = idx;
     l.start = start;
-    const void* nl = start < static_cast<int32_t>(t_.size())
-                         ? std::memchr(t_.data() + start, '\n', t_.size() - static_cast<size_t>(start))
-                         : nullptr;
-    int32_t e = nl ? static_cast<int32_t>(static_cast<const char*>(nl) - t_.data()) : static_cast<int32_t>(t_.size());
+    const void* nl =
+        start < static_cast<int32_t>(t_.size())
+            ? std::memchr(t_.data() + start, '\n', t_.size() - static_cast<size_t>(start))
+            : nullptr;
+    int32_t e = nl ? static_cast<int32_t>(static_cast<const char*>(nl) - t_.data())
+                   : static_cast<int32_t>(t_.size());
     l.next = nl ? e + 1 : -1;
     if (e > start && t_[static_cast<size_t>(e) - 1] == '\r') --e;
     l.end = e;
     return l;
   }
-  sv text_of(const Line& l) const { return t_.substr(static_cast<size_t>(l.start), static_cast<size_t>(l.end - l.start)); }
+  sv text_of(const Line& l) const {
+    return t_.substr(static_cast<size_t>(l.start), static_cast<size_t>(l.end - l.start));
+  }
   // End of the content of the line before the line that starts at `start`.
   int32_t end_before(int32_t start) const {
     int32_t e = start - 1;  // the '\n'
@@ -567,9 +581,10 @@ class Parser {
     }
     // Every item starts at a marker, a fence, a tool header or text between
     // them; this covers typical documents without a regrowth.
-    doc_.items.reserve(doc_.items.size() + std::min<size_t>(2 * markers_.size() + closers_.size() +
-                                                                2 * think_closes_.size() + 16,
-                                                            (t_.size() - static_cast<size_t>(from_byte)) / 8 + 16));
+    doc_.items.reserve(
+        doc_.items.size() +
+        std::min<size_t>(2 * markers_.size() + closers_.size() + 2 * think_closes_.size() + 16,
+                         (t_.size() - static_cast<size_t>(from_byte)) / 8 + 16));
   }
 
   // ---- output helpers ----------------------------------------------------
@@ -660,13 +675,17 @@ class Parser {
     size_t m = marker_after(open);
     if (m >= markers_.size() || markers_[m].line >= close) return;
     const int r = markers_[m].role;
-    const char* name = r == FLEMMA_DOC_ASSISTANT ? "@Assistant:" : r == FLEMMA_DOC_SYSTEM ? "@System:" : "@You:";
+    const char* name = r == FLEMMA_DOC_ASSISTANT ? "@Assistant:"
+                       : r == FLEMMA_DOC_SYSTEM  ? "@System:"
+                                                 : "@You:";
     // No line numbers of other lines in the message: an incremental parse keeps
     // diagnostics of unchanged lines as they were.
     diag(open, FLEMMA_DOC_SEV_WARNING,
          std::string("this fence is not closed: the ") + name +
-             " below it is read as text, up to the fence that closes this one; close it before that marker "
-             "(or write \\" + name + " to quote a marker)");
+             " below it is read as text, up to the fence that closes this one; close it before "
+             "that marker "
+             "(or write \\" +
+             name + " to quote a marker)");
   }
 
   // ---- messages and text runs ---------------------------------------------
@@ -712,7 +731,8 @@ class Parser {
     size_t q = closer_after(0, f.ch, f.len);
     if (q == std::string::npos) {
       diag(0, FLEMMA_DOC_SEV_ERROR,
-           "the frontmatter opened on line 1 is never closed: add a line with " + std::string(static_cast<size_t>(f.len), '`') +
+           "the frontmatter opened on line 1 is never closed: add a line with " +
+               std::string(static_cast<size_t>(f.len), '`') +
                " after its code (until then line 1 is read as plain text)");
       first_is_text = true;
       doc_.unclosed.push_back({0, f.len, f.ch});
@@ -778,7 +798,8 @@ class Parser {
         Line last = walk_to_marker(l, resume_idx, resume_start);
         extend_text(l.idx, l.start, last.idx, last.end);
         diag(l.idx, FLEMMA_DOC_SEV_WARNING,
-             "this code fence is never closed, so it runs to the end of the message: add a closing line of " +
+             "this code fence is never closed, so it runs to the end of the message: add a closing "
+             "line of " +
                  std::to_string(f.len) + " " + (f.ch == '`' ? "backticks" : "tildes"));
         return false;
       }
@@ -796,8 +817,8 @@ class Parser {
     bool closed = false;
     Fence fence;
     Line open;
-    Line last;             // closing fence, or last non-blank line when unclosed
-    int32_t body_a = 0;    // byte range of the content
+    Line last;           // closing fence, or last non-blank line when unclosed
+    int32_t body_a = 0;  // byte range of the content
     int32_t body_b = 0;
   };
   Block fenced_block(const Line& header, int32_t& resume_idx, int32_t& resume_start) {
@@ -856,7 +877,8 @@ class Parser {
     }
     if (!ok) {
       diag(l.idx, FLEMMA_DOC_SEV_ERROR,
-           "malformed **Tool Use:** header: write it as **Tool Use:** `NAME` (`ID`) (it is read as plain text until then)");
+           "malformed **Tool Use:** header: write it as **Tool Use:** `NAME` (`ID`) (it is read as "
+           "plain text until then)");
       return false;
     }
     flush_text();
@@ -871,14 +893,19 @@ class Parser {
     use_ids_.push_back({s.substr(ia, ib - ia), hash_id(s.substr(ia, ib - ia)), l.idx + 1});
     // Built only for a diagnostic: most tool uses have none.
     auto where = [&] {
-      return "tool use `" + std::string(s.substr(ia, ib - ia)) + "` (" + std::string(s.substr(na, nb - na)) + ")";
+      return "tool use `" + std::string(s.substr(ia, ib - ia)) + "` (" +
+             std::string(s.substr(na, nb - na)) + ")";
     };
     if (current_role() != FLEMMA_DOC_ASSISTANT)
       diag(l.idx, FLEMMA_DOC_SEV_WARNING,
-           where() + " is outside an @Assistant: message: only the model writes tool uses; move it below an @Assistant: line");
+           where() +
+               " is outside an @Assistant: message: only the model writes tool uses; move it below "
+               "an @Assistant: line");
     if (!b.found) {
       it.flags |= FLEMMA_DOC_F_NO_FENCE | FLEMMA_DOC_F_BAD_INPUT;
-      std::string msg = where() + " has no fenced input block: add a blank line and a ```json block holding the input object";
+      std::string msg = where() +
+                        " has no fenced input block: add a blank line and a ```json block holding "
+                        "the input object";
       it.note = arena("no fenced input block");
       diag(l.idx, FLEMMA_DOC_SEV_ERROR, msg);
       doc_.items.push_back(it);
@@ -896,13 +923,15 @@ class Parser {
       it.note = arena("the input block is never closed");
       diag(b.open.idx, FLEMMA_DOC_SEV_ERROR,
            "the input block of " + where() + " is never closed: add a closing " +
-               std::string(static_cast<size_t>(std::min(b.fence.len, 64)), b.fence.ch) + " line after the JSON");
+               std::string(static_cast<size_t>(std::min(b.fence.len, 64)), b.fence.ch) +
+               " line after the JSON");
       doc_.items.push_back(it);
       return true;
     }
     std::string err;
     int32_t err_line = b.open.idx + 1;
-    check_json(t_.substr(static_cast<size_t>(b.body_a), static_cast<size_t>(b.body_b - b.body_a)), err, err_line);
+    check_json(t_.substr(static_cast<size_t>(b.body_a), static_cast<size_t>(b.body_b - b.body_a)),
+               err, err_line);
     if (!err.empty()) {
       it.flags |= FLEMMA_DOC_F_BAD_INPUT;
       it.note = arena(err);
@@ -960,7 +989,8 @@ class Parser {
       --depth;
       return true;
     }
-    bool parse_error(std::size_t position, const std::string&, const nlohmann::detail::exception& ex) override {
+    bool parse_error(std::size_t position, const std::string&,
+                     const nlohmann::detail::exception& ex) override {
       error = true;
       error_pos = position;
       message = ex.what();
@@ -995,11 +1025,13 @@ class Parser {
       err = "the JSON nests deeper than " + std::to_string(kMaxJsonDepth) + " levels: flatten it";
     } else {
       std::string what = sax.message;
-      // "[json.exception.parse_error.101] parse error at line 1, column 5: ..." -> the part after the location
+      // "[json.exception.parse_error.101] parse error at line 1, column 5: ..." -> the part after
+      // the location
       size_t colon = what.find(": ");
       if (colon != std::string::npos) what = what.substr(colon + 2);
       size_t pos = std::min(sax.error_pos > 0 ? sax.error_pos - 1 : 0, body.size());
-      err_line += static_cast<int32_t>(std::count(body.begin(), body.begin() + static_cast<std::ptrdiff_t>(pos), '\n'));
+      err_line += static_cast<int32_t>(
+          std::count(body.begin(), body.begin() + static_cast<std::ptrdiff_t>(pos), '\n'));
       err = "JSON " + printable(what, 160) + "; fix the JSON between the fences";
     }
   }
@@ -1027,7 +1059,8 @@ class Parser {
     }
     if (!ok) {
       diag(l.idx, FLEMMA_DOC_SEV_ERROR,
-           "malformed **Tool Result:** header: write it as **Tool Result:** `ID`, or **Tool Result:** `ID` (error) "
+           "malformed **Tool Result:** header: write it as **Tool Result:** `ID`, or **Tool "
+           "Result:** `ID` (error) "
            "(it is read as plain text until then)");
       return false;
     }
@@ -1042,7 +1075,8 @@ class Parser {
     auto where = [&] { return "tool result `" + std::string(s.substr(ia, ib - ia)) + "`"; };
     if (current_role() != FLEMMA_DOC_USER)
       diag(l.idx, FLEMMA_DOC_SEV_WARNING,
-           where() + " is outside a @You: message: results are sent by you; move it below a @You: line");
+           where() +
+               " is outside a @You: message: results are sent by you; move it below a @You: line");
     if (suffix == "error") {
       it.flags |= FLEMMA_DOC_F_ERROR;
     } else if (!suffix.empty()) {
@@ -1058,8 +1092,10 @@ class Parser {
     if (!b.found) {
       it.flags |= FLEMMA_DOC_F_NO_FENCE;
       diag(l.idx, FLEMMA_DOC_SEV_ERROR,
-           where() + " has no fenced block: add a blank line and a fenced block with the output (or a ```flemma:tool "
-                   "status=pending placeholder)");
+           where() +
+               " has no fenced block: add a blank line and a fenced block with the output (or a "
+               "```flemma:tool "
+               "status=pending placeholder)");
       doc_.items.push_back(it);
       return true;
     }
@@ -1072,11 +1108,13 @@ class Parser {
       it.flags |= FLEMMA_DOC_F_UNCLOSED;
       diag(b.open.idx, FLEMMA_DOC_SEV_ERROR,
            "the block of " + where() + " is never closed: add a closing " +
-               std::string(static_cast<size_t>(std::min(b.fence.len, 64)), b.fence.ch) + " line after its content");
+               std::string(static_cast<size_t>(std::min(b.fence.len, 64)), b.fence.ch) +
+               " line after its content");
     }
     sv info = b.fence.info;
     constexpr sv kTag = "flemma:tool";
-    if (info.substr(0, kTag.size()) == kTag && (info.size() == kTag.size() || is_blank_char(info[kTag.size()]))) {
+    if (info.substr(0, kTag.size()) == kTag &&
+        (info.size() == kTag.size() || is_blank_char(info[kTag.size()]))) {
       it.flags &= ~FLEMMA_DOC_F_LEGACY;
       sv rest = ltrim(info.substr(kTag.size()));
       sv word;
@@ -1091,9 +1129,12 @@ class Parser {
       it.status = status_of(word);
       if (it.status == FLEMMA_DOC_STATUS_UNKNOWN)
         diag(b.open.idx, FLEMMA_DOC_SEV_ERROR,
-             word.empty() ? "placeholder of " + where() + " has no status: write ```flemma:tool status=pending (or approved, denied, rejected)"
-                          : "placeholder of " + where() + " has an unknown status `" + printable(word, 40) +
-                                "`: use approved, pending, denied or rejected");
+             word.empty()
+                 ? "placeholder of " + where() +
+                       " has no status: write ```flemma:tool status=pending (or approved, denied, "
+                       "rejected)"
+                 : "placeholder of " + where() + " has an unknown status `" + printable(word, 40) +
+                       "`: use approved, pending, denied or rejected");
     }
     doc_.items.push_back(it);
     return true;
@@ -1109,8 +1150,9 @@ class Parser {
     attrs = ltrim(attrs);
     while (!attrs.empty()) {
       size_t e = 0;
-      while (e < attrs.size() && (std::isalnum(static_cast<unsigned char>(attrs[e])) || attrs[e] == '_' || attrs[e] == ':' ||
-                                  attrs[e] == '-' || attrs[e] == '.'))
+      while (e < attrs.size() &&
+             (std::isalnum(static_cast<unsigned char>(attrs[e])) || attrs[e] == '_' ||
+              attrs[e] == ':' || attrs[e] == '-' || attrs[e] == '.'))
         ++e;
       if (e == 0) return false;
       sv name = attrs.substr(0, e);
@@ -1141,11 +1183,13 @@ class Parser {
     it.first_line = l.idx + 1;
     size_t m = marker_after(l.idx);
     size_t c = think_close_after(l.idx);
-    int32_t marker_line = m < markers_.size() ? markers_[m].line : std::numeric_limits<int32_t>::max();
+    int32_t marker_line =
+        m < markers_.size() ? markers_[m].line : std::numeric_limits<int32_t>::max();
     if (c < think_closes_.size() && think_closes_[c].line < marker_line) {
       const Mark& cm = think_closes_[c];
       it.last_line = cm.line + 1;
-      it.body = cm.line > l.idx + 1 ? range(l.next, end_before(cm.start)) : flemma_doc_str{cm.start, 0};
+      it.body =
+          cm.line > l.idx + 1 ? range(l.next, end_before(cm.start)) : flemma_doc_str{cm.start, 0};
       Line cl = line_at(cm.line, cm.start);
       note_line(cl.idx);
       if (cl.next < 0) {
@@ -1161,7 +1205,8 @@ class Parser {
       note_line(last.idx);
       it.body = last.idx > l.idx ? range(l.next, last.end) : flemma_doc_str{l.end, 0};
       diag(l.idx, FLEMMA_DOC_SEV_WARNING,
-           "this <thinking> block is never closed, so it runs to the end of the message: add a </thinking> line");
+           "this <thinking> block is never closed, so it runs to the end of the message: add a "
+           "</thinking> line");
     }
     doc_.items.push_back(it);
     return true;
@@ -1170,14 +1215,16 @@ class Parser {
   // ---- end -----------------------------------------------------------------
 
   void check_ids() {
-    check_id_refs(use_ids_, result_ids_, [&](int32_t line, int sev, std::string msg) { diag(line - 1, sev, msg); });
+    check_id_refs(use_ids_, result_ids_,
+                  [&](int32_t line, int sev, std::string msg) { diag(line - 1, sev, msg); });
   }
 
   Document finish() {
     close_message();
     if (check_ids_) check_ids();
-    std::stable_sort(doc_.diags.begin(), doc_.diags.end(),
-                     [](const flemma_doc_diag& a, const flemma_doc_diag& b) { return a.line < b.line; });
+    std::stable_sort(
+        doc_.diags.begin(), doc_.diags.end(),
+        [](const flemma_doc_diag& a, const flemma_doc_diag& b) { return a.line < b.line; });
     return std::move(doc_);
   }
 };
@@ -1186,8 +1233,9 @@ class Parser {
 
 Document parse(sv text) {
   if (text.size() >= kMaxInput)
-    throw Error(FLEMMA_E_INVALID, "the document is " + std::to_string(text.size() >> 20) +
-                                      " MiB; documents of 1 GiB or more cannot be parsed: split the conversation");
+    throw Error(FLEMMA_E_INVALID,
+                "the document is " + std::to_string(text.size() >> 20) +
+                    " MiB; documents of 1 GiB or more cannot be parsed: split the conversation");
   return Parser(text, true).run();
 }
 
@@ -1214,15 +1262,18 @@ void check_ids(const std::vector<IdLine>& uses, const std::vector<IdLine>& resul
 
 Document parse_region(std::string_view text, int32_t cp_every) {
   if (text.size() >= kMaxInput)
-    throw Error(FLEMMA_E_INVALID, "the document is " + std::to_string(text.size() >> 20) +
-                                      " MiB; documents of 1 GiB or more cannot be parsed: split the conversation");
+    throw Error(FLEMMA_E_INVALID,
+                "the document is " + std::to_string(text.size() >> 20) +
+                    " MiB; documents of 1 GiB or more cannot be parsed: split the conversation");
   return Parser(text, false).run(cp_every);
 }
 
-Document resume_region(std::string_view text, Document&& prefix, const ResumeFrom& from, Resumed& out) {
+Document resume_region(std::string_view text, Document&& prefix, const ResumeFrom& from,
+                       Resumed& out) {
   if (text.size() >= kMaxInput)
-    throw Error(FLEMMA_E_INVALID, "the document is " + std::to_string(text.size() >> 20) +
-                                      " MiB; documents of 1 GiB or more cannot be parsed: split the conversation");
+    throw Error(FLEMMA_E_INVALID,
+                "the document is " + std::to_string(text.size() >> 20) +
+                    " MiB; documents of 1 GiB or more cannot be parsed: split the conversation");
   out = Resumed{};
   return Parser(text, false).resume(std::move(prefix), from, out);
 }

@@ -32,26 +32,28 @@ struct Unclosed {
 struct Checkpoint {
   int32_t line = 0;
   int32_t byte = 0;
-  int32_t items = 0;     // items emitted before the line
-  int32_t diags = 0;     // diagnostics (all on earlier lines)
-  int32_t unclosed = 0;  // entries of Document::unclosed
-  int32_t msg_item = -1; // index of the open message item, -1: none
-  int32_t role = 0;      // its role
-  int32_t msg_last = -1; // last line noted for that message so far
-  int32_t run_first = -1, run_last = -1, run_start = 0, run_end = 0;  // an open text run (run_first < 0: none)
+  int32_t items = 0;      // items emitted before the line
+  int32_t diags = 0;      // diagnostics (all on earlier lines)
+  int32_t unclosed = 0;   // entries of Document::unclosed
+  int32_t msg_item = -1;  // index of the open message item, -1: none
+  int32_t role = 0;       // its role
+  int32_t msg_last = -1;  // last line noted for that message so far
+  int32_t run_first = -1, run_last = -1, run_start = 0,
+          run_end = 0;  // an open text run (run_first < 0: none)
 };
 
 struct Document {
   std::vector<flemma_doc_item> items;
   std::vector<flemma_doc_diag> diags;
   std::string arena;
-  std::vector<Unclosed> unclosed;  // in line order
+  std::vector<Unclosed> unclosed;       // in line order
   std::vector<Checkpoint> checkpoints;  // in line order; only from parse_region with checkpoints
 
   // Reads a range against the parsed input (for tests and C++ callers).
   std::string_view str(std::string_view input, flemma_doc_str s) const {
     if (s.off >= 0) return input.substr(static_cast<size_t>(s.off), static_cast<size_t>(s.len));
-    return std::string_view(arena).substr(static_cast<size_t>(-s.off - 1), static_cast<size_t>(s.len));
+    return std::string_view(arena).substr(static_cast<size_t>(-s.off - 1),
+                                          static_cast<size_t>(s.len));
   }
 };
 
@@ -89,7 +91,8 @@ struct Resumed {
   size_t old_cp = 0;  // index in *stop
   Checkpoint state;   // the new state there
 };
-Document resume_region(std::string_view text, Document&& prefix, const ResumeFrom& from, Resumed& out);
+Document resume_region(std::string_view text, Document&& prefix, const ResumeFrom& from,
+                       Resumed& out);
 
 // The role (FLEMMA_DOC_*) of a role marker line, else 0.
 int role_of_line(std::string_view line);

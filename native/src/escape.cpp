@@ -7,8 +7,9 @@ namespace flemma::escape {
 
 namespace {
 
-constexpr std::string_view kFixed[] = {"@You:",         "@Assistant:", "@System:",   "**Tool Use:**",
-                                       "**Tool Result:**", "<thinking",   "</thinking"};
+constexpr std::string_view kFixed[] = {
+    "@You:",     "@Assistant:", "@System:", "**Tool Use:**", "**Tool Result:**",
+    "<thinking", "</thinking"};
 constexpr int kFixedCount = sizeof(kFixed) / sizeof(kFixed[0]);
 constexpr std::string_view kFlemma = "flemma:";
 
@@ -101,8 +102,10 @@ std::string unescape(std::string_view text) {
   out.reserve(text.size());
   size_t start = 0;
   while (start <= text.size()) {
-    const void* nl = start < text.size() ? std::memchr(text.data() + start, '\n', text.size() - start) : nullptr;
-    const size_t end = nl ? static_cast<size_t>(static_cast<const char*>(nl) - text.data()) : text.size();
+    const void* nl =
+        start < text.size() ? std::memchr(text.data() + start, '\n', text.size() - start) : nullptr;
+    const size_t end =
+        nl ? static_cast<size_t>(static_cast<const char*>(nl) - text.data()) : text.size();
     std::string_view line = text.substr(start, end - start);
     if (!line.empty() && line[0] == '\\' && structural(line)) line.remove_prefix(1);
     out.append(line);
@@ -190,7 +193,8 @@ void Escaper::end_line() {
 
 void Escaper::feed(std::string_view data, bool final, std::string& out) {
   auto decided = [&](bool yes) {
-    if (backslashes_ + (yes ? 1 : 0) > 0) emit(std::string(backslashes_ + (yes ? 1 : 0), '\\'), out);
+    if (backslashes_ + (yes ? 1 : 0) > 0)
+      emit(std::string(backslashes_ + (yes ? 1 : 0), '\\'), out);
     emit(held_, out);
     held_.clear();
     backslashes_ = 0;
@@ -215,7 +219,8 @@ void Escaper::feed(std::string_view data, bool final, std::string& out) {
       continue;
     }
     const void* nl = std::memchr(data.data() + i, '\n', data.size() - i);
-    const size_t e = nl ? static_cast<size_t>(static_cast<const char*>(nl) - data.data()) + 1 : data.size();
+    const size_t e =
+        nl ? static_cast<size_t>(static_cast<const char*>(nl) - data.data()) + 1 : data.size();
     emit(data.substr(i, e - i), out);
     i = e;
     if (nl) deciding_ = true;

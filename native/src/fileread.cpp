@@ -29,12 +29,18 @@ Type type_of(mode_t mode) {
 
 const char* type_name(Type t) {
   switch (t) {
-    case Type::Directory: return "a directory";
-    case Type::Fifo: return "a FIFO";
-    case Type::Socket: return "a socket";
-    case Type::CharDevice: return "a character device";
-    case Type::BlockDevice: return "a block device";
-    default: return "not a regular file";
+    case Type::Directory:
+      return "a directory";
+    case Type::Fifo:
+      return "a FIFO";
+    case Type::Socket:
+      return "a socket";
+    case Type::CharDevice:
+      return "a character device";
+    case Type::BlockDevice:
+      return "a block device";
+    default:
+      return "not a regular file";
   }
 }
 
@@ -62,9 +68,9 @@ struct Fd {
 struct Window {
   const Request& req;
   Result& r;
-  std::string line;        // the start of the current line while it may be kept
-  int64_t line_len = 0;    // its whole length
-  int64_t bytes = 0;       // bytes of text so far
+  std::string line;      // the start of the current line while it may be kept
+  int64_t line_len = 0;  // its whole length
+  int64_t bytes = 0;     // bytes of text so far
   bool keeping() const { return r.cut_by == 0 && r.total_lines + 1 >= req.first_line; }
 
   void feed(const char* p, size_t n) {
@@ -74,7 +80,8 @@ struct Window {
       if (keeping()) {
         // A line longer than the limit is kept only as far as it can be shown.
         size_t cap = static_cast<size_t>(req.max_bytes) + 1;
-        if (req.max_line_bytes > 0) cap = std::min(cap, static_cast<size_t>(req.max_line_bytes) + 4);
+        if (req.max_line_bytes > 0)
+          cap = std::min(cap, static_cast<size_t>(req.max_line_bytes) + 4);
         if (line.size() < cap) line.append(p, std::min(part, cap - line.size()));
       }
       line_len += static_cast<int64_t>(part);
@@ -177,7 +184,8 @@ Result read_file(const Request& req) {
     if (req.head_bytes > 0 && static_cast<int64_t>(r.head.size()) < req.head_bytes)
       r.head.append(p, std::min(n, static_cast<size_t>(req.head_bytes) - r.head.size()));
     if (req.whole) {
-      size_t room = static_cast<size_t>(max_bytes) - std::min(r.text.size(), static_cast<size_t>(max_bytes));
+      size_t room =
+          static_cast<size_t>(max_bytes) - std::min(r.text.size(), static_cast<size_t>(max_bytes));
       r.text.append(p, std::min(n, room));
       if (n > room) {
         r.cut_by = 2;
@@ -221,7 +229,8 @@ struct Reader::Shared {
 
 Reader::Reader() : shared_(std::make_shared<Shared>()) {
   int fds[2];
-  if (::pipe(fds) != 0) throw Error(FLEMMA_E_IO, std::string("file reader: pipe failed: ") + std::strerror(errno));
+  if (::pipe(fds) != 0)
+    throw Error(FLEMMA_E_IO, std::string("file reader: pipe failed: ") + std::strerror(errno));
   shared_->rfd = fds[0];
   shared_->wfd = fds[1];
   for (int fd : fds) {

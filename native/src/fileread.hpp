@@ -14,7 +14,16 @@
 namespace flemma::fileread {
 
 // What a path is (FLEMMA_FILE_* in flemma.h).
-enum class Type { Missing = 0, Regular = 1, Directory = 2, Fifo = 3, Socket = 4, CharDevice = 5, BlockDevice = 6, Other = 7 };
+enum class Type {
+  Missing = 0,
+  Regular = 1,
+  Directory = 2,
+  Fifo = 3,
+  Socket = 4,
+  CharDevice = 5,
+  BlockDevice = 6,
+  Other = 7
+};
 
 struct Request {
   std::string path;
@@ -35,16 +44,17 @@ struct Request {
 struct Result {
   int64_t id = 0;
   bool ok = false;
-  int err_no = 0;            // errno of a failed stat, open or read
+  int err_no = 0;  // errno of a failed stat, open or read
   Type type = Type::Missing;
-  std::string message;       // why it failed ("" when ok)
-  int64_t size = 0;          // st_size
+  std::string message;  // why it failed ("" when ok)
+  int64_t size = 0;     // st_size
   std::string head;
   std::string text;
-  int64_t total_lines = 0;   // window mode: the lines of the file (a last one without "\n" counts)
-  int64_t shown_lines = 0;   // window mode: the lines in text
-  int cut_by = 0;            // 0 none, 1 max_lines, 2 max_bytes
-  bool long_line = false;    // window mode: the first line alone was over max_bytes; text is its start
+  int64_t total_lines = 0;  // window mode: the lines of the file (a last one without "\n" counts)
+  int64_t shown_lines = 0;  // window mode: the lines in text
+  int cut_by = 0;           // 0 none, 1 max_lines, 2 max_bytes
+  bool long_line =
+      false;  // window mode: the first line alone was over max_bytes; text is its start
 };
 
 // Reads on the calling thread (the body of a read thread; tests call it directly).

@@ -85,7 +85,8 @@ void Incremental::unindex_ids(const Segment& s, const IdKeys& keys) {
 
 // Cuts the parse of a region (its text, the byte offset of each of its lines)
 // into segments at the markers that start a message.
-std::vector<std::unique_ptr<Segment>> Incremental::split(const std::string& text, const std::vector<size_t>& offs,
+std::vector<std::unique_ptr<Segment>> Incremental::split(const std::string& text,
+                                                         const std::vector<size_t>& offs,
                                                          Document&& d) {
   const auto n = static_cast<int32_t>(offs.size());
   std::vector<int32_t> bounds{0};
@@ -93,14 +94,16 @@ std::vector<std::unique_ptr<Segment>> Incremental::split(const std::string& text
     int32_t idx = it.first_line - 1;
     if (it.kind != FLEMMA_DOC_MESSAGE || idx <= 0 || idx >= n) continue;
     size_t end = idx + 1 < n ? offs[static_cast<size_t>(idx) + 1] - 1 : text.size();
-    if (role_of_line(sv(text).substr(offs[static_cast<size_t>(idx)], end - offs[static_cast<size_t>(idx)])))
+    if (role_of_line(
+            sv(text).substr(offs[static_cast<size_t>(idx)], end - offs[static_cast<size_t>(idx)])))
       bounds.push_back(idx);
   }
   std::vector<std::unique_ptr<Segment>> out;
   out.reserve(bounds.size());
   size_t ii = 0, di = 0, ui = 0, ci = 0;
   for (size_t k = 0; k < bounds.size(); ++k) {
-    const auto ii0 = static_cast<int32_t>(ii), di0 = static_cast<int32_t>(di), ui0 = static_cast<int32_t>(ui);
+    const auto ii0 = static_cast<int32_t>(ii), di0 = static_cast<int32_t>(di),
+               ui0 = static_cast<int32_t>(ui);
     const int32_t s = bounds[k];
     const int32_t e = k + 1 < bounds.size() ? bounds[k + 1] : n;
     const size_t base = offs[static_cast<size_t>(s)];
@@ -113,8 +116,10 @@ std::vector<std::unique_ptr<Segment>> Incremental::split(const std::string& text
     auto rebase = [&](flemma_doc_str x) -> flemma_doc_str {
       if (x.len == 0) return {0, 0};
       if (x.off >= 0) {
-        if (static_cast<size_t>(x.off) < base || static_cast<size_t>(x.off) + static_cast<size_t>(x.len) > endb)
-          throw Error(FLEMMA_E_INTERNAL, "incremental document: a range crosses a segment boundary");
+        if (static_cast<size_t>(x.off) < base ||
+            static_cast<size_t>(x.off) + static_cast<size_t>(x.len) > endb)
+          throw Error(FLEMMA_E_INTERNAL,
+                      "incremental document: a range crosses a segment boundary");
         return {static_cast<int32_t>(static_cast<size_t>(x.off) - base), x.len};
       }
       sv a = sv(d.arena).substr(static_cast<size_t>(-x.off - 1), static_cast<size_t>(x.len));
@@ -249,7 +254,8 @@ bool Incremental::edit_within(int32_t first, int32_t last, const std::vector<sv>
     }
   }
   const auto& cps = s.doc.checkpoints;
-  auto cit = std::upper_bound(cps.begin(), cps.end(), f - 1, [](int32_t v, const Checkpoint& c) { return v < c.line; });
+  auto cit = std::upper_bound(cps.begin(), cps.end(), f - 1,
+                              [](int32_t v, const Checkpoint& c) { return v < c.line; });
   if (cit == cps.begin()) return false;
   const size_t ci = static_cast<size_t>(cit - cps.begin()) - 1;
   const Checkpoint at = cps[ci];
@@ -260,8 +266,10 @@ bool Incremental::edit_within(int32_t first, int32_t last, const std::vector<sv>
   std::string& text = s.text;
   auto line_start = [&](int32_t from_line, size_t from, int32_t x) {
     while (from_line < x) {
-      const void* nl = from < text.size() ? std::memchr(text.data() + from, '\n', text.size() - from) : nullptr;
-      from = nl ? static_cast<size_t>(static_cast<const char*>(nl) - text.data()) + 1 : text.size() + 1;
+      const void* nl =
+          from < text.size() ? std::memchr(text.data() + from, '\n', text.size() - from) : nullptr;
+      from = nl ? static_cast<size_t>(static_cast<const char*>(nl) - text.data()) + 1
+                : text.size() + 1;
       ++from_line;
     }
     return from;
@@ -292,7 +300,8 @@ bool Incremental::edit_within(int32_t first, int32_t last, const std::vector<sv>
     text.pop_back();
   };
   const int32_t dl = m - (l - f);
-  const auto db = static_cast<int32_t>(static_cast<int64_t>(repl.size()) - static_cast<int64_t>(B - A));
+  const auto db =
+      static_cast<int32_t>(static_cast<int64_t>(repl.size()) - static_cast<int64_t>(B - A));
   const Document& od = s.doc;
   Document nd;
   Resumed r;
@@ -310,7 +319,8 @@ bool Incremental::edit_within(int32_t first, int32_t last, const std::vector<sv>
     rf.at = at;
     rf.has_cr = s.has_cr || cr;
     rf.cp_every = cp_every_;
-    auto sit = std::lower_bound(cps.begin(), cps.end(), l, [](const Checkpoint& c, int32_t v) { return c.line < v; });
+    auto sit = std::lower_bound(cps.begin(), cps.end(), l,
+                                [](const Checkpoint& c, int32_t v) { return c.line < v; });
     if (!rf.has_cr && !marker_in && sit != cps.end()) {
       rf.stop = &cps;
       rf.stop_first = static_cast<size_t>(sit - cps.begin());
@@ -338,14 +348,16 @@ bool Incremental::edit_within(int32_t first, int32_t last, const std::vector<sv>
     if (ok && cut >= 0) {
       const std::string tail_text = text.substr(cut_byte);
       std::vector<size_t> offs{0};
-      for (size_t p = tail_text.find('\n'); p != std::string::npos; p = tail_text.find('\n', p + 1)) offs.push_back(p + 1);
+      for (size_t p = tail_text.find('\n'); p != std::string::npos; p = tail_text.find('\n', p + 1))
+        offs.push_back(p + 1);
       fresh = split(tail_text, offs, parse_region(tail_text, cp_every_));
       nd.items.resize(cut_item);
       size_t keep_diags = 0;
       while (keep_diags < nd.diags.size() && nd.diags[keep_diags].line - 1 <= cut) ++keep_diags;
       nd.diags.resize(keep_diags);
       size_t keep_unclosed = 0;
-      while (keep_unclosed < nd.unclosed.size() && nd.unclosed[keep_unclosed].line < cut) ++keep_unclosed;
+      while (keep_unclosed < nd.unclosed.size() && nd.unclosed[keep_unclosed].line < cut)
+        ++keep_unclosed;
       nd.unclosed.resize(keep_unclosed);
       size_t keep_cps = 0;
       while (keep_cps < nd.checkpoints.size() && nd.checkpoints[keep_cps].line < cut) ++keep_cps;
@@ -354,7 +366,8 @@ bool Incremental::edit_within(int32_t first, int32_t last, const std::vector<sv>
       for (const auto& fs : fresh) {
         for (size_t k = 0; ok && k < fs->doc.unclosed.size(); ++k) {
           const int c = ch_index(fs->doc.unclosed[k].ch);
-          for (size_t j = a + 1; j < segs_.size() && ok; ++j) ok = segs_[j]->max_close[c] < fs->doc.unclosed[k].len;
+          for (size_t j = a + 1; j < segs_.size() && ok; ++j)
+            ok = segs_[j]->max_close[c] < fs->doc.unclosed[k].len;
         }
       }
     }
@@ -372,8 +385,8 @@ bool Incremental::edit_within(int32_t first, int32_t last, const std::vector<sv>
       auto ti = static_cast<size_t>(oc.items);
       if (ns.run_first >= 0) {
         // The text run open at the stop: its start from the new parse, its end from the old one.
-        if (ti >= od.items.size() || od.items[ti].kind != FLEMMA_DOC_TEXT || od.items[ti].body.off < 0 ||
-            od.items[ti].body.len == 0) {
+        if (ti >= od.items.size() || od.items[ti].kind != FLEMMA_DOC_TEXT ||
+            od.items[ti].body.off < 0 || od.items[ti].body.len == 0) {
           ok = false;
         } else {
           flemma_doc_item it = od.items[ti++];
@@ -401,7 +414,8 @@ bool Incremental::edit_within(int32_t first, int32_t last, const std::vector<sv>
         if (ns.msg_item >= 0 && oc.msg_item >= 0) {
           auto& msg = nd.items[static_cast<size_t>(ns.msg_item)];
           const int32_t old_last = od.items[static_cast<size_t>(oc.msg_item)].last_line;
-          msg.last_line = old_last - 1 >= oc.line ? old_last + dl : std::max(msg.first_line, ns.msg_last + 1);
+          msg.last_line =
+              old_last - 1 >= oc.line ? old_last + dl : std::max(msg.first_line, ns.msg_last + 1);
         }
         for (size_t k = static_cast<size_t>(oc.diags); k < od.diags.size(); ++k) {
           flemma_doc_diag g = od.diags[k];
@@ -452,7 +466,8 @@ bool Incremental::edit_within(int32_t first, int32_t last, const std::vector<sv>
     // A fence the edit leaves open that a closing fence in a segment below closes: whole segments.
     for (size_t k = 0; ok && k < nd.unclosed.size(); ++k) {
       const int c = ch_index(nd.unclosed[k].ch);
-      for (size_t j = a + 1; j < segs_.size() && ok; ++j) ok = segs_[j]->max_close[c] < nd.unclosed[k].len;
+      for (size_t j = a + 1; j < segs_.size() && ok; ++j)
+        ok = segs_[j]->max_close[c] < nd.unclosed[k].len;
     }
     if (!ok) {
       undo();
@@ -506,9 +521,10 @@ bool Incremental::edit_within(int32_t first, int32_t last, const std::vector<sv>
       index_ids(*fs, true);
       open_fences_ += fs->doc.unclosed.size();
     }
-    segs_.insert(segs_.begin() + static_cast<std::ptrdiff_t>(a) + 1, std::make_move_iterator(fresh.begin()),
-                 std::make_move_iterator(fresh.end()));
-    starts_.insert(starts_.begin() + static_cast<std::ptrdiff_t>(a) + 1, fresh_starts.begin(), fresh_starts.end());
+    segs_.insert(segs_.begin() + static_cast<std::ptrdiff_t>(a) + 1,
+                 std::make_move_iterator(fresh.begin()), std::make_move_iterator(fresh.end()));
+    starts_.insert(starts_.begin() + static_cast<std::ptrdiff_t>(a) + 1, fresh_starts.begin(),
+                   fresh_starts.end());
     for (size_t k = a + 1; k < segs_.size(); ++k) segs_[k]->index = k;
   }
   nlines_ += dl;
@@ -522,8 +538,9 @@ bool Incremental::edit_within(int32_t first, int32_t last, const std::vector<sv>
 
 void Incremental::edit(int32_t first, int32_t last, const std::vector<sv>& lines) {
   if (first < 0 || last < first || last > nlines_)
-    throw Error(FLEMMA_E_INVALID, "flemma_idoc_edit: lines " + std::to_string(first) + ".." + std::to_string(last) +
-                                      " are not within the document's " + std::to_string(nlines_) + " lines");
+    throw Error(FLEMMA_E_INVALID, "flemma_idoc_edit: lines " + std::to_string(first) + ".." +
+                                      std::to_string(last) + " are not within the document's " +
+                                      std::to_string(nlines_) + " lines");
   if (lines.size() > static_cast<size_t>(std::numeric_limits<int32_t>::max() - nlines_))
     throw Error(FLEMMA_E_INVALID, "flemma_idoc_edit: too many lines");
   if (edit_within(first, last, lines)) return;
@@ -532,7 +549,8 @@ void Incremental::edit(int32_t first, int32_t last, const std::vector<sv>& lines
   size_t a = 0, b = 0;
   if (nseg > 0) {
     a = segment_at(std::max(first - 1, 0));
-    b = static_cast<size_t>(std::lower_bound(starts_.begin() + static_cast<std::ptrdiff_t>(a) + 1, starts_.end(), last) -
+    b = static_cast<size_t>(std::lower_bound(starts_.begin() + static_cast<std::ptrdiff_t>(a) + 1,
+                                             starts_.end(), last) -
                             starts_.begin());
   }
   // A closing fence brought in closes any fence left open above it.
@@ -595,7 +613,8 @@ void Incremental::edit(int32_t first, int32_t last, const std::vector<sv>& lines
     if (grow == nseg) break;
     b = grow + 1;
   }
-  auto fresh = reg.empty() ? std::vector<std::unique_ptr<Segment>>{} : split(text, offs, std::move(d));
+  auto fresh =
+      reg.empty() ? std::vector<std::unique_ptr<Segment>>{} : split(text, offs, std::move(d));
   const int32_t r1_old = b < nseg ? starts_[b] : nlines_;
   const int32_t delta = static_cast<int32_t>(reg.size()) - (r1_old - r0);
 
@@ -606,8 +625,10 @@ void Incremental::edit(int32_t first, int32_t last, const std::vector<sv>& lines
     index_ids(*segs_[k], false);
     open_fences_ -= segs_[k]->doc.unclosed.size();
   }
-  segs_.erase(segs_.begin() + static_cast<std::ptrdiff_t>(a), segs_.begin() + static_cast<std::ptrdiff_t>(b));
-  starts_.erase(starts_.begin() + static_cast<std::ptrdiff_t>(a), starts_.begin() + static_cast<std::ptrdiff_t>(b));
+  segs_.erase(segs_.begin() + static_cast<std::ptrdiff_t>(a),
+              segs_.begin() + static_cast<std::ptrdiff_t>(b));
+  starts_.erase(starts_.begin() + static_cast<std::ptrdiff_t>(a),
+                starts_.begin() + static_cast<std::ptrdiff_t>(b));
   std::vector<int32_t> fresh_starts;
   fresh_starts.reserve(fresh.size());
   int32_t at = r0;
@@ -619,9 +640,10 @@ void Incremental::edit(int32_t first, int32_t last, const std::vector<sv>& lines
   }
   const size_t added = fresh.size();
   stats_.last_parsed_lines = static_cast<int64_t>(reg.size());
-  segs_.insert(segs_.begin() + static_cast<std::ptrdiff_t>(a), std::make_move_iterator(fresh.begin()),
-               std::make_move_iterator(fresh.end()));
-  starts_.insert(starts_.begin() + static_cast<std::ptrdiff_t>(a), fresh_starts.begin(), fresh_starts.end());
+  segs_.insert(segs_.begin() + static_cast<std::ptrdiff_t>(a),
+               std::make_move_iterator(fresh.begin()), std::make_move_iterator(fresh.end()));
+  starts_.insert(starts_.begin() + static_cast<std::ptrdiff_t>(a), fresh_starts.begin(),
+                 fresh_starts.end());
   for (size_t k = a; k < segs_.size(); ++k) {
     segs_[k]->index = k;
     if (k >= a + added) starts_[k] += delta;
@@ -686,11 +708,18 @@ bool Incremental::touched(uint64_t since, size_t cap, std::vector<LineRange>& ou
     // replaced lines moves to the edge of the new ones (the range grows).
     const int32_t dl = c.count - (c.last - c.first);
     for (LineRange& r : out) {
-      if (r.first >= c.last) r.first += dl; else if (r.first > c.first) r.first = c.first;
-      if (r.end >= c.last) r.end += dl; else if (r.end > c.first) r.end = c.first + c.count;
+      if (r.first >= c.last)
+        r.first += dl;
+      else if (r.first > c.first)
+        r.first = c.first;
+      if (r.end >= c.last)
+        r.end += dl;
+      else if (r.end > c.first)
+        r.end = c.first + c.count;
     }
     out.push_back({std::min(c.line, c.first), std::max(c.end, c.first + c.count)});
-    std::sort(out.begin(), out.end(), [](const LineRange& x, const LineRange& y) { return x.first < y.first; });
+    std::sort(out.begin(), out.end(),
+              [](const LineRange& x, const LineRange& y) { return x.first < y.first; });
     size_t k = 0;
     for (size_t i = 1; i < out.size(); ++i) {
       if (out[i].first <= out[k].end) {
@@ -726,7 +755,8 @@ const std::vector<flemma_doc_diag>& Incremental::diagnostics() {
   for (size_t k = 0; k < segs_.size(); ++k) {
     const Segment& s = *segs_[k];
     const int32_t base = starts_[k];
-    for (const auto& g : s.doc.diags) diags_.push_back({g.line + base, g.severity, keep(str_of(s, g.message))});
+    for (const auto& g : s.doc.diags)
+      diags_.push_back({g.line + base, g.severity, keep(str_of(s, g.message))});
   }
   // The ids the index says give a diagnostic: all their uses and results, in the
   // document's order, checked as parse checks all of them (the other ids give none).
@@ -741,7 +771,8 @@ const std::vector<flemma_doc_diag>& Incremental::diagnostics() {
       for (const Segment* s : segs) {
         const int32_t base = starts_[s->index];
         for (const auto& it : s->doc.items)
-          if (it.kind == kind && str_of(*s, it.key) == key) out.push_back({str_of(*s, it.key), it.first_line + base});
+          if (it.kind == kind && str_of(*s, it.key) == key)
+            out.push_back({str_of(*s, it.key), it.first_line + base});
       }
     };
     for (const auto& key : id_problems_) {
@@ -752,10 +783,13 @@ const std::vector<flemma_doc_diag>& Incremental::diagnostics() {
     auto by_line = [](const IdLine& x, const IdLine& y) { return x.line < y.line; };
     std::sort(uses.begin(), uses.end(), by_line);
     std::sort(results.begin(), results.end(), by_line);
-    check_ids(uses, results, [&](int32_t line, int sev, std::string msg) { diags_.push_back({line, sev, keep(msg)}); });
+    check_ids(uses, results, [&](int32_t line, int sev, std::string msg) {
+      diags_.push_back({line, sev, keep(msg)});
+    });
   }
-  std::stable_sort(diags_.begin(), diags_.end(),
-                   [](const flemma_doc_diag& x, const flemma_doc_diag& y) { return x.line < y.line; });
+  std::stable_sort(
+      diags_.begin(), diags_.end(),
+      [](const flemma_doc_diag& x, const flemma_doc_diag& y) { return x.line < y.line; });
   diags_version_ = version_;
   return diags_;
 }
@@ -791,7 +825,8 @@ std::string Incremental::check() {
   Document full = parse(all);
   int32_t total = 0;
   for (const auto& s : segs_) total += s->nlines;
-  if (total != nlines_) return "segment lines add up to " + std::to_string(total) + ", not " + std::to_string(nlines_);
+  if (total != nlines_)
+    return "segment lines add up to " + std::to_string(total) + ", not " + std::to_string(nlines_);
   for (size_t k = 0; k < segs_.size(); ++k) {
     int32_t expect = k == 0 ? 0 : starts_[k - 1] + segs_[k - 1]->nlines;
     if (starts_[k] != expect) return "segment " + std::to_string(k) + " starts at the wrong line";
@@ -808,9 +843,11 @@ std::string Incremental::check() {
       if (it.kind != f.kind || it.role != f.role || it.status != f.status || it.flags != f.flags)
         return where + ": kind/role/status/flags differ";
       if (it.first_line + base != f.first_line || it.last_line + base != f.last_line)
-        return where + ": lines " + std::to_string(it.first_line + base) + "-" + std::to_string(it.last_line + base) +
-               " instead of " + std::to_string(f.first_line) + "-" + std::to_string(f.last_line);
-      if ((it.fence_line > 0 ? it.fence_line + base : 0) != f.fence_line) return where + ": fence_line differs";
+        return where + ": lines " + std::to_string(it.first_line + base) + "-" +
+               std::to_string(it.last_line + base) + " instead of " + std::to_string(f.first_line) +
+               "-" + std::to_string(f.last_line);
+      if ((it.fence_line > 0 ? it.fence_line + base : 0) != f.fence_line)
+        return where + ": fence_line differs";
       if (str_of(s, it.key) != (f.key.len ? full.str(all, f.key) : sv()) ||
           str_of(s, it.label) != (f.label.len ? full.str(all, f.label) : sv()) ||
           str_of(s, it.body) != (f.body.len ? full.str(all, f.body) : sv()) ||
@@ -818,7 +855,8 @@ std::string Incremental::check() {
         return where + ": strings differ";
     }
   }
-  if (i != full.items.size()) return "the full parse has " + std::to_string(full.items.size() - i) + " more items";
+  if (i != full.items.size())
+    return "the full parse has " + std::to_string(full.items.size() - i) + " more items";
   // Each checkpoint holds the state a parse of its segment has at that line.
   for (size_t k = 0; k < segs_.size(); ++k) {
     const Segment& s = *segs_[k];
@@ -827,37 +865,50 @@ std::string Incremental::check() {
     size_t q = 0;
     int32_t prev = 0;
     for (const Checkpoint& c : s.doc.checkpoints) {
-      std::string where = "segment " + std::to_string(k) + " checkpoint at line " + std::to_string(c.line);
+      std::string where =
+          "segment " + std::to_string(k) + " checkpoint at line " + std::to_string(c.line);
       if (c.line <= prev) return where + ": out of order";
       prev = c.line;
       while (q < fresh.checkpoints.size() && fresh.checkpoints[q].line < c.line) ++q;
-      if (q == fresh.checkpoints.size() || fresh.checkpoints[q].line != c.line) return where + ": not a line of the main loop";
+      if (q == fresh.checkpoints.size() || fresh.checkpoints[q].line != c.line)
+        return where + ": not a line of the main loop";
       const Checkpoint& x = fresh.checkpoints[q];
-      if (c.byte != x.byte || c.items != x.items || c.diags != x.diags || c.unclosed != x.unclosed ||
-          c.msg_item != x.msg_item || c.role != x.role || c.msg_last != x.msg_last || c.run_first != x.run_first ||
-          (c.run_first >= 0 && (c.run_last != x.run_last || c.run_start != x.run_start || c.run_end != x.run_end)))
-        return where + ": state differs (byte " + std::to_string(c.byte) + "/" + std::to_string(x.byte) + ", items " +
-               std::to_string(c.items) + "/" + std::to_string(x.items) + ", diags " + std::to_string(c.diags) + "/" +
-               std::to_string(x.diags) + ", msg_last " + std::to_string(c.msg_last) + "/" + std::to_string(x.msg_last) +
-               ", run " + std::to_string(c.run_first) + "-" + std::to_string(c.run_last) + "/" +
-               std::to_string(x.run_first) + "-" + std::to_string(x.run_last) + ")";
+      if (c.byte != x.byte || c.items != x.items || c.diags != x.diags ||
+          c.unclosed != x.unclosed || c.msg_item != x.msg_item || c.role != x.role ||
+          c.msg_last != x.msg_last || c.run_first != x.run_first ||
+          (c.run_first >= 0 &&
+           (c.run_last != x.run_last || c.run_start != x.run_start || c.run_end != x.run_end)))
+        return where + ": state differs (byte " + std::to_string(c.byte) + "/" +
+               std::to_string(x.byte) + ", items " + std::to_string(c.items) + "/" +
+               std::to_string(x.items) + ", diags " + std::to_string(c.diags) + "/" +
+               std::to_string(x.diags) + ", msg_last " + std::to_string(c.msg_last) + "/" +
+               std::to_string(x.msg_last) + ", run " + std::to_string(c.run_first) + "-" +
+               std::to_string(c.run_last) + "/" + std::to_string(x.run_first) + "-" +
+               std::to_string(x.run_last) + ")";
     }
   }
   const auto& d = diagnostics();
   if (d.size() != full.diags.size()) {
-    std::string out = std::to_string(d.size()) + " diagnostics instead of " + std::to_string(full.diags.size()) + ":";
+    std::string out = std::to_string(d.size()) + " diagnostics instead of " +
+                      std::to_string(full.diags.size()) + ":";
     for (const auto& g : d)
       out += "\n  mine " + std::to_string(g.line) + " " +
-             std::string(sv(diag_arena_).substr(static_cast<size_t>(-g.message.off - 1), static_cast<size_t>(g.message.len)));
-    for (const auto& g : full.diags) out += "\n  full " + std::to_string(g.line) + " " + std::string(full.str(all, g.message));
+             std::string(sv(diag_arena_)
+                             .substr(static_cast<size_t>(-g.message.off - 1),
+                                     static_cast<size_t>(g.message.len)));
+    for (const auto& g : full.diags)
+      out += "\n  full " + std::to_string(g.line) + " " + std::string(full.str(all, g.message));
     return out;
   }
   for (size_t j = 0; j < d.size(); ++j) {
-    sv mine = sv(diag_arena_).substr(static_cast<size_t>(-d[j].message.off - 1), static_cast<size_t>(d[j].message.len));
+    sv mine = sv(diag_arena_)
+                  .substr(static_cast<size_t>(-d[j].message.off - 1),
+                          static_cast<size_t>(d[j].message.len));
     if (d[j].line != full.diags[j].line || d[j].severity != full.diags[j].severity ||
         mine != full.str(all, full.diags[j].message))
-      return "diagnostic " + std::to_string(j) + " differs: line " + std::to_string(d[j].line) + " " + std::string(mine) +
-             " / line " + std::to_string(full.diags[j].line) + " " + std::string(full.str(all, full.diags[j].message));
+      return "diagnostic " + std::to_string(j) + " differs: line " + std::to_string(d[j].line) +
+             " " + std::string(mine) + " / line " + std::to_string(full.diags[j].line) + " " +
+             std::string(full.str(all, full.diags[j].message));
   }
   return "";
 }

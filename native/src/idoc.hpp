@@ -46,9 +46,9 @@ struct Segment {
   // The longest closing fence of ` and ~ in it (0: none); after an edit inside
   // the segment it may be larger than that (never smaller).
   int32_t max_close[2] = {0, 0};
-  int32_t min_open[2] = {0, 0};    // the shortest fence of ` and ~ it leaves open (0: none)
-  bool has_cr = false;             // some line may end in "\r"
-  size_t arena_base = 0;           // arena size when last compacted
+  int32_t min_open[2] = {0, 0};  // the shortest fence of ` and ~ it leaves open (0: none)
+  bool has_cr = false;           // some line may end in "\r"
+  size_t arena_base = 0;         // arena size when last compacted
 };
 
 // Checkpoints are recorded in a segment (doc.checkpoints, lines relative to
@@ -142,7 +142,7 @@ class Incremental {
   struct Change {
     uint64_t version;
     size_t at, removed, added;
-    int32_t line, end;  // the lines parsed again [line, end) (0-based, after this edit)
+    int32_t line, end;           // the lines parsed again [line, end) (0-based, after this edit)
     int32_t first, last, count;  // the edit: lines [first, last) replaced by count lines
   };
 
@@ -167,8 +167,8 @@ class Incremental {
   Stats stats_;
   int32_t cp_every_ = kCheckpointEvery;
 
-  std::vector<std::unique_ptr<Segment>> split(const std::string& text, const std::vector<size_t>& line_offs,
-                                              Document&& doc);
+  std::vector<std::unique_ptr<Segment>> split(const std::string& text,
+                                              const std::vector<size_t>& line_offs, Document&& doc);
   bool edit_within(int32_t first, int32_t last, const std::vector<std::string_view>& lines);
   using IdKeys = std::vector<std::pair<int, std::string>>;  // item kind, id
   static IdKeys id_keys(const Segment& s);

@@ -26,7 +26,7 @@ namespace {
 
 using json = nlohmann::json;
 
-constexpr int kMaxDepth = 64;   // nesting of data crossing the boundary
+constexpr int kMaxDepth = 64;  // nesting of data crossing the boundary
 constexpr size_t kMaxMessage = 2000;
 const char* const kEntryKey = "flemma.isolate.entry";
 
@@ -73,7 +73,8 @@ class Running {
 
 int panic_fn(lua_State* L) {
   const char* msg = lua_tostring(L, -1);
-  throw Error(FLEMMA_E_INTERNAL, std::string("isolated interpreter: unprotected error: ") + (msg ? msg : "?"));
+  throw Error(FLEMMA_E_INTERNAL,
+              std::string("isolated interpreter: unprotected error: ") + (msg ? msg : "?"));
 }
 
 // The count hook only keeps Lua's count check of luaV_execute armed: lvm_bounded.cpp
@@ -83,7 +84,8 @@ void hook_fn(lua_State* L, lua_Debug*) { owner(L).check_time(L); }
 std::string clip(std::string s) {
   if (s.size() > kMaxMessage) {
     size_t n = kMaxMessage;
-    while (n > 0 && (static_cast<unsigned char>(s[n]) & 0xC0) == 0x80) n--;  // not inside a UTF-8 sequence
+    while (n > 0 && (static_cast<unsigned char>(s[n]) & 0xC0) == 0x80)
+      n--;  // not inside a UTF-8 sequence
     s.resize(n);
     s += "…";
   }
@@ -119,10 +121,18 @@ void push_json(lua_State* L, const json& v, int depth, bool null_sentinel) {
         lua_pushnil(L);
       }
       return;
-    case json::value_t::boolean: lua_pushboolean(L, v.get<bool>()); return;
-    case json::value_t::number_integer: lua_pushnumber(L, static_cast<lua_Number>(v.get<int64_t>())); return;
-    case json::value_t::number_unsigned: lua_pushnumber(L, static_cast<lua_Number>(v.get<uint64_t>())); return;
-    case json::value_t::number_float: lua_pushnumber(L, v.get<double>()); return;
+    case json::value_t::boolean:
+      lua_pushboolean(L, v.get<bool>());
+      return;
+    case json::value_t::number_integer:
+      lua_pushnumber(L, static_cast<lua_Number>(v.get<int64_t>()));
+      return;
+    case json::value_t::number_unsigned:
+      lua_pushnumber(L, static_cast<lua_Number>(v.get<uint64_t>()));
+      return;
+    case json::value_t::number_float:
+      lua_pushnumber(L, v.get<double>());
+      return;
     case json::value_t::string: {
       const auto& s = v.get_ref<const std::string&>();
       lua_pushlstring(L, s.data(), s.size());
@@ -146,7 +156,9 @@ void push_json(lua_State* L, const json& v, int depth, bool null_sentinel) {
       }
       return;
     }
-    default: lua_pushnil(L); return;
+    default:
+      lua_pushnil(L);
+      return;
   }
 }
 
@@ -158,18 +170,23 @@ json to_json(lua_State* L, int idx, int depth, size_t& budget) {
   if (depth > kMaxDepth) luaL_error(L, "data nested deeper than %d levels", kMaxDepth);
   idx = idx < 0 ? lua_gettop(L) + idx + 1 : idx;
   switch (lua_type(L, idx)) {
-    case LUA_TNIL: return nullptr;
-    case LUA_TBOOLEAN: return lua_toboolean(L, idx) != 0;
+    case LUA_TNIL:
+      return nullptr;
+    case LUA_TBOOLEAN:
+      return lua_toboolean(L, idx) != 0;
     case LUA_TNUMBER: {
       double d = lua_tonumber(L, idx);
-      if (!std::isfinite(d)) luaL_error(L, "a NaN or infinite number cannot leave the isolated interpreter");
+      if (!std::isfinite(d))
+        luaL_error(L, "a NaN or infinite number cannot leave the isolated interpreter");
       if (d == std::floor(d) && std::fabs(d) < 9007199254740992.0) return static_cast<int64_t>(d);
       return d;
     }
     case LUA_TSTRING: {
       size_t n = 0;
       const char* s = lua_tolstring(L, idx, &n);
-      if (n + 2 > budget) luaL_error(L, "the result is larger than %d bytes", static_cast<int>(owner(L).limits().result));
+      if (n + 2 > budget)
+        luaL_error(L, "the result is larger than %d bytes",
+                   static_cast<int>(owner(L).limits().result));
       budget -= n + 2;
       return std::string(s, n);
     }
@@ -192,7 +209,9 @@ json to_json(lua_State* L, int idx, int depth, size_t& budget) {
         }
         lua_pop(L, 1);
       }
-      if (budget < count + 2) luaL_error(L, "the result is larger than %d bytes", static_cast<int>(owner(L).limits().result));
+      if (budget < count + 2)
+        luaL_error(L, "the result is larger than %d bytes",
+                   static_cast<int>(owner(L).limits().result));
       budget -= count + 2;
       if (array && count == n) {
         json out = json::array();
@@ -206,17 +225,22 @@ json to_json(lua_State* L, int idx, int depth, size_t& budget) {
       json out = json::object();
       lua_pushnil(L);
       while (lua_next(L, idx) != 0) {
-        if (lua_type(L, -2) != LUA_TSTRING) luaL_error(L, "a table with a %s key cannot leave the isolated interpreter", luaL_typename(L, -2));
+        if (lua_type(L, -2) != LUA_TSTRING)
+          luaL_error(L, "a table with a %s key cannot leave the isolated interpreter",
+                     luaL_typename(L, -2));
         size_t kn = 0;
         const char* k = lua_tolstring(L, -2, &kn);
-        if (kn + 4 > budget) luaL_error(L, "the result is larger than %d bytes", static_cast<int>(owner(L).limits().result));
+        if (kn + 4 > budget)
+          luaL_error(L, "the result is larger than %d bytes",
+                     static_cast<int>(owner(L).limits().result));
         budget -= kn + 4;
         out[std::string(k, kn)] = to_json(L, -1, depth + 1, budget);
         lua_pop(L, 1);
       }
       return out;
     }
-    default: break;
+    default:
+      break;
   }
   luaL_error(L, "a %s cannot leave the isolated interpreter", luaL_typename(L, idx));
   return nullptr;
@@ -243,7 +267,8 @@ int require_fn(lua_State* L) {
   lua_pop(L, 1);
   lua_getfield(L, LUA_REGISTRYINDEX, "flemma.isolate.preload");
   lua_getfield(L, -1, name);
-  if (lua_isnil(L, -1)) return luaL_error(L, "module '%s' not found in the isolated interpreter", name);
+  if (lua_isnil(L, -1))
+    return luaL_error(L, "module '%s' not found in the isolated interpreter", name);
   lua_pushstring(L, name);
   lua_call(L, 1, 1);
   if (lua_isnil(L, -1)) {
@@ -274,7 +299,8 @@ int init_fn(lua_State* L) {
   lua_newtable(L);
   for (const auto& [name, source] : *ctx->modules) {
     std::string chunkname = "=" + name;
-    if (!source.empty() && source[0] == '\x1b') return luaL_error(L, "module %s: precompiled code is not accepted", name.c_str());
+    if (!source.empty() && source[0] == '\x1b')
+      return luaL_error(L, "module %s: precompiled code is not accepted", name.c_str());
     std::string cached;
     {
       std::lock_guard<std::mutex> lock(g_code_mutex);
@@ -282,9 +308,11 @@ int init_fn(lua_State* L) {
       if (it != g_code.end()) cached = it->second;
     }
     if (!cached.empty()) {
-      if (luaL_loadbuffer(L, cached.data(), cached.size(), chunkname.c_str()) != 0) return lua_error(L);
+      if (luaL_loadbuffer(L, cached.data(), cached.size(), chunkname.c_str()) != 0)
+        return lua_error(L);
     } else {
-      if (luaL_loadbuffer(L, source.data(), source.size(), chunkname.c_str()) != 0) return lua_error(L);
+      if (luaL_loadbuffer(L, source.data(), source.size(), chunkname.c_str()) != 0)
+        return lua_error(L);
       std::string code;
       lua_dump(L, dump_writer, &code);
       std::lock_guard<std::mutex> lock(g_code_mutex);
@@ -299,7 +327,8 @@ int init_fn(lua_State* L) {
   lua_pushcfunction(L, require_fn);
   lua_pushstring(L, ctx->main->c_str());
   lua_call(L, 1, 1);
-  if (!lua_istable(L, -1)) return luaL_error(L, "module %s should return a table of entry points", ctx->main->c_str());
+  if (!lua_istable(L, -1))
+    return luaL_error(L, "module %s should return a table of entry points", ctx->main->c_str());
   lua_setfield(L, LUA_REGISTRYINDEX, kEntryKey);
   return 0;
 }
@@ -403,18 +432,24 @@ Arena::~Arena() {
 bool Arena::admit(size_t bytes, size_t n) {
   const Limits& lim = owner_.limits();
   if (n > lim.block) {
-    owner_.exhaust(("needed " + std::to_string(n) + " bytes for one string or table, more than the " +
-                    std::to_string(lim.block >> 10) + " KB one may hold, and was stopped")
-                       .c_str(),
-                   "memory");
+    owner_.exhaust(
+        ("needed " + std::to_string(n) + " bytes for one string or table, more than the " +
+         std::to_string(lim.block >> 10) + " KB one may hold, and was stopped")
+            .c_str(),
+        "memory");
     return false;
   }
   if (charged_ + bytes > lim.memory) {
-    owner_.exhaust(("used more than " + std::to_string(lim.memory >> 20) + " MB of memory and was stopped").c_str(), "memory");
+    owner_.exhaust(
+        ("used more than " + std::to_string(lim.memory >> 20) + " MB of memory and was stopped")
+            .c_str(),
+        "memory");
     return false;
   }
   if (live_ >= lim.objects) {
-    owner_.exhaust(("made more than " + std::to_string(lim.objects) + " objects and was stopped").c_str(), "memory");
+    owner_.exhaust(
+        ("made more than " + std::to_string(lim.objects) + " objects and was stopped").c_str(),
+        "memory");
     return false;
   }
   if (owner_.time_up()) return false;
@@ -513,10 +548,12 @@ void* Arena::realloc(void* ptr, size_t osize, size_t nsize) {
   if (nsize > kMaxSmall && owner_.state()) charge(owner_.state(), nsize / kBytesPerTick);
   if (nsize < kStep) nsize = kStep;  // every block can hold a free-list link
   if (ptr && osize < kStep) osize = kStep;
-  if (ptr && osize <= kMaxSmall && nsize <= kMaxSmall && (osize + kStep - 1) / kStep == (nsize + kStep - 1) / kStep) {
+  if (ptr && osize <= kMaxSmall && nsize <= kMaxSmall &&
+      (osize + kStep - 1) / kStep == (nsize + kStep - 1) / kStep) {
     return ptr;
   }
-  if (ptr && osize > kMaxSmall && nsize > kMaxSmall && nsize <= (static_cast<Large*>(ptr) - 1)->cap) {
+  if (ptr && osize > kMaxSmall && nsize > kMaxSmall &&
+      nsize <= (static_cast<Large*>(ptr) - 1)->cap) {
     return ptr;  // a large block that still fits its power of two
   }
   void* q = alloc(nsize);
@@ -532,7 +569,8 @@ void* Arena::realloc(void* ptr, size_t osize, size_t nsize) {
 // Isolate
 // ---------------------------------------------------------------------------------
 
-Isolate::Isolate(const std::vector<std::pair<std::string, std::string>>& modules, const std::string& main, Limits limits)
+Isolate::Isolate(const std::vector<std::pair<std::string, std::string>>& modules,
+                 const std::string& main, Limits limits)
     : limits_(limits), arena_(*this) {
   LocaleGuard locale;
   start_clock(0, 0);
@@ -584,9 +622,12 @@ bool Isolate::time_up() {
   // when it gave less than the limits' own.
   const bool by_wall = monotonic_ns() > wall_cap_ns_;
   if (by_wall ? wall_cut_ : cpu_cut_) {
-    exhaust("was stopped: the time frontmatter and templates may use for one action is spent", "budget");
+    exhaust("was stopped: the time frontmatter and templates may use for one action is spent",
+            "budget");
   } else {
-    exhaust(("ran longer than " + std::to_string(static_cast<int>(limits_.time_ms)) + " ms and was stopped (an endless loop?)").c_str(),
+    exhaust(("ran longer than " + std::to_string(static_cast<int>(limits_.time_ms)) +
+             " ms and was stopped (an endless loop?)")
+                .c_str(),
             "time");
   }
   return true;
@@ -653,10 +694,12 @@ int Isolate::protected_call(lua_State* L) {
   lua_settop(L, 0);
   lua_getfield(L, LUA_REGISTRYINDEX, kEntryKey);
   lua_getfield(L, -1, ctx->fn.c_str());
-  if (!lua_isfunction(L, -1)) return luaL_error(L, "the isolated interpreter has no entry point %s", ctx->fn.c_str());
+  if (!lua_isfunction(L, -1))
+    return luaL_error(L, "the isolated interpreter has no entry point %s", ctx->fn.c_str());
   int nargs = 0;
   if (ctx->args->is_array()) {
-    luaL_checkstack(L, static_cast<int>(std::min<size_t>(ctx->args->size(), 200)) + 2, "too many arguments");
+    luaL_checkstack(L, static_cast<int>(std::min<size_t>(ctx->args->size(), 200)) + 2,
+                    "too many arguments");
     for (const auto& a : *ctx->args) {
       if (nargs >= 200) break;
       push_json(L, a, 0, false);
@@ -673,9 +716,11 @@ int Isolate::protected_call(lua_State* L) {
   return 0;
 }
 
-std::string Isolate::call(std::string_view fn, std::string_view args_json, double cpu_ms, double wall_ms) {
+std::string Isolate::call(std::string_view fn, std::string_view args_json, double cpu_ms,
+                          double wall_ms) {
   json args = json::parse(args_json.begin(), args_json.end(), nullptr, false);
-  if (args.is_discarded() || !args.is_array()) throw Error(FLEMMA_E_INVALID, "the arguments should be a JSON array");
+  if (args.is_discarded() || !args.is_array())
+    throw Error(FLEMMA_E_INVALID, "the arguments should be a JSON array");
   LocaleGuard locale;
   Running running(L_);
   exhausted_.clear();
@@ -730,7 +775,8 @@ int vm_strcoll(const char* a, const char* b) noexcept {
     if (c != 0 || n < kBlock) {
       charge_running(read + n);
       if (c != 0) return c;
-      return static_cast<int>(static_cast<unsigned char>(a[read + n])) - static_cast<int>(static_cast<unsigned char>(b[read + n]));
+      return static_cast<int>(static_cast<unsigned char>(a[read + n])) -
+             static_cast<int>(static_cast<unsigned char>(b[read + n]));
     }
     read += n;
   }

@@ -37,12 +37,13 @@ struct lua_State;
 namespace flemma::isolate {
 
 struct Limits {
-  double time_ms = 35;                 // CPU time one call (or the creation) may use
-  double wall_ms = 1000;               // wall-clock time one call may hold its thread, however loaded the machine
-  size_t memory = 64u << 20;           // bytes of arena (slabs and large blocks)
-  size_t block = 512u << 10;           // one allocation: a string, a table's array or hash part
-  size_t objects = 1u << 17;           // live allocations (bounds GC and teardown work)
-  size_t result = 1u << 20;            // bytes of JSON a call may return
+  double time_ms = 35;  // CPU time one call (or the creation) may use
+  double wall_ms =
+      1000;  // wall-clock time one call may hold its thread, however loaded the machine
+  size_t memory = 64u << 20;  // bytes of arena (slabs and large blocks)
+  size_t block = 512u << 10;  // one allocation: a string, a table's array or hash part
+  size_t objects = 1u << 17;  // live allocations (bounds GC and teardown work)
+  size_t result = 1u << 20;   // bytes of JSON a call may return
 };
 
 class Isolate;
@@ -106,7 +107,8 @@ class Isolate {
   // call ends by then, and a stop with less than the limits' own reports the limit
   // "budget". Returns {"ok":true,"values":[...]} or
   // {"ok":false,"error":"...","limit":"time"|"budget"|"memory"|null}.
-  std::string call(std::string_view fn, std::string_view args_json, double cpu_ms = 0, double wall_ms = 0);
+  std::string call(std::string_view fn, std::string_view args_json, double cpu_ms = 0,
+                   double wall_ms = 0);
   // CPU time (ms) of the last call, or of the creation.
   double cpu_ms() const { return used_ms_; }
 
@@ -147,9 +149,9 @@ class Isolate {
   void start_clock(double cpu_ms, double wall_ms);
   void stop_clock();
   mutable int64_t deadline_ns_ = 0;
-  double cpu_ms_ = 0;          // the CPU budget of the running call
-  bool cpu_cut_ = false;       // the caller gave it less CPU time than Limits::time_ms
-  bool wall_cut_ = false;      // ... or less wall-clock time than Limits::wall_ms
+  double cpu_ms_ = 0;      // the CPU budget of the running call
+  bool cpu_cut_ = false;   // the caller gave it less CPU time than Limits::time_ms
+  bool wall_cut_ = false;  // ... or less wall-clock time than Limits::wall_ms
   int64_t cpu_start_ns_ = 0;
   double used_ms_ = 0;
   int64_t cpu_deadline_ns_ = 0;

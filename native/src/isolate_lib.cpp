@@ -32,7 +32,8 @@ namespace flemma::isolate {
 namespace {
 
 constexpr size_t kMeterStep = 4 * 1024;  // bytes of work between two spends
-constexpr size_t kStepCost = 4 * kBytesPerTick;  // one element moved or compared: a few instructions' work
+constexpr size_t kStepCost =
+    4 * kBytesPerTick;                    // one element moved or compared: a few instructions' work
 constexpr size_t kMaxChunk = 256 * 1024;  // bytes of code isolate.load accepts
 constexpr int kMaxResults = 8000;         // values a function may return at once
 
@@ -71,7 +72,9 @@ size_t objlen(lua_State* L, int idx) {
 // A growing byte buffer in the isolate's arena, limited to one block.
 class Buffer {
  public:
-  Buffer(lua_State* L, const char* what) : L_(L), meter_(L), what_(what) { f_ = lua_getallocf(L, &ud_); }
+  Buffer(lua_State* L, const char* what) : L_(L), meter_(L), what_(what) {
+    f_ = lua_getallocf(L, &ud_);
+  }
   ~Buffer() {
     if (p_) f_(ud_, p_, cap_, 0);
   }
@@ -131,7 +134,9 @@ lua_Integer clamp_int(double d) {
   return static_cast<lua_Integer>(d);
 }
 lua_Integer arg_int(lua_State* L, int idx) { return clamp_int(luaL_checknumber(L, idx)); }
-lua_Integer opt_int(lua_State* L, int idx, lua_Integer def) { return lua_isnoneornil(L, idx) ? def : arg_int(L, idx); }
+lua_Integer opt_int(lua_State* L, int idx, lua_Integer def) {
+  return lua_isnoneornil(L, idx) ? def : arg_int(L, idx);
+}
 
 lua_Integer posrelat(lua_Integer pos, size_t len) {
   if (pos < 0) pos += static_cast<lua_Integer>(len) + 1;
@@ -196,12 +201,15 @@ int str_rep(lua_State* L) {
     lua_pushliteral(L, "");
     return 1;
   }
-  double total = static_cast<double>(n) * static_cast<double>(s.size()) + static_cast<double>(n - 1) * static_cast<double>(sep.size());
+  double total = static_cast<double>(n) * static_cast<double>(s.size()) +
+                 static_cast<double>(n - 1) * static_cast<double>(sep.size());
   size_t limit = owner(L).limits().block - 64;
   if (total > static_cast<double>(limit)) {
     char msg[160];
-    std::snprintf(msg, sizeof msg, "string.rep: the result would be %.0f bytes, more than the %d KB one string may hold", total,
-                  static_cast<int>(owner(L).limits().block >> 10));
+    std::snprintf(
+        msg, sizeof msg,
+        "string.rep: the result would be %.0f bytes, more than the %d KB one string may hold",
+        total, static_cast<int>(owner(L).limits().block >> 10));
     return luaL_error(L, "%s", msg);
   }
   // The result is a prefix of (s .. sep) repeated: write one unit, then double it.
@@ -233,8 +241,10 @@ int str_byte(lua_State* L) {
   if (pose > static_cast<lua_Integer>(s.size())) pose = static_cast<lua_Integer>(s.size());
   if (posi > pose) return 0;
   lua_Integer n = pose - posi + 1;
-  if (n > kMaxResults || !lua_checkstack(L, static_cast<int>(n))) return luaL_error(L, "string slice too long");
-  for (lua_Integer i = 0; i < n; i++) lua_pushinteger(L, static_cast<unsigned char>(s[static_cast<size_t>(posi + i - 1)]));
+  if (n > kMaxResults || !lua_checkstack(L, static_cast<int>(n)))
+    return luaL_error(L, "string slice too long");
+  for (lua_Integer i = 0; i < n; i++)
+    lua_pushinteger(L, static_cast<unsigned char>(s[static_cast<size_t>(posi + i - 1)]));
   return static_cast<int>(n);
 }
 
@@ -261,9 +271,15 @@ void add_quoted(lua_State* L, Buffer& b, int arg) {
         b.add('\\');
         b.add(c);
         break;
-      case '\r': b.add("\\r"); break;
-      case '\0': b.add("\\000"); break;
-      default: b.add(c); break;
+      case '\r':
+        b.add("\\r");
+        break;
+      case '\0':
+        b.add("\\000");
+        break;
+      default:
+        b.add(c);
+        break;
     }
   }
   b.add('"');
@@ -308,7 +324,8 @@ int str_format(lua_State* L) {
       case 'c': {
         lua_Integer c = arg_int(L, arg);
         spec += 'c';
-        len = std::snprintf(out, sizeof out, spec.c_str(), static_cast<int>(static_cast<unsigned char>(c)));
+        len = std::snprintf(out, sizeof out, spec.c_str(),
+                            static_cast<int>(static_cast<unsigned char>(c)));
         break;
       }
       case 'd':
@@ -330,7 +347,8 @@ int str_format(lua_State* L) {
         if (!(d >= -9223372036854775808.0 && d < 18446744073709551616.0)) {
           return luaL_argerror(L, arg, "number has no integer representation");
         }
-        unsigned long long u = d < 0 ? static_cast<unsigned long long>(static_cast<long long>(d)) : static_cast<unsigned long long>(d);
+        unsigned long long u = d < 0 ? static_cast<unsigned long long>(static_cast<long long>(d))
+                                     : static_cast<unsigned long long>(d);
         spec += "ll";
         spec += conv;
         len = std::snprintf(out, sizeof out, spec.c_str(), u);
@@ -342,7 +360,8 @@ int str_format(lua_State* L) {
       case 'g':
       case 'G': {
         spec += conv;
-        len = std::snprintf(out, sizeof out, spec.c_str(), static_cast<double>(luaL_checknumber(L, arg)));
+        len = std::snprintf(out, sizeof out, spec.c_str(),
+                            static_cast<double>(luaL_checknumber(L, arg)));
         break;
       }
       case 'q':
@@ -392,7 +411,8 @@ auto pattern_guard(lua_State* L, F&& f) -> decltype(f()) {
   throw 0;  // not reached
 }
 
-void push_onecapture(lua_State* L, const lpattern::Matcher& m, std::string_view s, int i, size_t ms, size_t me) {
+void push_onecapture(lua_State* L, const lpattern::Matcher& m, std::string_view s, int i, size_t ms,
+                     size_t me) {
   if (i >= m.level()) {
     if (i != 0) luaL_error(L, "invalid capture index");
     lua_pushlstring(L, s.data() + ms, me - ms);
@@ -407,7 +427,8 @@ void push_onecapture(lua_State* L, const lpattern::Matcher& m, std::string_view 
   }
 }
 
-int push_captures(lua_State* L, const lpattern::Matcher& m, std::string_view s, size_t ms, size_t me, bool whole) {
+int push_captures(lua_State* L, const lpattern::Matcher& m, std::string_view s, size_t ms,
+                  size_t me, bool whole) {
   int n = (m.level() == 0 && whole) ? 1 : m.level();
   luaL_checkstack(L, n, "too many captures");
   for (int i = 0; i < n; i++) push_onecapture(L, m, s, i, ms, me);
@@ -424,7 +445,9 @@ int find_aux(lua_State* L, bool find) {
     init = static_cast<lua_Integer>(s.size());
   }
   if (find && (lua_toboolean(L, 4) || lpattern::is_plain(p))) {
-    const void* hit = p.empty() ? s.data() + init : ::memmem(s.data() + init, s.size() - static_cast<size_t>(init), p.data(), p.size());
+    const void* hit = p.empty() ? s.data() + init
+                                : ::memmem(s.data() + init, s.size() - static_cast<size_t>(init),
+                                           p.data(), p.size());
     if (hit) {
       size_t at = static_cast<size_t>(static_cast<const char*>(hit) - s.data());
       lua_pushinteger(L, static_cast<lua_Integer>(at + 1));
@@ -490,7 +513,8 @@ int str_gmatch(lua_State* L) {
   return 1;
 }
 
-void add_value(lua_State* L, Buffer& b, const lpattern::Matcher& m, std::string_view src, size_t ms, size_t me, int tr) {
+void add_value(lua_State* L, Buffer& b, const lpattern::Matcher& m, std::string_view src, size_t ms,
+               size_t me, int tr) {
   switch (tr) {
     case LUA_TFUNCTION: {
       lua_pushvalue(L, 3);
@@ -545,8 +569,9 @@ int str_gsub(lua_State* L) {
   auto p = check_sv(L, 2);
   int tr = lua_type(L, 3);
   lua_Integer max_n = opt_int(L, 4, static_cast<lua_Integer>(src.size()) + 1);
-  luaL_argcheck(L, tr == LUA_TNUMBER || tr == LUA_TSTRING || tr == LUA_TFUNCTION || tr == LUA_TTABLE, 3,
-                "string/function/table expected");
+  luaL_argcheck(L,
+                tr == LUA_TNUMBER || tr == LUA_TSTRING || tr == LUA_TFUNCTION || tr == LUA_TTABLE,
+                3, "string/function/table expected");
   Buffer b(L, "string.gsub");
   lua_Integer n = 0;
   pattern_guard(L, [&]() -> int {
@@ -579,9 +604,11 @@ int str_gsub(lua_State* L) {
 }
 
 const luaL_Reg kStringLib[] = {
-    {"byte", str_byte},     {"char", str_char},   {"find", str_find},   {"format", str_format}, {"gmatch", str_gmatch},
-    {"gsub", str_gsub},     {"len", str_len},     {"lower", str_case<false>}, {"match", str_match},
-    {"rep", str_rep},       {"reverse", str_reverse}, {"sub", str_sub}, {"upper", str_case<true>}, {nullptr, nullptr}};
+    {"byte", str_byte},        {"char", str_char},         {"find", str_find},
+    {"format", str_format},    {"gmatch", str_gmatch},     {"gsub", str_gsub},
+    {"len", str_len},          {"lower", str_case<false>}, {"match", str_match},
+    {"rep", str_rep},          {"reverse", str_reverse},   {"sub", str_sub},
+    {"upper", str_case<true>}, {nullptr, nullptr}};
 
 // ---------------------------------------------------------------------------------
 // table
@@ -615,7 +642,9 @@ int tab_insert(lua_State* L) {
   lua_Integer e = static_cast<lua_Integer>(objlen(L, 1)) + 1;
   lua_Integer pos;
   switch (lua_gettop(L)) {
-    case 2: pos = e; break;
+    case 2:
+      pos = e;
+      break;
     case 3: {
       pos = arg_int(L, 2);
       if (pos > e) e = pos;
@@ -630,7 +659,8 @@ int tab_insert(lua_State* L) {
       }
       break;
     }
-    default: return luaL_error(L, "wrong number of arguments to 'insert'");
+    default:
+      return luaL_error(L, "wrong number of arguments to 'insert'");
   }
   lua_pushnumber(L, static_cast<lua_Number>(pos));
   lua_pushvalue(L, -2);
@@ -670,7 +700,8 @@ int tab_concat(lua_State* L) {
     lua_pushnumber(L, static_cast<lua_Number>(i));
     lua_rawget(L, 1);
     if (!lua_isstring(L, -1)) {
-      return luaL_error(L, "invalid value (at index %lld) in table for 'concat'", static_cast<long long>(i));
+      return luaL_error(L, "invalid value (at index %lld) in table for 'concat'",
+                        static_cast<long long>(i));
     }
     size_t l = 0;
     const char* v = lua_tolstring(L, -1, &l);
@@ -688,7 +719,8 @@ int tab_unpack(lua_State* L) {
   lua_Integer e = lua_isnoneornil(L, 3) ? static_cast<lua_Integer>(objlen(L, 1)) : arg_int(L, 3);
   if (i > e) return 0;
   lua_Integer n = e - i + 1;
-  if (n >= kMaxResults || !lua_checkstack(L, static_cast<int>(n))) return luaL_error(L, "too many results to unpack");
+  if (n >= kMaxResults || !lua_checkstack(L, static_cast<int>(n)))
+    return luaL_error(L, "too many results to unpack");
   for (lua_Integer k = i; k <= e; k++) {
     lua_pushnumber(L, static_cast<lua_Number>(k));
     lua_rawget(L, 1);
@@ -786,9 +818,10 @@ int tab_sort(lua_State* L) {
   return 0;
 }
 
-const luaL_Reg kTableLib[] = {{"concat", tab_concat}, {"getn", tab_getn},     {"insert", tab_insert}, {"maxn", tab_maxn},
-                              {"move", tab_move},     {"remove", tab_remove}, {"sort", tab_sort},     {"unpack", tab_unpack},
-                              {nullptr, nullptr}};
+const luaL_Reg kTableLib[] = {
+    {"concat", tab_concat}, {"getn", tab_getn},     {"insert", tab_insert},
+    {"maxn", tab_maxn},     {"move", tab_move},     {"remove", tab_remove},
+    {"sort", tab_sort},     {"unpack", tab_unpack}, {nullptr, nullptr}};
 
 // ---------------------------------------------------------------------------------
 // os.time, os.date
@@ -844,7 +877,8 @@ int os_time(lua_State* L) {
 int os_date(lua_State* L) {
   auto fmt = lua_isnoneornil(L, 1) ? std::string_view("%c") : check_sv(L, 1);
   double when = lua_isnoneornil(L, 2) ? static_cast<double>(time(nullptr)) : luaL_checknumber(L, 2);
-  if (!(when >= -67768040609740800.0 && when <= 67768036191676800.0)) return luaL_argerror(L, 2, "time out of range");
+  if (!(when >= -67768040609740800.0 && when <= 67768036191676800.0))
+    return luaL_argerror(L, 2, "time out of range");
   time_t t = static_cast<time_t>(when);
   struct tm stm {};
   struct tm* st;
@@ -940,7 +974,10 @@ int base_tonumber(lua_State* L) {
   double n = 0;
   for (; i < s.size(); i++, digits++) {
     char c = s[i];
-    int d = (c >= '0' && c <= '9') ? c - '0' : (c >= 'a' && c <= 'z') ? c - 'a' + 10 : (c >= 'A' && c <= 'Z') ? c - 'A' + 10 : 99;
+    int d = (c >= '0' && c <= '9')   ? c - '0'
+            : (c >= 'a' && c <= 'z') ? c - 'a' + 10
+            : (c >= 'A' && c <= 'Z') ? c - 'A' + 10
+                                     : 99;
     if (d >= base) break;
     n = n * static_cast<double>(base) + d;
   }
@@ -957,7 +994,9 @@ int math_random(lua_State* L) {
   Isolate& iso = owner(L);
   double r = static_cast<double>(iso.random_next() >> 11) * (1.0 / 9007199254740992.0);
   switch (lua_gettop(L)) {
-    case 0: lua_pushnumber(L, r); break;
+    case 0:
+      lua_pushnumber(L, r);
+      break;
     case 1: {
       lua_Integer u = arg_int(L, 1);
       luaL_argcheck(L, 1 <= u, 1, "interval is empty");
@@ -968,10 +1007,12 @@ int math_random(lua_State* L) {
       lua_Integer l = arg_int(L, 1);
       lua_Integer u = arg_int(L, 2);
       luaL_argcheck(L, l <= u, 2, "interval is empty");
-      lua_pushnumber(L, std::floor(r * (static_cast<double>(u) - static_cast<double>(l) + 1)) + static_cast<double>(l));
+      lua_pushnumber(L, std::floor(r * (static_cast<double>(u) - static_cast<double>(l) + 1)) +
+                            static_cast<double>(l));
       break;
     }
-    default: return luaL_error(L, "wrong number of arguments");
+    default:
+      return luaL_error(L, "wrong number of arguments");
   }
   return 1;
 }
@@ -1019,7 +1060,8 @@ int iso_load(lua_State* L) {
   }
   owner(L).add_user_chunk(name);
   const int status = luaL_loadbuffer(L, code.data(), code.size(), name);
-  if (!owner(L).exhausted().empty()) raise_exhausted(L);  // a limit stopped the parser: it goes on up
+  if (!owner(L).exhausted().empty())
+    raise_exhausted(L);  // a limit stopped the parser: it goes on up
   if (status != 0) {
     lua_pushnil(L);
     lua_insert(L, -2);
@@ -1077,8 +1119,8 @@ void open_library(lua_State* L) {
   lua_pushcfunction(L, luaopen_base);
   lua_pushliteral(L, "");
   lua_call(L, 1, 0);
-  for (const char* name : {"dofile", "loadfile", "load", "loadstring", "print", "collectgarbage", "gcinfo", "getfenv",
-                           "setfenv", "newproxy", "coroutine", "module"}) {
+  for (const char* name : {"dofile", "loadfile", "load", "loadstring", "print", "collectgarbage",
+                           "gcinfo", "getfenv", "setfenv", "newproxy", "coroutine", "module"}) {
     lua_pushnil(L);
     lua_setglobal(L, name);
   }

@@ -15,8 +15,8 @@ struct lua_State;
 
 namespace flemma::isolate {
 
-constexpr int kTicks = 1024;             // units between two clock reads
-constexpr size_t kBytesPerTick = 64;     // bytes compared or copied for one unit
+constexpr int kTicks = 1024;          // units between two clock reads
+constexpr size_t kBytesPerTick = 64;  // bytes compared or copied for one unit
 
 // Raises Lua's memory error (native/lua/lvm_bounded.cpp): it runs no message handler.
 [[noreturn]] void throw_memory_error(lua_State* L);

@@ -29,7 +29,9 @@ std::string quote(std::string_view text) {
   return q;
 }
 
-bool valid_id(const json& id) { return id.is_string() || id.is_number_integer() || id.is_number_unsigned(); }
+bool valid_id(const json& id) {
+  return id.is_string() || id.is_number_integer() || id.is_number_unsigned();
+}
 
 // Classifies one message; false when it is none.
 bool classify(const json& m, int32_t& kind, std::string& method) {
@@ -70,11 +72,14 @@ int json_depth(std::string_view text, int limit) {
   for (size_t i = 0; i < text.size(); ++i) {
     char c = text[i];
     if (in_string) {
-      if (c == '\\') ++i;
-      else if (c == '"') in_string = false;
+      if (c == '\\')
+        ++i;
+      else if (c == '"')
+        in_string = false;
       continue;
     }
-    if (c == '"') in_string = true;
+    if (c == '"')
+      in_string = true;
     else if (c == '[' || c == '{') {
       if (++depth > max) {
         max = depth;
@@ -88,12 +93,14 @@ int json_depth(std::string_view text, int limit) {
 }
 
 Decoder::Decoder(size_t max_line, int max_depth)
-    : max_line_(max_line ? max_line : kDefaultMaxLine), max_depth_(max_depth > 0 ? max_depth : kDefaultMaxDepth) {}
+    : max_line_(max_line ? max_line : kDefaultMaxLine),
+      max_depth_(max_depth > 0 ? max_depth : kDefaultMaxDepth) {}
 
 void Decoder::overflow_error(std::vector<stream::Event>& out) {
   out.push_back(error_event("line_too_long", "a line of " + std::to_string(overflow_bytes_) +
                                                  " bytes or more, over the limit of " +
-                                                 std::to_string(max_line_) + " bytes, was dropped"));
+                                                 std::to_string(max_line_) +
+                                                 " bytes, was dropped"));
   overflow_ = false;
   overflow_bytes_ = 0;
 }
@@ -150,7 +157,8 @@ void Decoder::line(std::string_view text, std::vector<stream::Event>& out) {
   size_t first = text.find_first_not_of(" \t\r");
   if (first == std::string_view::npos) return;  // a blank line
   if (json_depth(text, max_depth_) > max_depth_) {
-    out.push_back(error_event("too_deep", "a message nested deeper than " + std::to_string(max_depth_) +
+    out.push_back(error_event("too_deep", "a message nested deeper than " +
+                                              std::to_string(max_depth_) +
                                               " levels was dropped: " + quote(text)));
     return;
   }

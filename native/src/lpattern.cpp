@@ -16,25 +16,50 @@ bool is_upper(unsigned char c) { return c >= 'A' && c <= 'Z'; }
 bool is_space(unsigned char c) { return c == ' ' || (c >= '\t' && c <= '\r'); }
 bool is_cntrl(unsigned char c) { return c < 32 || c == 127; }
 bool is_punct(unsigned char c) { return c > 32 && c < 127 && !is_alpha(c) && !is_digit(c); }
-bool is_xdigit(unsigned char c) { return is_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); }
-unsigned char to_lower(unsigned char c) { return is_upper(c) ? static_cast<unsigned char>(c - 'A' + 'a') : c; }
+bool is_xdigit(unsigned char c) {
+  return is_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+}
+unsigned char to_lower(unsigned char c) {
+  return is_upper(c) ? static_cast<unsigned char>(c - 'A' + 'a') : c;
+}
 
 }  // namespace
 
 bool match_class(unsigned char c, unsigned char cl) {
   bool res;
   switch (to_lower(cl)) {
-    case 'a': res = is_alpha(c); break;
-    case 'c': res = is_cntrl(c); break;
-    case 'd': res = is_digit(c); break;
-    case 'l': res = is_lower(c); break;
-    case 'p': res = is_punct(c); break;
-    case 's': res = is_space(c); break;
-    case 'u': res = is_upper(c); break;
-    case 'w': res = is_alpha(c) || is_digit(c); break;
-    case 'x': res = is_xdigit(c); break;
-    case 'z': res = (c == 0); break;
-    default: return cl == c;
+    case 'a':
+      res = is_alpha(c);
+      break;
+    case 'c':
+      res = is_cntrl(c);
+      break;
+    case 'd':
+      res = is_digit(c);
+      break;
+    case 'l':
+      res = is_lower(c);
+      break;
+    case 'p':
+      res = is_punct(c);
+      break;
+    case 's':
+      res = is_space(c);
+      break;
+    case 'u':
+      res = is_upper(c);
+      break;
+    case 'w':
+      res = is_alpha(c) || is_digit(c);
+      break;
+    case 'x':
+      res = is_xdigit(c);
+      break;
+    case 'z':
+      res = (c == 0);
+      break;
+    default:
+      return cl == c;
   }
   return is_upper(cl) ? !res : res;
 }
@@ -108,10 +133,14 @@ bool Matcher::bracket_class(unsigned char c, const char* p, const char* ec) {
 
 bool Matcher::single_match(unsigned char c, const char* p, const char* ep) {
   switch (*p) {
-    case '.': return true;
-    case kEsc: return match_class(c, static_cast<unsigned char>(p[1]));
-    case '[': return bracket_class(c, p, ep - 1);
-    default: return static_cast<unsigned char>(*p) == c;
+    case '.':
+      return true;
+    case kEsc:
+      return match_class(c, static_cast<unsigned char>(p[1]));
+    case '[':
+      return bracket_class(c, p, ep - 1);
+    default:
+      return static_cast<unsigned char>(*p) == c;
   }
 }
 
@@ -186,11 +215,13 @@ const char* Matcher::match_balance(const char* s, const char* p) {
 
 const char* Matcher::match_capture(const char* s, int l) {
   l -= '1';
-  if (l < 0 || l >= level_ || cap_[l].len == kUnfinished) throw PatternError("invalid capture index");
+  if (l < 0 || l >= level_ || cap_[l].len == kUnfinished)
+    throw PatternError("invalid capture index");
   ptrdiff_t len = cap_[l].len;
   if (len < 0) return nullptr;  // a position capture never matches text
   charge(static_cast<uint64_t>(len) / 16 + 1);
-  if (send_ - s >= len && std::memcmp(src_ + cap_[l].start, s, static_cast<size_t>(len)) == 0) return s + len;
+  if (send_ - s >= len && std::memcmp(src_ + cap_[l].start, s, static_cast<size_t>(len)) == 0)
+    return s + len;
   return nullptr;
 }
 

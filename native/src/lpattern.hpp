@@ -50,7 +50,7 @@ class StepBudget : public Budget {
 };
 
 struct Capture {
-  size_t start = 0;            // offset into the subject
+  size_t start = 0;             // offset into the subject
   ptrdiff_t len = kUnfinished;  // bytes, or kUnfinished / kPosition
 };
 

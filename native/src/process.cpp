@@ -92,12 +92,13 @@ void registry_remove(pid_t pgid) {
 struct Collector {
   int64_t max_lines = 2000;
   int64_t max_bytes = 51200;
-  std::string mem;    // the whole output while under the limits, then the tail window
+  std::string mem;  // the whole output while under the limits, then the tail window
   bool spilled = false;
   int fd = -1;
   std::string path;
   const char* prefix = "flemma-output-";
-  std::string spill_dir = "/tmp";  // $TMPDIR read at spawn, on the host thread (getenv races setenv)
+  std::string spill_dir =
+      "/tmp";  // $TMPDIR read at spawn, on the host thread (getenv races setenv)
   int64_t total_bytes = 0;
   int64_t newlines = 0;
   char last_char = '\n';
@@ -188,8 +189,10 @@ struct Collector {
     track_lines(p, n);
     if (!spilled) {
       mem.append(p, n);
-      if (total_bytes > max_bytes || lines() > max_lines || binary) spill();
-      else return;
+      if (total_bytes > max_bytes || lines() > max_lines || binary)
+        spill();
+      else
+        return;
     } else {
       write_file(p, n);
       mem.append(p, n);
@@ -226,8 +229,8 @@ struct Collector {
 
 const std::vector<std::string>& noninteractive_env() {
   static const std::vector<std::string> vars = {
-      "CI=true",          "DEBIAN_FRONTEND=noninteractive", "PAGER=cat", "GIT_PAGER=cat", "MANPAGER=cat",
-      "GIT_TERMINAL_PROMPT=0", "GIT_EDITOR=true",            "NO_COLOR=1",
+      "CI=true",      "DEBIAN_FRONTEND=noninteractive", "PAGER=cat",       "GIT_PAGER=cat",
+      "MANPAGER=cat", "GIT_TERMINAL_PROMPT=0",          "GIT_EDITOR=true", "NO_COLOR=1",
   };
   return vars;
 }
@@ -239,11 +242,13 @@ bool is_secret_name(const std::string& name) {
   // GIT_AUTHOR_NAME is not a secret: AUTH counts except in the word AUTHOR.
   for (size_t at = up.find("AUTH"); at != std::string::npos; at = up.find("AUTH", at + 1)) {
     bool word_start = at == 0 || up[at - 1] == '_';
-    bool author = word_start && up.compare(at, 6, "AUTHOR") == 0 && (at + 6 == up.size() || up[at + 6] == '_');
+    bool author = word_start && up.compare(at, 6, "AUTHOR") == 0 &&
+                  (at + 6 == up.size() || up[at + 6] == '_');
     if (!author) return true;
   }
-  static const char* const parts[] = {"KEY",        "TOKEN",           "SECRET",  "PASSWORD", "PASSWD",
-                                      "CREDENTIAL", "SERVICE_ACCOUNT", "PRIVATE", "COOKIE",   "SESSION"};
+  static const char* const parts[] = {"KEY",    "TOKEN",      "SECRET",          "PASSWORD",
+                                      "PASSWD", "CREDENTIAL", "SERVICE_ACCOUNT", "PRIVATE",
+                                      "COOKIE", "SESSION"};
   for (const char* part : parts)
     if (up.find(part) != std::string::npos) return true;
   return up.size() > 4 && up.compare(up.size() - 4, 4, "_PAT") == 0;
@@ -252,7 +257,9 @@ bool is_secret_name(const std::string& name) {
 bool is_secret_value(const char* value, size_t len) {
   std::string_view v(value, len);
   size_t begin = v.find("-----BEGIN ");
-  if (begin != std::string_view::npos && v.find("PRIVATE KEY-----", begin) != std::string_view::npos) return true;
+  if (begin != std::string_view::npos &&
+      v.find("PRIVATE KEY-----", begin) != std::string_view::npos)
+    return true;
   return v.find("\"private_key\"") != std::string_view::npos;
 }
 
@@ -304,7 +311,17 @@ std::vector<std::string> build_env(const char* const* base, const std::vector<st
 struct Proc;
 
 struct Request {
-  enum class Kind { Add, Write, CloseStdin, Cancel, MarkAllCancelled, Shutdown, Pause, Resume, Unhold };
+  enum class Kind {
+    Add,
+    Write,
+    CloseStdin,
+    Cancel,
+    MarkAllCancelled,
+    Shutdown,
+    Pause,
+    Resume,
+    Unhold
+  };
   Request(Kind k, int64_t i = 0, std::string d = {}, Proc* p = nullptr)
       : kind(k), id(i), data(std::move(d)), proc(p) {}
   Kind kind;
@@ -437,8 +454,8 @@ struct Proc {
   bool timed_out = false, cancelled = false, killing = false, finished = false;
   uint64_t last_progress = 0;
   std::string progress_line;
-  std::unique_ptr<stream::Decoder> decoder;  // stdout's decoder (opts.decoder)
-  std::unique_ptr<jsonrpc::Decoder> rpc;     // or its JSON-RPC decoder (decoder "jsonrpc")
+  std::unique_ptr<stream::Decoder> decoder;       // stdout's decoder (opts.decoder)
+  std::unique_ptr<jsonrpc::Decoder> rpc;          // or its JSON-RPC decoder (decoder "jsonrpc")
   std::unique_ptr<search::OutputDecoder> outdec;  // or a search output decoder
   // Reading stdout: on unless the host paused it or its queued events are held.
   bool reading = false, paused = false, held = false;
@@ -528,8 +545,10 @@ void update_reading(Proc* p) {
   bool want = !p->paused && !p->held;
   if (want == p->reading) return;
   auto* s = reinterpret_cast<uv_stream_t*>(&p->out_pipe);
-  if (want) uv_read_start(s, on_alloc, on_read);
-  else uv_read_stop(s);
+  if (want)
+    uv_read_start(s, on_alloc, on_read);
+  else
+    uv_read_stop(s);
   p->reading = want;
 }
 
@@ -539,11 +558,15 @@ void decode(Proc* p, const char* data, size_t n, bool end) {
   std::vector<stream::Event> evs;
   try {
     if (p->outdec) {
-      if (end) p->outdec->finish(evs);
-      else p->outdec->feed(std::string_view(data, n), evs);
+      if (end)
+        p->outdec->finish(evs);
+      else
+        p->outdec->feed(std::string_view(data, n), evs);
     } else if (p->rpc) {
-      if (end) p->rpc->finish(evs);
-      else p->rpc->feed(std::string_view(data, n), evs);
+      if (end)
+        p->rpc->finish(evs);
+      else
+        p->rpc->feed(std::string_view(data, n), evs);
     } else if (end) {
       p->decoder->finish(evs);
     } else {
@@ -573,7 +596,8 @@ void decode(Proc* p, const char* data, size_t n, bool end) {
 
 void on_read(uv_stream_t* s, ssize_t n, const uv_buf_t* b) {
   Proc* p = static_cast<Proc*>(s->data);
-  if (n > 0 && (p->decoder || p->rpc || p->outdec) && s == reinterpret_cast<uv_stream_t*>(&p->out_pipe)) {
+  if (n > 0 && (p->decoder || p->rpc || p->outdec) &&
+      s == reinterpret_cast<uv_stream_t*>(&p->out_pipe)) {
     p->out.total_bytes += n;
     decode(p, b->base, static_cast<size_t>(n), false);
     if (p->decoder && p->decoder->failed() && p->out_open) {
@@ -662,7 +686,8 @@ bool try_reap(Proc* p) {
 
 void finish(Proc* p) {
   p->finished = true;
-  if (p->decoder || p->rpc || p->outdec) decode(p, nullptr, 0, true);  // the last events, before the exit event
+  if (p->decoder || p->rpc || p->outdec)
+    decode(p, nullptr, 0, true);  // the last events, before the exit event
   uv_timer_stop(&p->linger);
   uv_timer_stop(&p->grace);
   auto ev = std::make_unique<Event>();
@@ -689,14 +714,17 @@ void finish(Proc* p) {
     p->in_open = false;
     close_handle(p, reinterpret_cast<uv_handle_t*>(&p->in_pipe));
   }
-  if (p->pidfd >= 0) close_handle(p, reinterpret_cast<uv_handle_t*>(&p->pid_poll));
-  else close_handle(p, reinterpret_cast<uv_handle_t*>(&p->wait_timer));
+  if (p->pidfd >= 0)
+    close_handle(p, reinterpret_cast<uv_handle_t*>(&p->pid_poll));
+  else
+    close_handle(p, reinterpret_cast<uv_handle_t*>(&p->wait_timer));
   close_handle(p, reinterpret_cast<uv_handle_t*>(&p->timeout));
   close_handle(p, reinterpret_cast<uv_handle_t*>(&p->grace));
   close_handle(p, reinterpret_cast<uv_handle_t*>(&p->linger));
   mgr->running.fetch_sub(1);
   mgr->emit(std::move(ev));
-  if (mgr->shutting_down && mgr->procs.empty() && !uv_is_closing(reinterpret_cast<uv_handle_t*>(&mgr->wakeup)))
+  if (mgr->shutting_down && mgr->procs.empty() &&
+      !uv_is_closing(reinterpret_cast<uv_handle_t*>(&mgr->wakeup)))
     uv_close(reinterpret_cast<uv_handle_t*>(&mgr->wakeup), nullptr);
 }
 
@@ -733,10 +761,11 @@ void stdin_write(Proc* p, std::string data) {
   w->data = std::move(data);
   w->proc = p;
   uv_buf_t b = uv_buf_init(w->data.data(), static_cast<unsigned>(w->data.size()));
-  int rc = uv_write(&w->req, reinterpret_cast<uv_stream_t*>(&p->in_pipe), &b, 1, [](uv_write_t* req, int) {
-    // Errors (EPIPE: the child closed stdin) are not the caller's problem.
-    delete reinterpret_cast<WriteReq*>(req);
-  });
+  int rc = uv_write(&w->req, reinterpret_cast<uv_stream_t*>(&p->in_pipe), &b, 1,
+                    [](uv_write_t* req, int) {
+                      // Errors (EPIPE: the child closed stdin) are not the caller's problem.
+                      delete reinterpret_cast<WriteReq*>(req);
+                    });
   if (rc != 0) delete w;
 }
 
@@ -778,9 +807,8 @@ void add_proc(Manager::Impl* m, Proc* p) {
     if (uv_poll_init(loop, &p->pid_poll, p->pidfd) == 0) {
       p->pid_poll.data = p;
       ++p->open_handles;
-      uv_poll_start(&p->pid_poll, UV_READABLE, [](uv_poll_t* h, int, int) {
-        try_reap(static_cast<Proc*>(h->data));
-      });
+      uv_poll_start(&p->pid_poll, UV_READABLE,
+                    [](uv_poll_t* h, int, int) { try_reap(static_cast<Proc*>(h->data)); });
       watching = true;
     } else {
       ::close(p->pidfd);
@@ -897,7 +925,8 @@ Manager::Manager() : impl_(std::make_unique<Impl>()) {
   m->event_rfd = m->event_wfd = efd;
 #else
   int fds[2];
-  if (::pipe(fds) < 0) throw Error(FLEMMA_E_IO, "process manager: pipe failed: " + errno_text(errno));
+  if (::pipe(fds) < 0)
+    throw Error(FLEMMA_E_IO, "process manager: pipe failed: " + errno_text(errno));
   for (int fd : fds) {
     ::fcntl(fd, F_SETFD, FD_CLOEXEC);
     ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
@@ -906,9 +935,11 @@ Manager::Manager() : impl_(std::make_unique<Impl>()) {
   m->event_wfd = fds[1];
 #endif
   if (int rc = uv_loop_init(&m->loop); rc != 0)
-    throw Error(FLEMMA_E_IO, std::string("process manager: uv_loop_init failed: ") + uv_strerror(rc));
+    throw Error(FLEMMA_E_IO,
+                std::string("process manager: uv_loop_init failed: ") + uv_strerror(rc));
   m->wakeup.data = m;
-  uv_async_init(&m->loop, &m->wakeup, [](uv_async_t* a) { static_cast<Impl*>(a->data)->handle_requests(); });
+  uv_async_init(&m->loop, &m->wakeup,
+                [](uv_async_t* a) { static_cast<Impl*>(a->data)->handle_requests(); });
   m->thread = std::thread([m] { m->run(); });
 }
 
@@ -1014,7 +1045,9 @@ int64_t Manager::search(search::Options opts) {
     ev->id = id;
     ev->exit_code = 0;
     try {
-      search::run(opts, j->cancel, [m, id](std::vector<stream::Event>&& evs) { m->emit_stream(id, std::move(evs)); });
+      search::run(opts, j->cancel, [m, id](std::vector<stream::Event>&& evs) {
+        m->emit_stream(id, std::move(evs));
+      });
     } catch (const std::exception& e) {
       stream::Event s;
       s.type = static_cast<stream::Type>(search::kSummary);
@@ -1067,7 +1100,8 @@ struct Fds {
   }
   void make() {
 #if defined(__linux__)
-    if (::pipe2(fd, O_CLOEXEC) < 0) throw Error(FLEMMA_E_IO, "cannot create a pipe: " + errno_text(errno));
+    if (::pipe2(fd, O_CLOEXEC) < 0)
+      throw Error(FLEMMA_E_IO, "cannot create a pipe: " + errno_text(errno));
 #else
     if (::pipe(fd) < 0) throw Error(FLEMMA_E_IO, "cannot create a pipe: " + errno_text(errno));
     ::fcntl(fd[0], F_SETFD, FD_CLOEXEC);
@@ -1101,7 +1135,8 @@ namespace {
 // The file execvp would run for `name` with this PATH, "" when there is none
 // (so that a missing program is still a synchronous error when the reaper runs
 // it). A name with a slash is returned as it is (relative to the child's cwd).
-std::string resolve(const std::string& name, const std::vector<std::string>& env, const std::string& cwd) {
+std::string resolve(const std::string& name, const std::vector<std::string>& env,
+                    const std::string& cwd) {
   if (name.find('/') != std::string::npos) {
     std::string full = (name[0] != '/' && !cwd.empty()) ? cwd + "/" + name : name;
     return ::access(full.c_str(), X_OK) == 0 ? name : std::string();
@@ -1118,7 +1153,8 @@ std::string resolve(const std::string& name, const std::vector<std::string>& env
     // A relative entry is relative to the child's working directory.
     std::string at = (dir[0] != '/' && !cwd.empty()) ? cwd + "/" + full : full;
     struct stat st;
-    if (::stat(at.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(at.c_str(), X_OK) == 0) return full;
+    if (::stat(at.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(at.c_str(), X_OK) == 0)
+      return full;
     i = j + 1;
   }
   return std::string();
@@ -1127,19 +1163,22 @@ std::string resolve(const std::string& name, const std::vector<std::string>& env
 // The reaper's --exec for `name`: the file found in an absolute PATH entry, so
 // that the command's execvp does not search PATH again (a relative entry is
 // left to the search in the child's working directory).
-void add_exec(std::vector<std::string>& out, const std::string& name, const std::vector<std::string>& env,
-              const std::string& cwd) {
+void add_exec(std::vector<std::string>& out, const std::string& name,
+              const std::vector<std::string>& env, const std::string& cwd) {
   std::string file = resolve(name, env, cwd);
   if (file.empty())
     throw Error(FLEMMA_E_INVALID,
-                "spawn: cannot run `" + name + "`: No such file or directory (is it installed and on PATH?)");
-  if (name.find('/') == std::string::npos && file[0] == '/') out.insert(out.end(), {"--exec", file});
+                "spawn: cannot run `" + name +
+                    "`: No such file or directory (is it installed and on PATH?)");
+  if (name.find('/') == std::string::npos && file[0] == '/')
+    out.insert(out.end(), {"--exec", file});
 }
 
 // On Linux every command runs under flemma-reap (native/reaper/), which kills
 // the command's whole tree, setsid'd and double-forked jobs included, on
 // cancel, timeout and exit. A command the sandbox already wrapped starts with it.
-std::vector<std::string> under_reaper(const SpawnOptions& opts, const std::vector<std::string>& env) {
+std::vector<std::string> under_reaper(const SpawnOptions& opts,
+                                      const std::vector<std::string>& env) {
 #if defined(__linux__)
   const std::string& reaper = flemma::reaper::path();
   if (!flemma::reaper::available())
@@ -1170,9 +1209,11 @@ std::vector<std::string> under_reaper(const SpawnOptions& opts, const std::vecto
 namespace {
 
 // A search output decoder from its JSON description (see SpawnOptions::decoder).
-std::unique_ptr<search::OutputDecoder> make_output_decoder(const std::string& desc, const std::string& cwd) {
+std::unique_ptr<search::OutputDecoder> make_output_decoder(const std::string& desc,
+                                                           const std::string& cwd) {
   auto j = nlohmann::json::parse(desc, nullptr, false);
-  if (!j.is_object()) throw Error(FLEMMA_E_INVALID, "spawn: the decoder description is not a JSON object");
+  if (!j.is_object())
+    throw Error(FLEMMA_E_INVALID, "spawn: the decoder description is not a JSON object");
   auto kind = search::OutputDecoder::kind_from_name(j.value("kind", std::string()));
   if (!kind) throw Error(FLEMMA_E_INVALID, "spawn: unknown search decoder: use rg_json or paths");
   int64_t max = j.value("max", int64_t{100});
@@ -1186,7 +1227,8 @@ std::unique_ptr<search::OutputDecoder> make_output_decoder(const std::string& de
     if (::getcwd(buf, sizeof buf)) dir = buf;
   }
   return std::make_unique<search::OutputDecoder>(*kind, max, dir, j.value("glob", std::string()),
-                                                 j.value("name_only", false), std::move(skip), j.value("hidden", false));
+                                                 j.value("name_only", false), std::move(skip),
+                                                 j.value("hidden", false));
 }
 
 }  // namespace
@@ -1197,7 +1239,8 @@ int64_t Manager::spawn(SpawnOptions opts, pid_t* pid_out) {
   if (!opts.cwd.empty()) {
     struct stat st;
     if (::stat(opts.cwd.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
-      throw Error(FLEMMA_E_INVALID, "spawn: the working directory `" + opts.cwd + "` does not exist");
+      throw Error(FLEMMA_E_INVALID,
+                  "spawn: the working directory `" + opts.cwd + "` does not exist");
   }
   if (opts.max_lines <= 0) opts.max_lines = truncate::kMaxLines;
   if (opts.max_bytes <= 0) opts.max_bytes = truncate::kMaxBytes;
@@ -1208,16 +1251,22 @@ int64_t Manager::spawn(SpawnOptions opts, pid_t* pid_out) {
   std::unique_ptr<jsonrpc::Decoder> rpc;
   std::unique_ptr<search::OutputDecoder> outdec;
   if (!opts.decoder.empty() && opts.decoder[0] == '{') {
-    if (opts.merge_output) throw Error(FLEMMA_E_INVALID, "spawn: a decoder reads stdout alone: set merge_output to false");
+    if (opts.merge_output)
+      throw Error(FLEMMA_E_INVALID,
+                  "spawn: a decoder reads stdout alone: set merge_output to false");
     outdec = make_output_decoder(opts.decoder, opts.cwd);
   } else if (!opts.decoder.empty()) {
-    if (opts.merge_output) throw Error(FLEMMA_E_INVALID, "spawn: a decoder reads stdout alone: set merge_output to false");
+    if (opts.merge_output)
+      throw Error(FLEMMA_E_INVALID,
+                  "spawn: a decoder reads stdout alone: set merge_output to false");
     if (opts.decoder == "jsonrpc") {
       rpc = std::make_unique<jsonrpc::Decoder>();
     } else {
       auto kind = stream::kind_from_name(opts.decoder);
       if (!kind)
-        throw Error(FLEMMA_E_INVALID, "spawn: unknown decoder `" + opts.decoder + "`: use anthropic, openai_chat, openai, vertex or jsonrpc");
+        throw Error(FLEMMA_E_INVALID,
+                    "spawn: unknown decoder `" + opts.decoder +
+                        "`: use anthropic, openai_chat, openai, vertex or jsonrpc");
       decoder = std::make_unique<stream::Decoder>(*kind);
     }
   }
@@ -1240,7 +1289,8 @@ int64_t Manager::spawn(SpawnOptions opts, pid_t* pid_out) {
   posix_spawn_file_actions_addclosefrom_np(&sa.fa, 3);
 #endif
   if (!opts.cwd.empty()) {
-#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 29)) || defined(__APPLE__)
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 29)) || \
+    defined(__APPLE__)
     posix_spawn_file_actions_addchdir_np(&sa.fa, opts.cwd.c_str());
 #else
 #error "posix_spawn_file_actions_addchdir_np is needed"
@@ -1291,7 +1341,8 @@ int64_t Manager::spawn(SpawnOptions opts, pid_t* pid_out) {
   p->out.max_lines = p->err.max_lines = opts.max_lines;
   p->out.max_bytes = p->err.max_bytes = opts.max_bytes;
   p->err.prefix = "flemma-stderr-";
-  if (const char* dir = std::getenv("TMPDIR"); dir && *dir) p->out.spill_dir = p->err.spill_dir = dir;
+  if (const char* dir = std::getenv("TMPDIR"); dir && *dir)
+    p->out.spill_dir = p->err.spill_dir = dir;
   p->decoder = std::move(decoder);
   p->rpc = std::move(rpc);
   p->outdec = std::move(outdec);
@@ -1305,10 +1356,10 @@ int64_t Manager::spawn(SpawnOptions opts, pid_t* pid_out) {
   return p->id;
 }
 
-
-
 }  // namespace flemma::process
 
 // Kill every group still registered when the library is unloaded or the
 // process exits, so that no child outlives Neovim.
-__attribute__((destructor)) static void flemma_process_unload() { flemma::process::kill_all_groups(); }
+__attribute__((destructor)) static void flemma_process_unload() {
+  flemma::process::kill_all_groups();
+}

@@ -18,22 +18,23 @@
 namespace flemma::process {
 
 struct SpawnOptions {
-  std::vector<std::string> argv;               // argv[0] is looked up in PATH
-  std::string cwd;                             // "" = the current directory
-  std::vector<std::string> env;                // extra "NAME=value", override the inherited ones
+  std::vector<std::string> argv;  // argv[0] is looked up in PATH
+  std::string cwd;                // "" = the current directory
+  std::vector<std::string> env;   // extra "NAME=value", override the inherited ones
   enum class Stdin { Closed, Data, Open } stdin_mode = Stdin::Closed;
-  std::string stdin_data;                      // written first (Data, Open)
-  bool merge_output = true;                    // stderr into the same pipe as stdout
-  int64_t timeout_ms = 0;                      // <= 0: none
-  int64_t kill_grace_ms = 2000;                // SIGTERM -> SIGKILL delay
-  int64_t max_lines = 2000;                    // tail window kept in memory
+  std::string stdin_data;        // written first (Data, Open)
+  bool merge_output = true;      // stderr into the same pipe as stdout
+  int64_t timeout_ms = 0;        // <= 0: none
+  int64_t kill_grace_ms = 2000;  // SIGTERM -> SIGKILL delay
+  int64_t max_lines = 2000;      // tail window kept in memory
   int64_t max_bytes = 51200;
-  bool progress = false;                       // emit progress events (at most every 100 ms)
-  std::string decoder;                         // a stream kind: stdout goes to a decoder (Stream events);
-                                               // or a JSON object {"kind": "rg_json"|"paths", "max": n,
-                                               // "glob", "name_only", "skip": [...]}: a search output decoder
-  int64_t max_stdout_bytes = 0;                // with a stream decoder: past this many stdout bytes the
-                                               // stream fails (kResponseTooLarge) and the child is stopped; <= 0: none
+  bool progress = false;  // emit progress events (at most every 100 ms)
+  std::string decoder;    // a stream kind: stdout goes to a decoder (Stream events);
+                          // or a JSON object {"kind": "rg_json"|"paths", "max": n,
+                          // "glob", "name_only", "skip": [...]}: a search output decoder
+  int64_t max_stdout_bytes =
+      0;  // with a stream decoder: past this many stdout bytes the
+          // stream fails (kResponseTooLarge) and the child is stopped; <= 0: none
 };
 
 // The error type of the Error event that ends a stream longer than max_stdout_bytes.
@@ -44,12 +45,12 @@ inline constexpr const char* kResponseTooLarge = "response_too_large";
 constexpr int64_t kMaxQueuedStreamBytes = 1 << 20;
 
 struct StreamResult {
-  std::string tail;          // the kept tail (truncate_tail of the output by the limits)
-  bool truncated = false;    // the output was over the limits
+  std::string tail;        // the kept tail (truncate_tail of the output by the limits)
+  bool truncated = false;  // the output was over the limits
   int64_t total_bytes = 0;
   int64_t total_lines = 0;
-  std::string path;          // temp file holding the whole output ("" if never needed)
-  bool binary = false;       // a NUL byte was seen
+  std::string path;     // temp file holding the whole output ("" if never needed)
+  bool binary = false;  // a NUL byte was seen
 };
 
 struct Event {
@@ -58,14 +59,14 @@ struct Event {
   // Progress (also filled for Exit): both streams together.
   int64_t bytes = 0;
   int64_t lines = 0;
-  std::string last_line;     // the last complete line (at most 512 bytes)
+  std::string last_line;  // the last complete line (at most 512 bytes)
   // Exit.
-  int exit_code = -1;        // -1 when killed by a signal
+  int exit_code = -1;  // -1 when killed by a signal
   int signal = 0;
   bool timed_out = false;
   bool cancelled = false;
-  StreamResult out;          // merged output, or stdout
-  StreamResult err;          // stderr when not merged
+  StreamResult out;  // merged output, or stdout
+  StreamResult err;  // stderr when not merged
   // Stream: decoded events of stdout, consecutive deltas of one block coalesced.
   std::vector<stream::Event> stream;
   int64_t queued_bytes = 0;  // what `stream` counts against kMaxQueuedStreamBytes

@@ -101,9 +101,10 @@ bool holds_socket(const std::string& dir, int depth, size_t& budget) {
 
 // Names of the usual socket directories of /tmp and the runtime directory.
 bool socket_dir_name(const std::string& n) {
-  static const char* const prefixes[] = {"nvim.", "tmux-", "ssh-", "dbus-", "systemd-private-", "pulse",
-                                         ".X11-unix", ".ICE-unix", ".XIM-unix", ".font-unix", "screen",
-                                         "gnupg", "keyring", "bus", "wayland", "podman", "docker", "emacs"};
+  static const char* const prefixes[] = {
+      "nvim.",     "tmux-",     "ssh-",      "dbus-",      "systemd-private-", "pulse",
+      ".X11-unix", ".ICE-unix", ".XIM-unix", ".font-unix", "screen",           "gnupg",
+      "keyring",   "bus",       "wayland",   "podman",     "docker",           "emacs"};
   for (const char* pre : prefixes)
     if (n.rfind(pre, 0) == 0) return true;
   return false;
@@ -118,7 +119,9 @@ std::vector<std::string> socket_dirs() {
     std::string r = resolve(p, "/");
     for (const auto& o : out)
       if (inside(r, o)) return;
-    out.erase(std::remove_if(out.begin(), out.end(), [&](const std::string& o) { return inside(o, r); }), out.end());
+    out.erase(
+        std::remove_if(out.begin(), out.end(), [&](const std::string& o) { return inside(o, r); }),
+        out.end());
     out.push_back(r);
   };
   add("/tmp");
@@ -155,7 +158,8 @@ bool secret_name(const std::string& name) {
   if (lower.compare(0, 4, ".env") == 0) return true;
   for (const char* ext : {".pem", ".key", ".ppk", ".p12", ".pfx", ".jks", ".keystore", ".kdbx"})
     if (ends_with_ci(lower, ext)) return true;
-  if (lower == ".netrc" || lower == "_netrc" || lower == ".git-credentials" || lower == ".pgpass") return true;
+  if (lower == ".netrc" || lower == "_netrc" || lower == ".git-credentials" || lower == ".pgpass")
+    return true;
   if (lower.compare(0, 6, "krb5cc") == 0) return true;  // Kerberos tickets (/tmp/krb5cc_UID)
   // id_rsa, id_ed25519...: id_ and then [A-Za-z0-9_-]+, alone or with a backup
   // suffix (~, .bak, .old, .orig, .backup); not id_rsa.pub.
@@ -244,8 +248,19 @@ std::string quote_sb(const std::string& s) {
 
 const std::vector<std::string>& protected_names() {
   static const std::vector<std::string> names = {
-      ".git/hooks", ".git/config", ".bashrc",  ".bash_profile", ".bash_login", ".bash_logout", ".profile",
-      ".zshrc",     ".zshenv",     ".zprofile", ".zlogin",      ".zlogout",    ".config/fish/config.fish",
+      ".git/hooks",
+      ".git/config",
+      ".bashrc",
+      ".bash_profile",
+      ".bash_login",
+      ".bash_logout",
+      ".profile",
+      ".zshrc",
+      ".zshenv",
+      ".zprofile",
+      ".zlogin",
+      ".zlogout",
+      ".config/fish/config.fish",
   };
   return names;
 }
@@ -305,10 +320,21 @@ std::string home_dir() {
 
 const std::vector<HomePath>& home_protected() {
   static const std::vector<HomePath> paths = {
-      {".ssh", true},          {".gnupg", true},           {".gitconfig", false},        {".config/git", true},
-      {".config/nvim", true},  {".config/autostart", true}, {".config/systemd", true},   {".config/environment.d", true},
-      {".local/bin", true},    {".local/share/nvim", true}, {".cache/nvim", true},       {".pam_environment", false},
-      {".xprofile", false},    {".xsessionrc", false},      {".xinitrc", false},
+      {".ssh", true},
+      {".gnupg", true},
+      {".gitconfig", false},
+      {".config/git", true},
+      {".config/nvim", true},
+      {".config/autostart", true},
+      {".config/systemd", true},
+      {".config/environment.d", true},
+      {".local/bin", true},
+      {".local/share/nvim", true},
+      {".cache/nvim", true},
+      {".pam_environment", false},
+      {".xprofile", false},
+      {".xsessionrc", false},
+      {".xinitrc", false},
   };
   return paths;
 }
@@ -356,14 +382,17 @@ std::vector<Hidden> existing_hidden(const Policy& policy, const std::string& cwd
     struct stat st;
     if (::stat(abs.c_str(), &st) != 0) continue;  // missing: nothing to hide
     if (std::find(roots.begin(), roots.end(), abs) != roots.end()) continue;
-    if (std::any_of(out.begin(), out.end(), [&](const Hidden& h) { return h.path == abs; })) continue;
+    if (std::any_of(out.begin(), out.end(), [&](const Hidden& h) { return h.path == abs; }))
+      continue;
     out.push_back({abs, S_ISDIR(st.st_mode)});
   }
-  std::stable_sort(out.begin(), out.end(), [](const Hidden& a, const Hidden& b) { return a.path.size() < b.path.size(); });
+  std::stable_sort(out.begin(), out.end(),
+                   [](const Hidden& a, const Hidden& b) { return a.path.size() < b.path.size(); });
   return out;
 }
 
-bool is_hidden(const std::string& path, const std::vector<std::string>& roots, const std::vector<Hidden>& hidden) {
+bool is_hidden(const std::string& path, const std::vector<std::string>& roots,
+               const std::vector<Hidden>& hidden) {
   size_t root_depth = 0, hidden_depth = 0;
   bool in_root = false, in_hidden = false;
   for (const auto& r : roots)
@@ -383,13 +412,15 @@ bool git_protected(const std::string& rel) {
   // rel starts with '/'. Everything after the first /.git/ component.
   size_t at = rel.find("/.git/");
   if (at == std::string::npos) {
-    return rel.size() >= 5 && rel.compare(rel.size() - 5, 5, "/.git") == 0;  // the .git entry itself
+    return rel.size() >= 5 &&
+           rel.compare(rel.size() - 5, 5, "/.git") == 0;  // the .git entry itself
   }
   std::string tail = rel.substr(at + 6);
   auto parts = split(tail);
   for (size_t i = 0; i < parts.size(); ++i) {
     if (parts[i] == "hooks") return true;
-    if (i + 1 == parts.size() && (parts[i] == "config" || parts[i] == "config.worktree")) return true;
+    if (i + 1 == parts.size() && (parts[i] == "config" || parts[i] == "config.worktree"))
+      return true;
   }
   return false;
 }
@@ -447,9 +478,10 @@ struct Fd {
 }
 
 [[noreturn]] void changed(const std::string& path) {
-  throw Error(FLEMMA_E_IO, "sandbox: " + path +
-                               " changed while it was being written (a symlink or a file appeared in its path): "
-                               "nothing was written");
+  throw Error(FLEMMA_E_IO,
+              "sandbox: " + path +
+                  " changed while it was being written (a symlink or a file appeared in its path): "
+                  "nothing was written");
 }
 
 #if defined(__linux__) && defined(SYS_openat2)
@@ -471,14 +503,16 @@ Fd open_parent(int rootfd, const std::vector<std::string>& parents, const std::s
     std::string rel;
     for (const auto& c : parents) rel += (rel.empty() ? "" : "/") + c;
     if (rel.empty()) rel = ".";
-    OpenHow how{static_cast<uint64_t>(O_PATH | O_DIRECTORY | O_CLOEXEC), 0, kResolveBeneath | kResolveNoMagiclinks};
+    OpenHow how{static_cast<uint64_t>(O_PATH | O_DIRECTORY | O_CLOEXEC), 0,
+                kResolveBeneath | kResolveNoMagiclinks};
     long fd = ::syscall(SYS_openat2, rootfd, rel.c_str(), &how, sizeof how);
     if (fd >= 0) return Fd(static_cast<int>(fd));
     int err = errno;
     if (err == EXDEV || err == ELOOP || err == ENOTDIR) changed(shown);
     // ENOSYS (an older kernel), EPERM (a seccomp filter), ENOENT (directories to
     // create): the walk below.
-    if (err != ENOSYS && err != EPERM && err != ENOENT && err != EINVAL && err != E2BIG) io_error("cannot open the directory of " + shown, err);
+    if (err != ENOSYS && err != EPERM && err != ENOENT && err != EINVAL && err != E2BIG)
+      io_error("cannot open the directory of " + shown, err);
   }
 #endif
   Fd cur(::fcntl(rootfd, F_DUPFD_CLOEXEC, 0));
@@ -486,7 +520,8 @@ Fd open_parent(int rootfd, const std::vector<std::string>& parents, const std::s
   for (const auto& c : parents) {
     int fd = ::openat(cur.fd, c.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0 && errno == ENOENT) {
-      if (::mkdirat(cur.fd, c.c_str(), 0755) < 0 && errno != EEXIST) io_error("cannot create a directory for " + shown, errno);
+      if (::mkdirat(cur.fd, c.c_str(), 0755) < 0 && errno != EEXIST)
+        io_error("cannot create a directory for " + shown, errno);
       fd = ::openat(cur.fd, c.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     }
     if (fd < 0) {
@@ -512,7 +547,8 @@ std::string fd_path(int fd) {
 
 }  // namespace
 
-void write_file(const std::string& path, const Policy& policy, const std::string& cwd, const std::string& data) {
+void write_file(const std::string& path, const Policy& policy, const std::string& cwd,
+                const std::string& data) {
   if (path.empty()) throw Error(FLEMMA_E_INVALID, "sandbox: the path to write is empty");
   std::string p = resolve(path, cwd);
   if (!is_path_writable(p, policy, cwd))
@@ -589,7 +625,8 @@ std::vector<std::string> bwrap_args(const Policy& policy, const std::string& cwd
   // tmpfs, and the writable roots inside them are bound back.
   auto sockets = socket_dirs();
   for (const auto& d : sockets) {
-    bool covered = std::any_of(roots.begin(), roots.end(), [&](const std::string& r) { return inside(d, r); });
+    bool covered =
+        std::any_of(roots.begin(), roots.end(), [&](const std::string& r) { return inside(d, r); });
     if (!covered) op(d, {"--tmpfs", d});
   }
   for (const auto& r : roots) {
@@ -612,12 +649,16 @@ std::vector<std::string> bwrap_args(const Policy& policy, const std::string& cwd
     }
   }
   auto ro_dir = [&](const std::string& p) {
-    if (exists(p)) op(p, {"--ro-bind", p, p});
-    else op(p, {"--tmpfs", p, "--remount-ro", p});
+    if (exists(p))
+      op(p, {"--ro-bind", p, p});
+    else
+      op(p, {"--tmpfs", p, "--remount-ro", p});
   };
   auto ro_file = [&](const std::string& p) {
-    if (exists(p)) op(p, {"--ro-bind", p, p});
-    else op(p, {"--ro-bind", "/dev/null", p});
+    if (exists(p))
+      op(p, {"--ro-bind", p, p});
+    else
+      op(p, {"--ro-bind", "/dev/null", p});
   };
   for (const auto& r : roots) {
     const std::string base = r == "/" ? "" : r;
@@ -655,8 +696,10 @@ std::vector<std::string> bwrap_args(const Policy& policy, const std::string& cwd
       if (!in_root) continue;
       // Only where the parent exists (bwrap would create missing parents).
       if (!exists(p.substr(0, p.rfind('/')))) continue;
-      if (hp.dir) ro_dir(p);
-      else ro_file(p);
+      if (hp.dir)
+        ro_dir(p);
+      else
+        ro_file(p);
     }
   }
   // The hidden entries (deny_read): an empty tmpfs over a directory (read-only
@@ -672,19 +715,23 @@ std::vector<std::string> bwrap_args(const Policy& policy, const std::string& cwd
       ops.push_back({h.path, {"--ro-bind", "/dev/null", h.path}});
       continue;
     }
-    bool holds_root = std::any_of(roots.begin(), roots.end(),
-                                  [&](const std::string& r) { return r != h.path && inside(r, h.path); });
-    if (holds_root) ops.push_back({h.path, {"--tmpfs", h.path}});
-    else ops.push_back({h.path, {"--tmpfs", h.path, "--remount-ro", h.path}});
+    bool holds_root = std::any_of(roots.begin(), roots.end(), [&](const std::string& r) {
+      return r != h.path && inside(r, h.path);
+    });
+    if (holds_root)
+      ops.push_back({h.path, {"--tmpfs", h.path}});
+    else
+      ops.push_back({h.path, {"--tmpfs", h.path, "--remount-ro", h.path}});
   }
-  std::stable_sort(ops.begin(), ops.end(), [](const Op& x, const Op& y) { return x.path.size() < y.path.size(); });
+  std::stable_sort(ops.begin(), ops.end(),
+                   [](const Op& x, const Op& y) { return x.path.size() < y.path.size(); });
   for (const auto& o : ops) a.insert(a.end(), o.args.begin(), o.args.end());
   // A user namespace and no capability at all: root inside cannot remount
   // anything writable. The filter (handed over on fd 3 by flemma-reap) refuses
   // socket(AF_UNIX), so a socket elsewhere (inside a root, an abstract one) is
   // out of reach as well.
-  a.insert(a.end(), {"--unshare-user", "--cap-drop", "ALL", "--unshare-pid", "--die-with-parent", "--new-session",
-                     "--seccomp", std::to_string(kSeccompFd)});
+  a.insert(a.end(), {"--unshare-user", "--cap-drop", "ALL", "--unshare-pid", "--die-with-parent",
+                     "--new-session", "--seccomp", std::to_string(kSeccompFd)});
   if (!policy.network) a.push_back("--unshare-net");
   // No --chdir: bwrap keeps the working directory the command was started in.
   a.push_back("--");
@@ -693,7 +740,8 @@ std::vector<std::string> bwrap_args(const Policy& policy, const std::string& cwd
 
 std::string seatbelt_profile(const Policy& policy, const std::string& cwd) {
   std::string s = "(version 1)\n(allow default)\n(deny file-write*)\n";
-  s += "(allow file-write*\n  (literal \"/dev/null\")\n  (literal \"/dev/tty\")\n  (literal \"/dev/zero\")\n"
+  s += "(allow file-write*\n  (literal \"/dev/null\")\n  (literal \"/dev/tty\")\n  (literal "
+       "\"/dev/zero\")\n"
        "  (regex #\"^/dev/fd/\")";
   auto roots = existing_roots(policy, cwd);
   for (const auto& r : roots) s += "\n  (subpath " + quote_sb(r) + ")";
@@ -703,7 +751,8 @@ std::string seatbelt_profile(const Policy& policy, const std::string& cwd) {
     for (const auto& r : roots) {
       for (const auto& name : protected_names()) {
         std::string p = (r == "/" ? "" : r) + "/" + name;
-        s += "\n  " + std::string(name == ".git/hooks" ? "(subpath " : "(literal ") + quote_sb(p) + ")";
+        s += "\n  " + std::string(name == ".git/hooks" ? "(subpath " : "(literal ") + quote_sb(p) +
+             ")";
       }
     }
     s += ")\n";
@@ -715,9 +764,12 @@ std::string seatbelt_profile(const Policy& policy, const std::string& cwd) {
   if (!hidden.empty()) {
     std::vector<std::pair<std::string, std::string>> rules;  // path, rule
     for (const auto& h : hidden)
-      rules.push_back({h.path, "(deny file-read* " + std::string(h.dir ? "(subpath " : "(literal ") + quote_sb(h.path) + "))\n"});
+      rules.push_back({h.path, "(deny file-read* " +
+                                   std::string(h.dir ? "(subpath " : "(literal ") +
+                                   quote_sb(h.path) + "))\n"});
     for (const auto& r : roots) {
-      bool below = std::any_of(hidden.begin(), hidden.end(), [&](const Hidden& h) { return inside(r, h.path); });
+      bool below = std::any_of(hidden.begin(), hidden.end(),
+                               [&](const Hidden& h) { return inside(r, h.path); });
       if (below) rules.push_back({r, "(allow file-read* (subpath " + quote_sb(r) + "))\n"});
     }
     std::stable_sort(rules.begin(), rules.end(),
@@ -728,7 +780,8 @@ std::string seatbelt_profile(const Policy& policy, const std::string& cwd) {
   // that no root's allow rule shows them again.
   if (!policy.deny_read.empty()) {
     for (const auto& r : roots)
-      for (const auto& f : scan_git(r).secret_files) s += "(deny file-read* (literal " + quote_sb(f) + "))\n";
+      for (const auto& f : scan_git(r).secret_files)
+        s += "(deny file-read* (literal " + quote_sb(f) + "))\n";
   }
   // Off means off: Unix sockets too (Neovim's RPC socket would run anything
   // outside the sandbox).
@@ -736,15 +789,17 @@ std::string seatbelt_profile(const Policy& policy, const std::string& cwd) {
   return s;
 }
 
-std::vector<std::string> wrap(Backend backend, const Policy& policy, const std::vector<std::string>& cmd,
-                              const std::string& cwd, const std::string& program) {
+std::vector<std::string> wrap(Backend backend, const Policy& policy,
+                              const std::vector<std::string>& cmd, const std::string& cwd,
+                              const std::string& program) {
   if (cmd.empty()) throw Error(FLEMMA_E_INVALID, "sandbox: the command to wrap is empty");
   std::vector<std::string> out;
   if (backend == Backend::Bwrap) {
     // flemma-reap hands bwrap the seccomp filter on kSeccompFd.
     if (!reaper::available())
-      throw Error(FLEMMA_E_IO, "sandbox: the helper `" + reaper::path() +
-                                   "` is missing: rebuild Flemma (`make` in the plugin's directory)");
+      throw Error(FLEMMA_E_IO,
+                  "sandbox: the helper `" + reaper::path() +
+                      "` is missing: rebuild Flemma (`make` in the plugin's directory)");
     out.insert(out.end(), {reaper::path(), "--seccomp-fd", std::to_string(kSeccompFd), "--"});
     out.push_back(program.empty() ? "bwrap" : program);
     auto a = bwrap_args(policy, cwd);

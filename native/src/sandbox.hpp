@@ -62,7 +62,8 @@ std::vector<Hidden> existing_hidden(const Policy& policy, const std::string& cwd
 // writable roots and the hidden entries is a hidden entry. A root below a
 // hidden directory stays visible and writable; a hidden entry below a root
 // is hidden all the same.
-bool is_hidden(const std::string& path, const std::vector<std::string>& roots, const std::vector<Hidden>& hidden);
+bool is_hidden(const std::string& path, const std::vector<std::string>& roots,
+               const std::vector<Hidden>& hidden);
 
 // Whether a write to path is allowed: inside a root, not inside a protected
 // path of that root (nor anything named .git/hooks or .git/config below it),
@@ -77,7 +78,8 @@ bool is_path_writable(const std::string& path, const Policy& policy, const std::
 // they are created, 0755), the directory actually opened checked again, then
 // a temporary file in it is renamed over the name. An existing file keeps its
 // permission bits; a new one gets 0644. Throws flemma::Error.
-void write_file(const std::string& path, const Policy& policy, const std::string& cwd, const std::string& data);
+void write_file(const std::string& path, const Policy& policy, const std::string& cwd,
+                const std::string& data);
 
 // bwrap arguments (without the program name) that run cmd under the policy.
 std::vector<std::string> bwrap_args(const Policy& policy, const std::string& cwd);
@@ -86,7 +88,8 @@ std::vector<std::string> bwrap_args(const Policy& policy, const std::string& cwd
 std::string seatbelt_profile(const Policy& policy, const std::string& cwd);
 
 // The whole wrapped argv: program, its arguments, then cmd.
-std::vector<std::string> wrap(Backend backend, const Policy& policy, const std::vector<std::string>& cmd,
-                              const std::string& cwd, const std::string& program);
+std::vector<std::string> wrap(Backend backend, const Policy& policy,
+                              const std::vector<std::string>& cmd, const std::string& cwd,
+                              const std::string& program);
 
 }  // namespace flemma::sandbox

@@ -42,9 +42,18 @@ Set class_of(char e) {
   for (int c = 0; c < 256; ++c) {
     bool in = false;
     switch (e) {
-      case 'd': case 'D': in = c >= '0' && c <= '9'; break;
-      case 'w': case 'W': in = c < 128 && is_word(static_cast<unsigned char>(c)); break;
-      case 's': case 'S': in = c == ' ' || (c >= '\t' && c <= '\r'); break;
+      case 'd':
+      case 'D':
+        in = c >= '0' && c <= '9';
+        break;
+      case 'w':
+      case 'W':
+        in = c < 128 && is_word(static_cast<unsigned char>(c));
+        break;
+      case 's':
+      case 'S':
+        in = c == ' ' || (c >= '\t' && c <= '\r');
+        break;
     }
     if (in) s.set(c);
   }
@@ -118,12 +127,16 @@ class Parser {
     while (!eof()) {
       char q = peek();
       int mn, mx;
-      if (q == '*') mn = 0, mx = -1, ++i_;
-      else if (q == '+') mn = 1, mx = -1, ++i_;
-      else if (q == '?') mn = 0, mx = 1, ++i_;
+      if (q == '*')
+        mn = 0, mx = -1, ++i_;
+      else if (q == '+')
+        mn = 1, mx = -1, ++i_;
+      else if (q == '?')
+        mn = 0, mx = 1, ++i_;
       else if (q == '{') {
         ++i_;
-        if (!number(mn)) fail("`{` starts a repetition {n}, {n,} or {n,m}; write `\\{` for the character");
+        if (!number(mn))
+          fail("`{` starts a repetition {n}, {n,} or {n,m}; write `\\{` for the character");
         mx = mn;
         if (!eof() && peek() == ',') {
           ++i_;
@@ -135,8 +148,8 @@ class Parser {
       } else {
         break;
       }
-      if (a.kind == Node::Bol || a.kind == Node::Eol || a.kind == Node::WordB || a.kind == Node::NotWordB ||
-          a.kind == Node::Empty)
+      if (a.kind == Node::Bol || a.kind == Node::Eol || a.kind == Node::WordB ||
+          a.kind == Node::NotWordB || a.kind == Node::Empty)
         fail("nothing to repeat before `" + std::string(1, q) + "`");
       if (!eof() && peek() == '?') ++i_;  // lazy: the same lines match
       Node r;
@@ -182,12 +195,26 @@ class Parser {
     if (eof()) fail("the pattern ends with `\\`");
     char e = p_[i_++];
     switch (e) {
-      case 'd': case 'D': case 'w': case 'W': case 's': case 'S': set = class_of(e); return true;
-      case 't': c = '\t'; return false;
-      case 'n': c = '\n'; return false;
-      case 'r': c = '\r'; return false;
+      case 'd':
+      case 'D':
+      case 'w':
+      case 'W':
+      case 's':
+      case 'S':
+        set = class_of(e);
+        return true;
+      case 't':
+        c = '\t';
+        return false;
+      case 'n':
+        c = '\n';
+        return false;
+      case 'r':
+        c = '\r';
+        return false;
       case 'x': {
-        if (i_ + 2 > p_.size() || hex(p_[i_]) < 0 || hex(p_[i_ + 1]) < 0) fail("`\\x` takes two hex digits");
+        if (i_ + 2 > p_.size() || hex(p_[i_]) < 0 || hex(p_[i_ + 1]) < 0)
+          fail("`\\x` takes two hex digits");
         c = static_cast<unsigned char>(hex(p_[i_]) * 16 + hex(p_[i_ + 1]));
         if (c >= 0x80) fail("`\\x` takes an ASCII character (00-7F)");
         i_ += 2;
@@ -214,7 +241,8 @@ class Parser {
         break;
       }
       first = false;
-      if (c == '[' && i_ + 1 < p_.size() && p_[i_ + 1] == ':') fail("named classes like [:alpha:] are not supported");
+      if (c == '[' && i_ + 1 < p_.size() && p_[i_ + 1] == ':')
+        fail("named classes like [:alpha:] are not supported");
       ++i_;
       unsigned char lo = c;
       if (c == '\\') {
@@ -260,16 +288,22 @@ class Parser {
     switch (c) {
       case '(': {
         if (!eof() && peek() == '?') {
-          if (i_ + 1 < p_.size() && p_[i_ + 1] == ':') i_ += 2;
-          else fail("only non-capturing groups `(?:...)` are supported (no lookaround or inline flags)");
+          if (i_ + 1 < p_.size() && p_[i_ + 1] == ':')
+            i_ += 2;
+          else
+            fail(
+                "only non-capturing groups `(?:...)` are supported (no lookaround or inline "
+                "flags)");
         }
         Node inner = alt(depth + 1);
         if (eof() || peek() != ')') fail("a group `(` is not closed by `)`");
         ++i_;
         return inner;
       }
-      case ')': fail("unmatched `)`");
-      case '[': return bracket();
+      case ')':
+        fail("unmatched `)`");
+      case '[':
+        return bracket();
       case '.': {
         Set s;
         s.set();
@@ -281,10 +315,24 @@ class Parser {
         n.utf8_tail = true;
         return n;
       }
-      case '^': { Node n; n.kind = Node::Bol; return n; }
-      case '$': { Node n; n.kind = Node::Eol; return n; }
-      case '*': case '+': case '?': --i_; fail(std::string("nothing to repeat before `") + char(c) + "`");
-      case '{': --i_; fail("nothing to repeat before `{`; write `\\{` for the character");
+      case '^': {
+        Node n;
+        n.kind = Node::Bol;
+        return n;
+      }
+      case '$': {
+        Node n;
+        n.kind = Node::Eol;
+        return n;
+      }
+      case '*':
+      case '+':
+      case '?':
+        --i_;
+        fail(std::string("nothing to repeat before `") + char(c) + "`");
+      case '{':
+        --i_;
+        fail("nothing to repeat before `{`; write `\\{` for the character");
       case '\\': {
         if (!eof() && (peek() == 'b' || peek() == 'B')) {
           Node n;
@@ -297,7 +345,8 @@ class Parser {
         if (escape(s, ch, false)) return cls(s, false);
         return lit(ch);
       }
-      default: return lit(c);
+      default:
+        return lit(c);
     }
   }
 
@@ -331,8 +380,9 @@ struct Program {
 
   int add(Inst i) {
     if (code.size() >= kMaxProgram)
-      throw Error(FLEMMA_E_INVALID, "pattern: too large once its repetitions are expanded (at most " +
-                                        std::to_string(kMaxProgram) + " steps)");
+      throw Error(FLEMMA_E_INVALID,
+                  "pattern: too large once its repetitions are expanded (at most " +
+                      std::to_string(kMaxProgram) + " steps)");
     code.push_back(i);
     return static_cast<int>(code.size()) - 1;
   }
@@ -345,8 +395,11 @@ struct Program {
 
   void emit(const Node& n) {
     switch (n.kind) {
-      case Node::Empty: break;
-      case Node::Lit: add({Inst::Byte, n.c}); break;
+      case Node::Empty:
+        break;
+      case Node::Lit:
+        add({Inst::Byte, n.c});
+        break;
       case Node::Class: {
         add({Inst::Cls, 0, set_index(n.set)});
         if (n.utf8_tail) {  // L: split L+1, end; cls cont; jmp L
@@ -359,10 +412,18 @@ struct Program {
         }
         break;
       }
-      case Node::Bol: add({Inst::Bol}); break;
-      case Node::Eol: add({Inst::Eol}); break;
-      case Node::WordB: add({Inst::WordB}); break;
-      case Node::NotWordB: add({Inst::NotWordB}); break;
+      case Node::Bol:
+        add({Inst::Bol});
+        break;
+      case Node::Eol:
+        add({Inst::Eol});
+        break;
+      case Node::WordB:
+        add({Inst::WordB});
+        break;
+      case Node::NotWordB:
+        add({Inst::NotWordB});
+        break;
       case Node::Cat:
         for (const auto& k : n.kids) emit(k);
         break;
@@ -434,7 +495,9 @@ struct Program {
         mark[pc] = g;
         const Inst& in = code[pc];
         switch (in.op) {
-          case Inst::Jmp: stack.push_back(in.x); break;
+          case Inst::Jmp:
+            stack.push_back(in.x);
+            break;
           case Inst::Split:
             stack.push_back(in.y);
             stack.push_back(in.x);
@@ -455,7 +518,9 @@ struct Program {
           case Inst::Match:
             if (!full || i == len) return true;
             break;
-          default: list.push_back(pc); break;
+          default:
+            list.push_back(pc);
+            break;
         }
       }
       return false;
@@ -474,7 +539,8 @@ struct Program {
       nlist.clear();
       for (int pc : clist) {
         const Inst& in = code[pc];
-        if ((in.op == Inst::Byte && in.c == b) || (in.op == Inst::Cls && sets[in.x].test(b))) nlist.push_back(pc + 1);
+        if ((in.op == Inst::Byte && in.c == b) || (in.op == Inst::Cls && sets[in.x].test(b)))
+          nlist.push_back(pc + 1);
       }
       clist.swap(nlist);
     }
@@ -493,7 +559,9 @@ void required_literal(const Node& n, std::string& best) {
     if (s.size() > best.size()) best = s;
   };
   switch (n.kind) {
-    case Node::Lit: consider(std::string(1, static_cast<char>(n.c))); break;
+    case Node::Lit:
+      consider(std::string(1, static_cast<char>(n.c)));
+      break;
     case Node::Class: {
       // A letter in both cases (ignore_case) counts as the lower-case letter.
       if (n.set.count() == 2 && !n.utf8_tail) {
@@ -507,7 +575,8 @@ void required_literal(const Node& n, std::string& best) {
       for (const auto& k : n.kids) {
         char ch = 0;
         bool is_char = false;
-        if (k.kind == Node::Lit) ch = static_cast<char>(k.c), is_char = true;
+        if (k.kind == Node::Lit)
+          ch = static_cast<char>(k.c), is_char = true;
         else if (k.kind == Node::Class && k.set.count() == 2 && !k.utf8_tail) {
           for (int c = 'a'; c <= 'z'; ++c)
             if (k.set.test(c) && k.set.test(c - 32)) ch = static_cast<char>(c), is_char = true;
@@ -518,7 +587,9 @@ void required_literal(const Node& n, std::string& best) {
         }
         consider(run);
         run.clear();
-        if (k.kind == Node::Bol || k.kind == Node::Eol || k.kind == Node::WordB || k.kind == Node::NotWordB) continue;
+        if (k.kind == Node::Bol || k.kind == Node::Eol || k.kind == Node::WordB ||
+            k.kind == Node::NotWordB)
+          continue;
         std::string inner;
         required_literal(k, inner);
         consider(inner);
@@ -529,7 +600,8 @@ void required_literal(const Node& n, std::string& best) {
     case Node::Rep:
       if (n.min >= 1) required_literal(n.kids[0], best);
       break;
-    default: break;
+    default:
+      break;
   }
 }
 
@@ -537,19 +609,20 @@ bool only_literals(const Node& n, bool icase) {
   if (icase) {
     // Letters became two-member classes; those count as literal characters.
     auto ok = [](const Node& k) {
-      return k.kind == Node::Lit || (k.kind == Node::Class && k.set.count() == 2 && !k.utf8_tail &&
-                                     [&] {
-                                       for (int c = 'a'; c <= 'z'; ++c)
-                                         if (k.set.test(c) && k.set.test(c - 32)) return true;
-                                       return false;
-                                     }());
+      return k.kind == Node::Lit ||
+             (k.kind == Node::Class && k.set.count() == 2 && !k.utf8_tail && [&] {
+               for (int c = 'a'; c <= 'z'; ++c)
+                 if (k.set.test(c) && k.set.test(c - 32)) return true;
+               return false;
+             }());
     };
     if (n.kind == Node::Cat) return std::all_of(n.kids.begin(), n.kids.end(), ok);
     return ok(n);
   }
   if (n.kind == Node::Lit) return true;
   if (n.kind == Node::Cat)
-    return std::all_of(n.kids.begin(), n.kids.end(), [](const Node& k) { return k.kind == Node::Lit; });
+    return std::all_of(n.kids.begin(), n.kids.end(),
+                       [](const Node& k) { return k.kind == Node::Lit; });
   return false;
 }
 
@@ -588,11 +661,17 @@ bool unbounded_inside(const Node& n) {
 Set first_bytes(const Node& n) {
   Set s;
   switch (n.kind) {
-    case Node::Lit: s.set(n.c); break;
-    case Node::Class: s = n.set; break;
+    case Node::Lit:
+      s.set(n.c);
+      break;
+    case Node::Class:
+      s = n.set;
+      break;
     case Node::Cat:
       for (const auto& k : n.kids) {
-        if (k.kind == Node::Bol || k.kind == Node::Eol || k.kind == Node::WordB || k.kind == Node::NotWordB) continue;
+        if (k.kind == Node::Bol || k.kind == Node::Eol || k.kind == Node::WordB ||
+            k.kind == Node::NotWordB)
+          continue;
         s |= first_bytes(k);
         if (!(k.kind == Node::Rep && k.min == 0)) break;
       }
@@ -600,22 +679,27 @@ Set first_bytes(const Node& n) {
     case Node::Alt:
       for (const auto& k : n.kids) s |= first_bytes(k);
       break;
-    case Node::Rep: s = first_bytes(n.kids[0]); break;
-    default: break;
+    case Node::Rep:
+      s = first_bytes(n.kids[0]);
+      break;
+    default:
+      break;
   }
   return s;
 }
 
 std::string screen(const Node& n) {
   if (n.kind == Node::Rep && (n.max == -1 || n.max > 1) && unbounded_inside(n.kids[0]))
-    return "it nests an unbounded quantifier inside a repeated group (like `(a+)+`), which can take exponential time";
+    return "it nests an unbounded quantifier inside a repeated group (like `(a+)+`), which can "
+           "take exponential time";
   if (n.kind == Node::Cat) {
     for (size_t k = 0; k + 1 < n.kids.size(); ++k) {
       const Node& a = n.kids[k];
       const Node& b = n.kids[k + 1];
       if (a.kind == Node::Rep && a.max == -1 && b.kind == Node::Rep && b.max == -1 &&
           (first_bytes(a) & first_bytes(b)).any())
-        return "it has two unbounded quantifiers side by side over the same characters (like `a*a*` or `.*.*`), "
+        return "it has two unbounded quantifiers side by side over the same characters (like "
+               "`a*a*` or `.*.*`), "
                "which can take polynomial time";
     }
   }
@@ -630,8 +714,8 @@ std::string screen(const Node& n) {
 
 Regex::Regex(std::string_view pattern, bool fixed, bool ignore_case) : icase_(ignore_case) {
   if (pattern.size() > kMaxPattern)
-    throw Error(FLEMMA_E_INVALID,
-                "pattern: longer than " + std::to_string(kMaxPattern) + " bytes (" + std::to_string(pattern.size()) + ")");
+    throw Error(FLEMMA_E_INVALID, "pattern: longer than " + std::to_string(kMaxPattern) +
+                                      " bytes (" + std::to_string(pattern.size()) + ")");
   Node tree = fixed ? literal_tree(pattern, ignore_case) : Parser(pattern, ignore_case).parse();
   prog_ = std::make_unique<Program>();
   prog_->emit(tree);
@@ -652,8 +736,8 @@ bool Regex::full_match(std::string_view text) const { return prog_->run(text, tr
 std::string check_pattern(std::string_view pattern, bool fixed) {
   if (pattern.empty()) return "the pattern is empty";
   if (pattern.size() > kMaxPattern)
-    return "the pattern is longer than " + std::to_string(kMaxPattern) + " bytes (" + std::to_string(pattern.size()) +
-           ")";
+    return "the pattern is longer than " + std::to_string(kMaxPattern) + " bytes (" +
+           std::to_string(pattern.size()) + ")";
   if (fixed) return {};
   try {
     Node tree = Parser(pattern, false).parse();
@@ -742,7 +826,8 @@ std::string glob_to_regex(std::string_view g) {
   return r;
 }
 
-Glob::Glob(std::string_view pattern, bool ignore_case) : re_(glob_to_regex(pattern), false, ignore_case) {}
+Glob::Glob(std::string_view pattern, bool ignore_case)
+    : re_(glob_to_regex(pattern), false, ignore_case) {}
 
 bool Glob::matches(std::string_view path) const {
   // The literal every match holds (`.c` of `**/*.c`) rules most paths out at once.
@@ -767,7 +852,9 @@ void IgnoreRules::add(std::string_view content) {
     pos = nl + 1;
     if (!line.empty() && line.back() == '\r') line.pop_back();
     // Trailing spaces go, unless escaped.
-    while (!line.empty() && line.back() == ' ' && !(line.size() >= 2 && line[line.size() - 2] == '\\')) line.pop_back();
+    while (!line.empty() && line.back() == ' ' &&
+           !(line.size() >= 2 && line[line.size() - 2] == '\\'))
+      line.pop_back();
     if (line.empty() || line[0] == '#') continue;
     Rule r;
     if (line[0] == '!') {
@@ -929,7 +1016,10 @@ bool read_small(const std::string& path, std::string& out, size_t cap) {
 class Walker {
  public:
   Walker(const Options& o, const std::atomic<bool>& cancel, const Emit& emit)
-      : o_(o), cancel_(cancel), emit_(emit), top_(static_cast<size_t>(std::max<int64_t>(o.max_results, 0))) {
+      : o_(o),
+        cancel_(cancel),
+        emit_(emit),
+        top_(static_cast<size_t>(std::max<int64_t>(o.max_results, 0))) {
     if (!o.files_mode) re_.emplace(o.pattern, o.fixed, o.ignore_case);
     if (o.files_mode && !o.pattern.empty()) glob_.emplace(o.pattern);
     if (!o.include.empty()) include_.emplace(o.include);
@@ -969,8 +1059,8 @@ class Walker {
   }
 
   void maybe_flush() {
-    if (batch_.size() >= 256 ||
-        (!batch_.empty() && std::chrono::steady_clock::now() - last_flush_ > std::chrono::milliseconds(30)))
+    if (batch_.size() >= 256 || (!batch_.empty() && std::chrono::steady_clock::now() - last_flush_ >
+                                                        std::chrono::milliseconds(30)))
       flush();
   }
 
@@ -990,7 +1080,8 @@ class Walker {
       const Rules& r = stack_[k - 1];
       std::string_view sub = rel;
       if (!r.base.empty()) {
-        if (rel.size() <= r.base.size() || rel.compare(0, r.base.size(), r.base) != 0 || rel[r.base.size()] != '/')
+        if (rel.size() <= r.base.size() || rel.compare(0, r.base.size(), r.base) != 0 ||
+            rel[r.base.size()] != '/')
           continue;
         sub = std::string_view(rel).substr(r.base.size() + 1);
       }
@@ -1031,10 +1122,14 @@ class Walker {
           ++sum_.unreadable;
           continue;
         }
-        t = S_ISDIR(st.st_mode) ? DT_DIR : S_ISREG(st.st_mode) ? DT_REG : S_ISLNK(st.st_mode) ? DT_LNK : DT_UNKNOWN;
+        t = S_ISDIR(st.st_mode)   ? DT_DIR
+            : S_ISREG(st.st_mode) ? DT_REG
+            : S_ISLNK(st.st_mode) ? DT_LNK
+                                  : DT_UNKNOWN;
       }
       if (t == DT_DIR) {
-        if (std::find(o_.skip_dirs.begin(), o_.skip_dirs.end(), name) != o_.skip_dirs.end()) continue;
+        if (std::find(o_.skip_dirs.begin(), o_.skip_dirs.end(), name) != o_.skip_dirs.end())
+          continue;
         if (ignored(child_rel, true)) continue;
         if (o_.files_mode && o_.want_type != 0) consider_entry(child_abs, child_rel, name, true);
         size_t before = stack_.size();
@@ -1046,8 +1141,9 @@ class Walker {
         if (o_.files_mode) {
           if (o_.want_type != 1) consider_entry(child_abs, child_rel, name, false);
         } else {
-          if (include_ && !include_->matches(o_.include.find('/') == std::string::npos ? std::string_view(name)
-                                                                                         : std::string_view(child_rel)))
+          if (include_ && !include_->matches(o_.include.find('/') == std::string::npos
+                                                 ? std::string_view(name)
+                                                 : std::string_view(child_rel)))
             continue;
           search_file(child_abs, child_rel);
         }
@@ -1056,9 +1152,11 @@ class Walker {
     }
   }
 
-  void consider_entry(const std::string& abs, const std::string& rel, const std::string& name, bool dir) {
+  void consider_entry(const std::string& abs, const std::string& rel, const std::string& name,
+                      bool dir) {
     ++sum_.searched;
-    if (glob_ && !glob_->matches(o_.name_only ? std::string_view(name) : std::string_view(rel))) return;
+    if (glob_ && !glob_->matches(o_.name_only ? std::string_view(name) : std::string_view(rel)))
+      return;
     struct stat st;
     if (::lstat(abs.c_str(), &st) != 0) {
       ++sum_.unreadable;
@@ -1134,7 +1232,9 @@ class Walker {
       // A NUL byte anywhere makes the file binary: it is still searched (as rg
       // --binary does), so that a binary file with a match can be counted, but
       // its matches are dropped.
-      if (n > 0 && !binary && looks_binary(std::string_view(buf_.data() + have, static_cast<size_t>(n)))) binary = true;
+      if (n > 0 && !binary &&
+          looks_binary(std::string_view(buf_.data() + have, static_cast<size_t>(n))))
+        binary = true;
       if (binary && pend_found_ > 0) break;  // one match is enough to count it
       have += static_cast<size_t>(n);
       size_t upto;
@@ -1145,7 +1245,8 @@ class Walker {
         if (!nl) continue;
         upto = static_cast<size_t>(static_cast<const char*>(nl) - buf_.data()) + 1;
       }
-      if (upto > 0) line_no += process(rel, std::string_view(buf_.data(), upto), line_no, file_hit, eof);
+      if (upto > 0)
+        line_no += process(rel, std::string_view(buf_.data(), upto), line_no, file_hit, eof);
       std::memmove(buf_.data(), buf_.data() + upto, have - upto);
       have -= upto;
     }
@@ -1193,14 +1294,16 @@ class Walker {
     int64_t line = no;
     while (pos < text.size()) {
       const void* le = memchr(text.data() + pos, '\n', text.size() - pos);
-      size_t end = le ? static_cast<size_t>(static_cast<const char*>(le) - text.data()) : text.size();
+      size_t end =
+          le ? static_cast<size_t>(static_cast<const char*>(le) - text.data()) : text.size();
       std::string_view l = text.substr(pos, end - pos);
       bool m;
       if (!re.required().empty()) {
         if (re.ignore_case()) {
           lower_.assign(l.data(), l.size());
           for (auto& c : lower_) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-          m = lower_.find(re.required()) != std::string::npos && (re.literal_only() || re.matches(l));
+          m = lower_.find(re.required()) != std::string::npos &&
+              (re.literal_only() || re.matches(l));
         } else {
           m = memmem(l.data(), l.size(), re.required().data(), re.required().size()) &&
               (re.literal_only() || re.matches(l));
@@ -1283,7 +1386,8 @@ namespace {
 constexpr size_t kMaxDecodedLine = 16 << 20;
 
 std::string base64(std::string_view in) {
-  static const std::string chars = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  static const std::string chars =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
   std::string out;
   int val = 0, bits = -8;
   for (char c : in) {
@@ -1322,8 +1426,8 @@ std::optional<OutputDecoder::Kind> OutputDecoder::kind_from_name(std::string_vie
   return std::nullopt;
 }
 
-OutputDecoder::OutputDecoder(Kind kind, int64_t max_results, std::string cwd, std::string glob, bool name_only,
-                             std::vector<std::string> skip_dirs, bool hidden)
+OutputDecoder::OutputDecoder(Kind kind, int64_t max_results, std::string cwd, std::string glob,
+                             bool name_only, std::vector<std::string> skip_dirs, bool hidden)
     : kind_(kind),
       max_(std::max<int64_t>(max_results, 0)),
       cwd_(std::move(cwd)),
@@ -1378,8 +1482,10 @@ void OutputDecoder::finish(std::vector<stream::Event>& out) {
 }
 
 void OutputDecoder::line(std::string_view l, std::vector<stream::Event>& out) {
-  if (kind_ == Kind::RgJson) rg_line(l, out);
-  else path_entry(l);
+  if (kind_ == Kind::RgJson)
+    rg_line(l, out);
+  else
+    path_entry(l);
 }
 
 void OutputDecoder::rg_line(std::string_view l, std::vector<stream::Event>& out) {
@@ -1393,7 +1499,8 @@ void OutputDecoder::rg_line(std::string_view l, std::vector<stream::Event>& out)
     std::string path, text;
     auto p = data->find("path");
     auto ls = data->find("lines");
-    if (p == data->end() || !data_text(*p, path) || ls == data->end() || !data_text(*ls, text)) return;
+    if (p == data->end() || !data_text(*p, path) || ls == data->end() || !data_text(*ls, text))
+      return;
     int64_t no = 0;
     auto n = data->find("line_number");
     if (n != data->end() && n->is_number_integer()) no = n->get<int64_t>();
@@ -1440,8 +1547,10 @@ void OutputDecoder::path_entry(std::string_view p) {
   size_t pos = 0;
   while (pos < p.size()) {
     size_t s = p.find('/', pos);
-    std::string_view seg = p.substr(pos, s == std::string_view::npos ? std::string_view::npos : s - pos);
-    if (s != std::string_view::npos && std::find(skip_.begin(), skip_.end(), seg) != skip_.end()) return;
+    std::string_view seg =
+        p.substr(pos, s == std::string_view::npos ? std::string_view::npos : s - pos);
+    if (s != std::string_view::npos && std::find(skip_.begin(), skip_.end(), seg) != skip_.end())
+      return;
     if (!seg.empty() && seg[0] == '.' && (!hidden_ || seg == ".git")) return;
     if (s == std::string_view::npos) break;
     pos = s + 1;
@@ -1454,7 +1563,8 @@ void OutputDecoder::path_entry(std::string_view p) {
     return;
   }
   ++sum_.found;
-  top_->files.add({mtime_ns(st), std::string(p), static_cast<int64_t>(st.st_size), S_ISDIR(st.st_mode)});
+  top_->files.add(
+      {mtime_ns(st), std::string(p), static_cast<int64_t>(st.st_size), S_ISDIR(st.st_mode)});
 }
 
 }  // namespace flemma::search

@@ -117,8 +117,10 @@ class IgnoreRules {
 // ---------------------------------------------------------------------------
 
 // Event types of search results (enum flemma_stream_event_type).
-constexpr int32_t kMatch = 15;    // a = path, b = line text, index = line (1-based), status 1 match / 2 context, mask bit 0: line cut
-constexpr int32_t kFile = 16;     // a = path, usage[0] = mtime (s), usage[1] = size, status 1 file / 2 directory
+constexpr int32_t kMatch = 15;  // a = path, b = line text, index = line (1-based), status 1 match /
+                                // 2 context, mask bit 0: line cut
+constexpr int32_t kFile =
+    16;  // a = path, usage[0] = mtime (s), usage[1] = size, status 1 file / 2 directory
 constexpr int32_t kSummary = 17;  // usage: see Summary; a = an error, "" if none
 
 struct Summary {
@@ -138,12 +140,12 @@ struct Options {
   bool files_mode = false;  // glob/find instead of grep
   bool fixed = false;
   bool ignore_case = false;
-  bool hidden = false;      // also dot files and directories
-  bool no_ignore = false;   // ignore .gitignore / .ignore
-  bool name_only = false;   // files mode: the glob matches the file's name (find)
-  int want_type = 0;        // files mode: 0 files, 1 directories, 2 both
-  std::string include;      // grep: a glob the files must match ("" none)
-  int context = 0;          // lines before and after each match (<= 10)
+  bool hidden = false;     // also dot files and directories
+  bool no_ignore = false;  // ignore .gitignore / .ignore
+  bool name_only = false;  // files mode: the glob matches the file's name (find)
+  int want_type = 0;       // files mode: 0 files, 1 directories, 2 both
+  std::string include;     // grep: a glob the files must match ("" none)
+  int context = 0;         // lines before and after each match (<= 10)
   int64_t max_results = 100;
   std::vector<std::string> skip_dirs;  // directory names never entered
 };
@@ -168,8 +170,9 @@ class OutputDecoder {
   // their modification time), `glob` filters them ("" none; name_only: their
   // file name), and the newest max_results are reported at finish().
   // Paths below a hidden folder (or hidden themselves) are left out unless `hidden`.
-  OutputDecoder(Kind kind, int64_t max_results, std::string cwd = {}, std::string glob = {}, bool name_only = false,
-                std::vector<std::string> skip_dirs = {}, bool hidden = false);
+  OutputDecoder(Kind kind, int64_t max_results, std::string cwd = {}, std::string glob = {},
+                bool name_only = false, std::vector<std::string> skip_dirs = {},
+                bool hidden = false);
   ~OutputDecoder();
   void feed(std::string_view bytes, std::vector<stream::Event>& out);
   void finish(std::vector<stream::Event>& out);  // appends the kSummary event

@@ -44,8 +44,9 @@ inline size_t build_filter(sock_filter (&out)[kMaxFilter]) {
   };
 #if defined(__x86_64__)
   // x32 calls carry bit 30 in the number; 32-bit programs use the i386 table.
-  const Arch arches[] = {{AUDIT_ARCH_X86_64, {static_cast<uint32_t>(__NR_socket), 0x40000000u | 41u}, 2, 0},
-                         {AUDIT_ARCH_I386, {359, 0}, 1, 102}};
+  const Arch arches[] = {
+      {AUDIT_ARCH_X86_64, {static_cast<uint32_t>(__NR_socket), 0x40000000u | 41u}, 2, 0},
+      {AUDIT_ARCH_I386, {359, 0}, 1, 102}};
 #else
   const Arch arches[] = {{AUDIT_ARCH_AARCH64, {static_cast<uint32_t>(__NR_socket), 0}, 1, 0},
                          {AUDIT_ARCH_ARM, {281, 0}, 1, 0}};
@@ -57,8 +58,12 @@ inline size_t build_filter(sock_filter (&out)[kMaxFilter]) {
     out[n] = sock_filter{BPF_JMP | BPF_JEQ | BPF_K, 0, 0, k};
     return n++;
   };
-  auto target_true = [&](size_t at, size_t dest) { out[at].jt = static_cast<uint8_t>(dest - at - 1); };
-  auto target_false = [&](size_t at, size_t dest) { out[at].jf = static_cast<uint8_t>(dest - at - 1); };
+  auto target_true = [&](size_t at, size_t dest) {
+    out[at].jt = static_cast<uint8_t>(dest - at - 1);
+  };
+  auto target_false = [&](size_t at, size_t dest) {
+    out[at].jf = static_cast<uint8_t>(dest - at - 1);
+  };
   size_t to_deny[8], to_check[4];
   size_t n_deny = 0, n_check = 0;
   size_t arch_miss = 0;

@@ -16,8 +16,8 @@ namespace flemma::stream {
 using json = nlohmann::json;
 
 bool Event::operator==(const Event& o) const {
-  return type == o.type && index == o.index && status == o.status && mask == o.mask && a == o.a && b == o.b &&
-         std::equal(std::begin(usage), std::end(usage), std::begin(o.usage));
+  return type == o.type && index == o.index && status == o.status && mask == o.mask && a == o.a &&
+         b == o.b && std::equal(std::begin(usage), std::end(usage), std::begin(o.usage));
 }
 
 std::optional<Kind> kind_from_name(std::string_view name) {
@@ -90,7 +90,8 @@ std::string sanitize_utf8(std::string_view s) {
 size_t utf8_boundary(std::string_view s, size_t max) {
   size_t k = std::min(max, s.size());
   if (k == s.size()) return k;
-  for (int back = 0; back < 3 && k > 0 && (static_cast<unsigned char>(s[k]) & 0xC0) == 0x80; ++back) --k;
+  for (int back = 0; back < 3 && k > 0 && (static_cast<unsigned char>(s[k]) & 0xC0) == 0x80; ++back)
+    --k;
   return k;
 }
 
@@ -105,7 +106,8 @@ bool json_depth_within(std::string_view s, size_t max) {
       while (p < e) {
         const void* q = std::memchr(p, '"', static_cast<size_t>(e - p));
         const char* end = q ? static_cast<const char*>(q) : e;
-        const char* b = static_cast<const char*>(std::memchr(p, '\\', static_cast<size_t>(end - p)));
+        const char* b =
+            static_cast<const char*>(std::memchr(p, '\\', static_cast<size_t>(end - p)));
         if (b) {
           p = e - b > 2 ? b + 2 : e;  // the escaped byte is skipped
           continue;
@@ -133,10 +135,14 @@ inline int hex4(const char* p) {
   for (int i = 0; i < 4; ++i) {
     char c = p[i];
     int d;
-    if (c >= '0' && c <= '9') d = c - '0';
-    else if (c >= 'a' && c <= 'f') d = c - 'a' + 10;
-    else if (c >= 'A' && c <= 'F') d = c - 'A' + 10;
-    else return -1;
+    if (c >= '0' && c <= '9')
+      d = c - '0';
+    else if (c >= 'a' && c <= 'f')
+      d = c - 'a' + 10;
+    else if (c >= 'A' && c <= 'F')
+      d = c - 'A' + 10;
+    else
+      return -1;
     v = v * 16 + d;
   }
   return v;
@@ -173,7 +179,8 @@ bool json_string(std::string_view d, size_t& i, char*& o) {
     // Sixteen bytes at a time, copied as they are, up to the first quote,
     // backslash, control or non-ASCII byte (those compare below 0x20 as
     // signed bytes). o has room for the whole block: its room is n - i.
-    const __m128i quote = _mm_set1_epi8('"'), bslash = _mm_set1_epi8('\\'), space = _mm_set1_epi8(0x20);
+    const __m128i quote = _mm_set1_epi8('"'), bslash = _mm_set1_epi8('\\'),
+                  space = _mm_set1_epi8(0x20);
     auto special = [&](__m128i v) {
       __m128i m = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, bslash)),
                                _mm_cmplt_epi8(v, space));
@@ -196,12 +203,15 @@ bool json_string(std::string_view d, size_t& i, char*& o) {
         // The last bytes: the final sixteen of d (d is longer than that: it
         // starts with the event's prefix), those before i masked off.
         size_t left = n - i;
-        unsigned m = n >= 16 ? special(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + n - 16))) >> (16 - left) : 0;
+        unsigned m = n >= 16
+                         ? special(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + n - 16))) >>
+                               (16 - left)
+                         : 0;
         size_t k = left;
         if (n < 16) {
           k = 0;
-          while (k < left && static_cast<unsigned char>(s[i + k]) >= 0x20 && s[i + k] != '"' && s[i + k] != '\\' &&
-                 static_cast<unsigned char>(s[i + k]) < 0x80)
+          while (k < left && static_cast<unsigned char>(s[i + k]) >= 0x20 && s[i + k] != '"' &&
+                 s[i + k] != '\\' && static_cast<unsigned char>(s[i + k]) < 0x80)
             ++k;
         } else if (m) {
           k = static_cast<unsigned>(__builtin_ctz(m));
@@ -253,14 +263,30 @@ bool json_string(std::string_view d, size_t& i, char*& o) {
     char e = s[i + 1];
     i += 2;
     switch (e) {
-      case '"': *o++ = '"'; break;
-      case '\\': *o++ = '\\'; break;
-      case '/': *o++ = '/'; break;
-      case 'b': *o++ = '\b'; break;
-      case 'f': *o++ = '\f'; break;
-      case 'n': *o++ = '\n'; break;
-      case 'r': *o++ = '\r'; break;
-      case 't': *o++ = '\t'; break;
+      case '"':
+        *o++ = '"';
+        break;
+      case '\\':
+        *o++ = '\\';
+        break;
+      case '/':
+        *o++ = '/';
+        break;
+      case 'b':
+        *o++ = '\b';
+        break;
+      case 'f':
+        *o++ = '\f';
+        break;
+      case 'n':
+        *o++ = '\n';
+        break;
+      case 'r':
+        *o++ = '\r';
+        break;
+      case 't':
+        *o++ = '\t';
+        break;
       case 'u': {
         if (i + 4 > n) return false;
         int cp = hex4(s + i);
@@ -285,7 +311,8 @@ bool json_string(std::string_view d, size_t& i, char*& o) {
 }
 
 inline bool eat(std::string_view d, size_t& i, std::string_view lit) {
-  if (d.size() - i < lit.size() || std::memcmp(d.data() + i, lit.data(), lit.size()) != 0) return false;
+  if (d.size() - i < lit.size() || std::memcmp(d.data() + i, lit.data(), lit.size()) != 0)
+    return false;
   i += lit.size();
   return true;
 }
@@ -306,10 +333,14 @@ bool fast_anthropic_delta(std::string_view d, Type& type, int32_t& index, std::s
     return false;
   }
   if (!eat(d, i, R"(,"delta":{"type":")")) return false;
-  if (eat(d, i, R"(text_delta","text":")")) type = Type::Text;
-  else if (eat(d, i, R"(thinking_delta","thinking":")")) type = Type::Thinking;
-  else if (eat(d, i, R"(input_json_delta","partial_json":")")) type = Type::ToolInputDelta;
-  else return false;
+  if (eat(d, i, R"(text_delta","text":")"))
+    type = Type::Text;
+  else if (eat(d, i, R"(thinking_delta","thinking":")"))
+    type = Type::Thinking;
+  else if (eat(d, i, R"(input_json_delta","partial_json":")"))
+    type = Type::ToolInputDelta;
+  else
+    return false;
   text.resize(d.size() - i);  // room for the decoded text, never longer than its JSON form
   char* o = text.data();
   bool ok = json_string(d, i, o);
@@ -350,7 +381,8 @@ std::string quote(const std::string& s) {
 void coalesce(std::vector<Event>& out, Event&& ev) {
   if (!out.empty()) {
     Event& last = out.back();
-    bool delta = ev.type == Type::Text || ev.type == Type::Thinking || ev.type == Type::ToolInputDelta;
+    bool delta =
+        ev.type == Type::Text || ev.type == Type::Thinking || ev.type == Type::ToolInputDelta;
     if (delta && last.type == ev.type && last.index == ev.index) {
       last.a += ev.a;
       return;
@@ -372,33 +404,70 @@ std::string describe(const Event& e) {
         std::string_view line(e.a.data() + pos, nl - pos);
         size_t colon = line.find(": ");
         if (colon != std::string_view::npos)
-          s += " " + std::string(line.substr(0, colon)) + "=" + quote(std::string(line.substr(colon + 2)));
+          s += " " + std::string(line.substr(0, colon)) + "=" +
+               quote(std::string(line.substr(colon + 2)));
         pos = nl + 1;
       }
       break;
     }
-    case Type::MessageStart: s = "message_start " + quote(e.a) + " " + quote(e.b); break;
-    case Type::Text: s = "text"; idx(); s += " " + quote(e.a); break;
-    case Type::Thinking: s = "thinking"; idx(); s += " " + quote(e.a); break;
-    case Type::ThinkingSignature: s = "thinking_signature"; idx(); s += " " + quote(e.a); break;
-    case Type::RedactedThinking: s = "redacted_thinking"; idx(); s += " " + quote(e.a); break;
-    case Type::ToolUseStart: s = "tool_use_start"; idx(); s += " " + quote(e.a) + " " + quote(e.b); break;
-    case Type::ToolInputDelta: s = "tool_input_delta"; idx(); s += " " + quote(e.a); break;
-    case Type::ToolUseStop: s = "tool_use_stop"; idx(); break;
+    case Type::MessageStart:
+      s = "message_start " + quote(e.a) + " " + quote(e.b);
+      break;
+    case Type::Text:
+      s = "text";
+      idx();
+      s += " " + quote(e.a);
+      break;
+    case Type::Thinking:
+      s = "thinking";
+      idx();
+      s += " " + quote(e.a);
+      break;
+    case Type::ThinkingSignature:
+      s = "thinking_signature";
+      idx();
+      s += " " + quote(e.a);
+      break;
+    case Type::RedactedThinking:
+      s = "redacted_thinking";
+      idx();
+      s += " " + quote(e.a);
+      break;
+    case Type::ToolUseStart:
+      s = "tool_use_start";
+      idx();
+      s += " " + quote(e.a) + " " + quote(e.b);
+      break;
+    case Type::ToolInputDelta:
+      s = "tool_input_delta";
+      idx();
+      s += " " + quote(e.a);
+      break;
+    case Type::ToolUseStop:
+      s = "tool_use_stop";
+      idx();
+      break;
     case Type::Usage: {
-      static const char* names[kUsageFields] = {"input", "output", "cache_read", "cache_write", "thinking"};
+      static const char* names[kUsageFields] = {"input", "output", "cache_read", "cache_write",
+                                                "thinking"};
       s = "usage";
       for (int i = 0; i < kUsageFields; ++i)
         if (e.mask & (1u << i)) s += std::string(" ") + names[i] + "=" + std::to_string(e.usage[i]);
       break;
     }
-    case Type::Stop: s = "stop " + quote(e.a); break;
-    case Type::Error: s = "error " + quote(e.a) + " " + quote(e.b); break;
+    case Type::Stop:
+      s = "stop " + quote(e.a);
+      break;
+    case Type::Error:
+      s = "error " + quote(e.a) + " " + quote(e.b);
+      break;
     case Type::End:
       s = e.status ? "end complete" : "end incomplete";
       if (e.mask & 1u) s += " body " + quote(e.a);
       break;
-    case Type::JsonRpc: s = "jsonrpc " + std::to_string(e.status) + " " + quote(e.a) + " " + quote(e.b); break;
+    case Type::JsonRpc:
+      s = "jsonrpc " + std::to_string(e.status) + " " + quote(e.a) + " " + quote(e.b);
+      break;
   }
   return s;
 }
@@ -441,7 +510,8 @@ const json* field(const json& o, const char* key) {
 std::string opt_str(const json& o, const char* key, std::string_view where) {
   const json* v = field(o, key);
   if (!v) return {};
-  if (!v->is_string()) throw Malformed{"`" + std::string(where) + "." + key + "` should be a string"};
+  if (!v->is_string())
+    throw Malformed{"`" + std::string(where) + "." + key + "` should be a string"};
   return v->get<std::string>();
 }
 
@@ -455,7 +525,8 @@ int32_t need_index(const json& o, const char* key, std::string_view where) {
 
 const json& need_object(const json& o, const char* key, std::string_view where) {
   const json* v = field(o, key);
-  if (!v || !v->is_object()) throw Malformed{"`" + std::string(where) + "." + key + "` should be an object"};
+  if (!v || !v->is_object())
+    throw Malformed{"`" + std::string(where) + "." + key + "` should be an object"};
   return *v;
 }
 
@@ -463,8 +534,9 @@ const json& need_object(const json& o, const char* key, std::string_view where) 
 void usage_field(Event& u, const json& o, const char* key, UsageField f) {
   const json* v = field(o, key);
   if (!v || !v->is_number_integer()) return;
-  int64_t n = v->is_number_unsigned() ? static_cast<int64_t>(std::min<uint64_t>(v->get<uint64_t>(), INT64_MAX))
-                                      : v->get<int64_t>();
+  int64_t n = v->is_number_unsigned()
+                  ? static_cast<int64_t>(std::min<uint64_t>(v->get<uint64_t>(), INT64_MAX))
+                  : v->get<int64_t>();
   if (n < 0) return;
   u.usage[f] = n;
   u.mask |= 1u << f;
@@ -478,7 +550,9 @@ Event malformed(std::string message) {
   return make(Type::Error, -1, "malformed_event", std::move(message));
 }
 
-std::string event_label(std::string_view name) { return name.empty() ? std::string("message") : std::string(name); }
+std::string event_label(std::string_view name) {
+  return name.empty() ? std::string("message") : std::string(name);
+}
 
 // Parses an event's data. Invalid UTF-8 is replaced by U+FFFD and parsed again;
 // on failure an error event is appended and false returned.
@@ -486,8 +560,9 @@ bool parse_data(std::string_view name, std::string_view data, json& j, std::vect
   // Each level of nesting costs the parser a value and a container: millions of
   // `[` would take gigabytes.
   if (!detail::json_depth_within(data, kMaxJsonDepth))
-    throw LimitExceeded{"the `" + detail::sanitize_utf8(event_label(name)) + "` event's JSON is nested deeper than " +
-                        std::to_string(kMaxJsonDepth) + " levels"};
+    throw LimitExceeded{"the `" + detail::sanitize_utf8(event_label(name)) +
+                        "` event's JSON is nested deeper than " + std::to_string(kMaxJsonDepth) +
+                        " levels"};
   j = json::parse(data.begin(), data.end(), nullptr, false);
   if (!j.is_discarded()) return true;
   if (!detail::valid_utf8(data)) {
@@ -510,7 +585,8 @@ bool parse_data(std::string_view name, std::string_view data, json& j, std::vect
 // False, with an error event appended, when an event's parsed data is not a JSON object.
 bool object_or_error(std::string_view name, const json& j, std::vector<Event>& out) {
   if (j.is_object()) return true;
-  out.push_back(malformed("the `" + detail::sanitize_utf8(event_label(name)) + "` event's data is not a JSON object"));
+  out.push_back(malformed("the `" + detail::sanitize_utf8(event_label(name)) +
+                          "` event's data is not a JSON object"));
   return false;
 }
 
@@ -524,8 +600,10 @@ void error_fields(const json& err, std::string& type, std::string& message) {
   if (!err.is_object()) return;
   if (const json* t = field(err, "type"); t && t->is_string()) type = t->get<std::string>();
   if (type.empty()) {
-    if (const json* c = field(err, "code"); c && c->is_string()) type = c->get<std::string>();
-    else if (c && c->is_number_integer()) type = std::to_string(c->get<int64_t>());
+    if (const json* c = field(err, "code"); c && c->is_string())
+      type = c->get<std::string>();
+    else if (c && c->is_number_integer())
+      type = std::to_string(c->get<int64_t>());
   }
   if (const json* m = field(err, "message"); m && m->is_string()) message = m->get<std::string>();
 }
@@ -605,7 +683,8 @@ class Anthropic final : public TypedProvider {
         tools_[index] = true;
         out.push_back(make(Type::ToolUseStart, index, std::move(id), std::move(tool)));
         if (const json* in = field(b, "input"); in && !(in->is_object() && in->empty()))
-          emit(out, Type::ToolInputDelta, index, in->dump(-1, ' ', false, json::error_handler_t::replace));
+          emit(out, Type::ToolInputDelta, index,
+               in->dump(-1, ' ', false, json::error_handler_t::replace));
       }
     } else if (type == "content_block_stop") {
       int32_t index = need_index(j, "index", type);
@@ -616,7 +695,8 @@ class Anthropic final : public TypedProvider {
       }
     } else if (type == "message_start") {
       const json& m = need_object(j, "message", type);
-      out.push_back(make(Type::MessageStart, -1, opt_str(m, "id", "message"), opt_str(m, "model", "message")));
+      out.push_back(make(Type::MessageStart, -1, opt_str(m, "id", "message"),
+                         opt_str(m, "model", "message")));
       if (const json* u = field(m, "usage")) usage(*u, out);
     } else if (type == "message_delta") {
       if (const json* d = field(j, "delta")) {
@@ -664,9 +744,11 @@ class OpenAIChat final : public Provider {
  public:
   void on_event(std::string_view name, std::string_view data, std::vector<Event>& out) override {
     std::string_view d = data;
-    while (!d.empty() && (d.front() == ' ' || d.front() == '\t' || d.front() == '\n' || d.front() == '\r'))
+    while (!d.empty() &&
+           (d.front() == ' ' || d.front() == '\t' || d.front() == '\n' || d.front() == '\r'))
       d.remove_prefix(1);
-    while (!d.empty() && (d.back() == ' ' || d.back() == '\t' || d.back() == '\n' || d.back() == '\r'))
+    while (!d.empty() &&
+           (d.back() == ' ' || d.back() == '\t' || d.back() == '\n' || d.back() == '\r'))
       d.remove_suffix(1);
     if (d == "[DONE]") {
       done_ = true;
@@ -749,7 +831,8 @@ class OpenAIChat final : public Provider {
       Event e = make(Type::Usage);
       usage_field(e, *u, "prompt_tokens", kInputTokens);
       usage_field(e, *u, "completion_tokens", kOutputTokens);
-      if (const json* p = field(*u, "prompt_tokens_details")) usage_field(e, *p, "cached_tokens", kCacheReadTokens);
+      if (const json* p = field(*u, "prompt_tokens_details"))
+        usage_field(e, *p, "cached_tokens", kCacheReadTokens);
       if (const json* c = field(*u, "completion_tokens_details"))
         usage_field(e, *c, "reasoning_tokens", kThinkingTokens);
       push_usage(std::move(e), out);
@@ -829,13 +912,15 @@ class OpenAIResponses final : public TypedProvider {
     if (type == "response.output_text.delta") {
       Item& it = item(need_index(j, "output_index", type), "message");
       emit(out, Type::Text, it.block, opt_str(j, "delta", type));
-    } else if (type == "response.reasoning_summary_text.delta" || type == "response.reasoning_text.delta") {
+    } else if (type == "response.reasoning_summary_text.delta" ||
+               type == "response.reasoning_text.delta") {
       Item& it = item(need_index(j, "output_index", type), "reasoning");
       emit(out, Type::Thinking, it.block, opt_str(j, "delta", type));
     } else if (type == "response.reasoning_summary_part.added") {
       Item& it = item(need_index(j, "output_index", type), "reasoning");
       // Summary parts of one reasoning item read as paragraphs.
-      if (const json* si = field(j, "summary_index"); si && si->is_number_integer() && si->get<int64_t>() > 0)
+      if (const json* si = field(j, "summary_index");
+          si && si->is_number_integer() && si->get<int64_t>() > 0)
         out.push_back(make(Type::Thinking, it.block, "\n\n"));
     } else if (type == "response.function_call_arguments.delta") {
       Item& it = item(need_index(j, "output_index", type), "function_call");
@@ -849,7 +934,8 @@ class OpenAIResponses final : public TypedProvider {
       if (kind == "function_call") {
         std::string id = opt_str(in, "call_id", "item");
         if (id.empty()) id = opt_str(in, "id", "item");
-        out.push_back(make(Type::ToolUseStart, it.block, std::move(id), opt_str(in, "name", "item")));
+        out.push_back(
+            make(Type::ToolUseStart, it.block, std::move(id), opt_str(in, "name", "item")));
         emit(out, Type::ToolInputDelta, it.block, opt_str(in, "arguments", "item"));
         calls_ = true;
       }
@@ -868,7 +954,8 @@ class OpenAIResponses final : public TypedProvider {
       if (started_) return;
       const json& r = need_object(j, "response", type);
       started_ = true;
-      out.push_back(make(Type::MessageStart, -1, opt_str(r, "id", "response"), opt_str(r, "model", "response")));
+      out.push_back(make(Type::MessageStart, -1, opt_str(r, "id", "response"),
+                         opt_str(r, "model", "response")));
     } else if (type == "response.completed" || type == "response.incomplete") {
       const json& r = need_object(j, "response", type);
       if (const json* u = field(r, "usage")) usage(*u, out);
@@ -877,9 +964,12 @@ class OpenAIResponses final : public TypedProvider {
         reason = "incomplete";
         if (const json* d = field(r, "incomplete_details")) {
           std::string why = opt_str(*d, "reason", "incomplete_details");
-          if (why == "max_output_tokens") reason = "max_tokens";
-          else if (why == "content_filter") reason = "refusal";
-          else if (!why.empty()) reason = why;
+          if (why == "max_output_tokens")
+            reason = "max_tokens";
+          else if (why == "content_filter")
+            reason = "refusal";
+          else if (!why.empty())
+            reason = why;
         }
       }
       close_calls(out);
@@ -892,10 +982,13 @@ class OpenAIResponses final : public TypedProvider {
       out.push_back(make(Type::Error, -1, et.empty() ? "response_failed" : et, msg));
     } else if (type == "error") {
       std::string et, msg;
-      if (const json* e = field(j, "error")) error_fields(*e, et, msg);
-      else error_fields(j, et, msg);
+      if (const json* e = field(j, "error"))
+        error_fields(*e, et, msg);
+      else
+        error_fields(j, et, msg);
       if (et == "error") et.clear();
-      if (const json* c = field(j, "code"); c && c->is_string() && et.empty()) et = c->get<std::string>();
+      if (const json* c = field(j, "code"); c && c->is_string() && et.empty())
+        et = c->get<std::string>();
       out.push_back(make(Type::Error, -1, et.empty() ? "error" : et, msg));
     }
     // Other events (content_part.*, *.done, refusal deltas...) carry nothing new.
@@ -919,8 +1012,10 @@ class OpenAIResponses final : public TypedProvider {
     Event e = make(Type::Usage);
     usage_field(e, u, "input_tokens", kInputTokens);
     usage_field(e, u, "output_tokens", kOutputTokens);
-    if (const json* d = field(u, "input_tokens_details")) usage_field(e, *d, "cached_tokens", kCacheReadTokens);
-    if (const json* d = field(u, "output_tokens_details")) usage_field(e, *d, "reasoning_tokens", kThinkingTokens);
+    if (const json* d = field(u, "input_tokens_details"))
+      usage_field(e, *d, "cached_tokens", kCacheReadTokens);
+    if (const json* d = field(u, "output_tokens_details"))
+      usage_field(e, *d, "reasoning_tokens", kThinkingTokens);
     push_usage(std::move(e), out);
   }
 
@@ -961,7 +1056,8 @@ class Vertex final : public Provider {
     if (const json* err = field(j, "error")) {
       std::string et, msg;
       if (err->is_object()) {
-        if (const json* st = field(*err, "status"); st && st->is_string()) et = st->get<std::string>();
+        if (const json* st = field(*err, "status"); st && st->is_string())
+          et = st->get<std::string>();
       }
       std::string t2;
       error_fields(*err, t2, msg);
@@ -970,7 +1066,8 @@ class Vertex final : public Provider {
       return;
     }
     if (!started_) {
-      std::string id = opt_str(j, "responseId", "response"), model = opt_str(j, "modelVersion", "response");
+      std::string id = opt_str(j, "responseId", "response"),
+                  model = opt_str(j, "modelVersion", "response");
       if (!id.empty() || !model.empty()) {
         started_ = true;
         response_id_ = id;
@@ -1007,10 +1104,12 @@ class Vertex final : public Provider {
     }
     if (!reason.empty() && reason != "FINISH_REASON_UNSPECIFIED") {
       std::string r;
-      if (reason == "STOP") r = calls_ > 0 ? "tool_calls" : "stop";
-      else if (reason == "MAX_TOKENS") r = "max_tokens";
-      else if (reason == "SAFETY" || reason == "RECITATION" || reason == "BLOCKLIST" || reason == "PROHIBITED_CONTENT" ||
-               reason == "SPII" || reason == "IMAGE_SAFETY")
+      if (reason == "STOP")
+        r = calls_ > 0 ? "tool_calls" : "stop";
+      else if (reason == "MAX_TOKENS")
+        r = "max_tokens";
+      else if (reason == "SAFETY" || reason == "RECITATION" || reason == "BLOCKLIST" ||
+               reason == "PROHIBITED_CONTENT" || reason == "SPII" || reason == "IMAGE_SAFETY")
         r = "refusal";
       else {
         r = lower_ascii(reason);
@@ -1034,11 +1133,15 @@ class Vertex final : public Provider {
       int32_t block = next_block_++;
       std::string id = opt_str(*fc, "id", "functionCall");
       ++calls_;
-      if (id.empty()) id = "gemini_" + (response_id_.empty() ? std::string("call") : response_id_) + "_" + std::to_string(calls_);
-      out.push_back(make(Type::ToolUseStart, block, std::move(id), opt_str(*fc, "name", "functionCall")));
+      if (id.empty())
+        id = "gemini_" + (response_id_.empty() ? std::string("call") : response_id_) + "_" +
+             std::to_string(calls_);
+      out.push_back(
+          make(Type::ToolUseStart, block, std::move(id), opt_str(*fc, "name", "functionCall")));
       const json* args = field(*fc, "args");
       if (args && !(args->is_object() && args->empty()))
-        out.push_back(make(Type::ToolInputDelta, block, args->dump(-1, ' ', false, json::error_handler_t::replace)));
+        out.push_back(make(Type::ToolInputDelta, block,
+                           args->dump(-1, ' ', false, json::error_handler_t::replace)));
       out.push_back(make(Type::ToolUseStop, block));
       last_ = Last::Call;
       return;
@@ -1090,17 +1193,22 @@ class Vertex final : public Provider {
 
 std::unique_ptr<Provider> make_provider(Kind kind) {
   switch (kind) {
-    case Kind::Anthropic: return std::make_unique<Anthropic>();
-    case Kind::OpenAIChat: return std::make_unique<OpenAIChat>();
-    case Kind::OpenAIResponses: return std::make_unique<OpenAIResponses>();
-    case Kind::Vertex: return std::make_unique<Vertex>();
+    case Kind::Anthropic:
+      return std::make_unique<Anthropic>();
+    case Kind::OpenAIChat:
+      return std::make_unique<OpenAIChat>();
+    case Kind::OpenAIResponses:
+      return std::make_unique<OpenAIResponses>();
+    case Kind::Vertex:
+      return std::make_unique<Vertex>();
   }
   throw Error(FLEMMA_E_INVALID, "unknown stream kind");
 }
 
 std::string_view trim(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) s.remove_suffix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r'))
+    s.remove_suffix(1);
   return s;
 }
 
@@ -1209,8 +1317,10 @@ void Decoder::feed(std::string_view in, std::vector<Event>& out) {
     if (in.front() == '\n') in.remove_prefix(1);
   }
   if (in.empty()) return;
-  if (phase_ == Phase::Sse) sse_bytes(in, out);
-  else if (phase_ == Phase::Raw) raw_bytes(in);
+  if (phase_ == Phase::Sse)
+    sse_bytes(in, out);
+  else if (phase_ == Phase::Raw)
+    raw_bytes(in);
 }
 
 void Decoder::header_bytes(std::string_view& in, std::vector<Event>& out) {
@@ -1225,13 +1335,17 @@ void Decoder::header_bytes(std::string_view& in, std::vector<Event>& out) {
     size_t term = 0;
     size_t len = find_line(in, term);
     if (len == std::string_view::npos) {
-      if (line_.size() + in.size() <= kMaxHeaderBlock) line_.append(in);
-      else line_overflow_ = true;
+      if (line_.size() + in.size() <= kMaxHeaderBlock)
+        line_.append(in);
+      else
+        line_overflow_ = true;
       in = {};
       return;
     }
-    if (line_.size() + len <= kMaxHeaderBlock) line_.append(in.data(), len);
-    else line_overflow_ = true;
+    if (line_.size() + len <= kMaxHeaderBlock)
+      line_.append(in.data(), len);
+    else
+      line_overflow_ = true;
     if (term == 1 && in[len] == '\r' && len + 1 == in.size()) skip_lf_ = true;
     in.remove_prefix(len + term);
     std::string line;
@@ -1254,15 +1368,18 @@ void Decoder::header_line(std::string_view line, std::vector<Event>& out) {
     if (line.substr(0, 5) == "HTTP/") {
       in_block_ = true;
     } else {
-      phase_ = content_type_.find("text/event-stream") != std::string::npos || content_type_.empty() ? Phase::Sse
-                                                                                                   : Phase::Raw;
+      phase_ = content_type_.find("text/event-stream") != std::string::npos || content_type_.empty()
+                   ? Phase::Sse
+                   : Phase::Raw;
       std::string again(line);
       again.push_back('\n');
       bom_checked_ = true;
       bool skip = skip_lf_;  // belongs to the line just ended, not to `again`
       skip_lf_ = false;
-      if (phase_ == Phase::Sse) sse_bytes(again, out);
-      else raw_bytes(again);
+      if (phase_ == Phase::Sse)
+        sse_bytes(again, out);
+      else
+        raw_bytes(again);
       skip_lf_ = skip;
       return;
     }
@@ -1280,7 +1397,8 @@ void Decoder::header_line(std::string_view line, std::vector<Event>& out) {
       }
       if (digits == 3) status_ = code;
       std::string reason = lower(line.substr(i));
-      if (status_ == 200 && reason.find("connection established") != std::string::npos) status_ = 100;
+      if (status_ == 200 && reason.find("connection established") != std::string::npos)
+        status_ = 100;
     }
     if (status_ == 0) status_ = -1;  // unreadable: reported as 0
     return;
@@ -1358,8 +1476,10 @@ void Decoder::sse_bytes(std::string_view in, std::vector<Event>& out) {
     size_t term = 0;
     size_t len = find_line(in, term);
     if (len == std::string_view::npos) {
-      if (line_.size() + in.size() <= kMaxEventData) line_.append(in);
-      else line_too_long(out);
+      if (line_.size() + in.size() <= kMaxEventData)
+        line_.append(in);
+      else
+        line_too_long(out);
       break;
     }
     if (term == 1 && in[len] == '\r' && len + 1 == in.size()) skip_lf_ = true;
@@ -1406,7 +1526,8 @@ void Decoder::sse_line(std::string_view line, bool stable, std::vector<Event>& o
     }
     keep_data();
     if (data_.size() + value.size() + 1 > kMaxEventData) {
-      fail("an event's data is larger than " + std::to_string(kMaxEventData >> 20) + " MiB: the stream was stopped",
+      fail("an event's data is larger than " + std::to_string(kMaxEventData >> 20) +
+               " MiB: the stream was stopped",
            out);
       return;
     }
@@ -1427,7 +1548,8 @@ void Decoder::keep_data() {
 }
 
 void Decoder::line_too_long(std::vector<Event>& out) {
-  fail("a line of the stream is longer than " + std::to_string(kMaxEventData >> 20) + " MiB: the stream was stopped",
+  fail("a line of the stream is longer than " + std::to_string(kMaxEventData >> 20) +
+           " MiB: the stream was stopped",
        out);
 }
 
@@ -1477,7 +1599,8 @@ void Decoder::finish(std::vector<Event>& out) {
       if (j.is_object()) {
         std::string et, msg;
         if (const json* err = field(j, "error")) error_fields(*err, et, msg);
-        if (!msg.empty() || !et.empty()) out.push_back(make(Type::Error, -1, et.empty() ? "error" : et, msg));
+        if (!msg.empty() || !et.empty())
+          out.push_back(make(Type::Error, -1, et.empty() ? "error" : et, msg));
       }
     }
     end.mask = 1;

@@ -33,11 +33,18 @@ enum class Type : int32_t {
   Stop = 11,              // a = reason
   Error = 12,             // a = error type, b = message
   End = 13,               // status = 1 if complete; mask bit 1: a = the kept non-SSE body
-  JsonRpc = 14,           // status = jsonrpc::MessageKind; a = method; b = the message (jsonrpc.hpp)
+  JsonRpc = 14,  // status = jsonrpc::MessageKind; a = method; b = the message (jsonrpc.hpp)
 };
 
 // Usage fields, in the order of Event::usage (bit i of Event::mask: field i present).
-enum UsageField { kInputTokens = 0, kOutputTokens, kCacheReadTokens, kCacheWriteTokens, kThinkingTokens, kUsageFields };
+enum UsageField {
+  kInputTokens = 0,
+  kOutputTokens,
+  kCacheReadTokens,
+  kCacheWriteTokens,
+  kThinkingTokens,
+  kUsageFields
+};
 
 struct Event {
   Type type = Type::End;
@@ -56,10 +63,10 @@ enum class Kind { Anthropic = 1, OpenAIChat = 2, OpenAIResponses = 3, Vertex = 4
 std::optional<Kind> kind_from_name(std::string_view name);
 
 // Limits.
-constexpr size_t kMaxBody = 64 * 1024;          // a non-SSE body kept for the report
-constexpr size_t kMaxHeaderBlock = 64 * 1024;   // header lines beyond this are dropped
-constexpr size_t kMaxEventData = 16 << 20;      // one SSE line or event's data (then the stream fails)
-constexpr size_t kMaxJsonDepth = 128;           // nesting of an event's JSON (then the stream fails)
+constexpr size_t kMaxBody = 64 * 1024;         // a non-SSE body kept for the report
+constexpr size_t kMaxHeaderBlock = 64 * 1024;  // header lines beyond this are dropped
+constexpr size_t kMaxEventData = 16 << 20;  // one SSE line or event's data (then the stream fails)
+constexpr size_t kMaxJsonDepth = 128;       // nesting of an event's JSON (then the stream fails)
 
 // The error type of a limit that failed the stream (Event::a of its Error event):
 // a line or event larger than kMaxEventData, JSON nested deeper than
@@ -108,12 +115,12 @@ class Decoder {
   Phase phase_ = Phase::Start;
   // Line assembly (header lines and SSE lines).
   std::string line_;
-  bool skip_lf_ = false;    // the last line ended with a CR: a following LF belongs to it
+  bool skip_lf_ = false;  // the last line ended with a CR: a following LF belongs to it
   bool line_overflow_ = false;
   // Header block.
   int status_ = 0;
   bool in_block_ = false;
-  std::string headers_;     // "name: value\n" lines of the current block
+  std::string headers_;  // "name: value\n" lines of the current block
   std::string content_type_;
   // SSE event being assembled.
   std::string event_name_;

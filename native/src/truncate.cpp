@@ -108,7 +108,8 @@ Result truncate_head(std::string_view text, int64_t max_lines_in, int64_t max_by
       break;
     }
     const void* nl = std::memchr(text.data() + end, '\n', text.size() - end);
-    size_t line_end = nl ? static_cast<size_t>(static_cast<const char*>(nl) - text.data()) + 1 : text.size();
+    size_t line_end =
+        nl ? static_cast<size_t>(static_cast<const char*>(nl) - text.data()) + 1 : text.size();
     if (static_cast<int64_t>(line_end) > max_bytes) {
       r.truncated_by = By::Bytes;
       break;
@@ -119,9 +120,13 @@ Result truncate_head(std::string_view text, int64_t max_lines_in, int64_t max_by
   if (lines == 0 && max_lines > 0 && !text.empty()) {
     // The first line alone is over the byte limit: keep its start, with a marker.
     const void* nl = std::memchr(text.data(), '\n', text.size());
-    size_t line_len = nl ? static_cast<size_t>(static_cast<const char*>(nl) - text.data()) : text.size();
-    std::string marker = " [... line cut: " + format_size(static_cast<int64_t>(line_len)) + " in total]";
-    size_t budget = static_cast<size_t>(max_bytes) > marker.size() ? static_cast<size_t>(max_bytes) - marker.size() : 0;
+    size_t line_len =
+        nl ? static_cast<size_t>(static_cast<const char*>(nl) - text.data()) : text.size();
+    std::string marker =
+        " [... line cut: " + format_size(static_cast<int64_t>(line_len)) + " in total]";
+    size_t budget = static_cast<size_t>(max_bytes) > marker.size()
+                        ? static_cast<size_t>(max_bytes) - marker.size()
+                        : 0;
     size_t keep = utf8_prefix(text.substr(0, line_len), budget);
     r.content.reserve(keep + marker.size());
     r.content.assign(text.substr(0, keep));
@@ -183,8 +188,11 @@ Result truncate_tail(std::string_view text, int64_t max_lines_in, int64_t max_by
       }
     }
     size_t line_len = text.size() - line_start;
-    std::string marker = "[... line cut: " + format_size(static_cast<int64_t>(line_len)) + " in total] ";
-    size_t budget = static_cast<size_t>(max_bytes) > marker.size() ? static_cast<size_t>(max_bytes) - marker.size() : 0;
+    std::string marker =
+        "[... line cut: " + format_size(static_cast<int64_t>(line_len)) + " in total] ";
+    size_t budget = static_cast<size_t>(max_bytes) > marker.size()
+                        ? static_cast<size_t>(max_bytes) - marker.size()
+                        : 0;
     std::string_view line = text.substr(line_start);
     size_t s = utf8_suffix_start(line, budget);
     r.content.reserve(marker.size() + line.size() - s);

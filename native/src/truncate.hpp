@@ -44,10 +44,12 @@ size_t utf8_suffix_start(std::string_view text, size_t want);
 // Keeps the first max_lines lines and at most max_bytes bytes, whole lines only,
 // except that a first line longer than max_bytes is cut (with a marker).
 // Limits <= 0 mean "no limit" of that kind.
-Result truncate_head(std::string_view text, int64_t max_lines = kMaxLines, int64_t max_bytes = kMaxBytes);
+Result truncate_head(std::string_view text, int64_t max_lines = kMaxLines,
+                     int64_t max_bytes = kMaxBytes);
 
 // Keeps the last max_lines lines and at most max_bytes bytes, whole lines only,
 // except that a last line longer than max_bytes keeps its end (with a marker).
-Result truncate_tail(std::string_view text, int64_t max_lines = kMaxLines, int64_t max_bytes = kMaxBytes);
+Result truncate_tail(std::string_view text, int64_t max_lines = kMaxLines,
+                     int64_t max_bytes = kMaxBytes);
 
 }  // namespace flemma::truncate

@@ -7,9 +7,8 @@ local attachments = require("flemma.attachments")
 local KEY = "sk-attach-spec-" .. tostring(math.random(1e9))
 
 -- A real 1x1 PNG (red pixel) and a small, valid one-page PDF.
-local PNG = vim.base64.decode(
-  "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5ErkJggg=="
-)
+local PNG =
+  vim.base64.decode("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5ErkJggg==")
 local PDF = table.concat({
   "%PDF-1.4",
   "1 0 obj << /Type /Catalog /Pages 2 0 R >> endobj",
@@ -39,13 +38,19 @@ describe("flemma.attachments.references", function()
   end
 
   it("reads the four path forms and leaves trailing punctuation out", function()
-    assert.same({ "./a.txt", "../b.md", "~/c.lua", "/abs/d.png" }, paths("see @./a.txt, @../b.md; @~/c.lua! and @/abs/d.png."))
+    assert.same(
+      { "./a.txt", "../b.md", "~/c.lua", "/abs/d.png" },
+      paths("see @./a.txt, @../b.md; @~/c.lua! and @/abs/d.png.")
+    )
     assert.same({ "./b.png", "./c.pdf", "./d.txt" }, paths("(@./b.png) [@./c.pdf] '@./d.txt'?"))
     assert.same({ "./dir/file.tar.gz" }, paths("@./dir/file.tar.gz..."))
   end)
 
   it("reads a space escaped by a backslash as part of the path", function()
-    assert.same({ "./my notes.txt", "~/a b/c d.png image/png" }, paths("see @./my\\ notes.txt, and @~/a\\ b/c\\ d.png;type=image/png."))
+    assert.same(
+      { "./my notes.txt", "~/a b/c d.png image/png" },
+      paths("see @./my\\ notes.txt, and @~/a\\ b/c\\ d.png;type=image/png.")
+    )
     assert.same({ "./x\\y.txt" }, paths("@./x\\y.txt next"))
     local text = "(@./two\\ words.md) then"
     local refs = attachments.references(text)
@@ -53,7 +58,10 @@ describe("flemma.attachments.references", function()
   end)
 
   it("reads ;type= after the path", function()
-    assert.same({ "./data.bin text/plain", "./x image/png" }, paths("@./data.bin;type=text/plain and @./x;type=image/png."))
+    assert.same(
+      { "./data.bin text/plain", "./x image/png" },
+      paths("@./data.bin;type=text/plain and @./x;type=image/png.")
+    )
   end)
 
   it("gives the byte range of each reference", function()
@@ -208,7 +216,9 @@ describe("sending file references", function()
           { type = "image_url", image_url = { url = "data:image/png;base64," .. b64(dir .. "/pixel.png") } },
           {
             type = "text",
-            text = ("[File ./docs/paper.pdf (application/pdf, %d bytes) is not included: this server does not take PDF files]"):format(#PDF),
+            text = ("[File ./docs/paper.pdf (application/pdf, %d bytes) is not included: this server does not take PDF files]"):format(
+              #PDF
+            ),
           },
         },
       },
@@ -220,13 +230,19 @@ describe("sending file references", function()
     local document = require("flemma.document")
     local buf = chat({ "@You:", "Read @./docs/paper.pdf" })
     local doc = assert(attachments.expand(buf, document.get(buf)))
-    for _, endpoint in ipairs({ "https://api.openai.com/v1/chat/completions", "https://openrouter.ai/api/v1/chat/completions" }) do
+    for _, endpoint in ipairs({
+      "https://api.openai.com/v1/chat/completions",
+      "https://openrouter.ai/api/v1/chat/completions",
+    }) do
       local spec = { name = "x", kind = "openai_chat", endpoint = endpoint, model = "gpt-4o" }
       local ctx = provider.context(spec, document.to_messages(doc), { parameters = {}, tools = {} })
       local body = vim.json.decode((provider.encode(ctx)))
       assert.same({
         { type = "text", text = "Read @./docs/paper.pdf" },
-        { type = "file", file = { filename = "paper.pdf", file_data = "data:application/pdf;base64," .. b64(dir .. "/docs/paper.pdf") } },
+        {
+          type = "file",
+          file = { filename = "paper.pdf", file_data = "data:application/pdf;base64," .. b64(dir .. "/docs/paper.pdf") },
+        },
       }, body.messages[1].content)
     end
   end)
@@ -269,9 +285,12 @@ describe("sending file references", function()
       { type = "text", text = "Read @./data.bin;type=text/plain." },
       { type = "text", text = "File: ./data.bin\n```\nplain words\n```" },
     }, body.messages[1].content)
-    assert.truthy(vim.iter(notes):any(function(n)
-      return n.level == vim.log.levels.WARN and n.msg:find("@./pixel.png in @System:", 1, true) ~= nil
-    end), vim.inspect(notes))
+    assert.truthy(
+      vim.iter(notes):any(function(n)
+        return n.level == vim.log.levels.WARN and n.msg:find("@./pixel.png in @System:", 1, true) ~= nil
+      end),
+      vim.inspect(notes)
+    )
   end)
 
   it("a file changed between sends is read again", function()
@@ -291,7 +310,8 @@ describe("sending file references", function()
   it("hands back the same message tables while the message and its files are unchanged", function()
     setup("anthropic", "/v1/messages")
     local document = require("flemma.document")
-    local buf = chat({ "@You:", "Look at @./pixel.png", "", "@Assistant:", "A red pixel.", "", "@You:", "And @./notes.txt" })
+    local buf =
+      chat({ "@You:", "Look at @./pixel.png", "", "@Assistant:", "A red pixel.", "", "@You:", "And @./notes.txt" })
     local a = assert(attachments.expand(buf, document.get(buf)))
     local b = assert(attachments.expand(buf, document.get(buf)))
     assert.equals(a.messages[1], b.messages[1])
@@ -343,10 +363,16 @@ describe("sending file references", function()
     local diags = blocked({ "@You:", "Fine @./notes.txt", "", "but not @./gone.txt." })
     assert.equals(1, #diags)
     assert.equals(3, diags[1].lnum)
-    assert.truthy(diags[1].message:find("file @./gone.txt not found (" .. dir .. "/gone.txt)", 1, true), diags[1].message)
-    assert.truthy(vim.iter(notes):any(function(n)
-      return n.level == vim.log.levels.ERROR and n.msg:find("line 4: file @./gone.txt not found", 1, true) ~= nil
-    end), vim.inspect(notes))
+    assert.truthy(
+      diags[1].message:find("file @./gone.txt not found (" .. dir .. "/gone.txt)", 1, true),
+      diags[1].message
+    )
+    assert.truthy(
+      vim.iter(notes):any(function(n)
+        return n.level == vim.log.levels.ERROR and n.msg:find("line 4: file @./gone.txt not found", 1, true) ~= nil
+      end),
+      vim.inspect(notes)
+    )
   end)
 
   it("the diagnostics of a refused send follow the references as they are edited", function()
@@ -417,7 +443,10 @@ describe("sending file references", function()
     vim.uv.fs_symlink("/proc/self/environ", dir .. "/env.txt")
     local diags = blocked({ "@You:", "@/dev/zero", "@./pipe", "@/proc/self/environ;type=text/plain", "@./env.txt" })
     assert.equals(4, #diags, vim.inspect(diags))
-    assert.truthy(diags[1].message:find("@/dev/zero is not a regular file (/dev/zero, a char)", 1, true), diags[1].message)
+    assert.truthy(
+      diags[1].message:find("@/dev/zero is not a regular file (/dev/zero, a char)", 1, true),
+      diags[1].message
+    )
     assert.truthy(diags[2].message:find("@./pipe is not a regular file", 1, true), diags[2].message)
     assert.truthy(diags[3].message:find("@/proc/self/environ is under /proc", 1, true), diags[3].message)
     assert.truthy(diags[4].message:find("@./env.txt is under /proc", 1, true), diags[4].message)
@@ -461,7 +490,10 @@ describe("sending file references", function()
     helpers.write_file(dir .. "/README", "just text\n")
     chat({ "@You:", "@./IMAGE @./README" })
     local body = send_and_wait({ fixture = "anthropic_text.sse" })
-    assert.same({ type = "base64", media_type = "image/png", data = b64(dir .. "/IMAGE") }, body.messages[1].content[2].source)
+    assert.same(
+      { type = "base64", media_type = "image/png", data = b64(dir .. "/IMAGE") },
+      body.messages[1].content[2].source
+    )
     assert.equals("File: ./README\n```\njust text\n```", body.messages[1].content[3].text)
   end)
 end)

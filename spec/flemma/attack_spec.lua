@@ -13,7 +13,17 @@ end
 local function anthropic_answer(answer, uses)
   local out = {
     "event: message_start\n",
-    data({ type = "message_start", message = { id = "msg_a", type = "message", role = "assistant", model = "m", content = {}, usage = { input_tokens = 1, output_tokens = 1 } } }),
+    data({
+      type = "message_start",
+      message = {
+        id = "msg_a",
+        type = "message",
+        role = "assistant",
+        model = "m",
+        content = {},
+        usage = { input_tokens = 1, output_tokens = 1 },
+      },
+    }),
     "event: content_block_start\n",
     data({ type = "content_block_start", index = 0, content_block = { type = "text", text = "" } }),
     "event: content_block_delta\n",
@@ -24,16 +34,28 @@ local function anthropic_answer(answer, uses)
   for i, u in ipairs(uses or {}) do
     vim.list_extend(out, {
       "event: content_block_start\n",
-      data({ type = "content_block_start", index = i, content_block = { type = "tool_use", id = u.id, name = u.name, input = vim.empty_dict() } }),
+      data({
+        type = "content_block_start",
+        index = i,
+        content_block = { type = "tool_use", id = u.id, name = u.name, input = vim.empty_dict() },
+      }),
       "event: content_block_delta\n",
-      data({ type = "content_block_delta", index = i, delta = { type = "input_json_delta", partial_json = vim.json.encode(u.input) } }),
+      data({
+        type = "content_block_delta",
+        index = i,
+        delta = { type = "input_json_delta", partial_json = vim.json.encode(u.input) },
+      }),
       "event: content_block_stop\n",
       data({ type = "content_block_stop", index = i }),
     })
   end
   vim.list_extend(out, {
     "event: message_delta\n",
-    data({ type = "message_delta", delta = { stop_reason = uses and "tool_use" or "end_turn" }, usage = { output_tokens = 9 } }),
+    data({
+      type = "message_delta",
+      delta = { stop_reason = uses and "tool_use" or "end_turn" },
+      usage = { output_tokens = 9 },
+    }),
     "event: message_stop\n",
     data({ type = "message_stop" }),
   })
@@ -71,7 +93,9 @@ describe("a tool result holding the API key", function()
   local function run(sandbox, use)
     require("flemma").setup({
       provider = "test",
-      providers = { test = { kind = "anthropic", endpoint = server:url("/v1/messages"), api_key_env = "FLEMMA_SPEC_KEY" } },
+      providers = {
+        test = { kind = "anthropic", endpoint = server:url("/v1/messages"), api_key_env = "FLEMMA_SPEC_KEY" },
+      },
       parameters = { max_retries = 0, cache_retention = "none", timeout = 30 },
       sandbox = { enabled = sandbox, backend = "bwrap" },
       tools = { autopilot = { enabled = true } },
@@ -143,7 +167,9 @@ describe("a read whose path a command redirects after the approval", function()
     end
     require("flemma").setup({
       provider = "test",
-      providers = { test = { kind = "anthropic", endpoint = server:url("/v1/messages"), api_key_env = "FLEMMA_SPEC_KEY" } },
+      providers = {
+        test = { kind = "anthropic", endpoint = server:url("/v1/messages"), api_key_env = "FLEMMA_SPEC_KEY" },
+      },
       parameters = { max_retries = 0, cache_retention = "none", timeout = 30 },
       sandbox = { enabled = true, backend = "bwrap" },
       tools = { autopilot = { enabled = true } },
@@ -183,7 +209,10 @@ describe("a read whose path a command redirects after the approval", function()
         end
       end
     end
-    assert.same({ toolu_ln1 = "done", toolu_ln2 = "done", toolu_ln3 = "done", toolu_ln4 = "done", toolu_read = "pending" }, status)
+    assert.same(
+      { toolu_ln1 = "done", toolu_ln2 = "done", toolu_ln3 = "done", toolu_ln4 = "done", toolu_read = "pending" },
+      status
+    )
     assert.equals(1, #server:requests())
   end
 
@@ -198,7 +227,9 @@ describe("a read whose path a command redirects after the approval", function()
     end
     require("flemma").setup({
       provider = "test",
-      providers = { test = { kind = "anthropic", endpoint = server:url("/v1/messages"), api_key_env = "FLEMMA_SPEC_KEY" } },
+      providers = {
+        test = { kind = "anthropic", endpoint = server:url("/v1/messages"), api_key_env = "FLEMMA_SPEC_KEY" },
+      },
       parameters = { max_retries = 0, cache_retention = "none", timeout = 30 },
       sandbox = { enabled = true, backend = "bwrap" },
       tools = { autopilot = { enabled = true } },
@@ -222,7 +253,11 @@ describe("a read whose path a command redirects after the approval", function()
 
   it("by a directory swapped for a link never reads ~/.aws", function()
     helpers.write_file(project .. "/conf/credentials", "project-readme\n")
-    attack('[ -L conf ] || { mv conf conf.old && ln -s "$HOME/.aws" conf; }', "conf/credentials", "SECRET-AWS-CREDENTIALS")
+    attack(
+      '[ -L conf ] || { mv conf conf.old && ln -s "$HOME/.aws" conf; }',
+      "conf/credentials",
+      "SECRET-AWS-CREDENTIALS"
+    )
   end)
 end)
 
@@ -256,7 +291,9 @@ describe("a Kerberos ticket in /tmp with the sandbox on", function()
     end
     require("flemma").setup({
       provider = "test",
-      providers = { test = { kind = "anthropic", endpoint = server:url("/v1/messages"), api_key_env = "FLEMMA_SPEC_KEY" } },
+      providers = {
+        test = { kind = "anthropic", endpoint = server:url("/v1/messages"), api_key_env = "FLEMMA_SPEC_KEY" },
+      },
       parameters = { max_retries = 0, cache_retention = "none", timeout = 30 },
       sandbox = { enabled = true, backend = "bwrap" },
       tools = { autopilot = { enabled = true } },
@@ -300,7 +337,14 @@ describe("a key for a loopback endpoint with http_proxy set", function()
     h = helpers.send_harness({ key = KEY })
     server = h.server
     proxy = require("spec.support.llm_server").start()
-    saved = { http_proxy = vim.env.http_proxy, HTTP_PROXY = vim.env.HTTP_PROXY, ALL_PROXY = vim.env.ALL_PROXY, all_proxy = vim.env.all_proxy, no_proxy = vim.env.no_proxy, NO_PROXY = vim.env.NO_PROXY }
+    saved = {
+      http_proxy = vim.env.http_proxy,
+      HTTP_PROXY = vim.env.HTTP_PROXY,
+      ALL_PROXY = vim.env.ALL_PROXY,
+      all_proxy = vim.env.all_proxy,
+      no_proxy = vim.env.no_proxy,
+      NO_PROXY = vim.env.NO_PROXY,
+    }
     local url = ("http://127.0.0.1:%d"):format(proxy.port)
     vim.env.http_proxy, vim.env.ALL_PROXY = url, url
     vim.env.no_proxy, vim.env.NO_PROXY = nil, nil
@@ -319,7 +363,9 @@ describe("a key for a loopback endpoint with http_proxy set", function()
   it("never goes through the proxy", function()
     require("flemma").setup({
       provider = "test",
-      providers = { test = { kind = "anthropic", endpoint = server:url("/v1/messages"), api_key_env = "FLEMMA_SPEC_KEY" } },
+      providers = {
+        test = { kind = "anthropic", endpoint = server:url("/v1/messages"), api_key_env = "FLEMMA_SPEC_KEY" },
+      },
       parameters = { max_retries = 0, cache_retention = "none", timeout = 30 },
     })
     server:script({ { body = anthropic_answer("Hello."), content_type = "text/event-stream" } })

@@ -39,10 +39,12 @@ describe(":Flemma", function()
   it("completes subcommand names and the arguments of those that take them", function()
     local all = vim.fn.getcompletion("Flemma ", "cmdline")
     assert.same(commands.names(), all)
-    assert.same({ "tool:approve", "tool:cancel", "tool:cancel-all", "tool:execute", "tool:list", "tool:reject", "tool:undo" },
+    assert.same(
+      { "tool:approve", "tool:cancel", "tool:cancel-all", "tool:execute", "tool:list", "tool:reject", "tool:undo" },
       vim.tbl_filter(function(n)
         return n:find("^tool:") ~= nil
-      end, vim.fn.getcompletion("Flemma tool:", "cmdline")))
+      end, vim.fn.getcompletion("Flemma tool:", "cmdline"))
+    )
     assert.same({ "debug" }, vim.fn.getcompletion("Flemma logging:enable de", "cmdline"))
   end)
 end)
@@ -58,7 +60,9 @@ describe(":Flemma in a buffer that is not a chat", function()
     h.server:script({ { fixture = "anthropic_text.sse" } })
     require("flemma").setup({
       provider = "test",
-      providers = { test = { kind = "anthropic", endpoint = h.server:url("/v1/messages"), api_key_env = "FLEMMA_SPEC_KEY" } },
+      providers = {
+        test = { kind = "anthropic", endpoint = h.server:url("/v1/messages"), api_key_env = "FLEMMA_SPEC_KEY" },
+      },
       parameters = { max_retries = 0 },
     })
   end)
@@ -67,8 +71,21 @@ describe(":Flemma in a buffer that is not a chat", function()
   end)
 
   local conversation = {
-    "send", "cancel", "status", "usage:estimate", "preview", "trust", "untrust", "tool:execute", "tool:approve",
-    "tool:reject no", "tool:cancel", "tool:cancel-all", "autopilot:enable", "autopilot:disable", "autopilot:status",
+    "send",
+    "cancel",
+    "status",
+    "usage:estimate",
+    "preview",
+    "trust",
+    "untrust",
+    "tool:execute",
+    "tool:approve",
+    "tool:reject no",
+    "tool:cancel",
+    "tool:cancel-all",
+    "autopilot:enable",
+    "autopilot:disable",
+    "autopilot:status",
   }
 
   for _, file in ipairs({ ".env", "main.py", "notes" }) do

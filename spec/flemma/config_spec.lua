@@ -34,12 +34,15 @@ describe("flemma.config", function()
     { { tools = { default_timeout = "30" } }, "`tools.default_timeout` should be a number, not string" },
     {
       { provider = "nope" },
-      "`provider` should be one of anthropic, deepseek, llamacpp, lmstudio, moonshot, ollama, openai, openai_chat, openrouter, vertex, vllm, not \"nope\"",
+      '`provider` should be one of anthropic, deepseek, llamacpp, lmstudio, moonshot, ollama, openai, openai_chat, openrouter, vertex, vllm, not "nope"',
     },
     { { providers = { mine = { endpoint = "http://x" } } }, "`providers.mine.kind` is missing" },
     { { providers = { mine = { kind = "soap", endpoint = "http://x" } } }, "`providers.mine.kind` should be one of" },
     { { providers = { ollama = { port = 1 } } }, "unknown option `providers.ollama.port`" },
-    { { providers = { ollama = { headers = { ["X-A"] = 1 } } } }, "`providers.ollama.headers` should map header names to strings" },
+    {
+      { providers = { ollama = { headers = { ["X-A"] = 1 } } } },
+      "`providers.ollama.headers` should map header names to strings",
+    },
     { { sandbox = { enabled = 1 } }, "`sandbox.enabled` should be a boolean, not number" },
     { { sandbox = { polcy = {} } }, "unknown option `sandbox.polcy`" },
     { { bogus = true }, "unknown option `bogus`" },
@@ -48,10 +51,16 @@ describe("flemma.config", function()
     { { parameters = { temperature = 0 / 0 } }, "`parameters.temperature` should be a finite number, not nan" },
     { { parameters = { max_tokens = math.huge } }, "`parameters.max_tokens` should be a finite number, not inf" },
     { { parameters = { timeout = -math.huge } }, "`parameters.timeout` should be a finite number, not -inf" },
-    { { parameters = { vertex = { thinking_budget = 1 / 0 } } }, "`parameters.vertex.thinking_budget` should be a finite number, not inf" },
+    {
+      { parameters = { vertex = { thinking_budget = 1 / 0 } } },
+      "`parameters.vertex.thinking_budget` should be a finite number, not inf",
+    },
     { { tools = { default_timeout = 0 / 0 } }, "`tools.default_timeout` should be a finite number, not nan" },
     { { attachments = { max_bytes = 0 } }, "`attachments.max_bytes` should be a whole number of bytes >= 1, not 0" },
-    { { attachments = { max_bytes = 1.5 } }, "`attachments.max_bytes` should be a whole number of bytes >= 1, not 1.5" },
+    {
+      { attachments = { max_bytes = 1.5 } },
+      "`attachments.max_bytes` should be a whole number of bytes >= 1, not 1.5",
+    },
     { { attachments = { max_bytes = "1MB" } }, "`attachments.max_bytes` should be a number, not string" },
   }
   for _, case in ipairs(bad) do
@@ -63,7 +72,10 @@ describe("flemma.config", function()
   end
 
   it("has the built-in named providers and accepts new ones", function()
-    local c = config.setup({ provider = "mine", providers = { mine = { kind = "openai_chat", endpoint = "http://h/v1/chat/completions", model = "m" } } })
+    local c = config.setup({
+      provider = "mine",
+      providers = { mine = { kind = "openai_chat", endpoint = "http://h/v1/chat/completions", model = "m" } },
+    })
     assert.equals("mine", c.provider)
     assert.equals("openai_chat", c.providers.ollama.kind)
     assert.equals("http://127.0.0.1:11434/v1/chat/completions", c.providers.ollama.endpoint)

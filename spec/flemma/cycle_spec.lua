@@ -137,7 +137,8 @@ describe("the <C-]> cycle", function()
   end)
 
   it("shows a preview inside each empty pending placeholder, gone once the result is in", function()
-    local buf = chat(conversation({ { "bash", "toolu_01", { command = "echo hi", label = "listing", timeout = vim.NIL } } }))
+    local buf =
+      chat(conversation({ { "bash", "toolu_01", { command = "echo hi", label = "listing", timeout = vim.NIL } } }))
     press("<C-]>")
     local shown = preview.shown(buf)
     assert.equals(1, #shown)
@@ -191,7 +192,11 @@ describe("the <C-]> cycle", function()
   it("injects an error result for a tool denied by policy", function()
     setup({ tools = { auto_approve = { "$default", "echo" }, presets = { ["$no-echo"] = { deny = { "echo" } } } } })
     require("flemma").setup({
-      tools = { autopilot = { enabled = false }, auto_approve = { "$default", "echo", "$no-echo" }, presets = { ["$no-echo"] = { deny = { "echo" } } } },
+      tools = {
+        autopilot = { enabled = false },
+        auto_approve = { "$default", "echo", "$no-echo" },
+        presets = { ["$no-echo"] = { deny = { "echo" } } },
+      },
     })
     local buf = chat(conversation({ { "echo", "toolu_01", { text = "x" } } }))
     press("<C-]>")
@@ -201,14 +206,28 @@ describe("the <C-]> cycle", function()
   end)
 
   it("uses the user's text as the message of a rejection", function()
-    local buf = chat(conversation({ { "bash", "toolu_01", { command = "rm -rf ~", label = vim.NIL, timeout = vim.NIL } } }))
+    local buf =
+      chat(conversation({ { "bash", "toolu_01", { command = "rm -rf ~", label = vim.NIL, timeout = vim.NIL } } }))
     press("<C-]>")
     local l = line_of(buf, "```flemma:tool status=pending")
-    vim.api.nvim_buf_set_lines(buf, l - 1, l, false, { "```flemma:tool status=rejected", "I don't want to run rm -rf on my home directory." })
+    vim.api.nvim_buf_set_lines(
+      buf,
+      l - 1,
+      l,
+      false,
+      { "```flemma:tool status=rejected", "I don't want to run rm -rf on my home directory." }
+    )
     press("<C-]>")
     wait_text(buf, "(error)")
     local t = text(buf)
-    assert.truthy(t:find("**Tool Result:** `toolu_01` (error)\n\n```\nI don't want to run rm -rf on my home directory.\n```", 1, true), t)
+    assert.truthy(
+      t:find(
+        "**Tool Result:** `toolu_01` (error)\n\n```\nI don't want to run rm -rf on my home directory.\n```",
+        1,
+        true
+      ),
+      t
+    )
   end)
 
   it("sends the content of a pending placeholder as the user's own result", function()
@@ -295,7 +314,11 @@ describe("the <C-]> cycle", function()
   it("cancels a running bash command with <C-c>: its processes die and the result says so", function()
     local marker = "flemma_cycle_cancel_" .. vim.uv.hrtime()
     local buf = chat(conversation({
-      { "bash", "toolu_01", { command = "sleep 100 & sleep 100 & echo " .. marker .. "; wait", label = vim.NIL, timeout = vim.NIL } },
+      {
+        "bash",
+        "toolu_01",
+        { command = "sleep 100 & sleep 100 & echo " .. marker .. "; wait", label = vim.NIL, timeout = vim.NIL },
+      },
     }))
     require("flemma").setup({ tools = { autopilot = { enabled = false }, auto_approve = { "bash" } } })
     press("<C-]>")
@@ -403,7 +426,8 @@ describe("the <C-]> cycle", function()
   end)
 
   it(":Flemma tool:reject with a message, then <C-]>, sends the message as the error", function()
-    local buf = chat(conversation({ { "bash", "toolu_01", { command = "shutdown now", label = vim.NIL, timeout = vim.NIL } } }))
+    local buf =
+      chat(conversation({ { "bash", "toolu_01", { command = "shutdown now", label = vim.NIL, timeout = vim.NIL } } }))
     press("<C-]>")
     vim.cmd("Flemma tool:reject not today")
     assert.truthy(text(buf):find("```flemma:tool status=rejected\nnot today\n```", 1, true), text(buf))
@@ -413,7 +437,9 @@ describe("the <C-]> cycle", function()
   end)
 
   it(":Flemma tool:approve, then <C-]>, runs the pending tool", function()
-    local buf = chat(conversation({ { "bash", "toolu_01", { command = "echo approved-run", label = vim.NIL, timeout = vim.NIL } } }))
+    local buf = chat(
+      conversation({ { "bash", "toolu_01", { command = "echo approved-run", label = vim.NIL, timeout = vim.NIL } } })
+    )
     press("<C-]>")
     vim.cmd("Flemma tool:approve")
     assert.truthy(text(buf):find("```flemma:tool status=approved\n```", 1, true), text(buf))
@@ -471,15 +497,20 @@ describe("the <C-]> cycle", function()
     vim.notify = orig
     assert.equals(before, text(buf))
     assert.is_true(vim.bo[buf].modifiable)
-    local expected = require("flemma.send").can_stream() and "set $ANTHROPIC_API_KEY"
-      or "no provider is available"
+    local expected = require("flemma.send").can_stream() and "set $ANTHROPIC_API_KEY" or "no provider is available"
     assert.truthy(msg and msg:find(expected, 1, true), msg)
     assert.equals("FlemmaRequestSending", events[1].name)
   end)
 
   it("shows validation problems with their lines instead of sending", function()
     local buf = chat(conversation({ { "echo", "toolu_01", { text = "x" } } }))
-    vim.api.nvim_buf_set_lines(buf, -1, -1, false, { "", "@You:", "Never mind that tool.", "", "@Assistant:", "Ok.", "", "@You:", "Go on." })
+    vim.api.nvim_buf_set_lines(
+      buf,
+      -1,
+      -1,
+      false,
+      { "", "@You:", "Never mind that tool.", "", "@Assistant:", "Ok.", "", "@You:", "Go on." }
+    )
     local sent = false
     send.set_handler(function(_, _, done)
       sent = true
@@ -601,7 +632,10 @@ describe("per-buffer tool selection", function()
     local buf = chat(lines)
     press("<C-]>")
     wait_text(buf, "(error)")
-    assert.truthy(text(buf):find("tool `echo` is not enabled in this buffer (flemma.opt.tools selects: calculator)", 1, true), text(buf))
+    assert.truthy(
+      text(buf):find("tool `echo` is not enabled in this buffer (flemma.opt.tools selects: calculator)", 1, true),
+      text(buf)
+    )
     assert.is_nil(text(buf):find("echo: x", 1, true))
   end)
 end)
@@ -618,7 +652,11 @@ describe("the execution UI", function()
   it("shows the last line of live output under the spinner, never in the text", function()
     require("flemma").setup({ tools = { autopilot = { enabled = false }, auto_approve = { "bash" } } })
     local buf = chat(conversation({
-      { "bash", "toolu_01", { command = "for i in 1 2 3 4 5 6; do echo progress-$i; sleep 0.2; done", label = vim.NIL, timeout = vim.NIL } },
+      {
+        "bash",
+        "toolu_01",
+        { command = "for i in 1 2 3 4 5 6; do echo progress-$i; sleep 0.2; done", label = vim.NIL, timeout = vim.NIL },
+      },
     }))
     press("<C-]>")
     local seen

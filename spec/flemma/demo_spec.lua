@@ -13,7 +13,10 @@ local function clean_clone()
   local list = helpers.tmpdir() .. "/files"
   helpers.write_file(list, ls.stdout)
   local tar = ("tar -C %s --null -T %s -cf - | tar -C %s -xf -"):format(
-    vim.fn.shellescape(helpers.root), vim.fn.shellescape(list), vim.fn.shellescape(dir))
+    vim.fn.shellescape(helpers.root),
+    vim.fn.shellescape(list),
+    vim.fn.shellescape(dir)
+  )
   local res = vim.system({ "bash", "-c", "set -o pipefail; " .. tar }):wait()
   assert(res.code == 0, res.stderr)
   return dir
@@ -42,8 +45,9 @@ describe("make demo", function()
     -- The build of a clean clone first, as on a system without Debian's packages:
     -- scripts/bare.sh hides the system's nlohmann/json, doctest and libuv (as on
     -- Fedora, Arch or macOS without them). One progress line per file, no warning.
-    local build = vim.system({ "bash", "scripts/bare.sh", "make", "--no-print-directory" },
-      { cwd = root, text = true }):wait(15 * 60 * 1000)
+    local build = vim
+      .system({ "bash", "scripts/bare.sh", "make", "--no-print-directory" }, { cwd = root, text = true })
+      :wait(15 * 60 * 1000)
     local printed = (build.stdout or "") .. (build.stderr or "")
     assert.equals(0, build.code, printed)
     assert.matches("[flemma] configuring build/ with CMake\n", printed, 1, true)
@@ -52,7 +56,9 @@ describe("make demo", function()
     assert.matches("[flemma] [100%] linking libflemma_core.so\n", printed, 1, true)
     assert.is_nil(printed:find("warning", 1, true), printed)
     -- What the compiler read: third_party/, never a system copy; and no test binary.
-    local deps = vim.system({ "bash", "-c", "cat $(find build -name '*.d') | tr ' ' '\\n' | sort -u" }, { cwd = root }):wait()
+    local deps = vim
+      .system({ "bash", "-c", "cat $(find build -name '*.d') | tr ' ' '\\n' | sort -u" }, { cwd = root })
+      :wait()
     assert.matches("third_party/nlohmann/include/nlohmann/json.hpp", deps.stdout, 1, true)
     assert.matches("third_party/libuv/include/uv.h", deps.stdout, 1, true)
     assert.is_nil(deps.stdout:find("/usr/include/nlohmann", 1, true))

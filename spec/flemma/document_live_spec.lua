@@ -10,10 +10,32 @@ local plain = helpers.plain_model
 
 -- Lines that change the structure most.
 local POOL = {
-  "```", "````", "~~~", "```json", "```lua", "````markdown", "`````", "@You:", "@Assistant:", "@System:", "", "",
-  "text", "more text", "**Tool Use:** `bash` (`t1`)", "**Tool Use:** `read` (`t2`)", "**Tool Result:** `t1`",
-  "**Tool Result:** `t2` (error)", "```flemma:tool status=pending", "```flemma:tool status=approved",
-  '{"command": "ls"}', '{"a": [1, 2', "<thinking>", "</thinking>", "```lua", "flemma.opt.tools.auto_approve = {}",
+  "```",
+  "````",
+  "~~~",
+  "```json",
+  "```lua",
+  "````markdown",
+  "`````",
+  "@You:",
+  "@Assistant:",
+  "@System:",
+  "",
+  "",
+  "text",
+  "more text",
+  "**Tool Use:** `bash` (`t1`)",
+  "**Tool Use:** `read` (`t2`)",
+  "**Tool Result:** `t1`",
+  "**Tool Result:** `t2` (error)",
+  "```flemma:tool status=pending",
+  "```flemma:tool status=approved",
+  '{"command": "ls"}',
+  '{"a": [1, 2',
+  "<thinking>",
+  "</thinking>",
+  "```lua",
+  "flemma.opt.tools.auto_approve = {}",
 }
 
 local function chat_buffer(lines)
@@ -234,7 +256,18 @@ describe("flemma.document.get (live model)", function()
     end
     local buf = chat_buffer(lines)
     math.randomseed(1612)
-    local CHUNKS = { "the ", "model ", "writes. ", "\n", "\n\n```lua\n", "\n```\n", "\n````\n", "x = 1\n", "\n@You:\n", "\n@Assistant:\n" }
+    local CHUNKS = {
+      "the ",
+      "model ",
+      "writes. ",
+      "\n",
+      "\n\n```lua\n",
+      "\n```\n",
+      "\n````\n",
+      "x = 1\n",
+      "\n@You:\n",
+      "\n@Assistant:\n",
+    }
     for step = 1, 600 do
       local n = vim.api.nvim_buf_line_count(buf)
       if step % 3 ~= 0 then
@@ -295,8 +328,16 @@ describe("flemma.document.get (live model)", function()
     local checks = 0
     -- Lines that make and break the pairing of tool uses and results.
     local pool = vim.list_extend({
-      "**Tool Result:** `t1`", "**Tool Result:** `t2`", "**Tool Result:** `toolu_01`", "```flemma:tool status=denied",
-      "**Tool Use:** `bash` (`t1`)", "```json", '{"command": "ls"}', "```", "@You:", "@Assistant:",
+      "**Tool Result:** `t1`",
+      "**Tool Result:** `t2`",
+      "**Tool Result:** `toolu_01`",
+      "```flemma:tool status=denied",
+      "**Tool Use:** `bash` (`t1`)",
+      "```json",
+      '{"command": "ls"}',
+      "```",
+      "@You:",
+      "@Assistant:",
     }, vim.deepcopy(POOL))
     for _, file in ipairs(files) do
       local buf = chat_buffer(vim.fn.readfile(file, "b"))
@@ -310,7 +351,8 @@ describe("flemma.document.get (live model)", function()
         end
         vim.api.nvim_buf_set_lines(buf, first, last, false, new)
         if math.random() < 0.6 then
-          local ok_full, want = document.validate_for_send(document.parse(vim.api.nvim_buf_get_lines(buf, 0, -1, false)))
+          local ok_full, want =
+            document.validate_for_send(document.parse(vim.api.nvim_buf_get_lines(buf, 0, -1, false)))
           local ok_live, got = document.validate_for_send(document.get(buf))
           assert.same(want, got, file)
           assert.equals(ok_full, ok_live)
@@ -327,9 +369,26 @@ describe("flemma.document.get (live model)", function()
     for t = 1, 60 do
       local id = ("toolu_%03d"):format(t)
       vim.list_extend(lines, {
-        "@You:", "question " .. t, "", "@Assistant:", "**Tool Use:** `bash` (`" .. id .. "`)", "", "```json",
-        '{"command": "ls"}', "```", "", "@You:", "**Tool Result:** `" .. id .. "`", "", "```", "out " .. t, "```", "",
-        "@Assistant:", "done " .. t, "",
+        "@You:",
+        "question " .. t,
+        "",
+        "@Assistant:",
+        "**Tool Use:** `bash` (`" .. id .. "`)",
+        "",
+        "```json",
+        '{"command": "ls"}',
+        "```",
+        "",
+        "@You:",
+        "**Tool Result:** `" .. id .. "`",
+        "",
+        "```",
+        "out " .. t,
+        "```",
+        "",
+        "@Assistant:",
+        "done " .. t,
+        "",
       })
     end
     local buf = chat_buffer(lines)
@@ -348,7 +407,13 @@ describe("flemma.document.get (live model)", function()
       local at = headers[math.random(#headers)]
       local choice = math.random(4)
       if choice == 1 then -- another id
-        vim.api.nvim_buf_set_lines(buf, at - 1, at, false, { ("**Tool Result:** `toolu_%03d`"):format(math.random(60)) })
+        vim.api.nvim_buf_set_lines(
+          buf,
+          at - 1,
+          at,
+          false,
+          { ("**Tool Result:** `toolu_%03d`"):format(math.random(60)) }
+        )
       elseif choice == 2 then -- a placeholder again
         vim.api.nvim_buf_set_lines(buf, at + 1, at + 2, false, { "```flemma:tool status=pending" })
       elseif choice == 3 then -- the result deleted

@@ -176,7 +176,10 @@ describe("flemma.document", function()
         document.render_placeholder("t1", "pending")
       )
       local lines = document.render_placeholder("t1", "rejected", "no ``` way\nsecond")
-      assert.same({ "**Tool Result:** `t1`", "", "````flemma:tool status=rejected", "no ``` way", "second", "````" }, lines)
+      assert.same(
+        { "**Tool Result:** `t1`", "", "````flemma:tool status=rejected", "no ``` way", "second", "````" },
+        lines
+      )
       local p = find_part(roundtrip(lines), "tool_result")
       assert.equals("rejected", p.status)
       assert.equals("no ``` way\nsecond", p.content)
@@ -272,16 +275,18 @@ describe("flemma.document", function()
     end
 
     it("accepts a conversation where every tool use has one result", function()
-      local ok, problems = document.validate_for_send(doc_of(
-        "@You:",
-        "go",
-        "@Assistant:",
-        use("a"),
-        use("b"),
-        "@You:",
-        document.render_result("b", "B"),
-        document.render_result("a", "A", true)
-      ))
+      local ok, problems = document.validate_for_send(
+        doc_of(
+          "@You:",
+          "go",
+          "@Assistant:",
+          use("a"),
+          use("b"),
+          "@You:",
+          document.render_result("b", "B"),
+          document.render_result("a", "A", true)
+        )
+      )
       assert.same({}, problems)
       assert.is_true(ok)
     end)
@@ -295,12 +300,9 @@ describe("flemma.document", function()
     end)
 
     it("reports remaining placeholders", function()
-      local ok, problems = document.validate_for_send(doc_of(
-        "@Assistant:",
-        use("a"),
-        "@You:",
-        document.render_placeholder("a", "approved")
-      ))
+      local ok, problems = document.validate_for_send(
+        doc_of("@Assistant:", use("a"), "@You:", document.render_placeholder("a", "approved"))
+      )
       assert.is_false(ok)
       assert.same({
         {
@@ -311,16 +313,18 @@ describe("flemma.document", function()
     end)
 
     it("reports a result that is not in the message after its tool use", function()
-      local ok, problems = document.validate_for_send(doc_of(
-        "@Assistant:",
-        use("a"),
-        "@You:",
-        "first",
-        "@Assistant:",
-        "ok",
-        "@You:",
-        document.render_result("a", "late")
-      ))
+      local ok, problems = document.validate_for_send(
+        doc_of(
+          "@Assistant:",
+          use("a"),
+          "@You:",
+          "first",
+          "@Assistant:",
+          "ok",
+          "@You:",
+          document.render_result("a", "late")
+        )
+      )
       assert.is_false(ok)
       assert.equals(2, #problems)
       assert.matches("no result in the next @You:", problems[1].message)

@@ -38,7 +38,9 @@ describe("a fence that reads a role marker as text", function()
     server = h.server
     require("flemma").setup({
       provider = "test",
-      providers = { test = { kind = "anthropic", endpoint = server:url("/v1/messages"), api_key_env = "FLEMMA_SPEC_KEY" } },
+      providers = {
+        test = { kind = "anthropic", endpoint = server:url("/v1/messages"), api_key_env = "FLEMMA_SPEC_KEY" },
+      },
       parameters = { max_retries = 0, cache_retention = "none", timeout = 30 },
       tools = { autopilot = { enabled = false } },
     })
@@ -49,13 +51,19 @@ describe("a fence that reads a role marker as text", function()
 
   it("is named on its opening line, refuses the send, and both go once it is closed", function()
     local buf = helpers.edit(helpers.tmpdir() .. "/fence.chat", CHAT)
-    assert.is_true(vim.wait(5000, function()
-      return #warnings(buf) == 1
-    end, 20), "no warning on the fence")
+    assert.is_true(
+      vim.wait(5000, function()
+        return #warnings(buf) == 1
+      end, 20),
+      "no warning on the fence"
+    )
     local w = warnings(buf)[1]
     assert.equals(2, w.lnum)
     assert.equals(vim.diagnostic.severity.WARN, w.severity)
-    assert.truthy(w.message:find("this fence is not closed: the @Assistant: below it is read as text", 1, true), w.message)
+    assert.truthy(
+      w.message:find("this fence is not closed: the @Assistant: below it is read as text", 1, true),
+      w.message
+    )
 
     -- <C-]> refuses: the assistant's answer would go as the user's text.
     server:script({ { fixture = "anthropic_text.sse" } })
@@ -70,9 +78,12 @@ describe("a fence that reads a role marker as text", function()
 
     -- Closed: the warning goes and the send goes, with the roles as written.
     vim.api.nvim_buf_set_lines(buf, 4, 4, false, { "```" })
-    assert.is_true(vim.wait(5000, function()
-      return #warnings(buf) == 0
-    end, 20), "the warning stayed")
+    assert.is_true(
+      vim.wait(5000, function()
+        return #warnings(buf) == 0
+      end, 20),
+      "the warning stayed"
+    )
     helpers.press("<C-]>")
     assert.equals("completed", h.wait_finished(1, 30000).status)
     local roles = vim.tbl_map(function(m)
@@ -88,8 +99,25 @@ describe("a fence that reads a role marker as text", function()
     assert.is_true((document.validate_for_send(doc)))
     -- A tool result may quote a chat (the output of `cat x.chat`): no warning, sendable.
     local quoted = document.parse({
-      "@You:", "show it", "", "@Assistant:", "**Tool Use:** `bash` (`t1`)", "", "```json", '{"command": "cat a.chat"}', "```",
-      "", "@You:", "**Tool Result:** `t1`", "", "```", "@Assistant:", "hello", "```", "", "go on",
+      "@You:",
+      "show it",
+      "",
+      "@Assistant:",
+      "**Tool Use:** `bash` (`t1`)",
+      "",
+      "```json",
+      '{"command": "cat a.chat"}',
+      "```",
+      "",
+      "@You:",
+      "**Tool Result:** `t1`",
+      "",
+      "```",
+      "@Assistant:",
+      "hello",
+      "```",
+      "",
+      "go on",
     })
     assert.same({}, quoted.diagnostics)
     assert.is_true((document.validate_for_send(quoted)))

@@ -11,14 +11,29 @@ local function lines_stream(n)
   local function add(name, data)
     ev[#ev + 1] = "event: " .. name .. "\ndata: " .. vim.json.encode(data) .. "\n\n"
   end
-  add("message_start", { type = "message_start", message = { id = "msg_1", type = "message", role = "assistant",
-    model = "claude-sonnet-4-6", content = {}, usage = { input_tokens = 10, output_tokens = 1 } } })
+  add("message_start", {
+    type = "message_start",
+    message = {
+      id = "msg_1",
+      type = "message",
+      role = "assistant",
+      model = "claude-sonnet-4-6",
+      content = {},
+      usage = { input_tokens = 10, output_tokens = 1 },
+    },
+  })
   add("content_block_start", { type = "content_block_start", index = 0, content_block = { type = "text", text = "" } })
   for i = 1, n do
-    add("content_block_delta", { type = "content_block_delta", index = 0,
-      delta = { type = "text_delta", text = ("answer line %d\n"):format(i) } })
+    add("content_block_delta", {
+      type = "content_block_delta",
+      index = 0,
+      delta = { type = "text_delta", text = ("answer line %d\n"):format(i) },
+    })
   end
-  add("content_block_delta", { type = "content_block_delta", index = 0, delta = { type = "text_delta", text = "THE END" } })
+  add(
+    "content_block_delta",
+    { type = "content_block_delta", index = 0, delta = { type = "text_delta", text = "THE END" } }
+  )
   add("content_block_stop", { type = "content_block_stop", index = 0 })
   add("message_delta", { type = "message_delta", delta = { stop_reason = "end_turn" }, usage = { output_tokens = 20 } })
   add("message_stop", { type = "message_stop" })
@@ -81,7 +96,9 @@ describe("the answer", function()
   it("is followed by a window that showed the end of the chat", function()
     start("G")
     local s = child.wait_screen("question line 50")
-    server:script({ { body = lines_stream(60), content_type = "text/event-stream", chunk_seed = 1, max_chunk = 200, delay_ms = 20 } })
+    server:script({
+      { body = lines_stream(60), content_type = "text/event-stream", chunk_seed = 1, max_chunk = 200, delay_ms = 20 },
+    })
     child.tmux({ "send-keys", "-t", "flemma", "C-]" })
     -- Midway, the latest text is in view.
     s = child.wait_screen("answer line 30", 8000)
@@ -97,7 +114,9 @@ describe("the answer", function()
 
   it("leaves a window scrolled away where it is, and says where the answer is", function()
     start("gg")
-    server:script({ { body = lines_stream(60), content_type = "text/event-stream", chunk_seed = 1, max_chunk = 200, delay_ms = 20 } })
+    server:script({
+      { body = lines_stream(60), content_type = "text/event-stream", chunk_seed = 1, max_chunk = 200, delay_ms = 20 },
+    })
     child.tmux({ "send-keys", "-t", "flemma", "C-]" })
     local s = child.wait_screen("(flemma) the answer streams in below line 52: G goes there")
     -- Wait until the request is over (the statusline), then check the view stayed.

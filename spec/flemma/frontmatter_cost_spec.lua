@@ -46,7 +46,11 @@ describe("frontmatter choosing an expensive model", function()
         ant2 = { kind = "anthropic", endpoint = loc:url("/v1/messages"), api_key_env = "FLEMMA_SPEC_KEY" },
         ["local"] = { kind = "openai_chat", endpoint = loc:url("/v1/chat/completions") },
         -- Never reached: the spec answers "Do not send" or nothing is sent.
-        faraway = { kind = "openai_chat", endpoint = "https://llm.invalid/v1/chat/completions", api_key_env = "FLEMMA_SPEC_KEY" },
+        faraway = {
+          kind = "openai_chat",
+          endpoint = "https://llm.invalid/v1/chat/completions",
+          api_key_env = "FLEMMA_SPEC_KEY",
+        },
       },
       presets = { ["$review"] = "ant claude-opus-4-1" },
       parameters = { max_retries = 0, cache_retention = "none", connect_timeout = 5, timeout = 30 },
@@ -123,7 +127,10 @@ describe("frontmatter choosing an expensive model", function()
     )
     nothing_sent(buf, before)
     local warned = messages(vim.log.levels.WARN)
-    assert.matches("not sent: the frontmatter of .*opus%.chat chose ant claude%-opus%-4%-1 and you did not confirm it", warned)
+    assert.matches(
+      "not sent: the frontmatter of .*opus%.chat chose ant claude%-opus%-4%-1 and you did not confirm it",
+      warned
+    )
     assert.matches("edit `flemma.opt.provider` / `flemma.opt.model` in the frontmatter", warned, 1, true)
     assert.matches("or set ui.confirm_frontmatter_cost = false", warned, 1, true)
 
@@ -157,7 +164,13 @@ describe("frontmatter choosing an expensive model", function()
     assert.equals(2, #hosted:requests())
 
     -- The frontmatter now chooses another expensive provider and model: asked again.
-    vim.api.nvim_buf_set_lines(buf, 1, 2, false, { 'flemma.opt.provider = "ant2"; flemma.opt.model = "claude-opus-4-1"' })
+    vim.api.nvim_buf_set_lines(
+      buf,
+      1,
+      2,
+      false,
+      { 'flemma.opt.provider = "ant2"; flemma.opt.model = "claude-opus-4-1"' }
+    )
     ask_again(buf, "Elsewhere")
     answer = "Do not send"
     local before = text(buf)
@@ -196,7 +209,11 @@ describe("frontmatter choosing an expensive model", function()
   end)
 
   it("does not ask when the expensive model is the user's own choice (setup or :Flemma switch)", function()
-    hosted:script({ { fixture = "anthropic_text.sse" }, { fixture = "anthropic_text.sse" }, { fixture = "anthropic_text.sse" } })
+    hosted:script({
+      { fixture = "anthropic_text.sse" },
+      { fixture = "anthropic_text.sse" },
+      { fixture = "anthropic_text.sse" },
+    })
     configure({ model = "claude-opus-4-1" })
     chat("plain", { "@You:", "Hi" })
     press("<C-]>")
@@ -254,7 +271,10 @@ describe("frontmatter choosing an expensive model", function()
     end
     press("<C-]>")
     nothing_sent(buf, before)
-    assert.matches("not sent: cannot ask whether to use the frontmatter's model: .*picker broke", messages(vim.log.levels.ERROR))
+    assert.matches(
+      "not sent: cannot ask whether to use the frontmatter's model: .*picker broke",
+      messages(vim.log.levels.ERROR)
+    )
 
     -- Headless with Neovim's own vim.ui.select (it would wait on inputlist()).
     h.forget_notes()

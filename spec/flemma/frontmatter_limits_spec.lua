@@ -177,11 +177,13 @@ describe("frontmatter limits", function()
   end)
 
   it("keeps the function in its interpreter: it cannot reach Neovim", function()
-    local opts = assert(frontmatter.evaluate(
-      "flemma.opt.tools.auto_approve = function() return type(vim) .. type(_G.vim) .. type(require) .. type(io) end",
-      "lua",
-      1
-    ))
+    local opts = assert(
+      frontmatter.evaluate(
+        "flemma.opt.tools.auto_approve = function() return type(vim) .. type(_G.vim) .. type(require) .. type(io) end",
+        "lua",
+        1
+      )
+    )
     assert.equals("nilnilnilnil", opts.auto_approve("bash", {}, {}))
   end)
 
@@ -189,14 +191,27 @@ describe("frontmatter limits", function()
     math.randomseed(7)
     local a = { math.random(), math.random() }
     math.randomseed(7)
-    local opts = assert(frontmatter.evaluate("math.randomseed(1)\nlocal x = math.random()\nflemma.opt.max_tokens = math.random(100)", "lua", 1))
+    local opts = assert(
+      frontmatter.evaluate(
+        "math.randomseed(1)\nlocal x = math.random()\nflemma.opt.max_tokens = math.random(100)",
+        "lua",
+        1
+      )
+    )
     assert.same(a, { math.random(), math.random() })
-    local again = assert(frontmatter.evaluate("math.randomseed(1)\nlocal x = math.random()\nflemma.opt.max_tokens = math.random(100)", "lua", 1))
+    local again = assert(
+      frontmatter.evaluate(
+        "math.randomseed(1)\nlocal x = math.random()\nflemma.opt.max_tokens = math.random(100)",
+        "lua",
+        1
+      )
+    )
     assert.equals(opts.parameters.max_tokens, again.parameters.max_tokens)
   end)
 
   it("frees the interpreter of a replaced evaluation: its function then refuses", function()
-    local buf = helpers.buffer({ "```lua", "flemma.opt.tools.auto_approve = function() return true end", "```", "@You:", "hi" })
+    local buf =
+      helpers.buffer({ "```lua", "flemma.opt.tools.auto_approve = function() return true end", "```", "@You:", "hi" })
     local fn = frontmatter.get(buf).auto_approve
     assert.is_true(fn("bash", {}, {}))
     vim.api.nvim_buf_set_lines(buf, -1, -1, false, { "more" })

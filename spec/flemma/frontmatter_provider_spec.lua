@@ -36,7 +36,11 @@ describe("frontmatter selecting the provider", function()
       },
       presets = {
         ["$coder"] = "local qwen3-coder temperature=0.2",
-        ["$deep"] = { provider = "ant", model = "claude-opus-4-6", parameters = { thinking = "high", max_tokens = 30000 } },
+        ["$deep"] = {
+          provider = "ant",
+          model = "claude-opus-4-6",
+          parameters = { thinking = "high", max_tokens = 30000 },
+        },
         ["$plain"] = "ant thinking=",
         ["$patient"] = "ant2 claude-haiku-4-5 max_retries=1",
       },
@@ -83,7 +87,11 @@ describe("frontmatter selecting the provider", function()
     hosted:script({ { fixture = "anthropic_text.sse", chunk_seed = 3, max_chunk = 11 } })
     loc:script({ { fixture = "openai_chat_text.sse", chunk_seed = 5, max_chunk = 7 } })
 
-    local a = lua_chat("a", { 'flemma.opt.provider = "local"', 'flemma.opt.model = "qwen3"', "flemma.opt.max_tokens = 321" }, "Hi local")
+    local a = lua_chat(
+      "a",
+      { 'flemma.opt.provider = "local"', 'flemma.opt.model = "qwen3"', "flemma.opt.max_tokens = 321" },
+      "Hi local"
+    )
     local b = chat("b", { "@You:", "Hi hosted" })
 
     vim.api.nvim_set_current_buf(a)
@@ -124,7 +132,7 @@ describe("frontmatter selecting the provider", function()
     loc:script({ { fixture = "openai_chat_text.sse" } })
     local a = lua_chat("preset", {
       'flemma.opt.provider = "$coder"',
-      "assert(flemma.opt.model == \"qwen3-coder\" and flemma.opt.temperature == 0.2)",
+      'assert(flemma.opt.model == "qwen3-coder" and flemma.opt.temperature == 0.2)',
       "flemma.opt.max_tokens = 77",
     })
     assert.same({ provider = "local", model = "qwen3-coder", preset = "$coder" }, frontmatter.selection(a))
@@ -181,13 +189,37 @@ describe("frontmatter selecting the provider", function()
 
   describe("names that do not exist", function()
     local cases = {
-      { { 'flemma.opt.provider = "locl"' }, 2, "frontmatter line 2: `flemma.opt.provider`: unknown provider `locl`; did you mean `local`? (providers: ant, ant2, " },
-      { { "local x = 1", 'flemma.opt.provider = "$codr"' }, 3, "frontmatter line 3: `flemma.opt.provider`: unknown preset `$codr`; did you mean `$coder`? (presets: $coder, $deep, $patient, $plain)" },
-      { { 'flemma.opt.model = "claude-sonet-4-6"' }, 2, "frontmatter line 2: `flemma.opt.model`: unknown model `claude-sonet-4-6` for ant; did you mean `claude-sonnet-4-6`?" },
+      {
+        { 'flemma.opt.provider = "locl"' },
+        2,
+        "frontmatter line 2: `flemma.opt.provider`: unknown provider `locl`; did you mean `local`? (providers: ant, ant2, ",
+      },
+      {
+        { "local x = 1", 'flemma.opt.provider = "$codr"' },
+        3,
+        "frontmatter line 3: `flemma.opt.provider`: unknown preset `$codr`; did you mean `$coder`? (presets: $coder, $deep, $patient, $plain)",
+      },
+      {
+        { 'flemma.opt.model = "claude-sonet-4-6"' },
+        2,
+        "frontmatter line 2: `flemma.opt.model`: unknown model `claude-sonet-4-6` for ant; did you mean `claude-sonnet-4-6`?",
+      },
       -- The model is checked against the provider set after it.
-      { { 'flemma.opt.model = "qwen3"', 'flemma.opt.provider = "ant2"' }, 2, "frontmatter line 2: `flemma.opt.model`: unknown model `qwen3` for ant2" },
-      { { 'flemma.opt.provider = "local"' }, 2, "frontmatter line 2: `flemma.opt.provider`: local has no default model: set `flemma.opt.model` too" },
-      { { "flemma.opt.provider = 42" }, 2, "frontmatter line 2: `flemma.opt.provider` should be a provider name or a $preset, not number" },
+      {
+        { 'flemma.opt.model = "qwen3"', 'flemma.opt.provider = "ant2"' },
+        2,
+        "frontmatter line 2: `flemma.opt.model`: unknown model `qwen3` for ant2",
+      },
+      {
+        { 'flemma.opt.provider = "local"' },
+        2,
+        "frontmatter line 2: `flemma.opt.provider`: local has no default model: set `flemma.opt.model` too",
+      },
+      {
+        { "flemma.opt.provider = 42" },
+        2,
+        "frontmatter line 2: `flemma.opt.provider` should be a provider name or a $preset, not number",
+      },
     }
     for _, case in ipairs(cases) do
       it("stops the send with a diagnostic: " .. table.concat(case[1], "; "), function()
@@ -232,7 +264,12 @@ describe("frontmatter selecting the provider", function()
         local _, err = frontmatter.get(buf)
         assert.is_string(err)
         assert.equals("frontmatter line 3: " .. case[2], err:sub(1, #("frontmatter line 3: " .. case[2])))
-        assert.matches("cannot be set from frontmatter: a chat file must not choose where the conversation and your keys are sent", err, 1, true)
+        assert.matches(
+          "cannot be set from frontmatter: a chat file must not choose where the conversation and your keys are sent",
+          err,
+          1,
+          true
+        )
         press("<C-]>")
         vim.wait(300)
         assert.equals(0, #hosted:requests())
@@ -302,7 +339,11 @@ describe("frontmatter selecting the provider", function()
 
   it("names the buffer's provider in b:flemma_status and retries with its preset's max_retries", function()
     loc:script({
-      { status = 429, headers = { ["retry-after-ms"] = "400" }, body = '{"type":"error","error":{"type":"rate_limit_error","message":"slow down"}}' },
+      {
+        status = 429,
+        headers = { ["retry-after-ms"] = "400" },
+        body = '{"type":"error","error":{"type":"rate_limit_error","message":"slow down"}}',
+      },
       { fixture = "anthropic_text.sse" },
     })
     local a = lua_chat("retry", { 'flemma.opt.provider = "$patient"' })
@@ -323,7 +364,8 @@ describe("frontmatter selecting the provider", function()
   it("shows the buffer's provider in the statusline and the lualine component", function()
     local a = lua_chat("sl", { 'flemma.opt.provider = "$deep"' })
     local b = chat("sl2", { "@You:", "Hi" })
-    local c = lua_chat("sl3", { 'flemma.opt.provider = "local"', 'flemma.opt.model = "qwen3"', "flemma.opt.thinking = false" })
+    local c =
+      lua_chat("sl3", { 'flemma.opt.provider = "local"', 'flemma.opt.model = "qwen3"', "flemma.opt.thinking = false" })
     assert.equals("ant claude-opus-4-6 · thinking high · $0.0000", require("flemma").statusline(a))
     assert.equals("ant claude-sonnet-4-6 · thinking low · $0.0000", require("flemma").statusline(b))
     assert.equals("local qwen3 · $0.0000", require("flemma").statusline(c))
@@ -399,7 +441,10 @@ describe("frontmatter selecting the provider", function()
     vim.cmd("bwipeout!")
     assert.matches("flemma: chat buffers with their own provider", report, 1, true)
     assert.matches("h1%.chat%): its frontmatter selects `local` qwen3", report)
-    assert.matches("h2%.chat%): nothing is sent while its frontmatter fails: frontmatter line 2: `flemma.opt.provider`: unknown provider `nope`", report)
+    assert.matches(
+      "h2%.chat%): nothing is sent while its frontmatter fails: frontmatter line 2: `flemma.opt.provider`: unknown provider `nope`",
+      report
+    )
     assert.is_nil(report:find("h3.chat", 1, true))
     assert.matches("`local` %(openai_chat, [^)]*%) %(selected by a buffer's frontmatter%): no key needed", report)
   end)

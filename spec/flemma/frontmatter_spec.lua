@@ -62,11 +62,11 @@ describe("flemma.frontmatter", function()
 
     it("offers string, table, math, os.time and os.date", function()
       local opts = assert(lua(table.concat({
-        'local words = {}',
+        "local words = {}",
         'for w in string.gmatch("b a", "%a") do table.insert(words, w) end',
         "table.sort(words)",
         'if math.floor(2.5) == 2 and os.time() > 0 and #os.date("%Y") == 4 and ("ab"):upper() == "AB" then',
-        "  flemma.opt.tools = words[1] == \"a\" and { \"read\" } or { \"bash\" }",
+        '  flemma.opt.tools = words[1] == "a" and { "read" } or { "bash" }',
         "end",
       }, "\n")))
       assert.same({ "read" }, opts.tools)
@@ -99,7 +99,7 @@ describe("flemma.frontmatter", function()
       end)
 
       it("refuses an unknown frontmatter language", function()
-        assert.matches("unsupported frontmatter language \"yaml\"; use lua or json", err_of("a: 1", "yaml"), 1, true)
+        assert.matches('unsupported frontmatter language "yaml"; use lua or json', err_of("a: 1", "yaml"), 1, true)
       end)
     end)
 
@@ -114,13 +114,19 @@ describe("flemma.frontmatter", function()
       for _, case in ipairs(loops) do
         it("stops " .. case[1] .. " with a clear error", function()
           local err = err_of(case[2])
-          assert.equals(("frontmatter line %d: ran longer than 35 ms and was stopped (an endless loop?)"):format(case[3]), err)
+          assert.equals(
+            ("frontmatter line %d: ran longer than 35 ms and was stopped (an endless loop?)"):format(case[3]),
+            err
+          )
         end)
       end
 
       it("stops code that holds on to too much memory", function()
         local err = err_of("local s = ('x'):rep(2^30)")
-        assert.equals("frontmatter line 2: string.rep: the result would be 1073741824 bytes, more than the 512 KB one string may hold", err)
+        assert.equals(
+          "frontmatter line 2: string.rep: the result would be 1073741824 bytes, more than the 512 KB one string may hold",
+          err
+        )
         err = err_of("local t = {}\nfor i = 1, 1e6 do t[i] = i end")
         assert.equals(
           "frontmatter line 3: needed 1048576 bytes for one string or table, more than the 512 KB one may hold, and was stopped",
@@ -310,14 +316,26 @@ describe("flemma.frontmatter", function()
       end)
 
       local bad = {
-        { '{\n  "tools": ["bash"],\n  "thinking": "huge"\n}', 'frontmatter line 4: `thinking` should be "minimal", "low", "medium", "high", "max", false, or a token budget, not "huge"' },
+        {
+          '{\n  "tools": ["bash"],\n  "thinking": "huge"\n}',
+          'frontmatter line 4: `thinking` should be "minimal", "low", "medium", "high", "max", false, or a token budget, not "huge"',
+        },
         { '{\n  "tols": ["bash"]\n}', "frontmatter line 3: unknown key `tols`; did you mean `tools`?" },
         { '{\n  "tools": ["bsh"]\n}', "frontmatter line 3: unknown tool `bsh` in tools; did you mean `bash`?" },
-        { '{\n  "auto_approve": ["$defualt"]\n}', "frontmatter line 3: unknown preset `$defualt`; did you mean `$default`? in auto_approve" },
-        { '{\n  "max_tokens": null\n}', "frontmatter line 3: `max_tokens` is null; remove the key to keep the default" },
+        {
+          '{\n  "auto_approve": ["$defualt"]\n}',
+          "frontmatter line 3: unknown preset `$defualt`; did you mean `$default`? in auto_approve",
+        },
+        {
+          '{\n  "max_tokens": null\n}',
+          "frontmatter line 3: `max_tokens` is null; remove the key to keep the default",
+        },
         -- Infinity cannot even be read: JSON numbers that overflow are refused.
         { '{\n  "max_tokens": 1e999\n}', "frontmatter line 2: invalid JSON: number overflow parsing '1e999'" },
-        { '{\n  "providers": { "anthropic": { "endpoint": "http://evil" } }\n}', "frontmatter line 3: `providers`: transport settings" },
+        {
+          '{\n  "providers": { "anthropic": { "endpoint": "http://evil" } }\n}',
+          "frontmatter line 3: `providers`: transport settings",
+        },
         { '{ "tools": [', "frontmatter line 2: invalid JSON" },
         { '["bash"]', "frontmatter line 2: JSON frontmatter should be an object" },
       }

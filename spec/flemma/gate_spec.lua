@@ -111,7 +111,11 @@ describe("a frontmatter that does not evaluate", function()
     vim.wait(200)
     assert.is_nil(vim.uv.fs_stat(dir .. "/out.txt"), "the write ran")
     assert.equals(before, text(buf))
-    assert.equals(1, #errors_about("frontmatter line 1: the frontmatter opened on line 1 is never closed"), vim.inspect(messages))
+    assert.equals(
+      1,
+      #errors_about("frontmatter line 1: the frontmatter opened on line 1 is never closed"),
+      vim.inspect(messages)
+    )
     assert.equals(1, diagnostics(buf)[1].line)
   end)
 
@@ -186,7 +190,9 @@ describe("a frontmatter that does not evaluate", function()
   it("keeps a queued tool from starting once the frontmatter broke", function()
     -- The buffer is locked while tools run; a frontmatter can still break then, e.g.
     -- when a tool it selects goes away.
-    require("flemma").setup({ tools = { autopilot = { enabled = false }, max_concurrent = 1, auto_approve = { "slow" } } })
+    require("flemma").setup({
+      tools = { autopilot = { enabled = false }, max_concurrent = 1, auto_approve = { "slow" } },
+    })
     require("flemma.tools").register("gone", {
       name = "gone",
       description = "a tool that goes away",

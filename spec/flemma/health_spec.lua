@@ -23,7 +23,12 @@ describe("health", function()
     assert.matches("`curl` found: curl %d", text)
     assert.matches("`bwrap` found: bubblewrap %d", text)
     assert.matches("backend `bwrap` works (probe run passed)", text, 1, true)
-    assert.matches("tools: bash, calculator, calculator_async, delete, edit, find, glob, grep, ls, move, read, write", text, 1, true)
+    assert.matches(
+      "tools: bash, calculator, calculator_async, delete, edit, find, glob, grep, ls, move, read, write",
+      text,
+      1,
+      true
+    )
     assert.matches("`rg` found: ripgrep %d", text)
     assert.matches("`fd%a*` found: fd%a* %d", text)
   end)
@@ -36,7 +41,12 @@ describe("health", function()
     local ok, text = pcall(health_report_here)
     vim.env.ANTHROPIC_API_KEY, vim.env.OPENROUTER_API_KEY = saved_a, saved_o
     assert(ok, text)
-    assert.matches("`anthropic` (anthropic, https://api.anthropic.com/v1/messages) (active): key present in $ANTHROPIC_API_KEY", text, 1, true)
+    assert.matches(
+      "`anthropic` (anthropic, https://api.anthropic.com/v1/messages) (active): key present in $ANTHROPIC_API_KEY",
+      text,
+      1,
+      true
+    )
     assert.matches("`openrouter` %(openai_chat, [^)]*%): no key: %$OPENROUTER_API_KEY is not set", text)
     assert.matches("`ollama` (openai_chat, http://127.0.0.1:11434/v1/chat/completions): no key needed", text, 1, true)
     assert.matches(
@@ -56,11 +66,18 @@ describe("health", function()
       register("health_probe_tool", {
         description = "probe",
         input_schema = { type = "object", properties = {} },
-        execute = function() return "ok" end,
+        execute = function()
+          return "ok"
+        end,
       })
       done()
     end)
-    tools.register({ resolve = function(_, done) done("no server at 127.0.0.1:1") end, timeout = 5 })
+    tools.register({
+      resolve = function(_, done)
+        done("no server at 127.0.0.1:1")
+      end,
+      timeout = 5,
+    })
     helpers.wait_for(tools.is_ready, 5000)
     local text = health_report_here()
     tools.unregister("health_probe_tool")

@@ -18,16 +18,22 @@ describe("filetype detection", function()
     -- lazy.nvim sources ftdetect/ of a plugin lazy-loaded on `ft` at startup, inside
     -- the filetypedetect group, and loads plugin/ only on the FileType event.
     local chat = helpers.tmpdir() .. "/notes.chat"
-    local text = child({
-      "--clean",
-      "--cmd", "augroup filetypedetect",
-      "--cmd", "source " .. vim.fn.fnameescape(helpers.root .. "/ftdetect/chat.lua"),
-      "--cmd", "augroup END",
-    }, ([[
+    local text = child(
+      {
+        "--clean",
+        "--cmd",
+        "augroup filetypedetect",
+        "--cmd",
+        "source " .. vim.fn.fnameescape(helpers.root .. "/ftdetect/chat.lua"),
+        "--cmd",
+        "augroup END",
+      },
+      ([[
       vim.cmd.edit(%q)
       out("filetype=" .. vim.bo.filetype)
       out("loaded=" .. tostring(vim.g.loaded_flemma))
-    ]]):format(chat))
+    ]]):format(chat)
+    )
     assert.matches("filetype=chat\n", text, 1, true)
     assert.matches("loaded=nil\n", text, 1, true)
   end)
@@ -38,22 +44,28 @@ describe("filetype detection", function()
     vim.fn.mkdir(pack .. "/pack/u/opt", "p")
     vim.uv.fs_symlink(helpers.root, pack .. "/pack/t/start/flemma")
     local chat = helpers.tmpdir() .. "/notes.chat"
-    local text = child({ "--clean", "--cmd", "set packpath^=" .. vim.fn.fnameescape(pack) }, ([[
+    local text = child(
+      { "--clean", "--cmd", "set packpath^=" .. vim.fn.fnameescape(pack) },
+      ([[
       vim.cmd.edit(%q)
       out("filetype=" .. vim.bo.filetype)
       out("mapped=" .. tostring(vim.fn.maparg("<C-]>", "n") ~= ""))
-    ]]):format(chat))
+    ]]):format(chat)
+    )
     assert.matches("filetype=chat\nmapped=true\n", text, 1, true)
 
     vim.fn.delete(pack .. "/pack/t/start/flemma")
     vim.uv.fs_symlink(helpers.root, pack .. "/pack/u/opt/flemma")
-    text = child({ "--clean", "--cmd", "set packpath^=" .. vim.fn.fnameescape(pack) }, ([[
+    text = child(
+      { "--clean", "--cmd", "set packpath^=" .. vim.fn.fnameescape(pack) },
+      ([[
       vim.cmd.edit(%q)
       out("before=" .. vim.bo.filetype)
       vim.cmd("packadd flemma")
       vim.cmd.edit(%q)
       out("after=" .. vim.bo.filetype)
-    ]]):format(chat, chat .. "2.chat"))
+    ]]):format(chat, chat .. "2.chat")
+    )
     assert.matches("before=\nafter=chat\n", text, 1, true)
   end)
 end)
@@ -68,7 +80,10 @@ local function plugin_copy()
   local list = helpers.tmpdir() .. "/files"
   helpers.write_file(list, ls.stdout)
   local tar = ("tar -C %s --null -T %s -cf - | tar -C %s -xf -"):format(
-    vim.fn.shellescape(helpers.root), vim.fn.shellescape(list), vim.fn.shellescape(dir))
+    vim.fn.shellescape(helpers.root),
+    vim.fn.shellescape(list),
+    vim.fn.shellescape(dir)
+  )
   local res = vim.system({ "bash", "-c", "set -o pipefail; " .. tar }):wait()
   assert(res.code == 0, res.stderr)
   return dir
@@ -76,8 +91,9 @@ end
 
 -- The copy made a git repository (what a plugin manager clones from).
 local function plugin_repo(dir)
-  local res = vim.system({ "bash", "-c", "git init -q && git add -A && git -c user.name=t -c user.email=t@t commit -qm v1" },
-    { cwd = dir }):wait()
+  local res = vim
+    .system({ "bash", "-c", "git init -q && git add -A && git -c user.name=t -c user.email=t@t commit -qm v1" }, { cwd = dir })
+    :wait()
   assert(res.code == 0, res.stderr)
   return dir
 end
@@ -104,15 +120,23 @@ local function tmux_user(opts)
   local home = opts.home or helpers.tmpdir()
   sessions = sessions + 1
   local env = ("HOME=%s XDG_CONFIG_HOME=%s/config XDG_DATA_HOME=%s/data XDG_STATE_HOME=%s/state"):format(
-    home, home, home, home)
+    home,
+    home,
+    home,
+    home
+  )
   local child = helpers.tmux_nvim({
     socket = ("flemma-install-%d-%d"):format(vim.fn.getpid(), sessions),
     width = 80,
     height = 24,
     command = function(nvim)
       local words = vim.tbl_map(vim.fn.shellescape, opts.args)
-      return ("cd %s && %s %s %s"):format(vim.fn.shellescape(opts.cwd or home), env,
-        table.concat(vim.tbl_map(vim.fn.shellescape, nvim), " "), table.concat(words, " "))
+      return ("cd %s && %s %s %s"):format(
+        vim.fn.shellescape(opts.cwd or home),
+        env,
+        table.concat(vim.tbl_map(vim.fn.shellescape, nvim), " "),
+        table.concat(words, " ")
+      )
     end,
   })
   return child, home
@@ -292,12 +316,15 @@ describe("README's install section, run as written", function()
     end
     local dir = plugin_copy()
     local init = helpers.tmpdir() .. "/init.lua"
-    helpers.write_file(init, ([[
+    helpers.write_file(
+      init,
+      ([[
 vim.opt.rtp:prepend(%q)
 require("lazy").setup({
 %s
 }, { install = { missing = false }, checker = { enabled = false }, change_detection = { enabled = false } })
-]]):format(lazy, (readme_block("lazy.nvim:"):gsub("/path/to/flemma", dir))))
+]]):format(lazy, (readme_block("lazy.nvim:"):gsub("/path/to/flemma", dir)))
+    )
     local work = helpers.tmpdir()
     vim.fn.writefile(vim.fn.readfile(helpers.root .. "/spec/fixtures/chat/basic.chat"), work .. "/basic.chat")
     child = tmux_user({ cwd = work, args = { "-u", init, "basic.chat" } })
@@ -311,11 +338,20 @@ describe("a chat opened before the native library is built", function()
 
   it("says once what to run, not an error per keystroke", function()
     local dir = helpers.tmpdir()
-    vim.fn.system({ "cp", "-r", helpers.root .. "/lua", helpers.root .. "/plugin", helpers.root .. "/ftplugin",
-      helpers.root .. "/ftdetect", dir })
+    vim.fn.system({
+      "cp",
+      "-r",
+      helpers.root .. "/lua",
+      helpers.root .. "/plugin",
+      helpers.root .. "/ftplugin",
+      helpers.root .. "/ftdetect",
+      dir,
+    })
     local chat = helpers.tmpdir() .. "/notes.chat"
     helpers.write_file(chat, "@You:\nhello\n")
-    local text = child({ "--clean", "--cmd", "set rtp^=" .. vim.fn.fnameescape(dir) }, ([[
+    local text = child(
+      { "--clean", "--cmd", "set rtp^=" .. vim.fn.fnameescape(dir) },
+      ([[
       local seen = {}
       vim.notify = function(msg, level) seen[#seen + 1] = (level or 0) .. ":" .. msg end
       require("flemma").setup({})
@@ -328,7 +364,8 @@ describe("a chat opened before the native library is built", function()
       out("errmsg=" .. vim.v.errmsg)
       out("count=" .. #seen)
       for _, s in ipairs(seen) do out(s) end
-    ]]):format(chat))
+    ]]):format(chat)
+    )
     assert.matches("errmsg=\ncount=1\n", text, 1, true)
     assert.matches("3:" .. NOT_BUILT .. "\n", text, 1, true)
   end)

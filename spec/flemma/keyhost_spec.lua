@@ -106,7 +106,12 @@ describe("where a key goes", function()
     -- The default entry: OPENAI_API_KEY belongs to api.openai.com, its endpoint is 127.0.0.1.
     local provider = require("flemma.provider")
     configure()
-    local spec = assert(provider.resolve({ provider = "openai_chat", model = "qwen3", providers = require("flemma.config").get().providers, parameters = {} }))
+    local spec = assert(provider.resolve({
+      provider = "openai_chat",
+      model = "qwen3",
+      providers = require("flemma.config").get().providers,
+      parameters = {},
+    }))
     assert.equals("http://127.0.0.1:11434/v1/chat/completions", spec.endpoint)
     assert.is_nil(provider.key(spec))
     local host, why = provider.key_destination(spec)
@@ -115,7 +120,10 @@ describe("where a key goes", function()
 
     -- Pointed at a server of this machine (endpoint only): a real request, no key.
     a:script({ { fixture = "openai_chat_text.sse" }, { fixture = "openai_chat_text.sse" } })
-    configure({ openai_chat = { endpoint = a:url("/v1/chat/completions") } }, { provider = "openai_chat", model = "qwen3" })
+    configure(
+      { openai_chat = { endpoint = a:url("/v1/chat/completions") } },
+      { provider = "openai_chat", model = "qwen3" }
+    )
     chat("builtin", { "@You:", "Hello" })
     press("<C-]>")
     assert.equals("completed", h.wait_finished(1).status)
@@ -135,7 +143,12 @@ describe("where a key goes", function()
   end)
 
   it("the built-in anthropic entry keeps its key from another endpoint; a 401 there says why", function()
-    a:script({ { status = 401, body = '{"type":"error","error":{"type":"authentication_error","message":"x-api-key header is required"}}' } })
+    a:script({
+      {
+        status = 401,
+        body = '{"type":"error","error":{"type":"authentication_error","message":"x-api-key header is required"}}',
+      },
+    })
     configure({ anthropic = { endpoint = a:url("/v1/messages") } }, { provider = "anthropic" })
     chat("ant_builtin", { "@You:", "Hello" })
     press("<C-]>")
@@ -143,7 +156,7 @@ describe("where a key goes", function()
     assert.equals("error", res.status)
     assert.same({}, key_headers(a:requests()[1]))
     assert.matches(
-      "the key in $ANTHROPIC_API_KEY is not sent to 127.0.0.1: it is the key of api.anthropic.com and goes only there; to send it there, name it for this entry in setup(): providers.anthropic.api_key_env = \"ANTHROPIC_API_KEY\"",
+      'the key in $ANTHROPIC_API_KEY is not sent to 127.0.0.1: it is the key of api.anthropic.com and goes only there; to send it there, name it for this entry in setup(): providers.anthropic.api_key_env = "ANTHROPIC_API_KEY"',
       res.error,
       1,
       true
@@ -158,37 +171,54 @@ describe("where a key goes", function()
     assert.equals("completed", h.wait_finished(1).status)
     assert.same({}, key_headers(a:requests()[1]))
 
-    configure({ ollama = { endpoint = a:url("/v1/chat/completions"), api_key_env = "FLEMMA_SPEC_KEY" } }, { provider = "ollama", model = "qwen3" })
+    configure(
+      { ollama = { endpoint = a:url("/v1/chat/completions"), api_key_env = "FLEMMA_SPEC_KEY" } },
+      { provider = "ollama", model = "qwen3" }
+    )
     chat("ollama_key", { "@You:", "Hello" })
     press("<C-]>")
     assert.equals("completed", h.wait_finished(2).status)
     assert.equals("Bearer " .. KEY, a:requests()[2].headers.authorization)
   end)
 
-  it("an entry of your own sends its own key to its own endpoint (also a built-in you named the variable for)", function()
-    a:script({ { fixture = "openai_chat_text.sse" }, { fixture = "openai_chat_text.sse" } })
-    configure({ mine = { kind = "openai_chat", endpoint = a:url("/v1/chat/completions"), api_key_env = "FLEMMA_SPEC_KEY" } }, { provider = "mine", model = "qwen3" })
-    chat("mine", { "@You:", "Hello" })
-    press("<C-]>")
-    assert.equals("completed", h.wait_finished(1).status)
-    assert.equals("Bearer " .. KEY, a:requests()[1].headers.authorization)
+  it(
+    "an entry of your own sends its own key to its own endpoint (also a built-in you named the variable for)",
+    function()
+      a:script({ { fixture = "openai_chat_text.sse" }, { fixture = "openai_chat_text.sse" } })
+      configure(
+        { mine = { kind = "openai_chat", endpoint = a:url("/v1/chat/completions"), api_key_env = "FLEMMA_SPEC_KEY" } },
+        { provider = "mine", model = "qwen3" }
+      )
+      chat("mine", { "@You:", "Hello" })
+      press("<C-]>")
+      assert.equals("completed", h.wait_finished(1).status)
+      assert.equals("Bearer " .. KEY, a:requests()[1].headers.authorization)
 
-    configure(
-      { openai_chat = { endpoint = a:url("/v1/chat/completions"), api_key_env = "OPENAI_API_KEY" } },
-      { provider = "openai_chat", model = "qwen3" }
-    )
-    chat("named", { "@You:", "Hello" })
-    press("<C-]>")
-    assert.equals("completed", h.wait_finished(2).status)
-    assert.equals("Bearer " .. OPENAI, a:requests()[2].headers.authorization)
-    assert.equals(0, #asked)
-  end)
+      configure(
+        { openai_chat = { endpoint = a:url("/v1/chat/completions"), api_key_env = "OPENAI_API_KEY" } },
+        { provider = "openai_chat", model = "qwen3" }
+      )
+      chat("named", { "@You:", "Hello" })
+      press("<C-]>")
+      assert.equals("completed", h.wait_finished(2).status)
+      assert.equals("Bearer " .. OPENAI, a:requests()[2].headers.authorization)
+      assert.equals(0, #asked)
+    end
+  )
 
   it("never sends a key over http:// to another machine", function()
     local ip = outside_address()
     local provider = require("flemma.provider")
-    configure({ lan = { kind = "openai_chat", endpoint = "http://10.0.0.5:8000/v1/chat/completions", api_key_env = "FLEMMA_SPEC_KEY" } })
-    local spec = assert(provider.resolve(vim.tbl_extend("force", require("flemma.config").get(), { provider = "lan", model = "m" })))
+    configure({
+      lan = {
+        kind = "openai_chat",
+        endpoint = "http://10.0.0.5:8000/v1/chat/completions",
+        api_key_env = "FLEMMA_SPEC_KEY",
+      },
+    })
+    local spec = assert(
+      provider.resolve(vim.tbl_extend("force", require("flemma.config").get(), { provider = "lan", model = "m" }))
+    )
     assert.is_nil(provider.key(spec))
     if not ip then
       pending("this machine has no non-loopback address for a real request")
@@ -197,7 +227,9 @@ describe("where a key goes", function()
     local remote = server_mod.start({ host = ip })
     local ok, err = pcall(function()
       remote:script({ { fixture = "openai_chat_text.sse" } })
-      configure({ lan = { kind = "openai_chat", endpoint = remote:url("/v1/chat/completions"), api_key_env = "FLEMMA_SPEC_KEY" } }, { provider = "lan", model = "qwen3" })
+      configure({
+        lan = { kind = "openai_chat", endpoint = remote:url("/v1/chat/completions"), api_key_env = "FLEMMA_SPEC_KEY" },
+      }, { provider = "lan", model = "qwen3" })
       chat("lan", { "@You:", "Hello" })
       press("<C-]>")
       local fin = h.wait_finished(1)
@@ -223,13 +255,21 @@ describe("where a key goes", function()
     end, 5000, "not asked")
     assert.same({ "Send", "Do not send" }, asked[1].items)
     assert.equals("flemma.keyhost", asked[1].kind)
-    assert.matches("chose far, which sends the key in $FLEMMA_SPEC_KEY to localhost (your own provider, ant, does not). Send the key there?", asked[1].prompt, 1, true)
+    assert.matches(
+      "chose far, which sends the key in $FLEMMA_SPEC_KEY to localhost (your own provider, ant, does not). Send the key there?",
+      asked[1].prompt,
+      1,
+      true
+    )
     vim.wait(300)
     assert.equals(0, #a:requests())
     assert.equals(0, #b:requests())
     assert.equals(before, text(buf))
     assert.equals(0, #h.finished)
-    assert.matches("not sent: the frontmatter of .*far%.chat chose far, which would send the key in %$FLEMMA_SPEC_KEY to localhost, and you did not confirm it", warnings()[1])
+    assert.matches(
+      "not sent: the frontmatter of .*far%.chat chose far, which would send the key in %$FLEMMA_SPEC_KEY to localhost, and you did not confirm it",
+      warnings()[1]
+    )
     assert.is_nil(warnings()[1]:find("\n"), "one line")
 
     -- Nobody to ask (headless, Neovim's own vim.ui.select): refused, one line.
@@ -238,7 +278,12 @@ describe("where a key goes", function()
     vim.wait(300)
     assert.equals(0, #b:requests())
     assert.equals(before, text(buf))
-    assert.matches("and there is no UI to ask whether to send it there; remove `flemma.opt.provider`", warnings()[2], 1, true)
+    assert.matches(
+      "and there is no UI to ask whether to send it there; remove `flemma.opt.provider`",
+      warnings()[2],
+      1,
+      true
+    )
     assert.matches("(:Flemma switch far)", warnings()[2], 1, true)
     assert.is_nil(warnings()[2]:find("\n"), "one line")
 
@@ -284,7 +329,10 @@ describe("where a key goes", function()
     end, 5000, "no result")
     assert.equals(1, #asked)
     assert.equals("flemma.keyhost", asked[1].kind)
-    assert.matches("^nothing counted: the frontmatter of .*far_estimate%.chat chose far, which would send the key in %$FLEMMA_SPEC_KEY to localhost", result.error)
+    assert.matches(
+      "^nothing counted: the frontmatter of .*far_estimate%.chat chose far, which would send the key in %$FLEMMA_SPEC_KEY to localhost",
+      result.error
+    )
     vim.wait(200)
     assert.equals(0, #b:requests())
 

@@ -55,7 +55,8 @@ local function run(name, input, opts)
       return result ~= nil
     end, timeout or 10000, "the tool never finished: " .. name)
     return result
-  end, handle
+  end,
+    handle
 end
 
 local function everything()
@@ -134,7 +135,12 @@ describe("mcp", function()
 
     it("lists its tools as server:tool with their schemas and annotations in the preview", function()
       local names = tools.list()
-      for _, want in ipairs({ "everything:echo", "everything:get-sum", "everything:get-tiny-image", "everything:trigger-long-running-operation" }) do
+      for _, want in ipairs({
+        "everything:echo",
+        "everything:get-sum",
+        "everything:get-tiny-image",
+        "everything:trigger-long-running-operation",
+      }) do
         assert.truthy(vim.tbl_contains(names, want), want .. " in " .. table.concat(names, " "))
       end
       local sum = tools.get("everything:get-sum")
@@ -313,7 +319,10 @@ describe("mcp", function()
     wait_ready(30000)
     local s = mcp.status()[1]
     assert.equals("ready", s.state)
-    assert.truthy((s.last_error or ""):find("line_too_long", 1, true) or (s.last_error or ""):find("over the limit", 1, true), vim.inspect(s))
+    assert.truthy(
+      (s.last_error or ""):find("line_too_long", 1, true) or (s.last_error or ""):find("over the limit", 1, true),
+      vim.inspect(s)
+    )
     assert.same({ success = true, output = "echo: still here" }, run("junk:echo", { text = "still here" })())
   end)
 
@@ -324,14 +333,31 @@ describe("mcp", function()
       local function add(n, data)
         ev[#ev + 1] = "event: " .. n .. "\ndata: " .. vim.json.encode(data) .. "\n\n"
       end
-      add("message_start", { type = "message_start", message = { id = "msg_1", type = "message", role = "assistant",
-        model = "claude-sonnet-4-6", content = {}, usage = { input_tokens = 10, output_tokens = 1 } } })
-      add("content_block_start", { type = "content_block_start", index = 0,
-        content_block = { type = "tool_use", id = id, name = name, input = vim.empty_dict() } })
-      add("content_block_delta", { type = "content_block_delta", index = 0,
-        delta = { type = "input_json_delta", partial_json = input_json } })
+      add("message_start", {
+        type = "message_start",
+        message = {
+          id = "msg_1",
+          type = "message",
+          role = "assistant",
+          model = "claude-sonnet-4-6",
+          content = {},
+          usage = { input_tokens = 10, output_tokens = 1 },
+        },
+      })
+      add("content_block_start", {
+        type = "content_block_start",
+        index = 0,
+        content_block = { type = "tool_use", id = id, name = name, input = vim.empty_dict() },
+      })
+      add(
+        "content_block_delta",
+        { type = "content_block_delta", index = 0, delta = { type = "input_json_delta", partial_json = input_json } }
+      )
       add("content_block_stop", { type = "content_block_stop", index = 0 })
-      add("message_delta", { type = "message_delta", delta = { stop_reason = "tool_use" }, usage = { output_tokens = 20 } })
+      add(
+        "message_delta",
+        { type = "message_delta", delta = { stop_reason = "tool_use" }, usage = { output_tokens = 20 } }
+      )
       add("message_stop", { type = "message_stop" })
       return table.concat(ev)
     end
@@ -349,13 +375,18 @@ describe("mcp", function()
       helpers.write_file(dir .. "/other.md", "x")
       require("flemma").setup({
         provider = "test",
-        providers = { test = { kind = "anthropic", endpoint = h.server:url("/v1/messages"), api_key_env = "FLEMMA_SPEC_KEY" } },
+        providers = {
+          test = { kind = "anthropic", endpoint = h.server:url("/v1/messages"), api_key_env = "FLEMMA_SPEC_KEY" },
+        },
         parameters = { max_retries = 0, cache_retention = "none" },
         tools = { autopilot = { enabled = false } },
         mcp = { servers = { fs = { command = "node", args = { FILESYSTEM, dir } } }, timeout = 20 },
       })
       h.server:script({
-        { body = tool_stream("fs__list_directory", "toolu_fs1", vim.json.encode({ path = dir })), content_type = "text/event-stream" },
+        {
+          body = tool_stream("fs__list_directory", "toolu_fs1", vim.json.encode({ path = dir })),
+          content_type = "text/event-stream",
+        },
       })
       local buf = helpers.open_chat({ "@You:", "What is in the directory?" })
       press("<C-]>")
@@ -405,7 +436,10 @@ describe("mcp", function()
 
   describe("commands and health", function()
     it(":Flemma mcp:status shows state, tool count and last error; mcp:restart completes and restarts", function()
-      setup({ crashy = spec_server("crash"), plain = spec_server("plain") }, { mcp = { include = { "crashy:*", "plain:echo" } } })
+      setup(
+        { crashy = spec_server("crash"), plain = spec_server("plain") },
+        { mcp = { include = { "crashy:*", "plain:echo" } } }
+      )
       local notes = helpers.notifications(function()
         vim.cmd("Flemma mcp:status")
       end)
@@ -426,7 +460,14 @@ describe("mcp", function()
         vim.cmd("Flemma mcp:status")
       end)
       local msg = notes[1].msg
-      assert.truthy(msg:find("crashy: failed, 1 tool, restarted 1x; last error: server `crashy` exited (code 3); its last stderr lines: ...", 1, true), msg)
+      assert.truthy(
+        msg:find(
+          "crashy: failed, 1 tool, restarted 1x; last error: server `crashy` exited (code 3); its last stderr lines: ...",
+          1,
+          true
+        ),
+        msg
+      )
       assert.truthy(msg:find("plain: ready, 1 tool, pid %d+"), msg)
       assert.same({ "crashy" }, vim.fn.getcompletion("Flemma mcp:restart cr", "cmdline"))
       assert.same({ "crashy", "plain" }, vim.fn.getcompletion("Flemma mcp:restart ", "cmdline"))
@@ -456,7 +497,11 @@ describe("mcp", function()
     end)
 
     it(":checkhealth flemma reports each server", function()
-      setup({ everything = everything(), missing = { command = "flemma-no-such-mcp-server" }, silent = spec_server("silent") }, { mcp = { timeout = 1 } })
+      setup({
+        everything = everything(),
+        missing = { command = "flemma-no-such-mcp-server" },
+        silent = spec_server("silent"),
+      }, { mcp = { timeout = 1 } })
       mcp.start({ "everything" })
       wait_ready()
       mcp.start({ "silent" })
@@ -490,9 +535,12 @@ describe("mcp", function()
     end)
 
     local function project(dir, args)
-      helpers.write_file(dir .. "/.mcp.json", vim.json.encode({
-        mcpServers = { proj = { command = "node", args = args or { SUPPORT, "plain" } } },
-      }))
+      helpers.write_file(
+        dir .. "/.mcp.json",
+        vim.json.encode({
+          mcpServers = { proj = { command = "node", args = args or { SUPPORT, "plain" } } },
+        })
+      )
       keys[#keys + 1] = "mcp:" .. vim.uv.fs_realpath(dir .. "/.mcp.json") .. "#proj"
     end
 
@@ -521,7 +569,10 @@ describe("mcp", function()
         return tools.get("proj:echo") ~= nil
       end, 10000, "the trusted project server did not start: " .. vim.inspect(mcp.status()))
       assert.equals(1, #asked)
-      assert.truthy(asked[1]:find("wants to start the MCP server `proj`: node " .. SUPPORT .. " plain", 1, true), asked[1])
+      assert.truthy(
+        asked[1]:find("wants to start the MCP server `proj`: node " .. SUPPORT .. " plain", 1, true),
+        asked[1]
+      )
       assert.same({ success = true, output = "echo: p" }, run("proj:echo", { text = "p" })())
       -- Remembered: a new session (setup again) starts it without asking.
       setup({}, { mcp = { project_config = true } })

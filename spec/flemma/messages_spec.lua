@@ -19,16 +19,30 @@ describe("at 80 columns", function()
     end
     local dir = helpers.tmpdir()
     local file = dir .. "/m.chat"
-    helpers.write_file(file, table.concat({
-      "@You:", "Check.", "", "@Assistant:", "**Tool Use:** `bash` (`toolu_01`)", "", "```json",
-      '{ "command": "true" }', "```", "",
-    }, "\n"))
+    helpers.write_file(
+      file,
+      table.concat({
+        "@You:",
+        "Check.",
+        "",
+        "@Assistant:",
+        "**Tool Use:** `bash` (`toolu_01`)",
+        "",
+        "```json",
+        '{ "command": "true" }',
+        "```",
+        "",
+      }, "\n")
+    )
     local init = dir .. "/init.lua"
-    helpers.write_file(init, ([[
+    helpers.write_file(
+      init,
+      ([[
       vim.opt.rtp:prepend(%q)
       vim.cmd("runtime! plugin/flemma.lua")
       require("flemma").setup({ tools = { autopilot = { enabled = false } } })
-    ]]):format(helpers.root))
+    ]]):format(helpers.root)
+    )
     child = helpers.tmux_nvim({
       socket = "flemma-spec-msg-" .. vim.fn.getpid(),
       args = { "--clean", "-n", "-u", init, file },

@@ -46,7 +46,8 @@ describe("flemma.opt", function()
     end)
 
     it(":append() adds at the end, once", function()
-      local opts = ok('flemma.opt.tools = {"bash"}\nflemma.opt.tools:append("calculator_async")\nflemma.opt.tools:append("bash")')
+      local opts =
+        ok('flemma.opt.tools = {"bash"}\nflemma.opt.tools:append("calculator_async")\nflemma.opt.tools:append("bash")')
       assert.same({ "bash", "calculator_async" }, opts.tools)
     end)
 
@@ -61,7 +62,10 @@ describe("flemma.opt", function()
     end)
 
     it("+ with the list on the right prepends", function()
-      assert.same({ "read", "bash" }, ok('flemma.opt.tools = {"bash"}\nflemma.opt.tools = "read" + flemma.opt.tools').tools)
+      assert.same(
+        { "read", "bash" },
+        ok('flemma.opt.tools = {"bash"}\nflemma.opt.tools = "read" + flemma.opt.tools').tools
+      )
     end)
 
     it("+ and - leave the original untouched until assigned", function()
@@ -125,10 +129,16 @@ describe("flemma.opt", function()
         "flemma.opt.tools = { auto_approve = {} }",
         'frontmatter line 2: flemma.opt.tools: assignment expects a list of names, not a table with the key "auto_approve"',
       },
-      { "flemma.opt.tools:append(true)", "frontmatter line 2: flemma.opt.tools: append expects a name or a list of names, not boolean" },
+      {
+        "flemma.opt.tools:append(true)",
+        "frontmatter line 2: flemma.opt.tools: append expects a name or a list of names, not boolean",
+      },
       { "flemma.opt.tools.append('bash')", "frontmatter line 2: ListOption:append() must be called with `:`" },
       { "flemma.opt.tools.nope = 1", "frontmatter line 2: unknown option `flemma.opt.tools.nope`" },
-      { "flemma.opt.tools.auto_approve = 5", "frontmatter line 2: flemma.opt.tools.auto_approve should be a list of names, not number" },
+      {
+        "flemma.opt.tools.auto_approve = 5",
+        "frontmatter line 2: flemma.opt.tools.auto_approve should be a list of names, not number",
+      },
       { 'local x = "bash" - flemma.opt.tools', "frontmatter line 2: `-` needs a ListOption on its left" },
     }
     for _, case in ipairs(bad) do
@@ -141,9 +151,15 @@ describe("flemma.opt", function()
   describe("tools selection", function()
     local cases = {
       { 'flemma.opt.tools = { "bash", "raed" }', "unknown tool `raed` in flemma.opt.tools; did you mean `read`?" },
-      { 'flemma.opt.tools:remove("calculater")', "unknown tool `calculater` in flemma.opt.tools; did you mean `calculator`?" },
+      {
+        'flemma.opt.tools:remove("calculater")',
+        "unknown tool `calculater` in flemma.opt.tools; did you mean `calculator`?",
+      },
       { 'flemma.opt.tools:append("Bash")', "unknown tool `Bash` in flemma.opt.tools; did you mean `bash`?" },
-      { 'flemma.opt.tools = flemma.opt.tools + "wrte"', "unknown tool `wrte` in flemma.opt.tools; did you mean `write`?" },
+      {
+        'flemma.opt.tools = flemma.opt.tools + "wrte"',
+        "unknown tool `wrte` in flemma.opt.tools; did you mean `write`?",
+      },
       {
         'flemma.opt.tools.auto_approve:append("eddit")',
         "unknown tool `eddit` in flemma.opt.tools.auto_approve; did you mean `edit`?",
@@ -162,7 +178,8 @@ describe("flemma.opt", function()
     it("lists the available tools when nothing is close", function()
       local err = fails('flemma.opt.tools = { "zzzzzzzzzz" }')
       assert.equals(
-        "frontmatter line 2: unknown tool `zzzzzzzzzz` in flemma.opt.tools; available tools: " .. table.concat(all_tools, ", "),
+        "frontmatter line 2: unknown tool `zzzzzzzzzz` in flemma.opt.tools; available tools: "
+          .. table.concat(all_tools, ", "),
         err
       )
     end)
@@ -215,25 +232,55 @@ describe("flemma.opt", function()
     end)
 
     local bad = {
-      { 'flemma.opt.thinking = "huge"', '`flemma.opt.thinking` should be "minimal", "low", "medium", "high", "max", false, or a token budget, not "huge"' },
-      { 'flemma.opt.cache_retention = "forever"', '`flemma.opt.cache_retention` should be one of none, short, long, not "forever"' },
+      {
+        'flemma.opt.thinking = "huge"',
+        '`flemma.opt.thinking` should be "minimal", "low", "medium", "high", "max", false, or a token budget, not "huge"',
+      },
+      {
+        'flemma.opt.cache_retention = "forever"',
+        '`flemma.opt.cache_retention` should be one of none, short, long, not "forever"',
+      },
       { "flemma.opt.max_tokens = 0", "`flemma.opt.max_tokens` should be an integer >= 1, not 0" },
       { "flemma.opt.max_tokens = 1.5", "`flemma.opt.max_tokens` should be an integer >= 1, not 1.5" },
       { "flemma.opt.temperature = 3", "`flemma.opt.temperature` should be a number between 0 and 2, not 3" },
-      { 'flemma.opt.anthropic.thinking_budget = "lots"', '`flemma.opt.anthropic.thinking_budget` should be an integer >= 0, not "lots"' },
-      { 'flemma.opt.openai.reasoning = "extreme"', '`flemma.opt.openai.reasoning` should be one of none, minimal, low, medium, high, not "extreme"' },
-      { "flemma.opt.vertex.thinking_budget = -2", "`flemma.opt.vertex.thinking_budget` should be an integer >= -1, not -2" },
+      {
+        'flemma.opt.anthropic.thinking_budget = "lots"',
+        '`flemma.opt.anthropic.thinking_budget` should be an integer >= 0, not "lots"',
+      },
+      {
+        'flemma.opt.openai.reasoning = "extreme"',
+        '`flemma.opt.openai.reasoning` should be one of none, minimal, low, medium, high, not "extreme"',
+      },
+      {
+        "flemma.opt.vertex.thinking_budget = -2",
+        "`flemma.opt.vertex.thinking_budget` should be an integer >= -1, not -2",
+      },
       { 'flemma.opt.thinkng = "low"', "unknown option `flemma.opt.thinkng`; did you mean `flemma.opt.thinking`?" },
-      { "local x = flemma.opt.max_token", "unknown option `flemma.opt.max_token`; did you mean `flemma.opt.max_tokens`?" },
-      { "flemma.opt.anthropic.thinking_budjet = 1", "unknown option `flemma.opt.anthropic.thinking_budjet`; did you mean `flemma.opt.anthropic.thinking_budget`?" },
+      {
+        "local x = flemma.opt.max_token",
+        "unknown option `flemma.opt.max_token`; did you mean `flemma.opt.max_tokens`?",
+      },
+      {
+        "flemma.opt.anthropic.thinking_budjet = 1",
+        "unknown option `flemma.opt.anthropic.thinking_budjet`; did you mean `flemma.opt.anthropic.thinking_budget`?",
+      },
       { "flemma.opt.anthropic = 5", "`flemma.opt.anthropic` should be a table of parameters, not number" },
       { "flemma.opt.temperature = 0 / 0", "`flemma.opt.temperature` should be a finite number, not nan" },
       { "flemma.opt.temperature = math.huge", "`flemma.opt.temperature` should be a finite number, not inf" },
       { "flemma.opt.max_tokens = math.huge", "`flemma.opt.max_tokens` should be a finite number, not inf" },
       { "flemma.opt.thinking = math.huge", "`flemma.opt.thinking` should be a finite number, not inf" },
-      { "flemma.opt.anthropic.thinking_budget = math.huge", "`flemma.opt.anthropic.thinking_budget` should be a finite number, not inf" },
-      { "flemma.opt.vertex.thinking_budget = -math.huge", "`flemma.opt.vertex.thinking_budget` should be a finite number, not -inf" },
-      { "flemma.opt.anthropic = { thinking_budget = 0 / 0 }", "`flemma.opt.anthropic.thinking_budget` should be a finite number, not nan" },
+      {
+        "flemma.opt.anthropic.thinking_budget = math.huge",
+        "`flemma.opt.anthropic.thinking_budget` should be a finite number, not inf",
+      },
+      {
+        "flemma.opt.vertex.thinking_budget = -math.huge",
+        "`flemma.opt.vertex.thinking_budget` should be a finite number, not -inf",
+      },
+      {
+        "flemma.opt.anthropic = { thinking_budget = 0 / 0 }",
+        "`flemma.opt.anthropic.thinking_budget` should be a finite number, not nan",
+      },
     }
     for _, case in ipairs(bad) do
       it("refuses " .. case[1], function()
@@ -254,7 +301,10 @@ describe("flemma.opt", function()
     for _, code in ipairs(cases) do
       it("cannot be set: " .. code, function()
         local err = fails(code)
-        assert.matches("^frontmatter line 2: `flemma%.opt%.[%w_.]+`: transport settings %(`providers%.%*`: endpoints, headers, keys%) cannot be set from frontmatter: a chat file must not choose where the conversation and your keys are sent", err)
+        assert.matches(
+          "^frontmatter line 2: `flemma%.opt%.[%w_.]+`: transport settings %(`providers%.%*`: endpoints, headers, keys%) cannot be set from frontmatter: a chat file must not choose where the conversation and your keys are sent",
+          err
+        )
       end)
     end
 

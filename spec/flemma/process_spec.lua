@@ -72,7 +72,7 @@ describe("flemma.process", function()
     end)
 
     it("gives the child a closed stdin so that `read` gets EOF", function()
-      local r = run({ cmd = { "bash", "-c", "read -r line; echo \"rc=$? line=[$line]\"" } }, 3000)
+      local r = run({ cmd = { "bash", "-c", 'read -r line; echo "rc=$? line=[$line]"' } }, 3000)
       assert.equal("rc=1 line=[]\n", r.output)
     end)
 
@@ -101,7 +101,7 @@ describe("flemma.process", function()
     it("applies cwd, extra env and the non-interactive environment", function()
       local dir = helpers.tmpdir()
       local r = run({
-        cmd = { "bash", "-c", "pwd; echo \"$FOO|$CI|$DEBIAN_FRONTEND|$PAGER|$GIT_TERMINAL_PROMPT|$HOME\"" },
+        cmd = { "bash", "-c", 'pwd; echo "$FOO|$CI|$DEBIAN_FRONTEND|$PAGER|$GIT_TERMINAL_PROMPT|$HOME"' },
         cwd = dir,
         env = { FOO = "bar baz" },
       })
@@ -130,7 +130,7 @@ describe("flemma.process", function()
       assert.equal(5, r.code)
       -- argv[0] is the name given, not the file found
       r = run({ cmd = { "bash", "-c", 'tr "\\0" " " < /proc/$$/cmdline' }, env = { PATH = path } })
-      assert.equal("bash -c tr \"\\0\" \" \" < /proc/$$/cmdline ", r.output)
+      assert.equal('bash -c tr "\\0" " " < /proc/$$/cmdline ', r.output)
       -- a relative PATH entry is searched from the child's working directory
       r = run({ cmd = { "flemma-rel" }, cwd = dir, env = { PATH = path } })
       assert.equal("rel\n", r.output)

@@ -12,14 +12,29 @@ local function lines_stream(n)
   local function add(name, data)
     ev[#ev + 1] = "event: " .. name .. "\ndata: " .. vim.json.encode(data) .. "\n\n"
   end
-  add("message_start", { type = "message_start", message = { id = "msg_1", type = "message", role = "assistant",
-    model = "claude-sonnet-4-6", content = {}, usage = { input_tokens = 10, output_tokens = 1 } } })
+  add("message_start", {
+    type = "message_start",
+    message = {
+      id = "msg_1",
+      type = "message",
+      role = "assistant",
+      model = "claude-sonnet-4-6",
+      content = {},
+      usage = { input_tokens = 10, output_tokens = 1 },
+    },
+  })
   add("content_block_start", { type = "content_block_start", index = 0, content_block = { type = "text", text = "" } })
   for i = 1, n do
-    add("content_block_delta", { type = "content_block_delta", index = 0,
-      delta = { type = "text_delta", text = ("answer line %d\n"):format(i) } })
+    add("content_block_delta", {
+      type = "content_block_delta",
+      index = 0,
+      delta = { type = "text_delta", text = ("answer line %d\n"):format(i) },
+    })
   end
-  add("content_block_delta", { type = "content_block_delta", index = 0, delta = { type = "text_delta", text = "THE END" } })
+  add(
+    "content_block_delta",
+    { type = "content_block_delta", index = 0, delta = { type = "text_delta", text = "THE END" } }
+  )
   add("content_block_stop", { type = "content_block_stop", index = 0 })
   add("message_delta", { type = "message_delta", delta = { stop_reason = "end_turn" }, usage = { output_tokens = 20 } })
   add("message_stop", { type = "message_stop" })
@@ -82,7 +97,9 @@ describe("quitting while an answer streams", function()
     })
     child.wait_screen("Tell me a long story.")
     -- 200 lines, 30 ms apart: six seconds of streaming.
-    server:script({ { body = lines_stream(200), content_type = "text/event-stream", chunk_seed = 1, max_chunk = 40, delay_ms = 30 } })
+    server:script({
+      { body = lines_stream(200), content_type = "text/event-stream", chunk_seed = 1, max_chunk = 40, delay_ms = 30 },
+    })
     child.tmux({ "send-keys", "-t", "flemma", "C-]" })
     child.wait_screen("answer line 2", 8000)
     child.tmux({ "send-keys", "-t", "flemma", ":wq", "Enter" })
@@ -112,7 +129,9 @@ describe("a chat that ends with an unfinished answer", function()
     h = helpers.send_harness({ key = "sk-flemma-spec-continue" })
     require("flemma").setup({
       provider = "test",
-      providers = { test = { kind = "anthropic", endpoint = h.server:url("/v1/messages"), api_key_env = "FLEMMA_SPEC_KEY" } },
+      providers = {
+        test = { kind = "anthropic", endpoint = h.server:url("/v1/messages"), api_key_env = "FLEMMA_SPEC_KEY" },
+      },
       parameters = { max_retries = 0, cache_retention = "none" },
       tools = { autopilot = { enabled = false } },
     })
@@ -157,11 +176,15 @@ describe("closing a split while an answer streams elsewhere", function()
     h = helpers.send_harness({ key = "sk-flemma-spec-split" })
     require("flemma").setup({
       provider = "test",
-      providers = { test = { kind = "anthropic", endpoint = h.server:url("/v1/messages"), api_key_env = "FLEMMA_SPEC_KEY" } },
+      providers = {
+        test = { kind = "anthropic", endpoint = h.server:url("/v1/messages"), api_key_env = "FLEMMA_SPEC_KEY" },
+      },
       parameters = { max_retries = 0, cache_retention = "none" },
       tools = { autopilot = { enabled = false } },
     })
-    h.server:script({ { body = lines_stream(100), content_type = "text/event-stream", chunk_seed = 2, max_chunk = 40, delay_ms = 20 } })
+    h.server:script({
+      { body = lines_stream(100), content_type = "text/event-stream", chunk_seed = 2, max_chunk = 40, delay_ms = 20 },
+    })
     local buf = helpers.open_chat({ "@You:", "Go." })
     helpers.press("<C-]>")
     helpers.wait_for(function()

@@ -29,7 +29,9 @@ describe("files outside the project", function()
     require("flemma.reach").reset()
     require("flemma").setup({
       provider = "test",
-      providers = { test = { kind = "anthropic", endpoint = server:url("/v1/messages"), api_key_env = "FLEMMA_SPEC_KEY" } },
+      providers = {
+        test = { kind = "anthropic", endpoint = server:url("/v1/messages"), api_key_env = "FLEMMA_SPEC_KEY" },
+      },
       parameters = { max_retries = 0, cache_retention = "none", connect_timeout = 5, timeout = 30 },
       tools = { autopilot = { enabled = false } },
     })

@@ -145,7 +145,12 @@ describe("flemma.sandbox", function()
     it("writes a sandbox-exec profile with the same policy", function()
       local native = require("flemma.native")
       local dir = project()
-      local argv = native.sandbox_wrap("sandbox-exec", { rw_paths = { dir, "/nonexistent" }, network = false }, { "ls" }, dir)
+      local argv = native.sandbox_wrap(
+        "sandbox-exec",
+        { rw_paths = { dir, "/nonexistent" }, network = false },
+        { "ls" },
+        dir
+      )
       assert.equal("sandbox-exec", argv[1])
       assert.equal("-p", argv[2])
       assert.equal("ls", argv[4])
@@ -192,11 +197,17 @@ describe("flemma.sandbox", function()
     it("keeps submodules' and nested repositories' hooks and config read-only in bwrap", function()
       local dir = repos()
       for _, t in ipairs(targets) do
-        local r = sandboxed(dir, ("mkdir -p \"$(dirname %s)\" 2>/dev/null; echo '[core] fsmonitor = touch /tmp/x' >> %s"):format(t, t))
+        local r = sandboxed(
+          dir,
+          ("mkdir -p \"$(dirname %s)\" 2>/dev/null; echo '[core] fsmonitor = touch /tmp/x' >> %s"):format(t, t)
+        )
         assert.are_not.equal(0, r.code, "write to " .. t .. " succeeded: " .. r.output)
       end
       -- The git directory cannot be swapped for a fresh one either.
-      local r = sandboxed(dir, "mv vendor/pkg/.git vendor/pkg/.git-old && mkdir -p vendor/pkg/.git/hooks && echo x > vendor/pkg/.git/hooks/post-checkout")
+      local r = sandboxed(
+        dir,
+        "mv vendor/pkg/.git vendor/pkg/.git-old && mkdir -p vendor/pkg/.git/hooks && echo x > vendor/pkg/.git/hooks/post-checkout"
+      )
       assert.are_not.equal(0, r.code, r.output)
       assert.is_nil(vim.uv.fs_stat(dir .. "/vendor/pkg/.git/hooks/post-checkout"))
       assert.equal("[core]\n", helpers.read_file(dir .. "/.git/modules/lib/config"))
@@ -254,7 +265,7 @@ describe("flemma.sandbox", function()
         local policy = { rw_paths = { home }, network = false }
         for _, t in ipairs(sensitive) do
           assert.is_false(sandbox.is_path_writable(home .. "/" .. t, policy), t)
-          local r = sandboxed(home, ("mkdir -p \"$(dirname %s)\" 2>/dev/null; echo x >> %s"):format(t, t), false)
+          local r = sandboxed(home, ('mkdir -p "$(dirname %s)" 2>/dev/null; echo x >> %s'):format(t, t), false)
           assert.are_not.equal(0, r.code, "write to ~/" .. t .. " succeeded")
         end
         assert.is_nil(vim.uv.fs_stat(home .. "/.ssh/authorized_keys"))
@@ -272,7 +283,11 @@ describe("flemma.sandbox", function()
         assert.is_false(sandbox.is_path_writable(home .. "/.config/nvim/init.lua", policy))
         assert.is_false(sandbox.is_path_writable(home .. "/.config/autostart/x.desktop", policy))
         assert.is_true(sandbox.is_path_writable(home .. "/.config/other/x", policy))
-        local argv = assert(sandbox.wrap_command({ "bash", "-c", "echo x > nvim/init.lua; mkdir -p autostart && echo x > autostart/e.desktop; echo ok > other.txt" }, policy))
+        local argv = assert(sandbox.wrap_command({
+          "bash",
+          "-c",
+          "echo x > nvim/init.lua; mkdir -p autostart && echo x > autostart/e.desktop; echo ok > other.txt",
+        }, policy))
         local r = run(argv, home .. "/.config")
         assert.is_nil(vim.uv.fs_stat(home .. "/.config/nvim/init.lua"), r.output)
         assert.is_nil(vim.uv.fs_stat(home .. "/.config/autostart/e.desktop"), r.output)
@@ -307,9 +322,13 @@ describe("flemma.sandbox", function()
     -- model's call takes), in the chat buffer.
     local function bash(command)
       local result
-      tools.execute(buf, { id = "toolu_deny", name = "bash", input = { command = command, timeout = vim.NIL, label = vim.NIL } }, function(r)
-        result = r
-      end)
+      tools.execute(
+        buf,
+        { id = "toolu_deny", name = "bash", input = { command = command, timeout = vim.NIL, label = vim.NIL } },
+        function(r)
+          result = r
+        end
+      )
       helpers.wait_for(function()
         return result ~= nil
       end, 15000)
@@ -326,8 +345,13 @@ describe("flemma.sandbox", function()
     end
 
     before_each(function()
-      saved = { HOME = vim.env.HOME, XDG_STATE_HOME = vim.env.XDG_STATE_HOME, XDG_DATA_HOME = vim.env.XDG_DATA_HOME,
-        XDG_CONFIG_HOME = vim.env.XDG_CONFIG_HOME, cwd = vim.fn.getcwd() }
+      saved = {
+        HOME = vim.env.HOME,
+        XDG_STATE_HOME = vim.env.XDG_STATE_HOME,
+        XDG_DATA_HOME = vim.env.XDG_DATA_HOME,
+        XDG_CONFIG_HOME = vim.env.XDG_CONFIG_HOME,
+        cwd = vim.fn.getcwd(),
+      }
       -- Outside /tmp, which the sandbox replaces by a private tmpfs.
       home = vim.fs.normalize(assert(vim.uv.fs_realpath(assert(vim.uv.fs_mkdtemp("/var/tmp/flemma-home-XXXXXX")))))
       vim.env.HOME = home
@@ -367,7 +391,9 @@ describe("flemma.sandbox", function()
         names[#names + 1] = '"$HOME/' .. rel .. '"'
       end
       table.sort(names)
-      return "cat " .. table.concat(names, " ") .. " 2>&1; echo \"entries: $(find ~/.ssh ~/.aws ~/.config/gh -mindepth 1 | wc -l)\"; cat README"
+      return "cat "
+        .. table.concat(names, " ")
+        .. ' 2>&1; echo "entries: $(find ~/.ssh ~/.aws ~/.config/gh -mindepth 1 | wc -l)"; cat README'
     end
 
     it("hides keys, credentials, browser profiles and Neovim's state and data from a sandboxed bash", function()
@@ -385,32 +411,65 @@ describe("flemma.sandbox", function()
       assert.equal("SECRET-ssh-private-key\n", helpers.read_file(home .. "/.ssh/id_ed25519"))
     end)
 
-    it("hides the secret files of the project itself from a sandboxed bash, as flemma.secret_paths names them", function()
-      -- Names secret_paths counts as secrets by name, and some it does not.
-      local names = { ".env", ".env.local", ".ENVRC", "server.pem", "tls.KEY", "deploy.ppk", "client.p12", "cert.pfx",
-        "release.jks", "app.keystore", "vault.kdbx", "id_rsa", "id_ed25519", "ID_ECDSA", "id_rsa.bak", "id_rsa~",
-        ".netrc", ".git-credentials", ".pgpass", "sub/dir/.env", "id_rsa.pub", "id_utils.py", "notes.txt",
-        "environment.md", "keys.txt", "id_rsa.pub.bak", "keystore.md", "krb5cc_1000" }
-      local secret_paths = require("flemma.secret_paths")
-      for i, name in ipairs(names) do
-        helpers.write_file(project_dir .. "/" .. name, "CONTENT-" .. i .. "-END\n")
+    it(
+      "hides the secret files of the project itself from a sandboxed bash, as flemma.secret_paths names them",
+      function()
+        -- Names secret_paths counts as secrets by name, and some it does not.
+        local names = {
+          ".env",
+          ".env.local",
+          ".ENVRC",
+          "server.pem",
+          "tls.KEY",
+          "deploy.ppk",
+          "client.p12",
+          "cert.pfx",
+          "release.jks",
+          "app.keystore",
+          "vault.kdbx",
+          "id_rsa",
+          "id_ed25519",
+          "ID_ECDSA",
+          "id_rsa.bak",
+          "id_rsa~",
+          ".netrc",
+          ".git-credentials",
+          ".pgpass",
+          "sub/dir/.env",
+          "id_rsa.pub",
+          "id_utils.py",
+          "notes.txt",
+          "environment.md",
+          "keys.txt",
+          "id_rsa.pub.bak",
+          "keystore.md",
+          "krb5cc_1000",
+        }
+        local secret_paths = require("flemma.secret_paths")
+        for i, name in ipairs(names) do
+          helpers.write_file(project_dir .. "/" .. name, "CONTENT-" .. i .. "-END\n")
+        end
+        -- A plain .npmrc stays readable: package managers in the sandbox need it.
+        helpers.write_file(project_dir .. "/.npmrc", "registry=https://registry.npmjs.org/\n")
+        local res = bash("grep -r . . 2>&1; cat .env id_rsa 2>&1; true")
+        local out = res.output or ""
+        for i, name in ipairs(names) do
+          local shown = out:find("CONTENT-" .. i .. "-END", 1, true) ~= nil
+          local secret = secret_paths.check(project_dir .. "/" .. name) ~= nil
+          assert.equals(
+            not secret,
+            shown,
+            ("%s (secret: %s) shown: %s\n%s"):format(name, tostring(secret), tostring(shown), out)
+          )
+        end
+        assert.is_truthy(out:find("registry.npmjs.org", 1, true), out)
+        assert.is_truthy(out:find("project-readme", 1, true), out)
+        -- On disk they are unchanged, and the command cannot replace them.
+        res = bash("echo x > .env; rm -f id_rsa; true")
+        assert.equal("CONTENT-1-END\n", helpers.read_file(project_dir .. "/.env"))
+        assert.equal("CONTENT-12-END\n", helpers.read_file(project_dir .. "/id_rsa"))
       end
-      -- A plain .npmrc stays readable: package managers in the sandbox need it.
-      helpers.write_file(project_dir .. "/.npmrc", "registry=https://registry.npmjs.org/\n")
-      local res = bash("grep -r . . 2>&1; cat .env id_rsa 2>&1; true")
-      local out = res.output or ""
-      for i, name in ipairs(names) do
-        local shown = out:find("CONTENT-" .. i .. "-END", 1, true) ~= nil
-        local secret = secret_paths.check(project_dir .. "/" .. name) ~= nil
-        assert.equals(not secret, shown, ("%s (secret: %s) shown: %s\n%s"):format(name, tostring(secret), tostring(shown), out))
-      end
-      assert.is_truthy(out:find("registry.npmjs.org", 1, true), out)
-      assert.is_truthy(out:find("project-readme", 1, true), out)
-      -- On disk they are unchanged, and the command cannot replace them.
-      res = bash("echo x > .env; rm -f id_rsa; true")
-      assert.equal("CONTENT-1-END\n", helpers.read_file(project_dir .. "/.env"))
-      assert.equal("CONTENT-12-END\n", helpers.read_file(project_dir .. "/id_rsa"))
-    end)
+    )
 
     it("hides the target of a symlinked entry, by either path", function()
       local elsewhere = assert(vim.uv.fs_mkdtemp("/var/tmp/flemma-kube-XXXXXX"))
@@ -437,7 +496,8 @@ describe("flemma.sandbox", function()
       local inner = home .. "/.config/gh/myext"
       helpers.write_file(inner .. "/main.sh", "echo ext\n")
       chat_in(inner)
-      local res = bash("cat main.sh; echo ok > out.txt; cat ~/.config/gh/hosts.yml 2>&1; echo \"entries: $(ls -A ~/.config/gh)\"")
+      local res =
+        bash('cat main.sh; echo ok > out.txt; cat ~/.config/gh/hosts.yml 2>&1; echo "entries: $(ls -A ~/.config/gh)"')
       assert.is_truthy(res.output:find("echo ext", 1, true), res.output)
       assert.equal("ok\n", helpers.read_file(inner .. "/out.txt"))
       assert.is_nil(res.output:find("SECRET-gh", 1, true), res.output)
@@ -541,8 +601,12 @@ print("socketpair", b.recv(1).decode())' %s %s
       listen(sockdir .. "/nvim.4243.0")
       local r = sandboxed(dir, "ls " .. vim.fn.shellescape(sockdir) .. " 2>&1; ls -d /tmp/nvim.* 2>&1; true")
       assert.is_nil(r.output:find("nvim.4243.0", 1, true), r.output)
-      local argv = assert(sandbox.wrap_command({ "bash", "-c", "ls -A /tmp/nvim.*/ 2>&1; echo x > /tmp/flemma-sb-probe-$$ && echo wrote" },
-        { rw_paths = { dir, "/tmp" }, network = true }))
+      local argv = assert(
+        sandbox.wrap_command(
+          { "bash", "-c", "ls -A /tmp/nvim.*/ 2>&1; echo x > /tmp/flemma-sb-probe-$$ && echo wrote" },
+          { rw_paths = { dir, "/tmp" }, network = true }
+        )
+      )
       r = run(argv, dir)
       assert.is_nil(r.output:find("nvim.4243.0", 1, true), r.output)
       assert.is_truthy(r.output:find("wrote", 1, true), r.output)
@@ -569,7 +633,11 @@ print("socketpair", b.recv(1).decode())' %s %s
       local dir = project()
       for _, how in ipairs({ "cancel", "timeout" }) do
         local marker = tostring(1000 + math.random(1, 1e6)) .. ".25"
-        local cmd = ("setsid sleep %s & (setsid sleep %s &) ; ( (sleep %s &) & ); sleep 1000"):format(marker, marker, marker)
+        local cmd = ("setsid sleep %s & (setsid sleep %s &) ; ( (sleep %s &) & ); sleep 1000"):format(
+          marker,
+          marker,
+          marker
+        )
         local argv = assert(sandbox.wrap_command({ "bash", "-c", cmd }, { rw_paths = { dir }, network = false }))
         local result
         local h = process.spawn({ cmd = argv, cwd = dir, timeout = how == "timeout" and 1500 or nil }, function(r)

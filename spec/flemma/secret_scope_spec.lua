@@ -70,7 +70,9 @@ describe("secret files and the project's roots", function()
     require("flemma.sandbox").set_enabled(nil)
     require("flemma").setup({
       provider = "test",
-      providers = { test = { kind = "anthropic", endpoint = server:url("/v1/messages"), api_key_env = "FLEMMA_SPEC_KEY" } },
+      providers = {
+        test = { kind = "anthropic", endpoint = server:url("/v1/messages"), api_key_env = "FLEMMA_SPEC_KEY" },
+      },
       parameters = { max_retries = 0, cache_retention = "none", connect_timeout = 5, timeout = 30 },
       tools = { autopilot = { enabled = false } },
     })
@@ -129,7 +131,8 @@ describe("secret files and the project's roots", function()
     end)
 
     it("does not send a file include() names in ~/.ssh without asking", function()
-      local buf = helpers.edit(home .. "/talk.chat", { "@System:", '{{ include("~/.ssh/id_rsa") }}', "", "@You:", "hi" })
+      local buf =
+        helpers.edit(home .. "/talk.chat", { "@System:", '{{ include("~/.ssh/id_rsa") }}', "", "@You:", "hi" })
       press("<C-]>")
       vim.wait(400)
       assert.same({}, server:requests())
@@ -258,11 +261,32 @@ describe("secret files and the project's roots", function()
       end
       -- Private keys in other containers, copies of a key kept aside, credential
       -- files of $HOME copied into a project.
-      for _, name in ipairs({ "deploy.ppk", "client.P12", "cert.pfx", "release.jks", "app.keystore", "vault.kdbx",
-        "id_rsa.bak", "id_ed25519.old", "id_rsa~", "id_ecdsa.orig", ".git-credentials", ".netrc", ".pgpass" }) do
+      for _, name in ipairs({
+        "deploy.ppk",
+        "client.P12",
+        "cert.pfx",
+        "release.jks",
+        "app.keystore",
+        "vault.kdbx",
+        "id_rsa.bak",
+        "id_ed25519.old",
+        "id_rsa~",
+        "id_ecdsa.orig",
+        ".git-credentials",
+        ".netrc",
+        ".pgpass",
+      }) do
         assert.is_string(secret_paths.check(file(name)), name)
       end
-      for _, name in ipairs({ "id_rsa.pub", "id_utils.py", "notes.txt", "environment.md", "keys.txt", "id_rsa.pub.bak", "keystore.md" }) do
+      for _, name in ipairs({
+        "id_rsa.pub",
+        "id_utils.py",
+        "notes.txt",
+        "environment.md",
+        "keys.txt",
+        "id_rsa.pub.bak",
+        "keystore.md",
+      }) do
         assert.is_nil(secret_paths.check(file(name)), name)
       end
       vim.fn.mkdir(dir .. "/npm", "p")

@@ -57,8 +57,18 @@ local function resolve(provider, timeout)
   return res
 end
 
-local anthropic = { name = "anthropic", kind = "anthropic", api_key_env = "FLEMMA_SPEC_ANTHROPIC_KEY", endpoint = "https://api.anthropic.com/v1/messages" }
-local vertex = { name = "vertex", kind = "vertex", api_key_env = "FLEMMA_SPEC_VERTEX_TOKEN", endpoint = "https://aiplatform.googleapis.com" }
+local anthropic = {
+  name = "anthropic",
+  kind = "anthropic",
+  api_key_env = "FLEMMA_SPEC_ANTHROPIC_KEY",
+  endpoint = "https://api.anthropic.com/v1/messages",
+}
+local vertex = {
+  name = "vertex",
+  kind = "vertex",
+  api_key_env = "FLEMMA_SPEC_VERTEX_TOKEN",
+  endpoint = "https://aiplatform.googleapis.com",
+}
 
 describe("flemma.secrets", function()
   before_each(function()
@@ -73,8 +83,11 @@ describe("flemma.secrets", function()
     vim.env.FLEMMA_SPEC_ANTHROPIC_KEY = nil
     vim.env.FLEMMA_SPEC_VERTEX_TOKEN = nil
     fake("secret-tool")
-    fake("gcloud", [[echo "OVERRIDE=$CLOUDSDK_AUTH_CREDENTIAL_FILE_OVERRIDE" >> "$S/gcloud.env"
-[ -n "$CLOUDSDK_AUTH_CREDENTIAL_FILE_OVERRIDE" ] && cat "$CLOUDSDK_AUTH_CREDENTIAL_FILE_OVERRIDE" > "$S/gcloud.sa" && stat -c %a "$CLOUDSDK_AUTH_CREDENTIAL_FILE_OVERRIDE" > "$S/gcloud.mode"]])
+    fake(
+      "gcloud",
+      [[echo "OVERRIDE=$CLOUDSDK_AUTH_CREDENTIAL_FILE_OVERRIDE" >> "$S/gcloud.env"
+[ -n "$CLOUDSDK_AUTH_CREDENTIAL_FILE_OVERRIDE" ] && cat "$CLOUDSDK_AUTH_CREDENTIAL_FILE_OVERRIDE" > "$S/gcloud.sa" && stat -c %a "$CLOUDSDK_AUTH_CREDENTIAL_FILE_OVERRIDE" > "$S/gcloud.mode"]]
+    )
   end)
   after_each(function()
     vim.env.PATH = saved.path
@@ -184,10 +197,16 @@ describe("flemma.secrets", function()
       assert.is_nil(res.key)
       local msg = res.info
       assert.truthy(msg:find("anthropic: no API key found", 1, true), msg)
-      assert.truthy(msg:find('a local server needs no key: require(\'flemma\').setup({ provider = "ollama"', 1, true), msg)
+      assert.truthy(
+        msg:find("a local server needs no key: require('flemma').setup({ provider = \"ollama\"", 1, true),
+        msg
+      )
       assert.truthy(msg:find("env: $FLEMMA_SPEC_ANTHROPIC_KEY is not set", 1, true), msg)
       assert.truthy(msg:find("spec_pass: pass show flemma/anthropic: not in the store", 1, true), msg)
-      assert.truthy(msg:find("keyring: secret-tool lookup service anthropic key api: exit 1 (No matching secret)", 1, true), msg)
+      assert.truthy(
+        msg:find("keyring: secret-tool lookup service anthropic key api: exit 1 (No matching secret)", 1, true),
+        msg
+      )
       assert.truthy(msg:find("gcloud: only for vertex", 1, true), msg)
       -- The command the README gives, word for word (issue 24 §16: the label differed).
       local readme = assert(helpers.read_file(helpers.root .. "/README.md")):gsub("%s+", " ")
@@ -249,7 +268,7 @@ describe("flemma.secrets", function()
     it("refuses a definition without resolve", function()
       local ok, err = pcall(secrets.register, "spec_pass", { priority = 1 })
       assert.is_false(ok)
-      assert.truthy(err:find("(flemma) secrets.register(\"spec_pass\"): expects", 1, true), err)
+      assert.truthy(err:find('(flemma) secrets.register("spec_pass"): expects', 1, true), err)
     end)
   end)
 
@@ -290,7 +309,13 @@ describe("flemma.secrets", function()
 
     it("says where the key comes from, never the key", function()
       require("flemma").setup({
-        providers = { anthropic = { kind = "anthropic", endpoint = "https://api.anthropic.com/v1/messages", api_key_env = "FLEMMA_SPEC_ANTHROPIC_KEY" } },
+        providers = {
+          anthropic = {
+            kind = "anthropic",
+            endpoint = "https://api.anthropic.com/v1/messages",
+            api_key_env = "FLEMMA_SPEC_ANTHROPIC_KEY",
+          },
+        },
       })
       local function key_row()
         for _, r in ipairs(require("flemma.status").tree(vim.api.nvim_get_current_buf())) do
@@ -299,7 +324,10 @@ describe("flemma.secrets", function()
           end
         end
       end
-      assert.equals("key: $FLEMMA_SPEC_ANTHROPIC_KEY is not set; the keyring and other resolvers are asked at send (:help flemma-secrets)", key_row())
+      assert.equals(
+        "key: $FLEMMA_SPEC_ANTHROPIC_KEY is not set; the keyring and other resolvers are asked at send (:help flemma-secrets)",
+        key_row()
+      )
       set("secret-tool", "out", "sk-keyring-status-77")
       resolve(anthropic)
       assert.equals("key: $FLEMMA_SPEC_ANTHROPIC_KEY is not set; the key from `keyring` is cached", key_row())

@@ -34,8 +34,21 @@ describe("send.clear_problems", function()
     require("flemma").setup({ tools = { autopilot = { enabled = false } } })
     vim.notify = function() end
     local buf = helpers.buffer({
-      "@You:", "list", "", "@Assistant:", "**Tool Use:** `bash` (`t1`)", "", "```json", '{"command": "ls"}', "```",
-      "", "@You:", "**Tool Result:** `t1`", "", "```flemma:tool status=pending", "```",
+      "@You:",
+      "list",
+      "",
+      "@Assistant:",
+      "**Tool Use:** `bash` (`t1`)",
+      "",
+      "```json",
+      '{"command": "ls"}',
+      "```",
+      "",
+      "@You:",
+      "**Tool Result:** `t1`",
+      "",
+      "```flemma:tool status=pending",
+      "```",
     })
     assert.is_false(send.send(buf))
     local function shown()

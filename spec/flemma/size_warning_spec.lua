@@ -8,7 +8,14 @@ describe("a large send", function()
   local function setup(ui)
     require("flemma").setup({
       provider = "test",
-      providers = { test = { kind = "anthropic", endpoint = h.server:url("/v1/messages"), api_key_env = "FLEMMA_SPEC_KEY", model = "claude-sonnet-4-6" } },
+      providers = {
+        test = {
+          kind = "anthropic",
+          endpoint = h.server:url("/v1/messages"),
+          api_key_env = "FLEMMA_SPEC_KEY",
+          model = "claude-sonnet-4-6",
+        },
+      },
       parameters = { max_retries = 0, cache_retention = "none" },
       tools = { autopilot = { enabled = false } },
       ui = ui,

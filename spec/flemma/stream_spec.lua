@@ -85,7 +85,11 @@ describe("flemma.native stream", function()
 
     it("decodes thinking with its signature and redacted thinking", function()
       local events = decode("anthropic", fixture("anthropic_redacted_thinking.http"))
-      assert.same({ type = "redacted_thinking", index = 0, data = "EmwKAhgBEgy3va3pzix/LafPsn4aDFIT2Xlxh0L5L8rLVyIwxtE3rAFBa8cr3qpP" }, events[4])
+      assert.same({
+        type = "redacted_thinking",
+        index = 0,
+        data = "EmwKAhgBEgy3va3pzix/LafPsn4aDFIT2Xlxh0L5L8rLVyIwxtE3rAFBa8cr3qpP",
+      }, events[4])
       assert.same({ type = "thinking", index = 1, text = "Continuing." }, events[5])
       assert.same({ type = "thinking_signature", index = 1, signature = "sig-2" }, events[6])
     end)
@@ -155,7 +159,10 @@ describe("flemma.native stream", function()
       for _, e in ipairs(of_type(decode("anthropic", bytes, 1), "text")) do
         texts[#texts + 1] = e.text
       end
-      assert.same({ "Hello", '! Here is "a quote"', " and a newline:\n", "café, naïve, 日本語", " 🌍 done." }, texts)
+      assert.same(
+        { "Hello", '! Here is "a quote"', " and a newline:\n", "café, naïve, 日本語", " 🌍 done." },
+        texts
+      )
     end)
   end)
 
@@ -236,7 +243,8 @@ describe("flemma.native stream", function()
           .. '"}}\n\n'
       end
       http[#http + 1] = 'event: content_block_stop\ndata: {"type":"content_block_stop","index":0}\n\n'
-      http[#http + 1] = 'event: message_delta\ndata: {"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":9}}\n\n'
+      http[#http + 1] =
+        'event: message_delta\ndata: {"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":9}}\n\n'
       http[#http + 1] = 'event: message_stop\ndata: {"type":"message_stop"}\n\n'
       local path = helpers.tmpdir() .. "/long.http"
       helpers.write_file(path, table.concat(http))
@@ -246,9 +254,12 @@ describe("flemma.native stream", function()
       local log, result, batches = wait()
       assert.equal(0, result.code)
       local texts = of_type(log, "text")
-      assert.equal(string.rep(piece, n), table.concat(vim.tbl_map(function(e)
-        return e.text
-      end, texts)))
+      assert.equal(
+        string.rep(piece, n),
+        table.concat(vim.tbl_map(function(e)
+          return e.text
+        end, texts))
+      )
       -- At most 64 KB of text per turn of the loop (flemma.process): 1.5 MB in 24 or more.
       assert.is_true(batches >= 24, "batches: " .. batches)
       for i, e in ipairs(texts) do

@@ -27,7 +27,11 @@ describe(":Flemma switch", function()
       parameters = { vertex = { project_id = "proj-1" } },
       presets = {
         ["$fast"] = "vertex gemini-2.5-flash thinking=minimal",
-        ["$review"] = { provider = "anthropic", model = "claude-opus-4-1", parameters = { thinking = "high", anthropic = { thinking_budget = 9000 } } },
+        ["$review"] = {
+          provider = "anthropic",
+          model = "claude-opus-4-1",
+          parameters = { thinking = "high", anthropic = { thinking_budget = 9000 } },
+        },
       },
     })
   end)
@@ -58,7 +62,13 @@ describe(":Flemma switch", function()
   end)
 
   it("uses the provider's default model when none is named, and key= clears a parameter", function()
-    require("flemma").setup({ parameters = { temperature = 0.7, max_tokens = 2000, vertex = { project_id = "proj-1", location = "europe-west4" } } })
+    require("flemma").setup({
+      parameters = {
+        temperature = 0.7,
+        max_tokens = 2000,
+        vertex = { project_id = "proj-1", location = "europe-west4" },
+      },
+    })
     vim.cmd("Flemma switch vertex temperature=")
     assert.same({}, errors())
     local spec = provider.resolve()
@@ -115,7 +125,10 @@ describe(":Flemma switch", function()
       notes[#notes].msg
     )
     vim.cmd("Flemma switch vertex vertex.project_id=p2")
-    assert.equals("https://aiplatform.googleapis.com/v1/projects/p2/locations/global/publishers/google/models/gemini-3.1-pro-preview:streamGenerateContent?alt=sse", provider.resolve().endpoint)
+    assert.equals(
+      "https://aiplatform.googleapis.com/v1/projects/p2/locations/global/publishers/google/models/gemini-3.1-pro-preview:streamGenerateContent?alt=sse",
+      provider.resolve().endpoint
+    )
   end)
 
   it("names a model the table does not know as of unknown cost", function()
@@ -131,7 +144,10 @@ describe(":Flemma switch", function()
       { "Flemma switch $fsat", "unknown preset `$fsat`; did you mean `$fast`?" },
       { "Flemma switch vertex temprature=1", "unknown parameter `temprature`; did you mean `temperature`?" },
       { "Flemma switch vertex max_tokens=lots", "`parameters.max_tokens` should be a number, not string" },
-      { "Flemma switch vertex cache_retention=forever", "`parameters.cache_retention` should be one of none, short, long" },
+      {
+        "Flemma switch vertex cache_retention=forever",
+        "`parameters.cache_retention` should be one of none, short, long",
+      },
       { "Flemma switch vertex api_key=sk-1", "API keys are never accepted" },
       { "Flemma switch thinking=high", "name a provider or a $preset first" },
     }) do
@@ -215,7 +231,10 @@ describe("presets in setup()", function()
       { { ["$x"] = "nowhere model" }, "preset `$x`: unknown provider `nowhere`" },
       { { ["$x"] = "vertex m temprature=1" }, "preset `$x`: unknown parameter `temprature`" },
       { { ["$x"] = { provider = "vertex", extra = 1 } }, "unknown option `presets.$x.extra`" },
-      { { ["$x"] = { provider = "vertex", parameters = { max_tokens = "many" } } }, "preset `$x`: `parameters.max_tokens` should be a number, not string" },
+      {
+        { ["$x"] = { provider = "vertex", parameters = { max_tokens = "many" } } },
+        "preset `$x`: `parameters.max_tokens` should be a number, not string",
+      },
       { { ["$x"] = 42 }, "`presets.$x` should be a string" },
     }) do
       local ok, err = pcall(require("flemma").setup, { presets = case[1] })

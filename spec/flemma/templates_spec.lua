@@ -64,7 +64,9 @@ describe("templates", function()
     vim.cmd("cd " .. vim.fn.fnameescape(dir))
     require("flemma").setup({
       provider = "test",
-      providers = { test = { kind = "anthropic", endpoint = server:url("/v1/messages"), api_key_env = "FLEMMA_SPEC_KEY" } },
+      providers = {
+        test = { kind = "anthropic", endpoint = server:url("/v1/messages"), api_key_env = "FLEMMA_SPEC_KEY" },
+      },
       parameters = { max_retries = 0, cache_retention = "none", connect_timeout = 5, timeout = 30 },
       tools = { autopilot = { enabled = false } },
     })
@@ -243,7 +245,8 @@ describe("templates", function()
 
   it("refuses the kernel's files (the environment holds API keys)", function()
     vim.uv.fs_symlink("/proc/self/environ", dir .. "/env.txt")
-    local buf = chat({ "@You:", '{{ include("env.txt", { raw = true }) }}', "@You:", '{{ include("/proc/self/environ") }}' })
+    local buf =
+      chat({ "@You:", '{{ include("env.txt", { raw = true }) }}', "@You:", '{{ include("/proc/self/environ") }}' })
     local diags = refused(buf)
     assert.equals(2, #diags)
     for _, d in ipairs(diags) do
@@ -351,18 +354,22 @@ end)
 
 describe("frontmatter variables", function()
   it("are the plain data of the table a Lua frontmatter returns", function()
-    local opts = assert(require("flemma.frontmatter").evaluate(
-      'flemma.opt.tools.auto_approve = { "read" }\nreturn { a = 1, s = "x", l = { 1, 2 }, f = function() end, t = { k = true, [3] = 1 } }',
-      "lua",
-      1
-    ))
+    local opts = assert(
+      require("flemma.frontmatter").evaluate(
+        'flemma.opt.tools.auto_approve = { "read" }\nreturn { a = 1, s = "x", l = { 1, 2 }, f = function() end, t = { k = true, [3] = 1 } }',
+        "lua",
+        1
+      )
+    )
     assert.same({ a = 1, s = "x", l = { 1, 2 }, t = { k = true } }, opts.variables)
     assert.same({ "read" }, opts.auto_approve)
-    local holes = assert(require("flemma.frontmatter").evaluate(
-      "return { l = { 1, function() end, 3, 0/0, 'x' }, [1] = 'dropped', n = { a = { b = {} } } }",
-      "lua",
-      1
-    ))
+    local holes = assert(
+      require("flemma.frontmatter").evaluate(
+        "return { l = { 1, function() end, 3, 0/0, 'x' }, [1] = 'dropped', n = { a = { b = {} } } }",
+        "lua",
+        1
+      )
+    )
     assert.same({ l = { 1, 3, "x" }, n = { a = { b = {} } } }, holes.variables)
     local none = assert(require("flemma.frontmatter").evaluate("local x = 1", "lua", 1))
     assert.is_nil(none.variables)

@@ -12,7 +12,11 @@ local function valid_utf8(s)
   local i = 1
   while i <= #s do
     local c = s:byte(i)
-    local n = c < 0x80 and 1 or (c >= 0xC2 and c < 0xE0) and 2 or (c >= 0xE0 and c < 0xF0) and 3 or (c >= 0xF0 and c < 0xF5) and 4 or 0
+    local n = c < 0x80 and 1
+      or (c >= 0xC2 and c < 0xE0) and 2
+      or (c >= 0xE0 and c < 0xF0) and 3
+      or (c >= 0xF0 and c < 0xF5) and 4
+      or 0
     if n == 0 or i + n - 1 > #s then
       return false
     end

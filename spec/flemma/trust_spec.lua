@@ -208,7 +208,13 @@ describe("trusting a chat file's frontmatter", function()
     vim.cmd("enew")
     local buf = vim.api.nvim_get_current_buf()
     vim.bo[buf].filetype = "chat"
-    vim.api.nvim_buf_set_lines(buf, 0, -1, false, chat_lines({ 'flemma.opt.tools.auto_approve = { "bash" }' }, dir .. "/marker"))
+    vim.api.nvim_buf_set_lines(
+      buf,
+      0,
+      -1,
+      false,
+      chat_lines({ 'flemma.opt.tools.auto_approve = { "bash" }' }, dir .. "/marker")
+    )
     press("<C-]>")
     helpers.wait_for(function()
       return vim.uv.fs_stat(dir .. "/marker") ~= nil

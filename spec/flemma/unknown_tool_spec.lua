@@ -14,13 +14,27 @@ local function tool_stream(calls)
   local function add(name, data)
     ev[#ev + 1] = "event: " .. name .. "\ndata: " .. vim.json.encode(data) .. "\n\n"
   end
-  add("message_start", { type = "message_start", message = { id = "msg_1", type = "message", role = "assistant",
-    model = "claude-sonnet-4-6", content = {}, usage = { input_tokens = 10, output_tokens = 1 } } })
+  add("message_start", {
+    type = "message_start",
+    message = {
+      id = "msg_1",
+      type = "message",
+      role = "assistant",
+      model = "claude-sonnet-4-6",
+      content = {},
+      usage = { input_tokens = 10, output_tokens = 1 },
+    },
+  })
   for i, c in ipairs(calls) do
-    add("content_block_start", { type = "content_block_start", index = i - 1,
-      content_block = { type = "tool_use", id = c[2], name = c[1], input = vim.empty_dict() } })
-    add("content_block_delta", { type = "content_block_delta", index = i - 1,
-      delta = { type = "input_json_delta", partial_json = c[3] } })
+    add("content_block_start", {
+      type = "content_block_start",
+      index = i - 1,
+      content_block = { type = "tool_use", id = c[2], name = c[1], input = vim.empty_dict() },
+    })
+    add(
+      "content_block_delta",
+      { type = "content_block_delta", index = i - 1, delta = { type = "input_json_delta", partial_json = c[3] } }
+    )
     add("content_block_stop", { type = "content_block_stop", index = i - 1 })
   end
   add("message_delta", { type = "message_delta", delta = { stop_reason = "tool_use" }, usage = { output_tokens = 20 } })
@@ -33,7 +47,9 @@ describe("a tool call naming a tool the buffer does not have", function()
   local function setup(autopilot)
     require("flemma").setup({
       provider = "test",
-      providers = { test = { kind = "anthropic", endpoint = h.server:url("/v1/messages"), api_key_env = "FLEMMA_SPEC_KEY" } },
+      providers = {
+        test = { kind = "anthropic", endpoint = h.server:url("/v1/messages"), api_key_env = "FLEMMA_SPEC_KEY" },
+      },
       parameters = { max_retries = 0, cache_retention = "none" },
       tools = { autopilot = { enabled = autopilot } },
     })
@@ -68,8 +84,10 @@ describe("a tool call naming a tool the buffer does not have", function()
     assert.equals("tool_result", last.content[1].type)
     assert.equals("toolu_bsh", last.content[1].tool_use_id)
     assert.is_true(last.content[1].is_error)
-    assert.equals(msg, type(last.content[1].content) == "string" and last.content[1].content
-      or last.content[1].content[1].text)
+    assert.equals(
+      msg,
+      type(last.content[1].content) == "string" and last.content[1].content or last.content[1].content[1].text
+    )
   end)
 
   it("is never offered for approval: no pending placeholder, no preview, the real tool still waits", function()
@@ -90,7 +108,7 @@ describe("a tool call naming a tool the buffer does not have", function()
     press("<C-]>") -- phase 1
     helpers.settle()
     local t = text(buf)
-    assert.truthy(t:find("**Tool Result:** `toolu_bsh` (error)\n\n```\nunknown tool \"bsh\"; available: ", 1, true), t)
+    assert.truthy(t:find('**Tool Result:** `toolu_bsh` (error)\n\n```\nunknown tool "bsh"; available: ', 1, true), t)
     assert.truthy(t:find("**Tool Result:** `toolu_bash`\n\n```flemma:tool status=pending\n```", 1, true), t)
     -- One preview: the pending bash call's.
     local ns = vim.api.nvim_get_namespaces()
@@ -128,6 +146,13 @@ describe("a tool call naming a tool the buffer does not have", function()
     press("<C-]>")
     helpers.settle()
     local t = text(buf)
-    assert.truthy(t:find('**Tool Result:** `toolu_b` (error)\n\n```\ntool `bash` is not enabled in this buffer (flemma.opt.tools selects: read)\n```', 1, true), t)
+    assert.truthy(
+      t:find(
+        "**Tool Result:** `toolu_b` (error)\n\n```\ntool `bash` is not enabled in this buffer (flemma.opt.tools selects: read)\n```",
+        1,
+        true
+      ),
+      t
+    )
   end)
 end)

@@ -27,8 +27,24 @@ describe("usage", function()
 
   it(":Flemma usage shows the last request, the buffer and the session per provider and model", function()
     local a = chat({ "@You:", "hi" })
-    usage.add(a, record("anthropic", "anthropic", "claude-sonnet-4-6", { input_tokens = 1000, output_tokens = 200, cache_read_tokens = 3000 }))
-    usage.add(a, record("anthropic", "anthropic", "claude-sonnet-4-6", { input_tokens = 500, output_tokens = 100, cache_read_tokens = 3500, cache_write_tokens = 0 }))
+    usage.add(
+      a,
+      record(
+        "anthropic",
+        "anthropic",
+        "claude-sonnet-4-6",
+        { input_tokens = 1000, output_tokens = 200, cache_read_tokens = 3000 }
+      )
+    )
+    usage.add(
+      a,
+      record(
+        "anthropic",
+        "anthropic",
+        "claude-sonnet-4-6",
+        { input_tokens = 500, output_tokens = 100, cache_read_tokens = 3500, cache_write_tokens = 0 }
+      )
+    )
     local b = vim.api.nvim_create_buf(true, false)
     usage.add(b, record("ollama", "openai_chat", "qwen3", { input_tokens = 50, output_tokens = 10 }))
     vim.api.nvim_set_current_buf(a)
@@ -53,7 +69,10 @@ describe("usage", function()
       require("flemma").setup({ parameters = { thinking = "high" } })
       local buf = chat({ "@You:", "hi" })
       assert.equals("anthropic claude-sonnet-4-6 · thinking high · $0.0000", require("flemma").statusline())
-      usage.add(buf, record("anthropic", "anthropic", "claude-sonnet-4-6", { input_tokens = 12000, output_tokens = 1000 }))
+      usage.add(
+        buf,
+        record("anthropic", "anthropic", "claude-sonnet-4-6", { input_tokens = 12000, output_tokens = 1000 })
+      )
       vim.cmd("Flemma switch openai gpt-5.4 thinking=")
       assert.equals("openai gpt-5.4 · $0.05", require("flemma").statusline())
       local data = require("flemma.statusline").data(buf)
@@ -88,7 +107,10 @@ describe("usage", function()
       helpers.wait_for(function()
         return #require("flemma.cycle").running(buf) > 0
       end, 3000, "the tool never ran")
-      assert.truthy(require("flemma").statusline(buf):find("running spec_wait", 1, true), require("flemma").statusline(buf))
+      assert.truthy(
+        require("flemma").statusline(buf):find("running spec_wait", 1, true),
+        require("flemma").statusline(buf)
+      )
       require("flemma.cycle").cancel(buf)
       tools.unregister("spec_wait")
       assert.is_not_nil(release)
@@ -114,7 +136,9 @@ describe(":Flemma usage:estimate", function()
     require("flemma").setup({
       provider = "test",
       model = "claude-sonnet-4-6",
-      providers = { test = { kind = "anthropic", endpoint = server:url("/v1/messages"), api_key_env = "FLEMMA_SPEC_KEY" } },
+      providers = {
+        test = { kind = "anthropic", endpoint = server:url("/v1/messages"), api_key_env = "FLEMMA_SPEC_KEY" },
+      },
       parameters = { cache_retention = "none", max_tokens = 1000, temperature = 0.5 },
     })
   end)
@@ -129,9 +153,12 @@ describe(":Flemma usage:estimate", function()
           return true
         end
       end
-    end, 10000, "no notification with " .. pattern .. "; got:\n" .. table.concat(vim.tbl_map(function(n)
-      return n.msg
-    end, notes), "\n"))
+    end, 10000, "no notification with " .. pattern .. "; got:\n" .. table.concat(
+      vim.tbl_map(function(n)
+        return n.msg
+      end, notes),
+      "\n"
+    ))
   end
 
   it("counts the buffer's input tokens with count_tokens and prices them", function()
@@ -198,7 +225,11 @@ describe(":Flemma usage:estimate", function()
 
   it("reports the provider's error", function()
     server:script({
-      { status = 400, body = '{"type":"error","error":{"type":"invalid_request_error","message":"messages: empty"}}', content_type = "application/json" },
+      {
+        status = 400,
+        body = '{"type":"error","error":{"type":"invalid_request_error","message":"messages: empty"}}',
+        content_type = "application/json",
+      },
     })
     chat({ "@You:", "Hello" })
     vim.cmd("Flemma usage:estimate")
@@ -213,11 +244,21 @@ describe(":Flemma usage:estimate", function()
       model = "gpt-5.4",
       providers = {
         oai = { kind = "openai", endpoint = server:url("/v1/responses"), api_key_env = "FLEMMA_SPEC_KEY" },
-        gem = { kind = "vertex", endpoint = server:url("/v1/models/{model}:streamGenerateContent?alt=sse"), api_key_env = "FLEMMA_SPEC_KEY" },
+        gem = {
+          kind = "vertex",
+          endpoint = server:url("/v1/models/{model}:streamGenerateContent?alt=sse"),
+          api_key_env = "FLEMMA_SPEC_KEY",
+        },
       },
       parameters = { cache_retention = "none" },
     })
-    server:script({ { status = 200, body = '{"object":"response.input_tokens","input_tokens":2000}', content_type = "application/json" } })
+    server:script({
+      {
+        status = 200,
+        body = '{"object":"response.input_tokens","input_tokens":2000}',
+        content_type = "application/json",
+      },
+    })
     chat({ "@System:", "Be brief.", "", "@You:", "Hello" })
     vim.cmd("Flemma usage:estimate")
     wait_note("input tokens")
@@ -236,7 +277,9 @@ describe(":Flemma usage:estimate", function()
 
     h.forget_notes()
     vim.cmd("Flemma switch gem gemini-2.5-flash")
-    server:script({ { status = 200, body = '{"totalTokens":31,"totalBillableCharacters":90}', content_type = "application/json" } })
+    server:script({
+      { status = 200, body = '{"totalTokens":31,"totalBillableCharacters":90}', content_type = "application/json" },
+    })
     vim.cmd("Flemma usage:estimate")
     wait_note("input tokens")
     assert.truthy(notes[#notes].msg:find("gem gemini-2.5-flash: 31 input tokens", 1, true), notes[#notes].msg)
@@ -259,11 +302,14 @@ end)
 
 describe("usage.format_fit", function()
   local u = require("flemma.provider.usage")
-  local usage = u.record({ input_tokens = 1200, output_tokens = 42, cache_read_tokens = 900, cache_write_tokens = 300 }, {
-    kind = "anthropic",
-    provider = "anthropic",
-    model = "claude-sonnet-4-6",
-  })
+  local usage = u.record(
+    { input_tokens = 1200, output_tokens = 42, cache_read_tokens = 900, cache_write_tokens = 300 },
+    {
+      kind = "anthropic",
+      provider = "anthropic",
+      model = "claude-sonnet-4-6",
+    }
+  )
   local labels = { "anthropic claude-sonnet-4-6", "claude-sonnet-4-6" }
 
   it("gives the whole line when it fits", function()

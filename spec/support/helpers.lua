@@ -28,8 +28,16 @@ function M.nvim_client_cmd()
   return table.concat(vim.tbl_map(vim.fn.shellescape, M.nvim_cmd()), " ")
 end
 
-local signal_names = { [4] = "SIGILL", [6] = "SIGABRT", [7] = "SIGBUS", [8] = "SIGFPE", [9] = "SIGKILL",
-  [11] = "SIGSEGV", [13] = "SIGPIPE", [15] = "SIGTERM" }
+local signal_names = {
+  [4] = "SIGILL",
+  [6] = "SIGABRT",
+  [7] = "SIGBUS",
+  [8] = "SIGFPE",
+  [9] = "SIGKILL",
+  [11] = "SIGSEGV",
+  [13] = "SIGPIPE",
+  [15] = "SIGTERM",
+}
 
 --- How a child process ended, when that was not a plain exit 0: "killed by signal 11
 --- (SIGSEGV)", "exited with status 3". nil when it exited 0.
@@ -182,8 +190,14 @@ end
     end
     if type(expect) == "table" then
       if res.signal ~= expect.signal then
-        error(("%s should have been killed by signal %d, but %s"):format(
-          what, expect.signal, M.exit_problem(res) or "exited 0"), 2)
+        error(
+          ("%s should have been killed by signal %d, but %s"):format(
+            what,
+            expect.signal,
+            M.exit_problem(res) or "exited 0"
+          ),
+          2
+        )
       end
     elseif expect ~= "any" then
       M.check_exit(res, what)
@@ -217,7 +231,15 @@ function M.tmux_nvim(opts)
   -- A signal shows as 128 + N in $?.
   local shell = ("%s; echo $? > %s"):format(line, vim.fn.shellescape(status_file))
   local res = tmux({
-    "new-session", "-d", "-s", "flemma", "-x", tostring(opts.width or 90), "-y", tostring(opts.height or 30), shell,
+    "new-session",
+    "-d",
+    "-s",
+    "flemma",
+    "-x",
+    tostring(opts.width or 90),
+    "-y",
+    tostring(opts.height or 30),
+    shell,
   })
   assert(res.code == 0, "tmux new-session failed: " .. tostring(res.stderr))
   local t = { tmux = tmux }
@@ -415,8 +437,23 @@ function M.plain_model(doc)
     for j, p in ipairs(m.parts) do
       local q = {}
       for _, k in ipairs({
-        "kind", "first_line", "last_line", "text", "id", "name", "input", "input_error", "status", "is_error",
-        "content", "fence_line", "info", "legacy", "signature", "provider", "redacted",
+        "kind",
+        "first_line",
+        "last_line",
+        "text",
+        "id",
+        "name",
+        "input",
+        "input_error",
+        "status",
+        "is_error",
+        "content",
+        "fence_line",
+        "info",
+        "legacy",
+        "signature",
+        "provider",
+        "redacted",
       }) do
         q[k] = p[k]
       end

@@ -156,7 +156,10 @@ describe("helpers.send_harness", function()
     assert.equals("sk-harness-spec", vim.env.FLEMMA_SPEC_KEY)
     vim.notify("hello", vim.log.levels.WARN)
     vim.notify("no level")
-    assert.same({ { msg = "hello", level = vim.log.levels.WARN }, { msg = "no level", level = vim.log.levels.INFO } }, h.notes)
+    assert.same(
+      { { msg = "hello", level = vim.log.levels.WARN }, { msg = "no level", level = vim.log.levels.INFO } },
+      h.notes
+    )
     vim.api.nvim_exec_autocmds("User", { pattern = "FlemmaRequestFinished", data = { status = "completed" } })
     assert.equals("completed", h.wait_finished().status)
     local err = failure_of(function()
@@ -168,9 +171,12 @@ describe("helpers.send_harness", function()
     assert.equals(orig_notify, vim.notify)
     assert.is_nil(vim.env.FLEMMA_SPEC_KEY)
     assert.is_nil(h.server.proc, "the server was not stopped")
-    assert.same({}, vim.tbl_filter(function(a)
-      return a.group_name == "spec_send_harness"
-    end, vim.api.nvim_get_autocmds({ event = "User", pattern = "FlemmaRequestFinished" })))
+    assert.same(
+      {},
+      vim.tbl_filter(function(a)
+        return a.group_name == "spec_send_harness"
+      end, vim.api.nvim_get_autocmds({ event = "User", pattern = "FlemmaRequestFinished" }))
+    )
     assert.truthy(url:match("^http://127%.0%.0%.1:%d+/v1/messages$"), url)
   end)
 
@@ -193,7 +199,16 @@ describe("the specs", function()
     for name, kind in vim.fs.dir(helpers.root .. "/spec", { depth = 5 }) do
       if kind == "file" and name:match("%.lua$") and not name:match("^support/") then
         local text = helpers.read_file(helpers.root .. "/spec/" .. name)
-        for _, needle in ipairs({ "nvim_cmd(", "v.progpath", "scripts/nvim", "/bin/nvim", '"nvim"', "termopen(", "jobstart(", "io.popen(" }) do
+        for _, needle in ipairs({
+          "nvim_cmd(",
+          "v.progpath",
+          "scripts/nvim",
+          "/bin/nvim",
+          '"nvim"',
+          "termopen(",
+          "jobstart(",
+          "io.popen(",
+        }) do
           if text:find(needle, 1, true) then
             offenders[#offenders + 1] = name .. ": " .. needle
           end

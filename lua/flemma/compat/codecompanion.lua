@@ -171,7 +171,10 @@ function H.run_fn(run, fn, input, done)
   end
   local ok, res = xpcall(fn, debug.traceback, run.self, run.self.args, input, output_handler)
   if not ok then
-    return settle({ status = "error", data = ("a command of `%s` raised an error: %s"):format(run.name, util.message(res)) })
+    return settle({
+      status = "error",
+      data = ("a command of `%s` raised an error: %s"):format(run.name, util.message(res)),
+    })
   end
   if res ~= nil then
     return settle(res)

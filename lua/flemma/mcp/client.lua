@@ -122,7 +122,10 @@ function Client:start(on_ready)
     if not vim.tbl_contains(M.PROTOCOL_VERSIONS, version) then
       return self:_fail(
         on_ready,
-        ("speaks protocol version %s; Flemma speaks %s"):format(vim.inspect(version), table.concat(M.PROTOCOL_VERSIONS, ", "))
+        ("speaks protocol version %s; Flemma speaks %s"):format(
+          vim.inspect(version),
+          table.concat(M.PROTOCOL_VERSIONS, ", ")
+        )
       )
     end
     self.protocol_version = version
@@ -133,7 +136,13 @@ function Client:start(on_ready)
         return self:_fail(on_ready, "tools/list failed: " .. lerr)
       end
       self.state = "ready"
-      self:_log("info", "ready in %.0f ms, %d tools (protocol %s)", (vim.uv.hrtime() - started) / 1e6, #self.tools, version)
+      self:_log(
+        "info",
+        "ready in %.0f ms, %d tools (protocol %s)",
+        (vim.uv.hrtime() - started) / 1e6,
+        #self.tools,
+        version
+      )
       on_ready(nil)
     end)
   end)
@@ -300,7 +309,11 @@ function Client:_message(kind, msg)
         util.safe(fn, "mcp progress")(params)
       end
     elseif msg.method == "notifications/message" then
-      self:_log("info", "message: %s", type(params.data) == "string" and params.data or vim.json.encode(params.data or ""))
+      self:_log(
+        "info",
+        "message: %s",
+        type(params.data) == "string" and params.data or vim.json.encode(params.data or "")
+      )
     end
   end
 end

@@ -186,24 +186,29 @@ function H.definition(s, tool)
           return callback({ success = false, error = err })
         end
         local listener = require("flemma.tools.context").progress_listener(ctx)
-        cancel = s.client:request("tools/call", { name = tool.name, arguments = next(input) and input or vim.empty_dict() }, function(res, rerr)
-          if rerr then
-            return callback({ success = false, error = ("MCP server `%s`: %s"):format(s.name, rerr) })
-          end
-          callback(M.result(s.name, res))
-        end, {
-          timeout = ctx.timeout,
-          on_progress = function(p)
-            if listener then
-              local line = ("progress %s%s%s"):format(
-                tostring(p.progress),
-                p.total and ("/" .. tostring(p.total)) or "",
-                type(p.message) == "string" and (" " .. p.message) or ""
-              )
-              listener({ last_line = line })
+        cancel = s.client:request(
+          "tools/call",
+          { name = tool.name, arguments = next(input) and input or vim.empty_dict() },
+          function(res, rerr)
+            if rerr then
+              return callback({ success = false, error = ("MCP server `%s`: %s"):format(s.name, rerr) })
             end
+            callback(M.result(s.name, res))
           end,
-        })
+          {
+            timeout = ctx.timeout,
+            on_progress = function(p)
+              if listener then
+                local line = ("progress %s%s%s"):format(
+                  tostring(p.progress),
+                  p.total and ("/" .. tostring(p.total)) or "",
+                  type(p.message) == "string" and (" " .. p.message) or ""
+                )
+                listener({ last_line = line })
+              end
+            end,
+          }
+        )
       end)
       return function()
         cancelled = true
@@ -223,7 +228,11 @@ function H.sync(s)
     local full = s.name .. ":" .. t.name
     local wire = s.name .. "__" .. t.name
     if not wire:match("^[%w_%-]+$") or #wire > 64 then
-      log.warn("mcp %s: tool %q left out: providers take names of at most 64 letters, digits, `_` and `-`", s.name, t.name)
+      log.warn(
+        "mcp %s: tool %q left out: providers take names of at most 64 letters, digits, `_` and `-`",
+        s.name,
+        t.name
+      )
     elseif H.selected(full) then
       local ok, err = pcall(tools.register, H.definition(s, t))
       if ok then
@@ -432,13 +441,17 @@ function M.restart(name, cb)
     s.client:stop()
     -- Started again once the old process is gone (its exit settles what was pending).
     local timer = vim.uv.new_timer()
-    timer:start(20, 20, vim.schedule_wrap(function()
-      if not s.client:running() and not timer:is_closing() then
-        timer:stop()
-        timer:close()
-        go()
-      end
-    end))
+    timer:start(
+      20,
+      20,
+      vim.schedule_wrap(function()
+        if not s.client:running() and not timer:is_closing() then
+          timer:stop()
+          timer:close()
+          go()
+        end
+      end)
+    )
   elseif s.client.state ~= "starting" then
     go()
   end
@@ -529,7 +542,10 @@ function M.read_project(path)
   local dir = vim.fs.dirname(path)
   local out = {}
   for name, e in pairs(data.mcpServers) do
-    local valid = type(name) == "string" and name:match("^[%a][%w_%-]*$") and not name:find("__", 1, true) and name:sub(-1) ~= "_"
+    local valid = type(name) == "string"
+      and name:match("^[%a][%w_%-]*$")
+      and not name:find("__", 1, true)
+      and name:sub(-1) ~= "_"
     if valid and type(e) == "table" and type(e.command) == "string" and e.command ~= "" then
       local spec = { command = e.command, args = {}, env = nil, cwd = dir }
       for _, a in ipairs(type(e.args) == "table" and e.args or {}) do
@@ -548,7 +564,11 @@ function M.read_project(path)
       end
       out[name] = spec
     else
-      log.warn("mcp: %s: server %s left out (needs a name of letters, digits, - and _, and a command)", path, vim.inspect(name))
+      log.warn(
+        "mcp: %s: server %s left out (needs a name of letters, digits, - and _, and a command)",
+        path,
+        vim.inspect(name)
+      )
     end
   end
   return out

@@ -128,7 +128,8 @@ function M.build(ctx)
   if #ctx.tools > 0 then
     body.tools = {}
     for i, def in ipairs(ctx.tools) do
-      body.tools[i] = { name = common.wire_name(def.name), description = def.description, input_schema = H.schema(def.input_schema) }
+      body.tools[i] =
+        { name = common.wire_name(def.name), description = def.description, input_schema = H.schema(def.input_schema) }
     end
     if cache then
       body.tools[#body.tools].cache_control = cache

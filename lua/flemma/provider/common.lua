@@ -4,12 +4,22 @@ local H = {}
 
 -- JSON Schema keywords by the shape of their value (Lua cannot tell an empty object
 -- from an empty array: the schema's own structure says which one is meant).
-H.SCHEMA_MAPS = { properties = true, patternProperties = true, ["$defs"] = true, definitions = true, dependentSchemas = true }
+H.SCHEMA_MAPS =
+  { properties = true, patternProperties = true, ["$defs"] = true, definitions = true, dependentSchemas = true }
 H.SCHEMA_LISTS = { allOf = true, anyOf = true, oneOf = true, prefixItems = true }
 H.SCHEMA_ONE = {
-  items = true, additionalProperties = true, additionalItems = true, unevaluatedProperties = true,
-  unevaluatedItems = true, contains = true, propertyNames = true, ["not"] = true, ["if"] = true,
-  ["then"] = true, ["else"] = true, contentSchema = true,
+  items = true,
+  additionalProperties = true,
+  additionalItems = true,
+  unevaluatedProperties = true,
+  unevaluatedItems = true,
+  contains = true,
+  propertyNames = true,
+  ["not"] = true,
+  ["if"] = true,
+  ["then"] = true,
+  ["else"] = true,
+  contentSchema = true,
 }
 H.VALUES = { default = true, const = true }
 
@@ -94,8 +104,16 @@ end
 -- Request fields that hold what Flemma builds (the conversation, the tools, the
 -- model, streaming): never taken from `parameters.extra`, set or not.
 M.RESERVED = {
-  model = true, stream = true, messages = true, system = true, tools = true, input = true,
-  contents = true, systemInstruction = true, instructions = true, store = true,
+  model = true,
+  stream = true,
+  messages = true,
+  system = true,
+  tools = true,
+  input = true,
+  contents = true,
+  systemInstruction = true,
+  instructions = true,
+  store = true,
 }
 
 --- Merges one `extra` table into body: a key Flemma built (or reserved) is refused,

@@ -65,7 +65,10 @@ function M.resolve(config)
   if type(entry) ~= "table" then
     return nil, ("provider `%s` has no entry in `providers`"):format(tostring(name))
   end
-  local model = config.model or entry.model or require("flemma.models").defaults[name] or require("flemma.models").defaults[entry.kind]
+  local model = config.model
+    or entry.model
+    or require("flemma.models").defaults[name]
+    or require("flemma.models").defaults[entry.kind]
   if not model or model == "" then
     return nil,
       ("%s: no model is set: set `model` in setup() (or `providers.%s.model`), e.g. a name from the server's model list"):format(
@@ -114,10 +117,13 @@ function H.vertex_endpoint(template, model, vp)
   local location = vp.location or "global"
   if not template then
     local host = location == "global" and "aiplatform.googleapis.com" or (location .. "-aiplatform.googleapis.com")
-    template = "https://" .. host .. "/v1/projects/{project_id}/locations/{location}/publishers/google/models/{model}:streamGenerateContent?alt=sse"
+    template = "https://"
+      .. host
+      .. "/v1/projects/{project_id}/locations/{location}/publishers/google/models/{model}:streamGenerateContent?alt=sse"
   end
   if template:find("{project_id}", 1, true) and (type(vp.project_id) ~= "string" or vp.project_id == "") then
-    return nil, "`parameters.vertex.project_id` is not set (the Google Cloud project to bill), e.g. :Flemma switch vertex vertex.project_id=my-project"
+    return nil,
+      "`parameters.vertex.project_id` is not set (the Google Cloud project to bill), e.g. :Flemma switch vertex vertex.project_id=my-project"
   end
   local values = { project_id = vp.project_id, location = location, model = model }
   return (template:gsub("{([%w_]+)}", function(k)
@@ -196,7 +202,8 @@ function H.tools(bufnr)
   for _, name in ipairs(names) do
     local def = tools.get(name)
     if def then
-      out[#out + 1] = { name = name, description = def.description, input_schema = def.input_schema, strict = def.strict }
+      out[#out + 1] =
+        { name = name, description = def.description, input_schema = def.input_schema, strict = def.strict }
     end
   end
   return out
@@ -393,7 +400,13 @@ function H.finish(req, status, err, o)
   if err then
     util.notify(err, vim.log.levels.ERROR)
   end
-  req.done({ status = status, usage = usage, error = err, notified = err ~= nil, tool_uses = req.writer.tool_count or 0 })
+  req.done({
+    status = status,
+    usage = usage,
+    error = err,
+    notified = err ~= nil,
+    tool_uses = req.writer.tool_count or 0,
+  })
 end
 
 --- The delay before retry `attempt` (1-based): the server's retry-after, else
@@ -429,7 +442,11 @@ function H.hint(req, status, message)
     return ("the server wants a key: set `providers.%s.api_key_env` to the variable holding it"):format(spec.name)
   elseif status == 404 or m:find("model") and (m:find("not found") or m:find("does not exist")) then
     return ("check `model` (%s) and the endpoint %s"):format(spec.model, spec.endpoint)
-  elseif status == 413 or m:find("too long") or m:find("context") and (m:find("length") or m:find("window") or m:find("exceed")) then
+  elseif
+    status == 413
+    or m:find("too long")
+    or m:find("context") and (m:find("length") or m:find("window") or m:find("exceed"))
+  then
     return "the conversation is too long for the model: shorten it or start a new chat"
   elseif status == 429 then
     return "rate limited: wait a little and press <C-]> again"
@@ -446,7 +463,8 @@ function H.describe(req, a)
   local spec = req.spec
   local where = spec.name
   if a.curl_code and a.curl_code ~= 0 and (not a.status or a.curl_code == 28) then
-    local what = require("flemma.provider.transport").curl_errors[a.curl_code] or ("curl failed (exit %d)"):format(a.curl_code)
+    local what = require("flemma.provider.transport").curl_errors[a.curl_code]
+      or ("curl failed (exit %d)"):format(a.curl_code)
     local detail = vim.trim(a.stderr or "")
     local hint
     if a.curl_code == 28 then
@@ -481,7 +499,7 @@ function H.describe(req, a)
       end
     end
     local hint = H.hint(req, a.status, msg)
-    return ('%s: HTTP %d%s%s%s'):format(
+    return ("%s: HTTP %d%s%s%s"):format(
       where,
       a.status,
       a.error_type and (" " .. a.error_type) or "",
@@ -509,7 +527,8 @@ function H.describe(req, a)
   local detail = vim.trim(a.stderr or "")
   return ("%s: the stream ended before the response was complete%s\ntry again (<C-]>)"):format(
     where,
-    detail ~= "" and (" (" .. detail .. ")") or (a.curl_code and a.curl_code ~= 0 and (" (curl exit " .. a.curl_code .. ")") or "")
+    detail ~= "" and (" (" .. detail .. ")")
+      or (a.curl_code and a.curl_code ~= 0 and (" (curl exit " .. a.curl_code .. ")") or "")
   )
 end
 
@@ -536,7 +555,12 @@ function H.stop_at_limit(req, ev)
   return H.finish(
     req,
     "error",
-    ("%s: %s\nis `providers.%s.endpoint` (%s) the right server?"):format(name, util.redact(ev.message or ""), name, req.spec.endpoint),
+    ("%s: %s\nis `providers.%s.endpoint` (%s) the right server?"):format(
+      name,
+      util.redact(ev.message or ""),
+      name,
+      req.spec.endpoint
+    ),
     { note = "<!-- flemma: stopped: the stream broke a limit of the decoder (JSON nesting or line length) -->" }
   )
 end
@@ -573,7 +597,13 @@ function H.on_events(req, a, events)
       a.complete = ev.complete
       a.body = util.redact(ev.body)
     elseif not a.status or a.status < 300 then
-      if t == "text" or t == "thinking" or t == "thinking_signature" or t == "redacted_thinking" or t:find("^tool_") then
+      if
+        t == "text"
+        or t == "thinking"
+        or t == "thinking_signature"
+        or t == "redacted_thinking"
+        or t:find("^tool_")
+      then
         if not a.streamed then
           a.streamed = true
           req.streamed = true

@@ -42,7 +42,9 @@ function M.effort(value)
   local e = M.efforts[value]
   if not e then
     require("flemma.util").error(
-      ("`parameters.thinking` should be false, a token budget or one of minimal, low, medium, high, max, not %s"):format(vim.inspect(value))
+      ("`parameters.thinking` should be false, a token budget or one of minimal, low, medium, high, max, not %s"):format(
+        vim.inspect(value)
+      )
     )
   end
   return e
@@ -126,7 +128,12 @@ function H.items(request, params)
           end
         elseif p.kind == "tool_use" then
           flush()
-          out[#out + 1] = { type = "function_call", call_id = p.id, name = common.wire_name(p.name), arguments = H.arguments(p.input) }
+          out[#out + 1] = {
+            type = "function_call",
+            call_id = p.id,
+            name = common.wire_name(p.name),
+            arguments = H.arguments(p.input),
+          }
         end
       end
       flush()

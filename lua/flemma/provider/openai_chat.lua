@@ -50,7 +50,10 @@ function H.file_part(p, files)
   elseif common.is_pdf(p) and files then
     return { type = "file", file = { filename = common.filename(p), file_data = common.data_url(p) } }
   end
-  return { type = "text", text = common.file_note(p, "this server does not take " .. (common.is_pdf(p) and "PDF" or p.mime) .. " files") }
+  return {
+    type = "text",
+    text = common.file_note(p, "this server does not take " .. (common.is_pdf(p) and "PDF" or p.mime) .. " files"),
+  }
 end
 
 function H.messages(request, params, files)
@@ -143,7 +146,11 @@ function M.build(ctx)
     for i, def in ipairs(ctx.tools) do
       body.tools[i] = {
         type = "function",
-        ["function"] = { name = common.wire_name(def.name), description = def.description, parameters = H.schema(def.input_schema) },
+        ["function"] = {
+          name = common.wire_name(def.name),
+          description = def.description,
+          parameters = H.schema(def.input_schema),
+        },
       }
     end
   end

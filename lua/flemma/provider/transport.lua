@@ -158,7 +158,13 @@ function M.start(o)
     local names = vim.tbl_keys(o.headers or {})
     table.sort(names)
     -- Header names only: their values may hold the key.
-    log.info("request POST %s (%d bytes, decoder %s, headers: %s)", o.endpoint, M.body_size(o.body), o.decoder, table.concat(names, ", "))
+    log.info(
+      "request POST %s (%d bytes, decoder %s, headers: %s)",
+      o.endpoint,
+      M.body_size(o.body),
+      o.decoder,
+      table.concat(names, ", ")
+    )
     if log.enabled("debug") then
       log.debug("request body: %s", type(o.body) == "table" and table.concat(o.body) or o.body)
     end
@@ -188,8 +194,13 @@ function M.start(o)
     kill_grace = 500,
   }, function(result)
     os.remove(path)
-    log.info("curl for %s exited with %s%s%s", o.endpoint, tostring(result.code), result.signal and (" signal " .. result.signal) or "",
-      (result.stderr or "") ~= "" and (": " .. vim.trim(result.stderr)) or "")
+    log.info(
+      "curl for %s exited with %s%s%s",
+      o.endpoint,
+      tostring(result.code),
+      result.signal and (" signal " .. result.signal) or "",
+      (result.stderr or "") ~= "" and (": " .. vim.trim(result.stderr)) or ""
+    )
     o.on_exit(result)
   end)
   if not ok then

@@ -144,7 +144,12 @@ function M.report(bufnr)
     return format(x)
   end
   if u.last then
-    lines[#lines + 1] = ("last: %s %s: %s%s"):format(u.last.provider or "?", u.last.model or "?", fmt(u.last), hit(u.last))
+    lines[#lines + 1] = ("last: %s %s: %s%s"):format(
+      u.last.provider or "?",
+      u.last.model or "?",
+      fmt(u.last),
+      hit(u.last)
+    )
   else
     lines[#lines + 1] = "last: no response yet in this buffer"
   end

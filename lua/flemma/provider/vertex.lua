@@ -40,7 +40,9 @@ function M.thinking_config(value, model)
   end
   if not M.budgets[value] then
     require("flemma.util").error(
-      ("`parameters.thinking` should be false, a token budget or one of minimal, low, medium, high, max, not %s"):format(vim.inspect(value))
+      ("`parameters.thinking` should be false, a token budget or one of minimal, low, medium, high, max, not %s"):format(
+        vim.inspect(value)
+      )
     )
   end
   if gemini3 then
@@ -74,7 +76,8 @@ function H.contents(request, params)
       for _, p in ipairs(msg.parts) do
         if p.kind == "tool_result" then
           local response = p.is_error and { error = p.content or "" } or { output = p.content or "" }
-          parts[#parts + 1] = { functionResponse = { id = p.id, name = common.wire_name(names[p.id] or p.id), response = response } }
+          parts[#parts + 1] =
+            { functionResponse = { id = p.id, name = common.wire_name(names[p.id] or p.id), response = response } }
         elseif p.kind == "text" and p.text:find("%S") then
           parts[#parts + 1] = { text = p.text }
         elseif p.kind == "file" then
@@ -102,7 +105,10 @@ function H.contents(request, params)
           signature = nil
         elseif p.kind == "tool_use" then
           names[p.id] = p.name
-          parts[#parts + 1] = { functionCall = { id = p.id, name = common.wire_name(p.name), args = H.args(p.input) }, thoughtSignature = signature }
+          parts[#parts + 1] = {
+            functionCall = { id = p.id, name = common.wire_name(p.name), args = H.args(p.input) },
+            thoughtSignature = signature,
+          }
           signature = nil
         end
       end
@@ -129,7 +135,11 @@ function M.build(ctx)
   if #ctx.tools > 0 then
     local decls = {}
     for i, def in ipairs(ctx.tools) do
-      decls[i] = { name = common.wire_name(def.name), description = def.description, parametersJsonSchema = H.schema(def.input_schema) }
+      decls[i] = {
+        name = common.wire_name(def.name),
+        description = def.description,
+        parametersJsonSchema = H.schema(def.input_schema),
+      }
     end
     body.tools = { { functionDeclarations = decls } }
   end

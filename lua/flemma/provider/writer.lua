@@ -85,7 +85,9 @@ function M.new(bufnr, opts)
     -- while it streamed): the response continues it after a blank line below its
     -- last line, with no second marker.
     local stop = count
-    while stop > last_msg.first_line and not (vim.api.nvim_buf_get_lines(bufnr, stop - 1, stop, false)[1] or ""):find("%S") do
+    while
+      stop > last_msg.first_line and not (vim.api.nvim_buf_get_lines(bufnr, stop - 1, stop, false)[1] or ""):find("%S")
+    do
       stop = stop - 1
     end
     self.continued = { row = stop, lines = vim.api.nvim_buf_get_lines(bufnr, stop, -1, false) }
@@ -159,7 +161,10 @@ function Writer:render_spinner(status)
   vim.api.nvim_buf_set_extmark(self.bufnr, M.ns, pos[1], 0, {
     id = self.mark,
     virt_text = {
-      { (" %s %s%s (%ds)"):format(M.frames[self.frame], self.label ~= "" and (self.label .. " ") or "", text, elapsed), "FlemmaToolSpinner" },
+      {
+        (" %s %s%s (%ds)"):format(M.frames[self.frame], self.label ~= "" and (self.label .. " ") or "", text, elapsed),
+        "FlemmaToolSpinner",
+      },
     },
     virt_text_pos = "eol",
   })
@@ -466,7 +471,7 @@ function Writer:apply(ev)
     b.signature = ev.signature
     self:flush(true)
     if ev.signature and ev.signature ~= "" and not ev.signature:find('[\n"]') then
-      local line = ("<thinking %s:signature=\"%s\">"):format(self.provider, ev.signature)
+      local line = ('<thinking %s:signature="%s">'):format(self.provider, ev.signature)
       self:edit(function()
         vim.api.nvim_buf_set_lines(self.bufnr, b.tag_row, b.tag_row + 1, false, { line })
       end)

@@ -115,7 +115,7 @@ function H.render(unit, inline, include)
     elseif t == "number" or t == "boolean" then
       out[#out + 1] = tostring(v)
     elseif t == "nil" then
-      error("the value of this {{ }} is nil (an undefined variable?); write {{ \"{{\" }} for literal braces", 2)
+      error('the value of this {{ }} is nil (an undefined variable?); write {{ "{{" }} for literal braces', 2)
     else
       error(("the value of this {{ }} is a %s; only strings, numbers and booleans are written"):format(t), 2)
     end

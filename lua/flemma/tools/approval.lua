@@ -43,7 +43,9 @@ function M.register(name, def)
     util.error("approval.register() expects a resolver name (string), not " .. type(name))
   end
   if type(def) ~= "table" then
-    util.error(("approval.register(%q) expects a table { resolve = function, priority? }, not %s"):format(name, type(def)))
+    util.error(
+      ("approval.register(%q) expects a table { resolve = function, priority? }, not %s"):format(name, type(def))
+    )
   end
   if type(def.resolve) ~= "function" then
     util.error(("approval resolver %q needs a `resolve` function"):format(name))
@@ -214,7 +216,7 @@ function H.from_function(result, what)
     return result
   end
   error(
-    ("%s returned %s; it should return true, false, \"deny\" or nil"):format(
+    ('%s returned %s; it should return true, false, "deny" or nil'):format(
       what,
       type(result) == "string" and ("%q"):format(result) or type(result)
     ),

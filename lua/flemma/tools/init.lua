@@ -121,7 +121,7 @@ function H.check_definition(name, def)
     util.error(what .. " is missing the required field `input_schema` (a JSON schema table)")
   end
   if def.input_schema.type ~= "object" then
-    util.error(what .. ": `input_schema.type` should be \"object\", not " .. vim.inspect(def.input_schema.type))
+    util.error(what .. ': `input_schema.type` should be "object", not ' .. vim.inspect(def.input_schema.type))
   end
   for field, types in pairs(H.optional) do
     local v = def[field]
@@ -130,7 +130,9 @@ function H.check_definition(name, def)
     end
   end
   if def.risk ~= nil and not vim.tbl_contains(M.RISKS, def.risk) then
-    util.error(("%s: `risk` should be one of %s, not %s"):format(what, table.concat(M.RISKS, ", "), vim.inspect(def.risk)))
+    util.error(
+      ("%s: `risk` should be one of %s, not %s"):format(what, table.concat(M.RISKS, ", "), vim.inspect(def.risk))
+    )
   end
   local copy = {}
   for k, v in pairs(def) do
@@ -169,7 +171,9 @@ end
 ---@param timeout number|nil seconds
 function H.add_source(label, resolve, timeout)
   if timeout ~= nil and (type(timeout) ~= "number" or timeout <= 0) then
-    util.error(("tool source %s: `timeout` should be a positive number of seconds, not %s"):format(label, vim.inspect(timeout)))
+    util.error(
+      ("tool source %s: `timeout` should be a positive number of seconds, not %s"):format(label, vim.inspect(timeout))
+    )
   end
   timeout = timeout or require("flemma.config").get().tools.default_timeout or 30
   local finished = false
@@ -665,7 +669,8 @@ function M.execute(bufnr, tool_use, on_done, opts)
       end
     end
     if state.mw_args ~= nil then
-      result = H.normalize(name or "?", require("flemma.tools.middleware").after(name, state.mw_args, state.mw_ctx, result))
+      result =
+        H.normalize(name or "?", require("flemma.tools.middleware").after(name, state.mw_args, state.mw_ctx, result))
     end
     vim.schedule(function()
       util.safe(on_done, ("tool `%s` on_done"):format(name or "?"))(result)
@@ -870,7 +875,12 @@ function H.group_nested(frame, result)
   end
   local parts = {}
   for _, n in ipairs(frame.nested) do
-    parts[#parts + 1] = ("[nested call `%s` (`%s`)%s]\n%s"):format(n.name, n.id, n.is_error and " (error)" or "", n.content)
+    parts[#parts + 1] = ("[nested call `%s` (`%s`)%s]\n%s"):format(
+      n.name,
+      n.id,
+      n.is_error and " (error)" or "",
+      n.content
+    )
   end
   local group = table.concat(parts, "\n\n")
   local out = {}
@@ -983,7 +993,8 @@ function M.call(name, args, parent_call_id, on_result)
       if status == "approved" then
         run("approved_by_user")
       else
-        local text = type(content) == "string" and vim.trim(content) ~= "" and content or "The user rejected this tool call."
+        local text = type(content) == "string" and vim.trim(content) ~= "" and content
+          or "The user rejected this tool call."
         local pair = { content = text, is_error = true }
         pcall(H.call_host.done, bufnr, id, pair)
         deliver(pair, "rejected")
@@ -1063,7 +1074,13 @@ function H.normalize_input(def, input)
     end
   end
   local named = input.name == nil or (props.name == nil and input.name == def.name)
-  if props.params == nil and type(input.params) == "table" and not vim.islist(input.params) and extra == 0 and named then
+  if
+    props.params == nil
+    and type(input.params) == "table"
+    and not vim.islist(input.params)
+    and extra == 0
+    and named
+  then
     return input.params, nil
   end
   if props.name == nil and input.name == def.name then

@@ -15,7 +15,7 @@ H.seq = 0
 ---@return { remove: fun(self): boolean }
 function M.add(name, mw)
   if type(name) ~= "string" then
-    util.error("middleware() expects a tool name or \"\" (every tool), not " .. type(name))
+    util.error('middleware() expects a tool name or "" (every tool), not ' .. type(name))
   end
   if type(mw) ~= "table" then
     util.error("middleware() expects a table { before = fn?, after = fn? }, not " .. type(mw))
@@ -63,7 +63,8 @@ function M.before(name, args, ctx)
     if h.before then
       local ok, res = xpcall(h.before, debug.traceback, args, ctx)
       if not ok then
-        return nil, ("a before hook of `%s` raised an error, so the call was not run: %s"):format(name, util.message(res))
+        return nil,
+          ("a before hook of `%s` raised an error, so the call was not run: %s"):format(name, util.message(res))
       end
       if type(res) == "table" then
         if res.deny == true then

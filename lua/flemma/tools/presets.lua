@@ -156,7 +156,15 @@ end
 function M.expand(list, opts)
   opts = opts or {}
   local all = M.all(opts.presets)
-  local policy = { approve = {}, deny = {}, approve_prefixes = {}, deny_prefixes = {}, excluded = {}, approve_risks = {}, deny_risks = {} }
+  local policy = {
+    approve = {},
+    deny = {},
+    approve_prefixes = {},
+    deny_prefixes = {},
+    excluded = {},
+    approve_risks = {},
+    deny_risks = {},
+  }
   for _, entry in ipairs(list or {}) do
     local prefix = type(entry) == "string" and M.prefix(entry) or nil
     if M.risk_entry(entry) then
@@ -220,7 +228,12 @@ function M.decide(policy, tool_name)
   end
   -- A risk level approves only tools registered in Lua: the risk an MCP server
   -- (`server:tool`) gives its own tools is its own claim.
-  if risk and (policy.approve_risks or {})[risk] and not (policy.excluded or {})[tool_name] and not tool_name:find(":", 1, true) then
+  if
+    risk
+    and (policy.approve_risks or {})[risk]
+    and not (policy.excluded or {})[tool_name]
+    and not tool_name:find(":", 1, true)
+  then
     return "approve"
   end
   if H.prefixed(policy.approve_prefixes or {}, tool_name) and not (policy.excluded or {})[tool_name] then

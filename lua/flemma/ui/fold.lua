@@ -271,7 +271,13 @@ function M.update(bufnr, top, bot, budget)
     H.small_chat(idoc, ranges)
   end
   p.rest = nil
-  H.fold_ranges(bufnr, wins, p, { version = version, idoc = idoc, count = count, ranges = H.merge(ranges), verify = verify }, budget)
+  H.fold_ranges(
+    bufnr,
+    wins,
+    p,
+    { version = version, idoc = idoc, count = count, ranges = H.merge(ranges), verify = verify },
+    budget
+  )
 end
 
 -- Folds the ranges of `job` ({ version, idoc, count, ranges }) again, at most

@@ -120,7 +120,8 @@ function M.spans(buf, lnum)
         line = H.text(buf, row)
       end
       if lnum == first then
-        local pos = H.header(out, line, item.error and "FlemmaToolResultError" or "FlemmaToolResult", { "FlemmaToolId" })
+        local pos =
+          H.header(out, line, item.error and "FlemmaToolResultError" or "FlemmaToolResult", { "FlemmaToolId" })
         if pos then
           local a, b = line:find("%(%a+%)", pos)
           if a then

@@ -333,9 +333,7 @@ function M.goto_pair()
   local other = H.pair(L, p, i)
   if not other then
     if p.kind == "tool_use" then
-      require("flemma.util").warn(
-        ("tool use `%s` (%s) has no result in the next @You: message"):format(p.id, p.name)
-      )
+      require("flemma.util").warn(("tool use `%s` (%s) has no result in the next @You: message"):format(p.id, p.name))
     else
       require("flemma.util").warn(("tool result `%s` answers no tool use in this chat"):format(p.id))
     end

@@ -237,7 +237,8 @@ function M.update(bufnr, opts)
       return
     end
   end
-  H.state[bufnr] = { version = L.version, width = width, eol = eol, timer = st and st.timer, win_width = win_width, lcs = lcs }
+  H.state[bufnr] =
+    { version = L.version, width = width, eol = eol, timer = st and st.timer, win_width = win_width, lcs = lcs }
 end
 
 --- The rows (0-based, ascending) of the previews shown in segments lo .. hi - 1.

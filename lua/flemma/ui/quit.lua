@@ -50,10 +50,9 @@ function H.quit_pre()
     return
   end
   require("flemma.util").notify(
-    ("%s is still receiving: <C-c> stops it, :wq! stops and quits"):format(vim.fn.fnamemodify(
-      vim.api.nvim_buf_get_name(bufs[1]),
-      ":t"
-    )),
+    ("%s is still receiving: <C-c> stops it, :wq! stops and quits"):format(
+      vim.fn.fnamemodify(vim.api.nvim_buf_get_name(bufs[1]), ":t")
+    ),
     vim.log.levels.WARN
   )
 end

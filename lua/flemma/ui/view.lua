@@ -195,7 +195,8 @@ function H.fence_warnings(buf)
   local out, keys = {}, {}
   for _, d in ipairs(require("flemma.native").idoc_diagnostics(idoc)) do
     if d.message:find("this fence is not closed: ", 1, true) == 1 then
-      out[#out + 1] = { lnum = d.line - 1, col = 0, severity = vim.diagnostic.severity.WARN, message = d.message, source = "flemma" }
+      out[#out + 1] =
+        { lnum = d.line - 1, col = 0, severity = vim.diagnostic.severity.WARN, message = d.message, source = "flemma" }
       keys[#keys + 1] = d.line .. "\0" .. d.message
     end
   end

@@ -85,11 +85,13 @@ typedef struct flemma_truncate_result {
  * point). A limit <= 0 means none. text may be NULL when len is 0.
  * The caller owns the result: free it with flemma_truncate_result_free.
  * NULL on failure (see flemma_last_error). */
-FLEMMA_API flemma_truncate_result *flemma_truncate_head(const char *text, size_t len, int64_t max_lines, int64_t max_bytes);
+FLEMMA_API flemma_truncate_result *flemma_truncate_head(const char *text, size_t len,
+                                                        int64_t max_lines, int64_t max_bytes);
 
 /* Keeps the last max_lines lines and max_bytes bytes of text; a last line over
  * max_bytes keeps its end, after a marker. Ownership as flemma_truncate_head. */
-FLEMMA_API flemma_truncate_result *flemma_truncate_tail(const char *text, size_t len, int64_t max_lines, int64_t max_bytes);
+FLEMMA_API flemma_truncate_result *flemma_truncate_tail(const char *text, size_t len,
+                                                        int64_t max_lines, int64_t max_bytes);
 
 /* Frees a result of flemma_truncate_head/tail. NULL is a no-op. */
 FLEMMA_API void flemma_truncate_result_free(flemma_truncate_result *result);
@@ -132,15 +134,19 @@ enum flemma_doc_status {
 };
 
 enum flemma_doc_flag {
-  FLEMMA_DOC_F_ERROR = 1,       /* tool result: ` (error)` on the header */
-  FLEMMA_DOC_F_LEGACY = 2,      /* tool result: `(status)` header suffix */
-  FLEMMA_DOC_F_REDACTED = 4,    /* thinking: `redacted` attribute */
-  FLEMMA_DOC_F_BAD_INPUT = 8,   /* tool use: input is not a valid JSON object */
-  FLEMMA_DOC_F_UNCLOSED = 16,   /* the block's fence or tag is never closed */
-  FLEMMA_DOC_F_NO_FENCE = 32    /* a tool header without its fenced block */
+  FLEMMA_DOC_F_ERROR = 1,     /* tool result: ` (error)` on the header */
+  FLEMMA_DOC_F_LEGACY = 2,    /* tool result: `(status)` header suffix */
+  FLEMMA_DOC_F_REDACTED = 4,  /* thinking: `redacted` attribute */
+  FLEMMA_DOC_F_BAD_INPUT = 8, /* tool use: input is not a valid JSON object */
+  FLEMMA_DOC_F_UNCLOSED = 16, /* the block's fence or tag is never closed */
+  FLEMMA_DOC_F_NO_FENCE = 32  /* a tool header without its fenced block */
 };
 
-enum flemma_doc_severity { FLEMMA_DOC_SEV_ERROR = 1, FLEMMA_DOC_SEV_WARNING = 2, FLEMMA_DOC_SEV_INFO = 3 };
+enum flemma_doc_severity {
+  FLEMMA_DOC_SEV_ERROR = 1,
+  FLEMMA_DOC_SEV_WARNING = 2,
+  FLEMMA_DOC_SEV_INFO = 3
+};
 
 /* One item. Items come in document order: the frontmatter (if any), then
  * each message followed by its parts. Fields per kind:
@@ -184,7 +190,8 @@ FLEMMA_API flemma_doc *flemma_doc_new(const char *text, size_t len);
  * keeps its own joined copy, so the lines need to live only for the call. NULL
  * on bad arguments, a joined size of 1 GiB or more, or out of memory. The
  * caller frees the result with flemma_doc_free. */
-FLEMMA_API flemma_doc *flemma_doc_new_lines(const char *const *lines, const size_t *lens, size_t count);
+FLEMMA_API flemma_doc *flemma_doc_new_lines(const char *const *lines, const size_t *lens,
+                                            size_t count);
 
 /* The text that ranges with off >= 0 index: the caller's text for
  * flemma_doc_new, the document's joined copy for flemma_doc_new_lines. Owned
@@ -226,12 +233,12 @@ typedef struct flemma_idoc flemma_idoc;
  * anywhere. All pointers are owned by the document and valid until its next
  * edit or its free. */
 typedef struct flemma_idoc_segment {
-  uint64_t id;          /* the same as long as the segment is unchanged */
-  uint64_t version;     /* the document version (edit count) that parsed it */
-  int32_t first_line;   /* 1-based */
+  uint64_t id;        /* the same as long as the segment is unchanged */
+  uint64_t version;   /* the document version (edit count) that parsed it */
+  int32_t first_line; /* 1-based */
   int32_t line_count;
   int32_t item_count;
-  int32_t diag_count;   /* its parse diagnostics (no tool id checks) */
+  int32_t diag_count; /* its parse diagnostics (no tool id checks) */
   const flemma_doc_item *items;
   const flemma_doc_diag *diags;
   const char *text;
@@ -251,8 +258,8 @@ FLEMMA_API void flemma_idoc_free(flemma_idoc *doc);
  * last inserts. FLEMMA_E_INVALID (nothing changed) when the range is not
  * within the document; after FLEMMA_E_NOMEM or FLEMMA_E_INTERNAL the document
  * may be inconsistent: free it and build a new one. */
-FLEMMA_API int flemma_idoc_edit(flemma_idoc *doc, int32_t first, int32_t last, const char *const *lines,
-                                const size_t *lens, size_t count);
+FLEMMA_API int flemma_idoc_edit(flemma_idoc *doc, int32_t first, int32_t last,
+                                const char *const *lines, const size_t *lens, size_t count);
 
 /* Like flemma_idoc_edit with the lines of the file at `path`, read and split
  * here (no string per line on the caller's side), when the file still is what
@@ -260,8 +267,9 @@ FLEMMA_API int flemma_idoc_edit(flemma_idoc *doc, int32_t first, int32_t last, c
  * ended by "\n", and line k of the `nsamples` samples (lens[k] bytes at
  * lines[k]) at byte offsets[k], followed by "\n". *inserted is 1 when the
  * edit was made, 0 when the file differs or cannot be read (nothing changed). */
-FLEMMA_API int flemma_idoc_edit_file(flemma_idoc *doc, int32_t first, int32_t last, const char *path, int64_t size,
-                                     int32_t count, const int64_t *offsets, const char *const *lines,
+FLEMMA_API int flemma_idoc_edit_file(flemma_idoc *doc, int32_t first, int32_t last,
+                                     const char *path, int64_t size, int32_t count,
+                                     const int64_t *offsets, const char *const *lines,
                                      const size_t *lens, size_t nsamples, int *inserted);
 
 /* The number of lines; 0 for NULL. */
@@ -278,14 +286,16 @@ FLEMMA_API int32_t flemma_idoc_segment_count(const flemma_idoc *doc);
 FLEMMA_API int32_t flemma_idoc_segment_at(const flemma_idoc *doc, int32_t line);
 
 /* Fills *out with segment `index` (0-based). */
-FLEMMA_API int flemma_idoc_get_segment(const flemma_idoc *doc, int32_t index, flemma_idoc_segment *out);
+FLEMMA_API int flemma_idoc_get_segment(const flemma_idoc *doc, int32_t index,
+                                       flemma_idoc_segment *out);
 
 /* The segments that may have changed since version `since`: indices *lo ..
  * *hi - 1 of the current list. The segments before *lo are those of that
  * version; the ones from *hi on are its last ones, their lines shifted by the
  * change in line count. Returns 1, or 0 when `since` is too old to tell (then
  * *lo = 0 and *hi = the segment count); negative on bad arguments. */
-FLEMMA_API int flemma_idoc_changes(const flemma_idoc *doc, uint64_t since, int32_t *lo, int32_t *hi);
+FLEMMA_API int flemma_idoc_changes(const flemma_idoc *doc, uint64_t since, int32_t *lo,
+                                   int32_t *hi);
 
 /* The lines *first .. *last (1-based) whose parse may differ from that of
  * version `since`: the lines above and below them have the same items in both
@@ -295,7 +305,8 @@ FLEMMA_API int flemma_idoc_changes(const flemma_idoc *doc, uint64_t since, int32
  * message. When nothing changed, *first = line count + 1 and *last = line
  * count. Returns 1, or 0 when `since` is too old to tell (then the whole
  * document); negative on bad arguments. */
-FLEMMA_API int flemma_idoc_reparsed(const flemma_idoc *doc, uint64_t since, int32_t *first, int32_t *last);
+FLEMMA_API int flemma_idoc_reparsed(const flemma_idoc *doc, uint64_t since, int32_t *first,
+                                    int32_t *last);
 
 /* The same lines, place by place: up to `cap` disjoint ranges, in order, as
  * pairs ranges[2k] .. ranges[2k + 1] (1-based first and last line), one per
@@ -304,7 +315,8 @@ FLEMMA_API int flemma_idoc_reparsed(const flemma_idoc *doc, uint64_t since, int3
  * ranges far apart. Returns the number of ranges (0 when nothing changed; one
  * range over the whole document when `since` is too old to tell); negative on
  * bad arguments. ABI 9. */
-FLEMMA_API int32_t flemma_idoc_touched(const flemma_idoc *doc, uint64_t since, int32_t *ranges, int32_t cap);
+FLEMMA_API int32_t flemma_idoc_touched(const flemma_idoc *doc, uint64_t since, int32_t *ranges,
+                                       int32_t cap);
 
 /* Whether line `line` (1-based) of the document is the `len` bytes at `text`:
  * 1 when it is, 0 when not (or there is no such line); negative on bad
@@ -327,8 +339,8 @@ FLEMMA_API const char *flemma_idoc_diag_arena(const flemma_idoc *doc);
 /* Finds the last tool use whose id is the `len` bytes at `id`: 1 with its
  * segment and item indices (0-based) set, 0 if there is none, negative on
  * bad arguments. */
-FLEMMA_API int flemma_idoc_find_tool_use(const flemma_idoc *doc, const char *id, size_t len, int32_t *segment,
-                                         int32_t *item);
+FLEMMA_API int flemma_idoc_find_tool_use(const flemma_idoc *doc, const char *id, size_t len,
+                                         int32_t *segment, int32_t *item);
 
 /* ==========================================================================
  * Process manager
@@ -367,7 +379,8 @@ typedef struct flemma_spawn_opts {
   int64_t kill_grace_ms;
   int64_t max_lines;
   int64_t max_bytes;
-  const char *decoder; /* NULL, a stream kind (see flemma_stream_new) or "jsonrpc" (flemma_jsonrpc_new's defaults) */
+  const char *decoder; /* NULL, a stream kind (see flemma_stream_new) or "jsonrpc"
+                          (flemma_jsonrpc_new's defaults) */
   /* With a stream decoder (not "jsonrpc"): past this many stdout bytes the stream fails (an ERROR
    * event of type "response_too_large", then END incomplete) and the child is
    * stopped as by flemma_procmgr_cancel; 0: no limit. */
@@ -424,7 +437,8 @@ FLEMMA_API int flemma_procmgr_fd(const flemma_procmgr *mgr);
 
 /* Spawns a child at once (errors such as a missing program or working
  * directory are reported here). Writes the request id and the pid. */
-FLEMMA_API int flemma_procmgr_spawn(flemma_procmgr *mgr, const flemma_spawn_opts *opts, int64_t *id_out, int64_t *pid_out);
+FLEMMA_API int flemma_procmgr_spawn(flemma_procmgr *mgr, const flemma_spawn_opts *opts,
+                                    int64_t *id_out, int64_t *pid_out);
 
 /* Queues bytes for the child's stdin (stdin_mode 2); copied. Unknown or
  * finished ids are ignored. */
@@ -495,7 +509,8 @@ typedef struct flemma_search_opts {
  * when it failed; cancelled after flemma_procmgr_cancel), taken as those of a
  * child. A pattern that cannot be used is FLEMMA_E_INVALID here. Writes the id.
  * ABI 15. */
-FLEMMA_API int flemma_procmgr_search(flemma_procmgr *mgr, const flemma_search_opts *opts, int64_t *id_out);
+FLEMMA_API int flemma_procmgr_search(flemma_procmgr *mgr, const flemma_search_opts *opts,
+                                     int64_t *id_out);
 
 /* The pattern screen of the grep tool: FLEMMA_OK when the `len` bytes at
  * pattern may be searched, else FLEMMA_E_INVALID with the reason in
@@ -579,7 +594,8 @@ FLEMMA_API int flemma_freader_fd(const flemma_freader *reader);
 
 /* Starts a read (opts and its path are borrowed for the call); writes its id.
  * FLEMMA_E_STATE when 64 reads are still waiting for their files. */
-FLEMMA_API int flemma_freader_start(flemma_freader *reader, const flemma_fread_opts *opts, int64_t *id_out);
+FLEMMA_API int flemma_freader_start(flemma_freader *reader, const flemma_fread_opts *opts,
+                                    int64_t *id_out);
 
 /* Drops the result of a read (now, or when it comes). */
 FLEMMA_API int flemma_freader_cancel(flemma_freader *reader, int64_t id);
@@ -632,12 +648,15 @@ FLEMMA_API int flemma_sandbox_policy_deny_read(flemma_sandbox_policy *policy, co
 
 /* 1 if a write to path (relative to cwd) is allowed by the policy, 0 if not,
  * negative on error. Resolves `..` and the symlinks of the longest existing prefix. */
-FLEMMA_API int flemma_sandbox_is_path_writable(const flemma_sandbox_policy *policy, const char *path, const char *cwd);
+FLEMMA_API int flemma_sandbox_is_path_writable(const flemma_sandbox_policy *policy,
+                                               const char *path, const char *cwd);
 
 /* The command argv (NULL-terminated, borrowed) wrapped for the backend, run
  * from cwd; program names the backend executable (NULL: "bwrap" or
  * "sandbox-exec"). The caller owns the result: flemma_strv_free. NULL on failure. */
-FLEMMA_API flemma_strv *flemma_sandbox_wrap(const flemma_sandbox_policy *policy, int backend, const char *const *argv, const char *cwd, const char *program);
+FLEMMA_API flemma_strv *flemma_sandbox_wrap(const flemma_sandbox_policy *policy, int backend,
+                                            const char *const *argv, const char *cwd,
+                                            const char *program);
 
 /* Writes len bytes of data to path (relative to cwd) atomically, beneath the
  * policy's writable roots even while another process swaps symlinks in the
@@ -647,7 +666,8 @@ FLEMMA_API flemma_strv *flemma_sandbox_wrap(const flemma_sandbox_policy *policy,
  * renamed over the name. An existing file keeps its permission bits, a new one
  * gets 0644. 0, or negative with the reason in flemma_last_error(). Borrows
  * everything for the duration of the call. */
-FLEMMA_API int flemma_sandbox_write_file(const flemma_sandbox_policy *policy, const char *path, const char *cwd, const char *data, size_t len);
+FLEMMA_API int flemma_sandbox_write_file(const flemma_sandbox_policy *policy, const char *path,
+                                         const char *cwd, const char *data, size_t len);
 
 /* Writes path resolved against cwd into buf (like snprintf: returns the full
  * length). The caller owns buf. */
@@ -669,7 +689,7 @@ FLEMMA_API void flemma_strv_free(flemma_strv *list);
 typedef struct flemma_stream flemma_stream;
 
 enum flemma_stream_event_type {
-  FLEMMA_STREAM_HTTP = 1,               /* status; a = headers, "name: value\n" each, names lower-cased */
+  FLEMMA_STREAM_HTTP = 1, /* status; a = headers, "name: value\n" each, names lower-cased */
   FLEMMA_STREAM_MESSAGE_START = 2,      /* a = message id, b = model */
   FLEMMA_STREAM_TEXT = 3,               /* index; a = text delta */
   FLEMMA_STREAM_THINKING = 4,           /* index; a = thinking delta */
@@ -682,12 +702,14 @@ enum flemma_stream_event_type {
   FLEMMA_STREAM_STOP = 11,              /* a = stop reason */
   FLEMMA_STREAM_ERROR = 12,             /* a = error type, b = message */
   FLEMMA_STREAM_END = 13,               /* status: 1 complete, 0 not; flags bit 0: a = kept body */
-  FLEMMA_STREAM_JSONRPC = 14,           /* status: FLEMMA_JSONRPC_*; a = method; b = the message (JSON-RPC decoder) */
-  FLEMMA_STREAM_SEARCH_MATCH = 15,      /* a = path, b = line, index = line number, status 1 match / 2 context,
-                                           flags bit 0: the line was cut */
-  FLEMMA_STREAM_SEARCH_FILE = 16,       /* a = path, usage[0] = mtime (s), usage[1] = size, status 1 file / 2 dir */
-  FLEMMA_STREAM_SEARCH_SUMMARY = 17     /* usage: found, searched, binary, unreadable, files with a match;
-                                           a = an error ("" none) */
+  FLEMMA_STREAM_JSONRPC =
+      14, /* status: FLEMMA_JSONRPC_*; a = method; b = the message (JSON-RPC decoder) */
+  FLEMMA_STREAM_SEARCH_MATCH = 15, /* a = path, b = line, index = line number, status 1 match / 2
+                                      context, flags bit 0: the line was cut */
+  FLEMMA_STREAM_SEARCH_FILE =
+      16, /* a = path, usage[0] = mtime (s), usage[1] = size, status 1 file / 2 dir */
+  FLEMMA_STREAM_SEARCH_SUMMARY = 17 /* usage: found, searched, binary, unreadable, files with a
+                                       match; a = an error ("" none) */
 };
 
 /* Indices into flemma_stream_event.usage. */
@@ -702,7 +724,7 @@ enum flemma_stream_usage {
 /* One event. index is the content block (-1 when none). Strings are valid
  * UTF-8, a_len / b_len bytes (not NUL-terminated; NULL when empty). */
 typedef struct flemma_stream_event {
-  int32_t type;  /* enum flemma_stream_event_type */
+  int32_t type; /* enum flemma_stream_event_type */
   int32_t index;
   int32_t status;
   uint32_t flags;
@@ -724,11 +746,13 @@ FLEMMA_API void flemma_stream_free(flemma_stream *stream);
 /* Decodes len bytes (copied as needed; data may be NULL when len is 0) and
  * writes the events decoded from them: *events points to *count events owned by
  * the decoder, valid until the next call on it. */
-FLEMMA_API int flemma_stream_feed(flemma_stream *stream, const char *data, size_t len, const flemma_stream_event **events, size_t *count);
+FLEMMA_API int flemma_stream_feed(flemma_stream *stream, const char *data, size_t len,
+                                  const flemma_stream_event **events, size_t *count);
 
 /* Ends the stream; the events (as for feed) always end with an END event.
  * Feeding or finishing again afterwards is FLEMMA_E_STATE. */
-FLEMMA_API int flemma_stream_finish(flemma_stream *stream, const flemma_stream_event **events, size_t *count);
+FLEMMA_API int flemma_stream_finish(flemma_stream *stream, const flemma_stream_event **events,
+                                    size_t *count);
 
 /* ==========================================================================
  * JSON-RPC 2.0 line decoder (MCP stdio transport)
@@ -765,7 +789,8 @@ FLEMMA_API int flemma_jsonrpc_feed(flemma_jsonrpc *decoder, const char *data, si
 
 /* Ends the stream (a last line without newline is decoded), as for feed; the
  * events end with an END event. Feeding or finishing again is FLEMMA_E_STATE. */
-FLEMMA_API int flemma_jsonrpc_finish(flemma_jsonrpc *decoder, const flemma_stream_event **events, size_t *count);
+FLEMMA_API int flemma_jsonrpc_finish(flemma_jsonrpc *decoder, const flemma_stream_event **events,
+                                     size_t *count);
 
 /* ==========================================================================
  * Escaping of model text (:help flemma-escaping)
@@ -792,8 +817,8 @@ FLEMMA_API void flemma_escaper_free(flemma_escaper *escaper);
  * the text ends here: the held start is written as a complete line and the
  * next byte starts a new line. *out points to *out_len bytes owned by the
  * escaper, valid until the next call on it. */
-FLEMMA_API int flemma_escaper_feed(flemma_escaper *escaper, const char *data, size_t len, int final, const char **out,
-                                   size_t *out_len);
+FLEMMA_API int flemma_escaper_feed(flemma_escaper *escaper, const char *data, size_t len, int final,
+                                   const char **out, size_t *out_len);
 
 /* The code fence the text written so far leaves open: *ch is '`' or '~' (0
  * when none is open), *len its length. A line of *len times *ch closes it. */
@@ -823,7 +848,8 @@ typedef struct flemma_isolate flemma_isolate;
  * the table of entry points. memory: the bytes it may hold (0: 64 MB; less only).
  * Creation runs under the same limits as a call.
  * The caller owns *out: free it with flemma_isolate_free. */
-FLEMMA_API int flemma_isolate_new(const char *modules_json, size_t len, const char *main, size_t memory, flemma_isolate **out);
+FLEMMA_API int flemma_isolate_new(const char *modules_json, size_t len, const char *main,
+                                  size_t memory, flemma_isolate **out);
 
 /* Calls entry point fn with the arguments in args_json (a JSON array; null reads as
  * nil). cpu_ms and wall_ms > 0 are what the caller has left for this call (CPU time
@@ -832,8 +858,9 @@ FLEMMA_API int flemma_isolate_new(const char *modules_json, size_t len, const ch
  * {"ok":true,"values":[...]} or {"ok":false,"error":"...",
  * "limit":"time"|"budget"|"memory"|null}: len bytes owned by the handle, valid until
  * the next call or flemma_isolate_free. */
-FLEMMA_API int flemma_isolate_call(flemma_isolate *iso, const char *fn, const char *args_json, size_t len, double cpu_ms,
-                                   double wall_ms, const char **out, size_t *out_len);
+FLEMMA_API int flemma_isolate_call(flemma_isolate *iso, const char *fn, const char *args_json,
+                                   size_t len, double cpu_ms, double wall_ms, const char **out,
+                                   size_t *out_len);
 
 /* The CPU time (ms) the last call, or the creation, used. */
 FLEMMA_API double flemma_isolate_cpu_ms(const flemma_isolate *iso);

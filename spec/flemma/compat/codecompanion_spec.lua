@@ -17,7 +17,10 @@ local function chat(uses)
     if i > 1 then
       lines[#lines + 1] = ""
     end
-    vim.list_extend(lines, { ("**Tool Use:** `%s` (`%s`)"):format(u[1], u[2]), "", "```json", vim.json.encode(u[3]), "```" })
+    vim.list_extend(
+      lines,
+      { ("**Tool Use:** `%s` (`%s`)"):format(u[1], u[2]), "", "```json", vim.json.encode(u[3]), "```" }
+    )
   end
   local buf = helpers.edit(helpers.tmpdir() .. "/cc.chat", lines)
   assert.equals("chat", vim.bo[buf].filetype)
@@ -121,24 +124,28 @@ describe("flemma.compat.codecompanion", function()
     assert.is_nil(approval.get("urn:flemma:approval:codecompanion:cc_cmd_runner"))
   end)
 
-  it("a cmd_runner-like tool: pending with its prompt as preview, then a real process, output.success as the result", function()
-    local dir = helpers.tmpdir()
-    local log = {}
-    table.insert(handles, cc.adapt(cmd_runner(log)))
-    local buf = chat({ { "cc_cmd_runner", "toolu_01", { cmd = "echo made > " .. dir .. "/f.txt; echo out1; echo out2" } } })
-    press("<C-]>")
-    assert.truthy(text(buf):find("```flemma:tool status=pending", 1, true), text(buf))
-    local shown = preview.shown(buf)
-    assert.equals(1, #shown)
-    assert.truthy(shown[1].text:find("Run `echo made", 1, true), shown[1].text)
-    assert.equals(0, vim.fn.filereadable(dir .. "/f.txt"))
-    approve_all(buf)
-    press("<C-]>")
-    wait_text(buf, "ran: out1 | out2")
-    assert.equals("made\n", helpers.read_file(dir .. "/f.txt"))
-    assert.same({ "setup", "on_exit" }, log)
-    assert.is_nil(text(buf):find("(error)", 1, true))
-  end)
+  it(
+    "a cmd_runner-like tool: pending with its prompt as preview, then a real process, output.success as the result",
+    function()
+      local dir = helpers.tmpdir()
+      local log = {}
+      table.insert(handles, cc.adapt(cmd_runner(log)))
+      local buf =
+        chat({ { "cc_cmd_runner", "toolu_01", { cmd = "echo made > " .. dir .. "/f.txt; echo out1; echo out2" } } })
+      press("<C-]>")
+      assert.truthy(text(buf):find("```flemma:tool status=pending", 1, true), text(buf))
+      local shown = preview.shown(buf)
+      assert.equals(1, #shown)
+      assert.truthy(shown[1].text:find("Run `echo made", 1, true), shown[1].text)
+      assert.equals(0, vim.fn.filereadable(dir .. "/f.txt"))
+      approve_all(buf)
+      press("<C-]>")
+      wait_text(buf, "ran: out1 | out2")
+      assert.equals("made\n", helpers.read_file(dir .. "/f.txt"))
+      assert.same({ "setup", "on_exit" }, log)
+      assert.is_nil(text(buf):find("(error)", 1, true))
+    end
+  )
 
   it("runs its commands inside the sandbox when it is on: a write outside the writable paths fails", function()
     local dir = helpers.tmpdir()
@@ -175,7 +182,11 @@ describe("flemma.compat.codecompanion", function()
     wait_text(buf, "ran: ")
     assert.equals(1, vim.fn.filereadable(dir .. "/a"))
     require("flemma").setup({
-      tools = { autopilot = { enabled = false }, auto_approve = { "$default", "$nocc" }, presets = { ["$nocc"] = { deny = { "cc_cmd_runner" } } } },
+      tools = {
+        autopilot = { enabled = false },
+        auto_approve = { "$default", "$nocc" },
+        presets = { ["$nocc"] = { deny = { "cc_cmd_runner" } } },
+      },
     })
     buf = chat({ { "cc_cmd_runner", "toolu_03", { cmd = "touch " .. dir .. "/b" } } })
     press("<C-]>")
@@ -197,28 +208,38 @@ describe("flemma.compat.codecompanion", function()
   it("cmds failing midway: output.error once, later commands not run, an error result", function()
     local dir = helpers.tmpdir()
     local errors, successes = 0, 0
-    table.insert(handles, cc.adapt({
-      name = "cc_steps",
-      cmds = {
-        { "bash", "-c", "echo one >> ${dir}/log" },
-        { "bash", "-c", "echo two >> ${dir}/log; echo broke >&2; exit 3" },
-        { "bash", "-c", "echo three >> ${dir}/log" },
-      },
-      env = function()
-        return { dir = dir }
-      end,
-      schema = { type = "function", ["function"] = { name = "cc_steps", description = "three steps", parameters = { type = "object", properties = {} } } },
-      opts = { requires_approval = false },
-      output = {
-        success = function()
-          successes = successes + 1
+    table.insert(
+      handles,
+      cc.adapt({
+        name = "cc_steps",
+        cmds = {
+          { "bash", "-c", "echo one >> ${dir}/log" },
+          { "bash", "-c", "echo two >> ${dir}/log; echo broke >&2; exit 3" },
+          { "bash", "-c", "echo three >> ${dir}/log" },
+        },
+        env = function()
+          return { dir = dir }
         end,
-        error = function(self, agent, _, stderr)
-          errors = errors + 1
-          agent.chat:add_tool_output(self, "step failed: " .. table.concat(stderr, "\n"))
-        end,
-      },
-    }))
+        schema = {
+          type = "function",
+          ["function"] = {
+            name = "cc_steps",
+            description = "three steps",
+            parameters = { type = "object", properties = {} },
+          },
+        },
+        opts = { requires_approval = false },
+        output = {
+          success = function()
+            successes = successes + 1
+          end,
+          error = function(self, agent, _, stderr)
+            errors = errors + 1
+            agent.chat:add_tool_output(self, "step failed: " .. table.concat(stderr, "\n"))
+          end,
+        },
+      })
+    )
     local buf = chat({ { "cc_steps", "toolu_05", vim.empty_dict() } })
     press("<C-]>")
     wait_text(buf, "**Tool Result:** `toolu_05` (error)")
@@ -232,55 +253,58 @@ describe("flemma.compat.codecompanion", function()
   it("function cmds chain their output; an async output_handler counts once", function()
     local calls = 0
     local seen_input
-    table.insert(handles, cc.adapt({
-      name = "cc_calc",
-      cmds = {
-        function(_, args)
-          local a, b = tonumber(args.num1), tonumber(args.num2)
-          if args.operation == "multiply" then
-            return { status = "success", data = a * b }
-          end
-          return { status = "error", data = "Invalid operation" }
-        end,
-        function(_, _, input, output_handler)
-          seen_input = input
-          vim.defer_fn(function()
-            output_handler({ status = "success", data = "twice " .. (input * 2) })
-            output_handler({ status = "error", data = "discarded" })
-          end, 20)
-        end,
-      },
-      schema = {
-        type = "function",
-        ["function"] = {
-          name = "cc_calc",
-          description = "Perform simple mathematical operations",
-          parameters = {
-            type = "object",
-            properties = {
-              num1 = { type = "integer" },
-              num2 = { type = "integer" },
-              operation = { type = "string", enum = { "add", "multiply" } },
-            },
-            required = { "num1", "num2", "operation" },
-            additionalProperties = false,
-          },
-          strict = true,
+    table.insert(
+      handles,
+      cc.adapt({
+        name = "cc_calc",
+        cmds = {
+          function(_, args)
+            local a, b = tonumber(args.num1), tonumber(args.num2)
+            if args.operation == "multiply" then
+              return { status = "success", data = a * b }
+            end
+            return { status = "error", data = "Invalid operation" }
+          end,
+          function(_, _, input, output_handler)
+            seen_input = input
+            vim.defer_fn(function()
+              output_handler({ status = "success", data = "twice " .. (input * 2) })
+              output_handler({ status = "error", data = "discarded" })
+            end, 20)
+          end,
         },
-      },
-      opts = {
-        -- Approval asked only for big numbers.
-        requires_approval = function(self)
-          return self.args.num1 >= 1000
-        end,
-      },
-      output = {
-        success = function(self, agent, _, stdout)
-          calls = calls + 1
-          agent.chat:add_tool_output(self, tostring(stdout[1]))
-        end,
-      },
-    }))
+        schema = {
+          type = "function",
+          ["function"] = {
+            name = "cc_calc",
+            description = "Perform simple mathematical operations",
+            parameters = {
+              type = "object",
+              properties = {
+                num1 = { type = "integer" },
+                num2 = { type = "integer" },
+                operation = { type = "string", enum = { "add", "multiply" } },
+              },
+              required = { "num1", "num2", "operation" },
+              additionalProperties = false,
+            },
+            strict = true,
+          },
+        },
+        opts = {
+          -- Approval asked only for big numbers.
+          requires_approval = function(self)
+            return self.args.num1 >= 1000
+          end,
+        },
+        output = {
+          success = function(self, agent, _, stdout)
+            calls = calls + 1
+            agent.chat:add_tool_output(self, tostring(stdout[1]))
+          end,
+        },
+      })
+    )
     local buf = chat({
       { "cc_calc", "toolu_06", { num1 = 100, num2 = 50, operation = "multiply" } },
       { "cc_calc", "toolu_07", { num1 = 5000, num2 = 2, operation = "multiply" } },

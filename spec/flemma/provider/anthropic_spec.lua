@@ -60,7 +60,8 @@ local TOOLS = {
 }
 
 local function build(params, chat, tools)
-  local spec = { name = "anthropic", kind = "anthropic", endpoint = "http://127.0.0.1:1/v1/messages", model = "claude-sonnet-4-6" }
+  local spec =
+    { name = "anthropic", kind = "anthropic", endpoint = "http://127.0.0.1:1/v1/messages", model = "claude-sonnet-4-6" }
   local request = document.to_messages(document.parse(chat or CHAT))
   local base = { cache_retention = "none" }
   local ctx = provider.context(spec, request, {
@@ -144,13 +145,22 @@ describe("flemma.provider.anthropic", function()
   end)
 
   it("encodes the same request from the document's messages, reusing unchanged ones", function()
-    local spec = { name = "anthropic", kind = "anthropic", endpoint = "http://127.0.0.1:1/v1/messages", model = "claude-sonnet-4-6" }
+    local spec = {
+      name = "anthropic",
+      kind = "anthropic",
+      endpoint = "http://127.0.0.1:1/v1/messages",
+      model = "claude-sonnet-4-6",
+    }
     local doc = document.parse(CHAT)
     for _, retention in ipairs({ "none", "short", "long" }) do
       local params = { cache_retention = retention, thinking = "low" }
       local full = provider.context(spec, document.to_messages(doc), { parameters = params, tools = TOOLS, key = "k" })
       local expected = provider.build(full)
-      local ctx = provider.context(spec, { system = "You are terse.", messages = {} }, { parameters = params, tools = TOOLS, key = "k" })
+      local ctx = provider.context(
+        spec,
+        { system = "You are terse.", messages = {} },
+        { parameters = params, tools = TOOLS, key = "k" }
+      )
       ctx.doc_messages = doc.messages
       local wire, headers = provider.encode(ctx)
       assert.same(vim.json.decode(vim.json.encode(expected)), vim.json.decode(wire), retention)
@@ -167,11 +177,27 @@ describe("flemma.provider.anthropic", function()
   end)
 
   it("encodes a changed conversation exactly, reusing the pieces of the messages before the first change", function()
-    local spec = { name = "anthropic", kind = "anthropic", endpoint = "http://127.0.0.1:1/v1/messages", model = "claude-sonnet-4-6" }
+    local spec = {
+      name = "anthropic",
+      kind = "anthropic",
+      endpoint = "http://127.0.0.1:1/v1/messages",
+      model = "claude-sonnet-4-6",
+    }
     local base = document.parse(CHAT).messages
     -- A pool of message tables: the chat's own and some more of each role.
     local extra = document.parse({
-      "@You:", "one", "@You:", "two", "@Assistant:", "three", "@Assistant:", "", "@You:", "four", "@System:", "sys",
+      "@You:",
+      "one",
+      "@You:",
+      "two",
+      "@Assistant:",
+      "three",
+      "@Assistant:",
+      "",
+      "@You:",
+      "four",
+      "@System:",
+      "sys",
     }).messages
     local pool = vim.list_extend(vim.list_extend({}, base), extra)
     math.randomseed(3)
@@ -191,7 +217,11 @@ describe("flemma.provider.anthropic", function()
       local doc = { messages = msgs }
       local full = provider.context(spec, document.to_messages(doc), { parameters = params, tools = TOOLS, key = "k" })
       local expected = vim.json.decode(vim.json.encode((provider.build(full))))
-      local ctx = provider.context(spec, { system = full.request.system, messages = {} }, { parameters = params, tools = TOOLS, key = "k" })
+      local ctx = provider.context(
+        spec,
+        { system = full.request.system, messages = {} },
+        { parameters = params, tools = TOOLS, key = "k" }
+      )
       ctx.doc_messages = vim.list_extend({}, msgs)
       assert.same(expected, vim.json.decode((provider.encode(ctx))), "step " .. step)
     end

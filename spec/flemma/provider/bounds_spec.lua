@@ -12,12 +12,13 @@ local h, server, notes
 -- The start of an Anthropic answer: a message and an open text block.
 local MESSAGE_START = "event: message_start\n"
   .. 'data: {"type":"message_start","message":{"id":"msg_1","model":"claude-sonnet-4-6","usage":{"input_tokens":10}}}\n\n'
-local START = MESSAGE_START .. table.concat({
-  "event: content_block_start",
-  'data: {"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}',
-  "",
-  "",
-}, "\n")
+local START = MESSAGE_START
+  .. table.concat({
+    "event: content_block_start",
+    'data: {"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}',
+    "",
+    "",
+  }, "\n")
 
 -- A text delta of about 100 bytes: one line of the answer.
 local LINE = 'event: content_block_delta\ndata: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta",'
@@ -101,7 +102,14 @@ describe("a hostile server", function()
 
   it("a 15 MB line of [ ends the stream with a clear message, memory stays bounded", function()
     server:script({
-      { gen = { head = START .. "event: content_block_delta\ndata: ", piece = ("["):rep(65536), count = 240, tail = "\n\n" } },
+      {
+        gen = {
+          head = START .. "event: content_block_delta\ndata: ",
+          piece = ("["):rep(65536),
+          count = 240,
+          tail = "\n\n",
+        },
+      },
     })
     local buf = chat()
     local base = reset_peak()
@@ -114,7 +122,11 @@ describe("a hostile server", function()
     assert.truthy(errors():find("JSON is nested deeper than 128 levels: the stream was stopped", 1, true), errors())
     local t = text(buf)
     assert.truthy(
-      t:find("<!-- flemma: stopped: the stream broke a limit of the decoder (JSON nesting or line length) -->\n\n@You:\n", 1, true),
+      t:find(
+        "<!-- flemma: stopped: the stream broke a limit of the decoder (JSON nesting or line length) -->\n\n@You:\n",
+        1,
+        true
+      ),
       t
     )
     assert.is_nil(provider.active(buf))
@@ -130,10 +142,14 @@ describe("a hostile server", function()
     local fin = h.wait_finished(1, 30000)
     local growth = peak_growth(base)
     assert.equals("error", fin.status)
-    assert.truthy(errors():find("the response passed parameters.max_response_bytes (8.0MB): the request was stopped", 1, true), errors())
+    assert.truthy(
+      errors():find("the response passed parameters.max_response_bytes (8.0MB): the request was stopped", 1, true),
+      errors()
+    )
     local t = text(buf)
     assert.truthy(t:find("lorem ipsum dolor sit amet consectetur adipiscing elit sed do eiusmod tempor\n", 1, true))
-    local tail = "tempor\n\n<!-- flemma: stopped: the response passed parameters.max_response_bytes (8.0MB) -->\n\n@You:\n"
+    local tail =
+      "tempor\n\n<!-- flemma: stopped: the response passed parameters.max_response_bytes (8.0MB) -->\n\n@You:\n"
     assert.equals(tail, t:sub(-#tail))
     -- About 8 MB of text went into the buffer (the header and JSON around it count).
     assert.is_true(#t > 3 * 1024 * 1024 and #t < 8 * 1024 * 1024, tostring(#t))
@@ -155,7 +171,10 @@ describe("a hostile server", function()
     end
     local ok, err = pcall(require("flemma").setup, { tools = { max_calls_per_answer = 0 } })
     assert.is_false(ok)
-    assert.truthy(tostring(err):find("tools.max_calls_per_answer` should be a whole number >= 1", 1, true), tostring(err))
+    assert.truthy(
+      tostring(err):find("tools.max_calls_per_answer` should be a whole number >= 1", 1, true),
+      tostring(err)
+    )
     setup()
     local buf = helpers.edit(helpers.tmpdir() .. "/fm.chat", {
       "```lua",
@@ -220,7 +239,12 @@ describe("a hostile server", function()
         f:write(vim.api.nvim_buf_line_count(0) .. " " .. tostring(require("flemma.provider").is_active(vim.api.nvim_get_current_buf())))
         f:close()
         vim.cmd("qa!")
-      ]]):format(require("flemma.native").library_path(), server:url("/v1/messages"), dir .. "/q.chat", dir .. "/quitting"),
+      ]]):format(
+        require("flemma.native").library_path(),
+        server:url("/v1/messages"),
+        dir .. "/q.chat",
+        dir .. "/quitting"
+      ),
     })
     helpers.wait_for(function()
       return helpers.read_file(dir .. "/quitting") ~= nil
@@ -276,7 +300,9 @@ describe("a hostile server", function()
     assert.equals(9744, count("\n%*%*Tool Result:%*%* `toolu_%d+` %(error%)\n"))
     assert.equals(
       9744,
-      count("not run: this answer holds 10000 tool calls and at most 256 run per answer %(tools%.max_calls_per_answer%)")
+      count(
+        "not run: this answer holds 10000 tool calls and at most 256 run per answer %(tools%.max_calls_per_answer%)"
+      )
     )
     assert.equals(256, count("```flemma:tool status=pending"))
     -- The first 256 are the ones offered, each once.

@@ -107,7 +107,6 @@ describe("credentials on the send path", function()
   end)
 end)
 
-
 describe("credentials against the loopback server", function()
   local server
   before_each(function()
@@ -139,7 +138,14 @@ describe("credentials against the loopback server", function()
         return false
       end
       local pids = { tostring(a.pid) }
-      vim.list_extend(pids, vim.split(vim.trim(helpers.read_file(("/proc/%d/task/%d/children"):format(a.pid, a.pid)) or ""), " ", { trimempty = true }))
+      vim.list_extend(
+        pids,
+        vim.split(
+          vim.trim(helpers.read_file(("/proc/%d/task/%d/children"):format(a.pid, a.pid)) or ""),
+          " ",
+          { trimempty = true }
+        )
+      )
       argv = ""
       for _, p in ipairs(pids) do
         argv = argv .. (helpers.read_file("/proc/" .. p .. "/cmdline") or ""):gsub("%z", " ") .. "\n"

@@ -171,8 +171,22 @@ describe("empty objects in tool schemas and inputs", function()
       })
       h.server:script({ k.answer })
       helpers.open_chat({
-        "@You:", "Go.", "", "@Assistant:", "**Tool Use:** `nested` (`call_1`)", "", "```json", INPUT_JSON, "```", "",
-        "@You:", "**Tool Result:** `call_1`", "", "```", "ok", "```",
+        "@You:",
+        "Go.",
+        "",
+        "@Assistant:",
+        "**Tool Use:** `nested` (`call_1`)",
+        "",
+        "```json",
+        INPUT_JSON,
+        "```",
+        "",
+        "@You:",
+        "**Tool Result:** `call_1`",
+        "",
+        "```",
+        "ok",
+        "```",
       })
       helpers.press("<C-]>")
       h.wait_finished(1)

@@ -79,16 +79,32 @@ local SSE = {
   anthropic = function()
     local out = {
       "event: message_start\n",
-      data({ type = "message_start", message = { id = "msg_1", type = "message", role = "assistant", model = "m", content = {}, usage = { input_tokens = 1, output_tokens = 1 } } }),
+      data({
+        type = "message_start",
+        message = {
+          id = "msg_1",
+          type = "message",
+          role = "assistant",
+          model = "m",
+          content = {},
+          usage = { input_tokens = 1, output_tokens = 1 },
+        },
+      }),
       "event: content_block_start\n",
-      data({ type = "content_block_start", index = 0, content_block = { type = "thinking", thinking = "", signature = "" } }),
+      data({
+        type = "content_block_start",
+        index = 0,
+        content_block = { type = "thinking", thinking = "", signature = "" },
+      }),
     }
     for _, b in ipairs(bytes(THINK)) do
       out[#out + 1] = "event: content_block_delta\n"
-      out[#out + 1] = data({ type = "content_block_delta", index = 0, delta = { type = "thinking_delta", thinking = b } })
+      out[#out + 1] =
+        data({ type = "content_block_delta", index = 0, delta = { type = "thinking_delta", thinking = b } })
     end
     out[#out + 1] = "event: content_block_delta\n"
-    out[#out + 1] = data({ type = "content_block_delta", index = 0, delta = { type = "signature_delta", signature = "SIG==" } })
+    out[#out + 1] =
+      data({ type = "content_block_delta", index = 0, delta = { type = "signature_delta", signature = "SIG==" } })
     out[#out + 1] = "event: content_block_stop\n"
     out[#out + 1] = data({ type = "content_block_stop", index = 0 })
     out[#out + 1] = "event: content_block_start\n"
@@ -100,7 +116,8 @@ local SSE = {
     out[#out + 1] = "event: content_block_stop\n"
     out[#out + 1] = data({ type = "content_block_stop", index = 1 })
     out[#out + 1] = "event: message_delta\n"
-    out[#out + 1] = data({ type = "message_delta", delta = { stop_reason = "end_turn" }, usage = { output_tokens = 9 } })
+    out[#out + 1] =
+      data({ type = "message_delta", delta = { stop_reason = "end_turn" }, usage = { output_tokens = 9 } })
     out[#out + 1] = "event: message_stop\n"
     out[#out + 1] = data({ type = "message_stop" })
     return table.concat(out)
@@ -108,7 +125,12 @@ local SSE = {
   openai_chat = function()
     local out = {}
     local function chunk(delta, finish)
-      out[#out + 1] = data({ id = "c1", object = "chat.completion.chunk", model = "m", choices = { { index = 0, delta = delta, finish_reason = finish or vim.NIL } } })
+      out[#out + 1] = data({
+        id = "c1",
+        object = "chat.completion.chunk",
+        model = "m",
+        choices = { { index = 0, delta = delta, finish_reason = finish or vim.NIL } },
+      })
     end
     for _, b in ipairs(bytes(THINK)) do
       chunk({ reasoning_content = b })
@@ -128,19 +150,53 @@ local SSE = {
       t.sequence_number = n
       out[#out + 1] = "event: " .. t.type .. "\n" .. data(t)
     end
-    ev({ type = "response.created", response = { id = "r1", object = "response", status = "in_progress", model = "m", output = {} } })
-    ev({ type = "response.output_item.added", output_index = 0, item = { id = "rs_1", type = "reasoning", summary = {} } })
-    ev({ type = "response.reasoning_summary_part.added", item_id = "rs_1", output_index = 0, summary_index = 0, part = { type = "summary_text", text = "" } })
+    ev({
+      type = "response.created",
+      response = { id = "r1", object = "response", status = "in_progress", model = "m", output = {} },
+    })
+    ev({
+      type = "response.output_item.added",
+      output_index = 0,
+      item = { id = "rs_1", type = "reasoning", summary = {} },
+    })
+    ev({
+      type = "response.reasoning_summary_part.added",
+      item_id = "rs_1",
+      output_index = 0,
+      summary_index = 0,
+      part = { type = "summary_text", text = "" },
+    })
     for _, b in ipairs(bytes(THINK)) do
-      ev({ type = "response.reasoning_summary_text.delta", item_id = "rs_1", output_index = 0, summary_index = 0, delta = b })
+      ev({
+        type = "response.reasoning_summary_text.delta",
+        item_id = "rs_1",
+        output_index = 0,
+        summary_index = 0,
+        delta = b,
+      })
     end
     ev({
       type = "response.output_item.done",
       output_index = 0,
-      item = { id = "rs_1", type = "reasoning", summary = { { type = "summary_text", text = THINK } }, encrypted_content = "ENC==" },
+      item = {
+        id = "rs_1",
+        type = "reasoning",
+        summary = { { type = "summary_text", text = THINK } },
+        encrypted_content = "ENC==",
+      },
     })
-    ev({ type = "response.output_item.added", output_index = 1, item = { id = "m_1", type = "message", status = "in_progress", role = "assistant", content = {} } })
-    ev({ type = "response.content_part.added", item_id = "m_1", output_index = 1, content_index = 0, part = { type = "output_text", text = "" } })
+    ev({
+      type = "response.output_item.added",
+      output_index = 1,
+      item = { id = "m_1", type = "message", status = "in_progress", role = "assistant", content = {} },
+    })
+    ev({
+      type = "response.content_part.added",
+      item_id = "m_1",
+      output_index = 1,
+      content_index = 0,
+      part = { type = "output_text", text = "" },
+    })
     for _, b in ipairs(bytes(ATTACK)) do
       ev({ type = "response.output_text.delta", item_id = "m_1", output_index = 1, content_index = 0, delta = b })
     end
@@ -148,11 +204,24 @@ local SSE = {
     ev({
       type = "response.output_item.done",
       output_index = 1,
-      item = { id = "m_1", type = "message", status = "completed", role = "assistant", content = { { type = "output_text", text = ATTACK } } },
+      item = {
+        id = "m_1",
+        type = "message",
+        status = "completed",
+        role = "assistant",
+        content = { { type = "output_text", text = ATTACK } },
+      },
     })
     ev({
       type = "response.completed",
-      response = { id = "r1", object = "response", status = "completed", model = "m", output = {}, usage = { input_tokens = 1, output_tokens = 2, total_tokens = 3 } },
+      response = {
+        id = "r1",
+        object = "response",
+        status = "completed",
+        model = "m",
+        output = {},
+        usage = { input_tokens = 1, output_tokens = 2, total_tokens = 3 },
+      },
     })
     return table.concat(out)
   end,
@@ -225,7 +294,9 @@ describe("model text in the buffer", function()
     it(("is escaped and given back byte for byte (%s, split at every byte)"):format(kind), function()
       require("flemma").setup({
         provider = "test",
-        providers = { test = { kind = kind, endpoint = server:url(PATHS[kind]), api_key_env = "FLEMMA_SPEC_KEY", model = "m" } },
+        providers = {
+          test = { kind = kind, endpoint = server:url(PATHS[kind]), api_key_env = "FLEMMA_SPEC_KEY", model = "m" },
+        },
         parameters = { max_retries = 0, cache_retention = "none", timeout = 30, vertex = { project_id = "p1" } },
         tools = { autopilot = { enabled = false } },
       })
@@ -243,12 +314,18 @@ describe("model text in the buffer", function()
 
       -- The parse: one assistant message of thinking and text, nothing else.
       local doc = document.parse(vim.api.nvim_buf_get_lines(buf, 0, -1, false))
-      assert.same({ "user", "assistant", "user" }, vim.tbl_map(function(m)
-        return m.role
-      end, doc.messages))
-      assert.same({ "thinking", "text" }, vim.tbl_map(function(p)
-        return p.kind
-      end, doc.messages[2].parts))
+      assert.same(
+        { "user", "assistant", "user" },
+        vim.tbl_map(function(m)
+          return m.role
+        end, doc.messages)
+      )
+      assert.same(
+        { "thinking", "text" },
+        vim.tbl_map(function(p)
+          return p.kind
+        end, doc.messages[2].parts)
+      )
       assert.equals(THINK, doc.messages[2].parts[1].text)
       assert.equals(ATTACK, doc.messages[2].parts[2].text)
       assert.same({}, doc.diagnostics)
@@ -272,7 +349,17 @@ end)
 local function anthropic_answer(answer, uses)
   local out = {
     "event: message_start\n",
-    data({ type = "message_start", message = { id = "msg_2", type = "message", role = "assistant", model = "m", content = {}, usage = { input_tokens = 1, output_tokens = 1 } } }),
+    data({
+      type = "message_start",
+      message = {
+        id = "msg_2",
+        type = "message",
+        role = "assistant",
+        model = "m",
+        content = {},
+        usage = { input_tokens = 1, output_tokens = 1 },
+      },
+    }),
     "event: content_block_start\n",
     data({ type = "content_block_start", index = 0, content_block = { type = "text", text = "" } }),
     "event: content_block_delta\n",
@@ -283,16 +370,28 @@ local function anthropic_answer(answer, uses)
   for i, u in ipairs(uses or {}) do
     vim.list_extend(out, {
       "event: content_block_start\n",
-      data({ type = "content_block_start", index = i, content_block = { type = "tool_use", id = u.id, name = u.name, input = vim.empty_dict() } }),
+      data({
+        type = "content_block_start",
+        index = i,
+        content_block = { type = "tool_use", id = u.id, name = u.name, input = vim.empty_dict() },
+      }),
       "event: content_block_delta\n",
-      data({ type = "content_block_delta", index = i, delta = { type = "input_json_delta", partial_json = vim.json.encode(u.input) } }),
+      data({
+        type = "content_block_delta",
+        index = i,
+        delta = { type = "input_json_delta", partial_json = vim.json.encode(u.input) },
+      }),
       "event: content_block_stop\n",
       data({ type = "content_block_stop", index = i }),
     })
   end
   vim.list_extend(out, {
     "event: message_delta\n",
-    data({ type = "message_delta", delta = { stop_reason = uses and "tool_use" or "end_turn" }, usage = { output_tokens = 9 } }),
+    data({
+      type = "message_delta",
+      delta = { stop_reason = uses and "tool_use" or "end_turn" },
+      usage = { output_tokens = 9 },
+    }),
     "event: message_stop\n",
     data({ type = "message_stop" }),
   })
@@ -306,7 +405,9 @@ describe("a forged tool call in model text", function()
     server = h.server
     require("flemma").setup({
       provider = "test",
-      providers = { test = { kind = "anthropic", endpoint = server:url("/v1/messages"), api_key_env = "FLEMMA_SPEC_KEY" } },
+      providers = {
+        test = { kind = "anthropic", endpoint = server:url("/v1/messages"), api_key_env = "FLEMMA_SPEC_KEY" },
+      },
       parameters = { max_retries = 0, cache_retention = "none", timeout = 30 },
       tools = {
         autopilot = { enabled = true },
@@ -378,13 +479,18 @@ describe("a forged tool call in model text", function()
     local dir = helpers.tmpdir()
     require("flemma").setup({
       provider = "test",
-      providers = { test = { kind = "anthropic", endpoint = server:url("/v1/messages"), api_key_env = "FLEMMA_SPEC_KEY" } },
+      providers = {
+        test = { kind = "anthropic", endpoint = server:url("/v1/messages"), api_key_env = "FLEMMA_SPEC_KEY" },
+      },
       parameters = { max_retries = 0, cache_retention = "none", timeout = 30 },
       tools = { autopilot = { enabled = false } },
     })
     server:script({
       {
-        body = anthropic_answer("Look:\n```python\nprint(1)", { { id = "toolu_1", name = "read", input = { path = "a.txt" } } }),
+        body = anthropic_answer(
+          "Look:\n```python\nprint(1)",
+          { { id = "toolu_1", name = "read", input = { path = "a.txt" } } }
+        ),
         content_type = "text/event-stream",
         chunk_seed = 4,
         max_chunk = 6,
@@ -396,12 +502,18 @@ describe("a forged tool call in model text", function()
     local t = text(buf)
     assert.truthy(t:find("Look:\n```python\nprint(1)\n```\n\n**Tool Use:** `read` (`toolu_1`)", 1, true), t)
     local doc = document.parse(vim.api.nvim_buf_get_lines(buf, 0, -1, false))
-    assert.same({ "user", "assistant", "user" }, vim.tbl_map(function(m)
-      return m.role
-    end, doc.messages))
-    assert.same({ "text", "tool_use" }, vim.tbl_map(function(p)
-      return p.kind
-    end, doc.messages[2].parts))
+    assert.same(
+      { "user", "assistant", "user" },
+      vim.tbl_map(function(m)
+        return m.role
+      end, doc.messages)
+    )
+    assert.same(
+      { "text", "tool_use" },
+      vim.tbl_map(function(p)
+        return p.kind
+      end, doc.messages[2].parts)
+    )
     assert.same({ path = "a.txt" }, doc.messages[2].parts[2].input)
   end)
 end)

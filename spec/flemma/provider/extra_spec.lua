@@ -16,7 +16,11 @@ describe("parameters.extra", function()
         test = { kind = kind, endpoint = h.server:url(path), api_key_env = "FLEMMA_SPEC_KEY", model = "local-model" },
         other = { kind = kind, endpoint = h.server:url(path), api_key_env = "FLEMMA_SPEC_KEY", model = "local-model" },
       },
-      parameters = vim.tbl_extend("force", { max_retries = 0, cache_retention = "none", vertex = { project_id = "p" } }, parameters),
+      parameters = vim.tbl_extend(
+        "force",
+        { max_retries = 0, cache_retention = "none", vertex = { project_id = "p" } },
+        parameters
+      ),
       tools = { autopilot = { enabled = false } },
     }, more or {}))
   end
@@ -68,8 +72,17 @@ describe("parameters.extra", function()
   end)
 
   it("merges into a table Flemma builds, field by field (vertex generationConfig)", function()
-    setup("vertex", "/v1/projects/{project_id}/locations/{location}/publishers/google/models/{model}:streamGenerateContent?alt=sse",
-      { max_tokens = 123, extra = { generationConfig = { topK = 40 }, safetySettings = { { category = "HARM_CATEGORY_HATE_SPEECH", threshold = "BLOCK_NONE" } } } })
+    setup(
+      "vertex",
+      "/v1/projects/{project_id}/locations/{location}/publishers/google/models/{model}:streamGenerateContent?alt=sse",
+      {
+        max_tokens = 123,
+        extra = {
+          generationConfig = { topK = 40 },
+          safetySettings = { { category = "HARM_CATEGORY_HATE_SPEECH", threshold = "BLOCK_NONE" } },
+        },
+      }
+    )
     h.server:script({ { body = helpers.sse_body("vertex_thinking_text.http"), content_type = "text/event-stream" } })
     assert.equals("completed", send().status, vim.inspect(h.notes))
     local j = h.server:requests()[1].json
@@ -87,15 +100,27 @@ describe("parameters.extra", function()
     assert.equals("completed", send().status, vim.inspect(h.notes))
     assert.equals(3, h.server:requests()[1].json.seed)
     h.server:script({ { fixture = "openai_chat_text.sse" } })
-    assert.equals("completed", send({ "```lua", "flemma.opt.extra = { seed = 9, top_k = 5 }", "```", "@You:", "Hi" }).status)
+    assert.equals(
+      "completed",
+      send({ "```lua", "flemma.opt.extra = { seed = 9, top_k = 5 }", "```", "@You:", "Hi" }).status
+    )
     assert.equals(9, h.server:requests()[1].json.seed)
     assert.equals(5, h.server:requests()[1].json.top_k)
   end)
 
   for _, case in ipairs({
-    { { model = "gpt-x" }, "parameters.extra.model: Flemma builds `model` itself; parameters.extra adds fields it does not set" },
-    { { messages = {} }, "parameters.extra.messages: Flemma builds `messages` itself; parameters.extra adds fields it does not set" },
-    { { max_tokens = 5 }, "parameters.extra.max_tokens: Flemma sets `max_tokens` itself (8192); use the parameter that sets it" },
+    {
+      { model = "gpt-x" },
+      "parameters.extra.model: Flemma builds `model` itself; parameters.extra adds fields it does not set",
+    },
+    {
+      { messages = {} },
+      "parameters.extra.messages: Flemma builds `messages` itself; parameters.extra adds fields it does not set",
+    },
+    {
+      { max_tokens = 5 },
+      "parameters.extra.max_tokens: Flemma sets `max_tokens` itself (8192); use the parameter that sets it",
+    },
   }) do
     it("refuses " .. next(case[1]) .. ", a field Flemma builds, and sends nothing", function()
       setup("anthropic", "/v1/messages", { extra = case[1] })
@@ -119,9 +144,12 @@ describe("parameters.extra", function()
     helpers.press("<C-]>")
     vim.wait(300)
     assert.equals(0, #h.server:requests())
-    local all = table.concat(vim.tbl_map(function(n)
-      return n.msg
-    end, h.notes), "\n")
+    local all = table.concat(
+      vim.tbl_map(function(n)
+        return n.msg
+      end, h.notes),
+      "\n"
+    )
     assert.truthy(all:find("`flemma.opt.extra` should be a table of request fields", 1, true), all)
     assert.truthy(buf)
   end)

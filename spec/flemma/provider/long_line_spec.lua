@@ -14,7 +14,9 @@ describe("a long line in an answer", function()
     server = h.server
     require("flemma").setup({
       provider = "test",
-      providers = { test = { kind = "anthropic", endpoint = server:url("/v1/messages"), api_key_env = "FLEMMA_SPEC_KEY" } },
+      providers = {
+        test = { kind = "anthropic", endpoint = server:url("/v1/messages"), api_key_env = "FLEMMA_SPEC_KEY" },
+      },
       parameters = { max_retries = 0, cache_retention = "none", timeout = 60 },
       tools = { autopilot = { enabled = false } },
     })
@@ -25,16 +27,21 @@ describe("a long line in an answer", function()
 
   it("arrives intact: a 600 KB single-line tool input", function()
     local total = 600 * 1024
-    server:script({ { synth = { kind = "anthropic_tool", bytes = total, delta = 3000 }, chunk_seed = 9, max_chunk = 70000 } })
+    server:script({
+      { synth = { kind = "anthropic_tool", bytes = total, delta = 3000 }, chunk_seed = 9, max_chunk = 70000 },
+    })
     local buf = helpers.edit(helpers.tmpdir() .. "/long.chat", { "@You:", "Write the big file." })
     helpers.press("<C-]>")
     assert.equals("completed", h.wait_finished(1, 60000).status)
     local head, tail = '{"path": "big.txt", "content": "', '"}'
     local content = ("0123456789abcdef"):rep(total / 16 + 1):sub(1, total - #head - #tail)
     local doc = document.parse(vim.api.nvim_buf_get_lines(buf, 0, -1, false))
-    assert.same({ "user", "assistant", "user" }, vim.tbl_map(function(m)
-      return m.role
-    end, doc.messages))
+    assert.same(
+      { "user", "assistant", "user" },
+      vim.tbl_map(function(m)
+        return m.role
+      end, doc.messages)
+    )
     local use = doc.messages[2].parts[1]
     assert.equals("tool_use", use.kind)
     assert.equals("write", use.name)

@@ -52,7 +52,8 @@ local TOOLS = {
 }
 
 local function build(params, key)
-  local spec = { name = "ollama", kind = "openai_chat", endpoint = "http://127.0.0.1:11434/v1/chat/completions", model = "qwen3" }
+  local spec =
+    { name = "ollama", kind = "openai_chat", endpoint = "http://127.0.0.1:11434/v1/chat/completions", model = "qwen3" }
   local request = document.to_messages(document.parse(CHAT))
   local ctx = provider.context(spec, request, { parameters = params or {}, tools = TOOLS, key = key })
   local body, headers = provider.build(ctx)
@@ -108,7 +109,7 @@ describe("flemma.provider.openai_chat", function()
     assert.is_nil(body.reasoning_effort)
   end)
 
-  it("resolves the built-in named providers: provider = \"ollama\" just works", function()
+  it('resolves the built-in named providers: provider = "ollama" just works', function()
     local config = require("flemma.config")
     config.setup({ provider = "ollama", model = "qwen3" })
     local spec = assert(provider.resolve())

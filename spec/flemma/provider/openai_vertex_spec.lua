@@ -99,7 +99,12 @@ local TOOLS = {
 }
 
 local SPECS = {
-  anthropic = { name = "anthropic", kind = "anthropic", endpoint = "http://127.0.0.1:1/v1/messages", model = "claude-sonnet-4-6" },
+  anthropic = {
+    name = "anthropic",
+    kind = "anthropic",
+    endpoint = "http://127.0.0.1:1/v1/messages",
+    model = "claude-sonnet-4-6",
+  },
   openai = { name = "openai", kind = "openai", endpoint = "http://127.0.0.1:1/v1/responses", model = "gpt-5.4" },
   vertex = { name = "vertex", kind = "vertex", endpoint = "http://127.0.0.1:1/v", model = "gemini-3.1-pro-preview" },
 }
@@ -119,53 +124,63 @@ local function build(kind, params, o)
 end
 
 describe("flemma.provider.openai", function()
-  it("builds the exact Responses request: items, function calls and outputs, own reasoning, foreign thinking as text", function()
-    local body, headers = build("openai", { thinking = "high", max_tokens = 2000, temperature = 0.5 }, { key = "sk-o" })
-    assert.same({
-      model = "gpt-5.4",
-      instructions = "You are terse.",
-      stream = true,
-      store = false,
-      max_output_tokens = 2000,
-      reasoning = { effort = "high", summary = "auto" },
-      include = { "reasoning.encrypted_content" },
-      tools = {
-        {
-          type = "function",
-          name = "bash",
-          description = "Runs a command.",
-          parameters = { type = "object", properties = { command = { type = "string" } } },
+  it(
+    "builds the exact Responses request: items, function calls and outputs, own reasoning, foreign thinking as text",
+    function()
+      local body, headers = build(
+        "openai",
+        { thinking = "high", max_tokens = 2000, temperature = 0.5 },
+        { key = "sk-o" }
+      )
+      assert.same({
+        model = "gpt-5.4",
+        instructions = "You are terse.",
+        stream = true,
+        store = false,
+        max_output_tokens = 2000,
+        reasoning = { effort = "high", summary = "auto" },
+        include = { "reasoning.encrypted_content" },
+        tools = {
+          {
+            type = "function",
+            name = "bash",
+            description = "Runs a command.",
+            parameters = { type = "object", properties = { command = { type = "string" } } },
+          },
+          {
+            type = "function",
+            name = "read",
+            description = "Reads a file.",
+            parameters = { type = "object", properties = { path = { type = "string" } }, required = { "path" } },
+            strict = true,
+          },
         },
-        {
-          type = "function",
-          name = "read",
-          description = "Reads a file.",
-          parameters = { type = "object", properties = { path = { type = "string" } }, required = { "path" } },
-          strict = true,
+        input = {
+          { role = "user", content = "List the files and read the README." },
+          { role = "assistant", content = "<thinking>\nTwo calls at once.\n</thinking>\n\nBoth." },
+          { type = "function_call", call_id = "toolu_01", name = "bash", arguments = '{"command":"ls"}' },
+          { type = "function_call", call_id = "toolu_02", name = "read", arguments = '{"path":"README.md"}' },
+          { type = "function_call_output", call_id = "toolu_01", output = "a.txt" },
+          { type = "function_call_output", call_id = "toolu_02", output = "Error: no such file" },
+          {
+            type = "reasoning",
+            summary = { { type = "summary_text", text = "Look at a.txt." } },
+            encrypted_content = "gAAAA-ENCRYPTED",
+          },
+          { type = "function_call", call_id = "call_A1", name = "read", arguments = '{"path":"a.txt"}' },
+          { type = "function_call_output", call_id = "call_A1", output = "hello" },
+          { role = "assistant", content = "<thinking>\nNothing more to read.\n</thinking>" },
+          { type = "function_call", call_id = "gemini_1", name = "bash", arguments = "{}" },
+          { type = "function_call_output", call_id = "gemini_1", output = "done" },
+          { role = "user", content = "Summarize." },
         },
-      },
-      input = {
-        { role = "user", content = "List the files and read the README." },
-        { role = "assistant", content = "<thinking>\nTwo calls at once.\n</thinking>\n\nBoth." },
-        { type = "function_call", call_id = "toolu_01", name = "bash", arguments = '{"command":"ls"}' },
-        { type = "function_call", call_id = "toolu_02", name = "read", arguments = '{"path":"README.md"}' },
-        { type = "function_call_output", call_id = "toolu_01", output = "a.txt" },
-        { type = "function_call_output", call_id = "toolu_02", output = "Error: no such file" },
-        {
-          type = "reasoning",
-          summary = { { type = "summary_text", text = "Look at a.txt." } },
-          encrypted_content = "gAAAA-ENCRYPTED",
-        },
-        { type = "function_call", call_id = "call_A1", name = "read", arguments = '{"path":"a.txt"}' },
-        { type = "function_call_output", call_id = "call_A1", output = "hello" },
-        { role = "assistant", content = "<thinking>\nNothing more to read.\n</thinking>" },
-        { type = "function_call", call_id = "gemini_1", name = "bash", arguments = "{}" },
-        { type = "function_call_output", call_id = "gemini_1", output = "done" },
-        { role = "user", content = "Summarize." },
-      },
-    }, body)
-    assert.same({ ["content-type"] = "application/json", accept = "text/event-stream", authorization = "Bearer sk-o" }, headers)
-  end)
+      }, body)
+      assert.same(
+        { ["content-type"] = "application/json", accept = "text/event-stream", authorization = "Bearer sk-o" },
+        headers
+      )
+    end
+  )
 
   it("takes the effort from parameters.openai.reasoning first; temperature only without reasoning", function()
     local body = build("openai", { thinking = "low", openai = { reasoning = "minimal" }, temperature = 0.2 })
@@ -199,10 +214,11 @@ describe("flemma.provider.openai", function()
 
   it("reads error bodies", function()
     local openai = require("flemma.provider.openai")
-    assert.same(
-      { "Incorrect API key provided", "invalid_request_error" },
-      { openai.error_message({ error = { message = "Incorrect API key provided", type = "invalid_request_error", code = "invalid_api_key" } }) }
-    )
+    assert.same({ "Incorrect API key provided", "invalid_request_error" }, {
+      openai.error_message({
+        error = { message = "Incorrect API key provided", type = "invalid_request_error", code = "invalid_api_key" },
+      }),
+    })
   end)
 end)
 
@@ -222,7 +238,11 @@ describe("flemma.provider.vertex", function()
             {
               name = "read",
               description = "Reads a file.",
-              parametersJsonSchema = { type = "object", properties = { path = { type = "string" } }, required = { "path" } },
+              parametersJsonSchema = {
+                type = "object",
+                properties = { path = { type = "string" } },
+                required = { "path" },
+              },
             },
           },
         },
@@ -257,7 +277,10 @@ describe("flemma.provider.vertex", function()
             { functionCall = { id = "call_A1", name = "read", args = { path = "a.txt" } } },
           },
         },
-        { role = "user", parts = { { functionResponse = { id = "call_A1", name = "read", response = { output = "hello" } } } } },
+        {
+          role = "user",
+          parts = { { functionResponse = { id = "call_A1", name = "read", response = { output = "hello" } } } },
+        },
         {
           role = "model",
           parts = { { functionCall = { id = "gemini_1", name = "bash", args = {} }, thoughtSignature = "GEMINI-SIG" } },
@@ -271,7 +294,10 @@ describe("flemma.provider.vertex", function()
         },
       },
     }, body)
-    assert.same({ ["content-type"] = "application/json", accept = "text/event-stream", authorization = "Bearer ya29.t" }, headers)
+    assert.same(
+      { ["content-type"] = "application/json", accept = "text/event-stream", authorization = "Bearer ya29.t" },
+      headers
+    )
   end)
 
   it("maps thinking to a budget on Gemini 2.5 and a level on Gemini 3; vertex.thinking_budget wins", function()
@@ -279,8 +305,14 @@ describe("flemma.provider.vertex", function()
     assert.same({ thinkingBudget = 24576, includeThoughts = true }, vertex.thinking_config("high", "gemini-2.5-pro"))
     assert.same({ thinkingBudget = 128 }, vertex.thinking_config(false, "gemini-2.5-pro"))
     assert.same({ thinkingBudget = 0 }, vertex.thinking_config(false, "gemini-2.5-flash"))
-    assert.same({ thinkingLevel = "low", includeThoughts = true }, vertex.thinking_config("minimal", "gemini-3.1-pro-preview"))
-    assert.same({ thinkingBudget = 5000, includeThoughts = true }, vertex.thinking_config(5000, "gemini-3.1-pro-preview"))
+    assert.same(
+      { thinkingLevel = "low", includeThoughts = true },
+      vertex.thinking_config("minimal", "gemini-3.1-pro-preview")
+    )
+    assert.same(
+      { thinkingBudget = 5000, includeThoughts = true },
+      vertex.thinking_config(5000, "gemini-3.1-pro-preview")
+    )
     assert.is_nil(vertex.thinking_config(nil, "gemini-2.5-pro"))
     local body = build("vertex", { thinking = "low", vertex = { thinking_budget = 777 } })
     assert.same({ thinkingBudget = 777, includeThoughts = true }, body.generationConfig.thinkingConfig)
@@ -288,7 +320,8 @@ describe("flemma.provider.vertex", function()
 
   it("reads error bodies, also as a list", function()
     local vertex = require("flemma.provider.vertex")
-    local e = { error = { code = 403, message = "Permission denied on resource project p.", status = "PERMISSION_DENIED" } }
+    local e =
+      { error = { code = 403, message = "Permission denied on resource project p.", status = "PERMISSION_DENIED" } }
     assert.same({ "Permission denied on resource project p.", "PERMISSION_DENIED" }, { vertex.error_message(e) })
     assert.same({ "Permission denied on resource project p.", "PERMISSION_DENIED" }, { vertex.error_message({ e }) })
   end)
@@ -328,9 +361,13 @@ describe("a conversation switched between providers", function()
     assert.same({ text = "Two calls at once.", thought = true }, body.contents[2].parts[1])
     body = build("openai", { thinking_foreign = "drop" })
     assert.same({ role = "assistant", content = "Both." }, body.input[2])
-    local chat_spec = { name = "ollama", kind = "openai_chat", endpoint = "http://127.0.0.1:1/v1/chat/completions", model = "q" }
+    local chat_spec =
+      { name = "ollama", kind = "openai_chat", endpoint = "http://127.0.0.1:1/v1/chat/completions", model = "q" }
     local request = document.to_messages(document.parse(CHAT))
-    for _, case in ipairs({ { "text", "<thinking>\nTwo calls at once.\n</thinking>\n\nBoth.", nil }, { "preserve", "Both.", "Two calls at once." } }) do
+    for _, case in ipairs({
+      { "text", "<thinking>\nTwo calls at once.\n</thinking>\n\nBoth.", nil },
+      { "preserve", "Both.", "Two calls at once." },
+    }) do
       local ctx = provider.context(chat_spec, request, { parameters = { thinking_foreign = case[1] }, tools = {} })
       local b = vim.json.decode(vim.json.encode((provider.build(ctx))))
       assert.equals(case[2], b.messages[3].content, case[1])

@@ -22,7 +22,11 @@ local function setup(opts)
   require("flemma").setup(vim.tbl_deep_extend("force", {
     provider = "test",
     providers = {
-      test = { kind = opts.kind or "anthropic", endpoint = server:url(opts.path or "/v1/messages"), api_key_env = "FLEMMA_SPEC_KEY" },
+      test = {
+        kind = opts.kind or "anthropic",
+        endpoint = server:url(opts.path or "/v1/messages"),
+        api_key_env = "FLEMMA_SPEC_KEY",
+      },
     },
     model = opts.model,
     parameters = { max_retries = 2, cache_retention = "none", connect_timeout = 5, timeout = 30 },
@@ -43,7 +47,6 @@ local function errors()
     return n.level == vim.log.levels.ERROR
   end, notes)
 end
-
 
 describe("sending to a provider", function()
   before_each(function()
@@ -69,7 +72,12 @@ describe("sending to a provider", function()
     local logged = assert(helpers.read_file(log.path()))
     vim.env.XDG_STATE_HOME = saved_state
     assert.truthy(text(buf):find("Second line ends here.", 1, true))
-    assert.matches("%[INFO%] request POST " .. vim.pesc(server:url("/v1/messages")) .. " %(%d+ bytes, decoder anthropic, headers: [^)]*x%-api%-key", logged)
+    assert.matches(
+      "%[INFO%] request POST "
+        .. vim.pesc(server:url("/v1/messages"))
+        .. " %(%d+ bytes, decoder anthropic, headers: [^)]*x%-api%-key",
+      logged
+    )
     assert.matches('%[DEBUG%] request body: {.*"Hello log"', logged)
     assert.matches("%[DEBUG%] response {[^\n]*status = 200", logged)
     assert.matches('%[TRACE%] response {[^\n]*text = "Hello', logged)
@@ -97,27 +105,30 @@ describe("sending to a provider", function()
     assert.equals(KEY, reqs[1].headers["x-api-key"])
     assert.equals("2023-06-01", reqs[1].headers["anthropic-version"])
     assert.equals("/v1/messages", reqs[1].path)
-    assert.same({
-      model = "claude-sonnet-4-6",
-      max_tokens = 64000,
-      stream = true,
-      system = { { type = "text", text = "Be brief." } },
-      tools = {
-        {
-          name = "echo",
-          description = "returns its text",
-          input_schema = { type = "object", properties = { text = { type = "string" } }, required = { "text" } },
+    assert.same(
+      {
+        model = "claude-sonnet-4-6",
+        max_tokens = 64000,
+        stream = true,
+        system = { { type = "text", text = "Be brief." } },
+        tools = {
+          {
+            name = "echo",
+            description = "returns its text",
+            input_schema = { type = "object", properties = { text = { type = "string" } }, required = { "text" } },
+          },
         },
+        messages = { { role = "user", content = { { type = "text", text = "Hello" } } } },
       },
-      messages = { { role = "user", content = { { type = "text", text = "Hello" } } } },
-    }, (function()
-      local j = reqs[1].json
-      -- Only the tool registered here (the built-ins are checked by the builder specs).
-      j.tools = vim.tbl_filter(function(t)
-        return t.name == "echo"
-      end, j.tools or {})
-      return j
-    end)())
+      (function()
+        local j = reqs[1].json
+        -- Only the tool registered here (the built-ins are checked by the builder specs).
+        j.tools = vim.tbl_filter(function(t)
+          return t.name == "echo"
+        end, j.tools or {})
+        return j
+      end)()
+    )
     local usage = fin.usage
     assert.equals(1200, usage.input_tokens)
     assert.equals(42, usage.output_tokens)
@@ -167,7 +178,11 @@ describe("sending to a provider", function()
     h.wait_finished(2)
     local body = server:requests()[2].json
     assert.same({
-      { type = "thinking", thinking = "Let me think about 2+2.\nIt is 4.", signature = "EqQBCgIYAhIM1gbcDa9GJwZA2b3hGgxBdjrkzLoky3dl1pkiMOYds+/Sig==" },
+      {
+        type = "thinking",
+        thinking = "Let me think about 2+2.\nIt is 4.",
+        signature = "EqQBCgIYAhIM1gbcDa9GJwZA2b3hGgxBdjrkzLoky3dl1pkiMOYds+/Sig==",
+      },
       { type = "redacted_thinking", data = "RWFzdGVyIGVnZzogcmVkYWN0ZWQ=" },
       { type = "text", text = "The answer is 4." },
     }, body.messages[2].content)
@@ -175,7 +190,10 @@ describe("sending to a provider", function()
 
   it("runs an autopilot round trip: parallel tool uses, tools run, the second request carries the results", function()
     setup({ autopilot = true })
-    server:script({ { fixture = "anthropic_tools_parallel.sse", chunk_seed = 3 }, { fixture = "anthropic_text.sse", chunk_seed = 4 } })
+    server:script({
+      { fixture = "anthropic_tools_parallel.sse", chunk_seed = 3 },
+      { fixture = "anthropic_text.sse", chunk_seed = 4 },
+    })
     local buf = chat({ "@You:", "Echo twice." })
     press("<C-]>")
     h.wait_finished(2, 15000)
@@ -196,17 +214,26 @@ describe("sending to a provider", function()
       { type = "tool_result", tool_use_id = "toolu_01A", content = "echo: first ```" },
       { type = "tool_result", tool_use_id = "toolu_01B", content = "echo: second" },
     }, second.messages[3].content)
-    assert.same({ type = "tool_use", id = "toolu_01A", name = "echo", input = { text = "first ```" } }, second.messages[2].content[2])
+    assert.same(
+      { type = "tool_use", id = "toolu_01A", name = "echo", input = { text = "first ```" } },
+      second.messages[2].content[2]
+    )
     assert.truthy(text(buf):find("Hello there", 1, true))
   end)
 
   it("speaks openai_chat: reasoning as thinking, text, parallel tool calls, usage", function()
     setup({ kind = "openai_chat", path = "/v1/chat/completions", model = "qwen3" })
-    server:script({ { fixture = "openai_chat_text.sse", chunk_seed = 5 }, { fixture = "openai_chat_tools.sse", chunk_seed = 6 } })
+    server:script({
+      { fixture = "openai_chat_text.sse", chunk_seed = 5 },
+      { fixture = "openai_chat_tools.sse", chunk_seed = 6 },
+    })
     local buf = chat({ "@You:", "Hi" })
     press("<C-]>")
     local fin = h.wait_finished()
-    assert.equals("@You:\nHi\n\n@Assistant:\n<thinking>\nGreeting back.\n</thinking>\n\nHi! How can I help?\n\n@You:\n", text(buf))
+    assert.equals(
+      "@You:\nHi\n\n@Assistant:\n<thinking>\nGreeting back.\n</thinking>\n\nHi! How can I help?\n\n@You:\n",
+      text(buf)
+    )
     assert.equals(20, fin.usage.input_tokens)
     assert.equals(10, fin.usage.cache_read_tokens)
     assert.equals(12, fin.usage.output_tokens)
@@ -282,10 +309,14 @@ describe("sending to a provider", function()
     "model: claude-nope",
     "check `model`",
   })
-  error_case("413 and context overflow", { { status = 413, body = json_error("request_too_large", "Request exceeds the maximum size") } }, {
-    "HTTP 413",
-    "too long for the model",
-  })
+  error_case(
+    "413 and context overflow",
+    { { status = 413, body = json_error("request_too_large", "Request exceeds the maximum size") } },
+    {
+      "HTTP 413",
+      "too long for the model",
+    }
+  )
   error_case("a context window overflow (400)", {
     { status = 400, body = json_error("invalid_request_error", "prompt is too long: 250000 tokens > 200000 maximum") },
   }, { "prompt is too long", "too long for the model" })
@@ -298,16 +329,25 @@ describe("sending to a provider", function()
     "try again later",
   }, { requests = 1 })
   error_case("an HTML error page", {
-    { status = 502, content_type = "text/html", body = "<html><head><title>502 Bad Gateway</title></head><body>nginx</body></html>" },
+    {
+      status = 502,
+      content_type = "text/html",
+      body = "<html><head><title>502 Bad Gateway</title></head><body>nginx</body></html>",
+    },
   }, { "HTTP 502", "HTML page", "502 Bad Gateway" })
   error_case("a truncated stream, keeping what arrived", {
     { fixture = "anthropic_text.sse", truncate_at = 900 },
   }, { "ended before the response was complete" }, { partial = true, requests = 1 })
-  error_case("a timeout", { { fixture = "anthropic_text.sse", truncate_at = 10, hang_ms = 4000 } }, { "timed out", "parameters.timeout" }, {
-    setup = function()
-      setup({ config = { parameters = { timeout = 1 } } })
-    end,
-  })
+  error_case(
+    "a timeout",
+    { { fixture = "anthropic_text.sse", truncate_at = 10, hang_ms = 4000 } },
+    { "timed out", "parameters.timeout" },
+    {
+      setup = function()
+        setup({ config = { parameters = { timeout = 1 } } })
+      end,
+    }
+  )
   error_case("a server that is not running", {}, { "could not connect", "is the test server running" }, {
     setup = function()
       require("flemma").setup({
@@ -321,7 +361,13 @@ describe("sending to a provider", function()
     setup = function()
       require("flemma").setup({
         provider = "test",
-        providers = { test = { kind = "anthropic", endpoint = "https://api.example.invalid/v1/messages", api_key_env = "FLEMMA_SPEC_MISSING" } },
+        providers = {
+          test = {
+            kind = "anthropic",
+            endpoint = "https://api.example.invalid/v1/messages",
+            api_key_env = "FLEMMA_SPEC_MISSING",
+          },
+        },
       })
     end,
     requests = 0,
@@ -425,7 +471,9 @@ describe("sending to a provider", function()
   end)
 
   it(":Flemma cancel stops a request that is waiting for a retry", function()
-    server:script({ { status = 503, headers = { ["retry-after"] = "30" }, body = json_error("api_error", "unavailable") } })
+    server:script({
+      { status = 503, headers = { ["retry-after"] = "30" }, body = json_error("api_error", "unavailable") },
+    })
     local buf = chat({ "@You:", "Hello" })
     press("<C-]>")
     helpers.wait_for(function()

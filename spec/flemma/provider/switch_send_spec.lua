@@ -28,7 +28,6 @@ local function append(buf, lines)
   vim.api.nvim_buf_set_lines(buf, n, n, false, lines)
 end
 
-
 describe("a conversation switched between providers mid-file", function()
   local h, server
   before_each(function()
@@ -42,7 +41,9 @@ describe("a conversation switched between providers mid-file", function()
         oai = { kind = "openai", endpoint = server:url("/v1/responses"), api_key_env = "FLEMMA_SPEC_KEY" },
         gem = {
           kind = "vertex",
-          endpoint = server:url("/v1/projects/{project_id}/locations/{location}/publishers/google/models/{model}:streamGenerateContent?alt=sse"),
+          endpoint = server:url(
+            "/v1/projects/{project_id}/locations/{location}/publishers/google/models/{model}:streamGenerateContent?alt=sse"
+          ),
           api_key_env = "FLEMMA_SPEC_KEY",
         },
         ant = { kind = "anthropic", endpoint = server:url("/v1/messages"), api_key_env = "FLEMMA_SPEC_KEY" },
@@ -58,10 +59,24 @@ describe("a conversation switched between providers mid-file", function()
     local buf = helpers.edit(helpers.tmpdir() .. "/switch.chat", { "@You:", "Hello" })
 
     -- 1. openai (Responses API)
-    server:script({ { body = sse_body("responses_reasoning_text.http"), content_type = "text/event-stream", chunk_seed = 4, max_chunk = 9 } })
+    server:script({
+      {
+        body = sse_body("responses_reasoning_text.http"),
+        content_type = "text/event-stream",
+        chunk_seed = 4,
+        max_chunk = 9,
+      },
+    })
     assert.equals("completed", send(buf).status)
     local t = text(buf)
-    assert.truthy(t:find('<thinking openai:signature="gAAAAABpENCRYPTEDxyz==">\n**Plan**\nGreet briefly.\n\nMention wörld.\n</thinking>', 1, true), t)
+    assert.truthy(
+      t:find(
+        '<thinking openai:signature="gAAAAABpENCRYPTEDxyz==">\n**Plan**\nGreet briefly.\n\nMention wörld.\n</thinking>',
+        1,
+        true
+      ),
+      t
+    )
     assert.truthy(t:find("Hello, wörld ✓.", 1, true), t)
     local req = server:requests()[1]
     assert.equals("/v1/responses", req.path)
@@ -72,17 +87,30 @@ describe("a conversation switched between providers mid-file", function()
     -- 2. vertex (Gemini), after :Flemma switch
     vim.cmd("Flemma switch gem gemini-2.5-flash")
     append(buf, { "Read a.txt and list files." })
-    server:script({ { body = sse_body("vertex_function_calls.http"), content_type = "text/event-stream", chunk_seed = 5, max_chunk = 11 } })
+    server:script({
+      {
+        body = sse_body("vertex_function_calls.http"),
+        content_type = "text/event-stream",
+        chunk_seed = 5,
+        max_chunk = 11,
+      },
+    })
     assert.equals("completed", send(buf).status)
     t = text(buf)
     assert.truthy(t:find('<thinking vertex:signature="CiQB0SIG-call==">', 1, true), t)
     assert.truthy(t:find("**Tool Use:** `read` (`gemini_resp-gem-01_1`)", 1, true), t)
     assert.truthy(t:find("**Tool Use:** `bash` (`gemini_resp-gem-01_2`)", 1, true), t)
     req = server:requests()[1]
-    assert.equals("/v1/projects/proj-1/locations/global/publishers/google/models/gemini-2.5-flash:streamGenerateContent", req.path:gsub("%?.*", ""))
+    assert.equals(
+      "/v1/projects/proj-1/locations/global/publishers/google/models/gemini-2.5-flash:streamGenerateContent",
+      req.path:gsub("%?.*", "")
+    )
     local wire = vim.json.encode(req.json)
     assert.is_nil(wire:find("gAAAAABpENCRYPTEDxyz", 1, true), "openai's signature went to vertex")
-    assert.same({ text = "<thinking>\n**Plan**\nGreet briefly.\n\nMention wörld.\n</thinking>" }, req.json.contents[2].parts[1])
+    assert.same(
+      { text = "<thinking>\n**Plan**\nGreet briefly.\n\nMention wörld.\n</thinking>" },
+      req.json.contents[2].parts[1]
+    )
 
     -- 3. the tool results, then anthropic
     append(buf, {

@@ -13,63 +13,84 @@ describe("flemma.provider.transport", function()
   end)
 
   it("passes headers through --config on stdin and never in argv", function()
-    local argv = transport.args({ endpoint = "http://h/v1", body_path = "/tmp/x.json", connect_timeout = 10, timeout = 600 })
+    local argv =
+      transport.args({ endpoint = "http://h/v1", body_path = "/tmp/x.json", connect_timeout = 10, timeout = 600 })
     assert.same({
-      "curl", "--silent", "--show-error", "--no-buffer", "--dump-header", "-", "--config", "-",
-      "--data-binary", "@/tmp/x.json", "--connect-timeout", "10", "--max-time", "600", "--", "http://h/v1",
+      "curl",
+      "--silent",
+      "--show-error",
+      "--no-buffer",
+      "--dump-header",
+      "-",
+      "--config",
+      "-",
+      "--data-binary",
+      "@/tmp/x.json",
+      "--connect-timeout",
+      "10",
+      "--max-time",
+      "600",
+      "--",
+      "http://h/v1",
     }, argv)
     local text = transport.config_text({ ["x-api-key"] = 'k"e\\y', ["content-type"] = "application/json" })
-    assert.equals('header = "content-type: application/json"\nheader = "x-api-key: k\\"e\\\\y"\nheader = "Expect:"\n', text)
+    assert.equals(
+      'header = "content-type: application/json"\nheader = "x-api-key: k\\"e\\\\y"\nheader = "Expect:"\n',
+      text
+    )
     assert.has_error(function()
       transport.config_text({ ["x-api-key"] = "a\nInjected: 1" })
     end)
   end)
 
-  it("sends the body from a 0600 file removed after, the key only on stdin (checked in /proc while curl runs)", function()
-    server:script({ { status = 200, body = '{"ok":true}', hang_ms = 1500 } })
-    local key = "sk-secret-" .. tostring(math.random(1e9))
-    local exited, result
-    local paths_seen = {}
-    local orig = transport.write_body
-    transport.write_body = function(body)
-      local p = orig(body)
-      paths_seen[#paths_seen + 1] = p
-      return p
+  it(
+    "sends the body from a 0600 file removed after, the key only on stdin (checked in /proc while curl runs)",
+    function()
+      server:script({ { status = 200, body = '{"ok":true}', hang_ms = 1500 } })
+      local key = "sk-secret-" .. tostring(math.random(1e9))
+      local exited, result
+      local paths_seen = {}
+      local orig = transport.write_body
+      transport.write_body = function(body)
+        local p = orig(body)
+        paths_seen[#paths_seen + 1] = p
+        return p
+      end
+      local handle = transport.start({
+        endpoint = server:url("/v1/messages"),
+        headers = { ["x-api-key"] = key, ["content-type"] = "application/json" },
+        body = '{"hello":"wörld"}',
+        decoder = "anthropic",
+        connect_timeout = 5,
+        timeout = 20,
+        on_events = function() end,
+        on_exit = function(r)
+          exited, result = true, r
+        end,
+      })
+      transport.write_body = orig
+      local path = paths_seen[1]
+      local st = assert(vim.uv.fs_stat(path))
+      assert.equals(tonumber("600", 8), bit.band(st.mode, tonumber("777", 8)))
+      helpers.wait_for(function()
+        return #server:requests() == 1
+      end, 5000, "no request arrived")
+      local cmdline = helpers.read_file("/proc/" .. handle.pid .. "/cmdline")
+      assert.truthy(cmdline and cmdline:find("curl", 1, true), cmdline)
+      assert.is_nil(cmdline:find(key, 1, true))
+      assert.truthy(cmdline:find(path, 1, true))
+      local req = server:requests()[1]
+      assert.equals(key, req.headers["x-api-key"])
+      assert.equals("application/json", req.headers["content-type"])
+      assert.is_nil(req.headers["expect"])
+      assert.same({ hello = "wörld" }, req.json)
+      helpers.wait_for(function()
+        return exited
+      end, 10000, "curl did not exit")
+      assert.equals(0, result.code)
+      assert.is_nil(vim.uv.fs_stat(path))
     end
-    local handle = transport.start({
-      endpoint = server:url("/v1/messages"),
-      headers = { ["x-api-key"] = key, ["content-type"] = "application/json" },
-      body = '{"hello":"wörld"}',
-      decoder = "anthropic",
-      connect_timeout = 5,
-      timeout = 20,
-      on_events = function() end,
-      on_exit = function(r)
-        exited, result = true, r
-      end,
-    })
-    transport.write_body = orig
-    local path = paths_seen[1]
-    local st = assert(vim.uv.fs_stat(path))
-    assert.equals(tonumber("600", 8), bit.band(st.mode, tonumber("777", 8)))
-    helpers.wait_for(function()
-      return #server:requests() == 1
-    end, 5000, "no request arrived")
-    local cmdline = helpers.read_file("/proc/" .. handle.pid .. "/cmdline")
-    assert.truthy(cmdline and cmdline:find("curl", 1, true), cmdline)
-    assert.is_nil(cmdline:find(key, 1, true))
-    assert.truthy(cmdline:find(path, 1, true))
-    local req = server:requests()[1]
-    assert.equals(key, req.headers["x-api-key"])
-    assert.equals("application/json", req.headers["content-type"])
-    assert.is_nil(req.headers["expect"])
-    assert.same({ hello = "wörld" }, req.json)
-    helpers.wait_for(function()
-      return exited
-    end, 10000, "curl did not exit")
-    assert.equals(0, result.code)
-    assert.is_nil(vim.uv.fs_stat(path))
-  end)
+  )
 
   it("sends a body given as a list of pieces (more than one writev's worth) exactly", function()
     server:script({ { status = 200, body = '{"ok":true}' } })
@@ -105,8 +126,12 @@ describe("flemma.provider.transport", function()
     local saved = transport.program
     transport.program = "curl-that-does-not-exist"
     local ok, err = pcall(transport.start, {
-      endpoint = server:url(), headers = {}, body = "{}", decoder = "anthropic",
-      on_events = function() end, on_exit = function() end,
+      endpoint = server:url(),
+      headers = {},
+      body = "{}",
+      decoder = "anthropic",
+      on_events = function() end,
+      on_exit = function() end,
     })
     transport.program = saved
     assert.is_false(ok)

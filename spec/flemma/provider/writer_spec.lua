@@ -194,39 +194,45 @@ describe("flemma.provider.writer", function()
     for i = 1, 40 do
       assert.equals(("text line %02d"):format(i), lines[4 + i])
     end
-    assert.same({ "", "", '<thinking anthropic:signature="c2ln">', "hmm", "yes", "</thinking>", "", "done" }, vim.list_slice(lines, 45, 52))
+    assert.same(
+      { "", "", '<thinking anthropic:signature="c2ln">', "hmm", "yes", "</thinking>", "", "done" },
+      vim.list_slice(lines, 45, 52)
+    )
   end)
 
-  it("writes each tool use once its input is complete, parallel ones in order, fences longer than backtick runs", function()
-    local buf = chat({ "@You:", "Run both." })
-    local w = writer.new(buf)
-    feed(w, {
-      { type = "text", index = 0, text = "Running both." },
-      { type = "tool_use_start", index = 1, id = "toolu_A", name = "echo" },
-      { type = "tool_input_delta", index = 1, json = '{"text": "fir' },
-    })
-    w:flush()
-    assert.is_nil(text(buf):find("Tool Use", 1, true))
-    feed(w, {
-      { type = "tool_input_delta", index = 1, json = 'st ```"}' },
-      { type = "tool_use_stop", index = 1 },
-      { type = "tool_use_start", index = 2, id = "toolu_B", name = "echo" },
-      { type = "tool_input_delta", index = 2, json = '{"text": "second"}' },
-      { type = "tool_use_stop", index = 2 },
-    })
-    w:finish("completed")
-    local doc = require("flemma.document").parse(helpers.lines(buf))
-    local uses = {}
-    for _, p in ipairs(doc.messages[2].parts) do
-      if p.kind == "tool_use" then
-        uses[#uses + 1] = { p.id, p.name, p.input }
+  it(
+    "writes each tool use once its input is complete, parallel ones in order, fences longer than backtick runs",
+    function()
+      local buf = chat({ "@You:", "Run both." })
+      local w = writer.new(buf)
+      feed(w, {
+        { type = "text", index = 0, text = "Running both." },
+        { type = "tool_use_start", index = 1, id = "toolu_A", name = "echo" },
+        { type = "tool_input_delta", index = 1, json = '{"text": "fir' },
+      })
+      w:flush()
+      assert.is_nil(text(buf):find("Tool Use", 1, true))
+      feed(w, {
+        { type = "tool_input_delta", index = 1, json = 'st ```"}' },
+        { type = "tool_use_stop", index = 1 },
+        { type = "tool_use_start", index = 2, id = "toolu_B", name = "echo" },
+        { type = "tool_input_delta", index = 2, json = '{"text": "second"}' },
+        { type = "tool_use_stop", index = 2 },
+      })
+      w:finish("completed")
+      local doc = require("flemma.document").parse(helpers.lines(buf))
+      local uses = {}
+      for _, p in ipairs(doc.messages[2].parts) do
+        if p.kind == "tool_use" then
+          uses[#uses + 1] = { p.id, p.name, p.input }
+        end
       end
+      assert.same({ { "toolu_A", "echo", { text = "first ```" } }, { "toolu_B", "echo", { text = "second" } } }, uses)
+      assert.truthy(text(buf):find("\n````json\n", 1, true), text(buf))
+      assert.equals("user", doc.messages[3].role)
+      assert.same({}, doc.diagnostics)
     end
-    assert.same({ { "toolu_A", "echo", { text = "first ```" } }, { "toolu_B", "echo", { text = "second" } } }, uses)
-    assert.truthy(text(buf):find("\n````json\n", 1, true), text(buf))
-    assert.equals("user", doc.messages[3].role)
-    assert.same({}, doc.diagnostics)
-  end)
+  )
 
   it("on cancel keeps the text, drops an incomplete tool use and leaves a cancelled line", function()
     local buf = chat({ "@You:", "Go" })

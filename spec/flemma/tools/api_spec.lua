@@ -26,7 +26,10 @@ local function chat(uses)
     if i > 1 then
       lines[#lines + 1] = ""
     end
-    vim.list_extend(lines, { ("**Tool Use:** `%s` (`%s`)"):format(u[1], u[2]), "", "```json", vim.json.encode(u[3]), "```" })
+    vim.list_extend(
+      lines,
+      { ("**Tool Use:** `%s` (`%s`)"):format(u[1], u[2]), "", "```json", vim.json.encode(u[3]), "```" }
+    )
   end
   local buf = helpers.edit(helpers.tmpdir() .. "/api.chat", lines)
   assert.equals("chat", vim.bo[buf].filetype)
@@ -130,28 +133,37 @@ describe("flemma.tools API", function()
 
   describe("middleware", function()
     it("runs before hooks in order, each seeing the previous replacement; after replaces the result", function()
-      table.insert(handles, tools.register(def("zz_echo", {
-        input_schema = { type = "object", properties = { text = { type = "string" } } },
-        execute = function(input)
-          return { success = true, output = "echo " .. input.text }
-        end,
-      })))
+      table.insert(
+        handles,
+        tools.register(def("zz_echo", {
+          input_schema = { type = "object", properties = { text = { type = "string" } } },
+          execute = function(input)
+            return { success = true, output = "echo " .. input.text }
+          end,
+        }))
+      )
       local seen = {}
-      table.insert(handles, tools.middleware("", {
-        before = function(args, ctx)
-          seen[#seen + 1] = "all:" .. args.text .. ":" .. ctx.tool_name
-          return { text = args.text .. "+1" }
-        end,
-      }))
-      table.insert(handles, tools.middleware("zz_echo", {
-        before = function(args)
-          seen[#seen + 1] = "echo:" .. args.text
-          return { text = args.text .. "+2" }
-        end,
-        after = function(_, _, result)
-          return { content = result.content .. " (checked)", is_error = false }
-        end,
-      }))
+      table.insert(
+        handles,
+        tools.middleware("", {
+          before = function(args, ctx)
+            seen[#seen + 1] = "all:" .. args.text .. ":" .. ctx.tool_name
+            return { text = args.text .. "+1" }
+          end,
+        })
+      )
+      table.insert(
+        handles,
+        tools.middleware("zz_echo", {
+          before = function(args)
+            seen[#seen + 1] = "echo:" .. args.text
+            return { text = args.text .. "+2" }
+          end,
+          after = function(_, _, result)
+            return { content = result.content .. " (checked)", is_error = false }
+          end,
+        })
+      )
       local res = run({ id = "t1", name = "zz_echo", input = { text = "x" } })
       assert.same({ "all:x:zz_echo", "echo:x+1" }, seen)
       assert.is_true(res.success)
@@ -160,12 +172,15 @@ describe("flemma.tools API", function()
 
     it("a deny from before is an error result and the tool never runs", function()
       local ran = false
-      table.insert(handles, tools.register(def("zz_never", {
-        execute = function()
-          ran = true
-          return { success = true, output = "ran" }
-        end,
-      })))
+      table.insert(
+        handles,
+        tools.register(def("zz_never", {
+          execute = function()
+            ran = true
+            return { success = true, output = "ran" }
+          end,
+        }))
+      )
       local mw = tools.middleware("zz_never", {
         before = function()
           return { deny = true, reason = "not today" }
@@ -186,17 +201,20 @@ describe("flemma.tools API", function()
       local dir = helpers.tmpdir()
       setup({ tools = { auto_approve = { "$default", "bash" } } })
       local after_seen
-      table.insert(handles, tools.middleware("bash", {
-        before = function(args)
-          if args.command:find("forbidden", 1, true) then
-            return { deny = true, reason = "forbidden by middleware" }
-          end
-        end,
-        after = function(args, _, result)
-          after_seen = args.command
-          return { content = "REVIEWED: " .. vim.trim(result.content), is_error = false }
-        end,
-      }))
+      table.insert(
+        handles,
+        tools.middleware("bash", {
+          before = function(args)
+            if args.command:find("forbidden", 1, true) then
+              return { deny = true, reason = "forbidden by middleware" }
+            end
+          end,
+          after = function(args, _, result)
+            after_seen = args.command
+            return { content = "REVIEWED: " .. vim.trim(result.content), is_error = false }
+          end,
+        })
+      )
       local buf = chat({
         { "bash", "toolu_01", { command = "echo real-output > " .. dir .. "/made.txt; cat " .. dir .. "/made.txt" } },
         { "bash", "toolu_02", { command = "touch " .. dir .. "/forbidden.txt" } },
@@ -214,12 +232,15 @@ describe("flemma.tools API", function()
   describe("call", function()
     it("a sync tool calls an approved tool and gets { content, is_error, metadata }", function()
       local got
-      table.insert(handles, tools.register(def("zz_outer", {
-        execute = function()
-          got = tools.call("calculator", { expression = "6 * 7" })
-          return { success = true, output = "outer got " .. got.content }
-        end,
-      })))
+      table.insert(
+        handles,
+        tools.register(def("zz_outer", {
+          execute = function()
+            got = tools.call("calculator", { expression = "6 * 7" })
+            return { success = true, output = "outer got " .. got.content }
+          end,
+        }))
+      )
       local res = run({ id = "p1", name = "zz_outer", input = {} })
       assert.is_true(res.success, res.error)
       assert.equals(false, got.is_error)
@@ -237,13 +258,16 @@ describe("flemma.tools API", function()
         end,
       })
       local got
-      table.insert(handles, tools.register(def("zz_outer2", {
-        async = true,
-        execute = function(_, _, cb)
-          got = tools.call("calculator", { expression = "1+1" })
-          cb({ success = true, output = "done" })
-        end,
-      })))
+      table.insert(
+        handles,
+        tools.register(def("zz_outer2", {
+          async = true,
+          execute = function(_, _, cb)
+            got = tools.call("calculator", { expression = "1+1" })
+            cb({ success = true, output = "done" })
+          end,
+        }))
+      )
       local res = run({ id = "p2", name = "zz_outer2", input = {} })
       require("flemma.tools.approval").unregister("spec:deny-calc")
       assert.is_true(got.is_error)
@@ -256,12 +280,15 @@ describe("flemma.tools API", function()
 
     it("a nested call lands on pending under its parent, the parent waits, and approval runs it", function()
       local dir = helpers.tmpdir()
-      table.insert(handles, tools.register(def("zz_deploy", {
-        execute = function()
-          local r = tools.call("bash", { command = "echo nested-ran > " .. dir .. "/nested.txt; echo from-bash" })
-          return { success = true, output = "parent saw: " .. vim.trim(r.content) }
-        end,
-      })))
+      table.insert(
+        handles,
+        tools.register(def("zz_deploy", {
+          execute = function()
+            local r = tools.call("bash", { command = "echo nested-ran > " .. dir .. "/nested.txt; echo from-bash" })
+            return { success = true, output = "parent saw: " .. vim.trim(r.content) }
+          end,
+        }))
+      )
       setup({ tools = { auto_approve = { "$default", "zz_deploy" } } })
       local buf = chat({ { "zz_deploy", "toolu_09", vim.empty_dict() } })
       press("<C-]>")
@@ -269,7 +296,11 @@ describe("flemma.tools API", function()
       local t = text(buf)
       -- The nested placeholder sits right under the parent's (still running) one.
       assert.truthy(
-        t:find("**Tool Result:** `toolu_09`\n\n```flemma:tool status=approved\n```\n\n**Tool Result:** `toolu_09.1`", 1, true),
+        t:find(
+          "**Tool Result:** `toolu_09`\n\n```flemma:tool status=approved\n```\n\n**Tool Result:** `toolu_09.1`",
+          1,
+          true
+        ),
         t
       )
       vim.wait(300)
@@ -290,12 +321,15 @@ describe("flemma.tools API", function()
 
     it("a nested call the user rejects gives the parent an error and runs nothing", function()
       local dir = helpers.tmpdir()
-      table.insert(handles, tools.register(def("zz_deploy2", {
-        execute = function()
-          local r = tools.call("bash", { command = "touch " .. dir .. "/no.txt" })
-          return { success = true, output = ("rejected=%s %s"):format(tostring(r.is_error), r.content) }
-        end,
-      })))
+      table.insert(
+        handles,
+        tools.register(def("zz_deploy2", {
+          execute = function()
+            local r = tools.call("bash", { command = "touch " .. dir .. "/no.txt" })
+            return { success = true, output = ("rejected=%s %s"):format(tostring(r.is_error), r.content) }
+          end,
+        }))
+      )
       setup({ tools = { auto_approve = { "$default", "zz_deploy2" } } })
       local buf = chat({ { "zz_deploy2", "toolu_10", vim.empty_dict() } })
       press("<C-]>")
@@ -317,19 +351,25 @@ describe("flemma.tools API", function()
       }))
       table.insert(handles, h)
       assert.equals("a", run({ id = "n1", name = "zz_norm", input = { params = { text = "a" } } }).output)
-      assert.equals("b", run({ id = "n2", name = "zz_norm", input = { name = "zz_norm", params = { text = "b" } } }).output)
+      assert.equals(
+        "b",
+        run({ id = "n2", name = "zz_norm", input = { name = "zz_norm", params = { text = "b" } } }).output
+      )
       assert.equals("c", run({ id = "n3", name = "zz_norm", input = { name = "zz_norm", text = "c" } }).output)
       assert.equals("d", run({ id = "n4", name = "zz_norm", input = { text = "d" } }).output)
     end)
 
     it("refuses more than 1,000 parameters counted at any depth", function()
       local ran = false
-      table.insert(handles, tools.register(def("zz_many", {
-        execute = function()
-          ran = true
-          return { success = true, output = "" }
-        end,
-      })))
+      table.insert(
+        handles,
+        tools.register(def("zz_many", {
+          execute = function()
+            ran = true
+            return { success = true, output = "" }
+          end,
+        }))
+      )
       local inner = {}
       for i = 1, 999 do
         inner["k" .. i] = i

@@ -65,8 +65,18 @@ describe("flemma.tools.approval", function()
 
     it("replaces a resolver registered under the same name", function()
       local before = approval.count()
-      approval.register("my:policy", { resolve = function() return "deny" end, priority = 300 })
-      approval.register("my:policy", { resolve = function() return "approve" end, priority = 300 })
+      approval.register("my:policy", {
+        resolve = function()
+          return "deny"
+        end,
+        priority = 300,
+      })
+      approval.register("my:policy", {
+        resolve = function()
+          return "approve"
+        end,
+        priority = 300,
+      })
       assert.equals(before + 1, approval.count())
       assert.equals(A, decide("bash"))
     end)
@@ -160,7 +170,12 @@ describe("flemma.tools.approval", function()
     it("refuses an unknown preset with a suggestion", function()
       local ok, err = pcall(setup, { tools = { auto_approve = { "$reaonly" } } })
       assert.is_false(ok)
-      assert.matches("(flemma) unknown preset `$reaonly`; did you mean `$readonly`? in `tools.auto_approve`", err, 1, true)
+      assert.matches(
+        "(flemma) unknown preset `$reaonly`; did you mean `$readonly`? in `tools.auto_approve`",
+        err,
+        1,
+        true
+      )
     end)
 
     it("refuses a malformed preset", function()
@@ -213,8 +228,18 @@ describe("flemma.tools.approval", function()
     end)
 
     it("breaks priority ties by name", function()
-      approval.register("b", { priority = 60, resolve = function() return "deny" end })
-      approval.register("a", { priority = 60, resolve = function() return "approve" end })
+      approval.register("b", {
+        priority = 60,
+        resolve = function()
+          return "deny"
+        end,
+      })
+      approval.register("a", {
+        priority = 60,
+        resolve = function()
+          return "approve"
+        end,
+      })
       assert.equals(A, decide("bash"))
     end)
 
@@ -230,8 +255,18 @@ describe("flemma.tools.approval", function()
     end)
 
     it("logs and skips a resolver that throws", function()
-      approval.register("broken", { priority = 80, resolve = function() error("boom") end })
-      approval.register("fallback", { priority = 10, resolve = function() return "deny" end })
+      approval.register("broken", {
+        priority = 80,
+        resolve = function()
+          error("boom")
+        end,
+      })
+      approval.register("fallback", {
+        priority = 10,
+        resolve = function()
+          return "deny"
+        end,
+      })
       local result
       local seen = capture_notify(function()
         result = decide("bash")
@@ -243,7 +278,12 @@ describe("flemma.tools.approval", function()
     end)
 
     it("logs and skips a result that is not a decision", function()
-      approval.register("odd", { priority = 80, resolve = function() return "yes" end })
+      approval.register("odd", {
+        priority = 80,
+        resolve = function()
+          return "yes"
+        end,
+      })
       local result
       local seen = capture_notify(function()
         result = decide("bash")
@@ -270,9 +310,19 @@ describe("flemma.tools.approval", function()
     it("lets priority 200 override the config", function()
       setup({})
       assert.equals(A, decide("read"))
-      approval.register("strict", { priority = 200, resolve = function(name) return name == "read" and "deny" or nil end })
+      approval.register("strict", {
+        priority = 200,
+        resolve = function(name)
+          return name == "read" and "deny" or nil
+        end,
+      })
       assert.equals(D, decide("read"))
-      approval.register("lenient", { priority = 60, resolve = function() return "deny" end })
+      approval.register("lenient", {
+        priority = 60,
+        resolve = function()
+          return "deny"
+        end,
+      })
       assert.equals(A, decide("write"))
     end)
   end)
@@ -297,7 +347,7 @@ describe("flemma.tools.approval", function()
       assert.same({ bash = R, read = A, write = R, edit = R, lookup = A }, decisions())
     end)
 
-    it("takes a function returning true, false or \"deny\"", function()
+    it('takes a function returning true, false or "deny"', function()
       setup({
         tools = {
           auto_approve = function(tool_name, input, ctx)
@@ -318,19 +368,37 @@ describe("flemma.tools.approval", function()
     end)
 
     it("passes to the next resolver when the function returns nil", function()
-      setup({ tools = { auto_approve = function() return nil end } })
-      approval.register("later", { priority = 5, resolve = function() return "deny" end })
+      setup({ tools = {
+        auto_approve = function()
+          return nil
+        end,
+      } })
+      approval.register("later", {
+        priority = 5,
+        resolve = function()
+          return "deny"
+        end,
+      })
       assert.equals(D, decide("read"))
     end)
 
     it("logs a function that returns something else and requires approval", function()
-      setup({ tools = { auto_approve = function() return "ok" end } })
+      setup({ tools = {
+        auto_approve = function()
+          return "ok"
+        end,
+      } })
       local result
       local seen = capture_notify(function()
         result = decide("read")
       end)
       assert.equals(R, result)
-      assert.matches('tools.auto_approve returned "ok"; it should return true, false, "deny" or nil', seen[1].msg, 1, true)
+      assert.matches(
+        'tools.auto_approve returned "ok"; it should return true, false, "deny" or nil',
+        seen[1].msg,
+        1,
+        true
+      )
     end)
 
     it("loads a module path as a resolver named after the module at priority 100", function()
@@ -526,7 +594,7 @@ describe("flemma.tools.approval", function()
       assert.same({ "write" }, opts.auto_approve_excluded)
     end)
 
-    it("gives the function the bufnr and tool_id and lets \"deny\" block", function()
+    it('gives the function the bufnr and tool_id and lets "deny" block', function()
       local buf = chat(table.concat({
         "flemma.opt.tools.auto_approve = function(tool_name, input, ctx)",
         '  if ctx.tool_id == "toolu_01" and input.command == "rm" then return "deny" end',

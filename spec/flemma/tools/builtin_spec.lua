@@ -167,7 +167,12 @@ describe("built-in tools", function()
       local shown = vim.split(res.output, "\n")
       assert.equals("L1", shown[1])
       assert.equals("L2000", shown[2000])
-      assert.matches("Showing lines 1-2000 of 3000 (2000-line limit). Use offset=2001 to continue.", res.output, 1, true)
+      assert.matches(
+        "Showing lines 1-2000 of 3000 (2000-line limit). Use offset=2001 to continue.",
+        res.output,
+        1,
+        true
+      )
       res = read({ path = dir .. "/long.txt", offset = 2001 })
       assert.equals("L2001", vim.split(res.output, "\n")[1])
       assert.is_nil(res.output:find("Showing"))
@@ -194,9 +199,12 @@ describe("built-in tools", function()
     end)
 
     it("numbers lines as cat -n does when line_numbers is true, from the offset", function()
-      helpers.write_file(dir .. "/ten.txt", table.concat(vim.tbl_map(function(i)
-        return "line " .. i
-      end, vim.fn.range(1, 10)), "\n") .. "\n")
+      helpers.write_file(dir .. "/ten.txt", table.concat(
+        vim.tbl_map(function(i)
+          return "line " .. i
+        end, vim.fn.range(1, 10)),
+        "\n"
+      ) .. "\n")
       local res = read({ path = "ten.txt", offset = 9, limit = 2, line_numbers = true })
       assert.same({ success = true, output = "     9\tline 9\n    10\tline 10" }, res)
       res = read({ path = "ten.txt", offset = 1, limit = 1, line_numbers = false })
@@ -226,14 +234,22 @@ describe("built-in tools", function()
       assert.is_true(res.success)
       -- 25 lines of 2000 bytes (+ the mark) fit the 50KB limit; whole, only 10 would.
       assert.matches("Showing lines 1-25 of 30 (", res.output, 1, true)
-      assert.matches("[Lines 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, ... (25 in all) are longer than 2000 bytes", res.output, 1, true)
+      assert.matches(
+        "[Lines 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, ... (25 in all) are longer than 2000 bytes",
+        res.output,
+        1,
+        true
+      )
     end)
 
     it("describes binary files instead of dumping them", function()
       helpers.write_file(dir .. "/pic.png", "\137PNG\r\n\26\n" .. string.rep("\0\1\2", 400))
       helpers.write_file(dir .. "/blob.bin", "abc\0def")
       local res = read({ path = "pic.png" })
-      assert.same({ success = true, output = "pic.png is a binary file (PNG image, 1.2KB); its content is not shown." }, res)
+      assert.same(
+        { success = true, output = "pic.png is a binary file (PNG image, 1.2KB); its content is not shown." },
+        res
+      )
       res = read({ path = "blob.bin" })
       assert.matches("binary file %(binary data, 7B%)", res.output)
     end)
@@ -246,7 +262,12 @@ describe("built-in tools", function()
       assert(uv.fs_symlink(dir .. "/gone", dir .. "/dangling"))
       assert.matches("broken symbolic link", read({ path = "dangling" }).error, 1, true)
       helpers.write_file(dir .. "/short.txt", "a\nb\n")
-      assert.matches("`offset` 5 is past the end of short.txt, which has 2 lines", read({ path = "short.txt", offset = 5 }).error, 1, true)
+      assert.matches(
+        "`offset` 5 is past the end of short.txt, which has 2 lines",
+        read({ path = "short.txt", offset = 5 }).error,
+        1,
+        true
+      )
       assert.matches("`limit` should be 1 or more", read({ path = "short.txt", limit = 0 }).error, 1, true)
     end)
 
@@ -450,10 +471,26 @@ describe("built-in tools", function()
         local function check(res, passthrough)
           assert.is_true(res.success, res.error)
           local out = res.output
-          for _, gone in ipairs({ "VERTEX_SERVICE_ACCOUNT", "SSH_AUTH_SOCK", "XDG_SESSION_ID", "MY_COOKIE_JAR", "DEPLOY_ID_RSA", "SA_JSON", "PROXY_HEADER", "ANTHROPIC_API_KEY" }) do
+          for _, gone in ipairs({
+            "VERTEX_SERVICE_ACCOUNT",
+            "SSH_AUTH_SOCK",
+            "XDG_SESSION_ID",
+            "MY_COOKIE_JAR",
+            "DEPLOY_ID_RSA",
+            "SA_JSON",
+            "PROXY_HEADER",
+            "ANTHROPIC_API_KEY",
+          }) do
             assert.is_nil(out:find("\n" .. gone .. "=", 1, true), gone .. " reached the command:\n" .. out)
           end
-          for _, value in ipairs({ key, "MIIflemma", "flemma-pem-spec", "flemma-json-spec", "flemma-session-spec", "flemma-cookie-spec" }) do
+          for _, value in ipairs({
+            key,
+            "MIIflemma",
+            "flemma-pem-spec",
+            "flemma-json-spec",
+            "flemma-session-spec",
+            "flemma-cookie-spec",
+          }) do
             assert.is_nil(out:find(value, 1, true), value .. " reached the command")
           end
           if passthrough then
@@ -464,7 +501,10 @@ describe("built-in tools", function()
           -- What commands need is still there.
           for _, name in ipairs({ "PATH", "HOME", "TERM", "LANG", "USER" }) do
             if vim.env[name] then
-              assert.is_truthy(out:find("\n" .. name .. "=" .. vim.env[name] .. "\n", 1, true), name .. " is missing:\n" .. out)
+              assert.is_truthy(
+                out:find("\n" .. name .. "=" .. vim.env[name] .. "\n", 1, true),
+                name .. " is missing:\n" .. out
+              )
             end
           end
           assert.is_truthy(out:find("\nGIT_AUTHOR_NAME=Flemma Spec Author\n", 1, true), out)
@@ -489,7 +529,8 @@ describe("built-in tools", function()
       -- Names a shell cannot write are still passed on by exec (env(1), systemd,
       -- another program): the child sees them, and `env | curl -d @- ...` sends them.
       local key = "sk-flemma-dashed-spec-" .. tostring(math.random(1e9))
-      local vars = { FLEMMA_SPEC_PROVIDER_KEY = key, ["CFG-DEPLOY"] = "token=" .. key, ["app.secretless"] = key .. ";x" }
+      local vars =
+        { FLEMMA_SPEC_PROVIDER_KEY = key, ["CFG-DEPLOY"] = "token=" .. key, ["app.secretless"] = key .. ";x" }
       local saved = {}
       for k, v in pairs(vars) do
         saved[k] = vim.fn.getenv(k)
@@ -497,7 +538,15 @@ describe("built-in tools", function()
       end
       local out = vim.fs.normalize(vim.fn.getcwd()) .. "/flemma-env-spec.txt"
       local ok, err = pcall(function()
-        config.setup({ providers = { spec = { kind = "anthropic", endpoint = "https://api.anthropic.com/v1/messages", api_key_env = "FLEMMA_SPEC_PROVIDER_KEY" } } })
+        config.setup({
+          providers = {
+            spec = {
+              kind = "anthropic",
+              endpoint = "https://api.anthropic.com/v1/messages",
+              api_key_env = "FLEMMA_SPEC_PROVIDER_KEY",
+            },
+          },
+        })
         local res = sh("env > " .. vim.fn.shellescape(out) .. "; echo done")
         assert.is_true(res.success, res.error)
         local text = table.concat(vim.fn.readfile(out), "\n")
@@ -605,7 +654,8 @@ describe("built-in tools", function()
 
     it("edit is refused outside the writable paths", function()
       helpers.write_file(outside .. "/f.txt", "hello")
-      local res = run(buf, "edit", { path = outside .. "/f.txt", old_string = "hello", new_string = "bye", label = vim.NIL })
+      local res =
+        run(buf, "edit", { path = outside .. "/f.txt", old_string = "hello", new_string = "bye", label = vim.NIL })
       assert.is_false(res.success)
       assert.matches("^sandbox: ", res.error)
       assert.equals("hello", helpers.read_file(outside .. "/f.txt"))

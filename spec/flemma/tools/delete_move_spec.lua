@@ -10,7 +10,10 @@ local project, elsewhere, state, saved
 local function chat(calls, file)
   local lines = { "@You:", "Go.", "", "@Assistant:" }
   for i, c in ipairs(calls) do
-    vim.list_extend(lines, { ("**Tool Use:** `%s` (`toolu_%02d`)"):format(c[1], i), "", "```json", vim.json.encode(c[2]), "```", "" })
+    vim.list_extend(
+      lines,
+      { ("**Tool Use:** `%s` (`toolu_%02d`)"):format(c[1], i), "", "```json", vim.json.encode(c[2]), "```", "" }
+    )
   end
   return helpers.edit(file or (project .. "/test.chat"), lines)
 end
@@ -30,7 +33,10 @@ local function del(path)
 end
 
 local function move(src, dst, overwrite)
-  return { "move", { source = src, destination = dst, overwrite = overwrite == nil and vim.NIL or overwrite, label = vim.NIL } }
+  return {
+    "move",
+    { source = src, destination = dst, overwrite = overwrite == nil and vim.NIL or overwrite, label = vim.NIL },
+  }
 end
 
 local function setup(approve)

@@ -124,7 +124,12 @@ describe("edit", function()
   local ambiguous = {
     { "exact", "foo\nbar\nfoo\n", "foo", "exact match) at lines 1, 3" },
     { "trimmed lines", "a \nb\nc\na\t\nb\n", "a\nb", "trimmed lines (fallback) match) at lines 1, 4" },
-    { "normalized indentation", "  x()\n  y()\nz\n    x()\n    y()\n", "x()\ny()", "normalized indentation (fallback) match) at lines 1, 4" },
+    {
+      "normalized indentation",
+      "  x()\n  y()\nz\n    x()\n    y()\n",
+      "x()\ny()",
+      "normalized indentation (fallback) match) at lines 1, 4",
+    },
     {
       "fuzzy",
       "begin\n  alpha = 1\nend\nbegin\n  alpha = 2\nend\n",
@@ -146,7 +151,8 @@ describe("edit", function()
   it("does not match a text too unlike anything in the file", function()
     local before = "function greet(name)\n  print('hello ' .. name)\n  return true\nend\n"
     helpers.write_file(dir .. "/f.txt", before)
-    local res = edit({ path = "f.txt", old_string = "function greet(name)\n  os.exit(1)\n  error('x')\nend", new_string = "x" })
+    local res =
+      edit({ path = "f.txt", old_string = "function greet(name)\n  os.exit(1)\n  error('x')\nend", new_string = "x" })
     assert.is_false(res.success)
     assert.matches("was not found in f.txt", res.error, 1, true)
     assert.equals(before, helpers.read_file(dir .. "/f.txt"))
@@ -158,7 +164,12 @@ describe("edit", function()
     assert.is_true(res.success, res.error)
     assert.equals("qux\n1\n2\n3\n4\n5\n6\n7\n8\nqux bar qux\n", helpers.read_file(dir .. "/f.txt"))
     assert.matches("Edited f.txt at 3 places, at lines 1, 10, 10 (strategy: exact match)", res.output, 1, true)
-    assert.matches("@@ -1,4 +1,4 @@\n-foo\n+qux\n 1\n 2\n 3\n@@ -7,4 +7,4 @@\n 6\n 7\n 8\n-foo bar foo\n+qux bar qux", res.output, 1, true)
+    assert.matches(
+      "@@ -1,4 +1,4 @@\n-foo\n+qux\n 1\n 2\n 3\n@@ -7,4 +7,4 @@\n 6\n 7\n 8\n-foo bar foo\n+qux bar qux",
+      res.output,
+      1,
+      true
+    )
   end)
 
   it("replaces a range of lines, deletes lines with an empty new_string, and checks the range", function()
@@ -194,7 +205,12 @@ describe("edit", function()
     require("flemma.tools.builtin.edit_match").BUDGET = 20000000
     require("flemma.tools.builtin.edit_match").MAX_FALLBACK_LINES = 1000
     res = edit({ path = "big.txt", old_string = "line  7\nline 8", new_string = "x" })
-    assert.matches("not found exactly, and the file is too large for the fallback searches (over 1000 lines", res.error, 1, true)
+    assert.matches(
+      "not found exactly, and the file is too large for the fallback searches (over 1000 lines",
+      res.error,
+      1,
+      true
+    )
     res = edit({ path = "big.txt", old_string = "line 1999\n", new_string = "last but one\n" })
     assert.is_true(res.success, res.error)
   end)
@@ -244,7 +260,8 @@ describe("edit through the buffer", function()
 
   it("edits by a fallback and shows the strategy and the diff in the result", function()
     helpers.write_file(project .. "/a.lua", "  if x then\n      call()\n  end\n")
-    local b = chat({ path = "a.lua", old_string = "if x then\n    call()\nend", new_string = "if x then\n    other()\nend" })
+    local b =
+      chat({ path = "a.lua", old_string = "if x then\n    call()\nend", new_string = "if x then\n    other()\nend" })
     press("<C-]>")
     wait_text(b, "(strategy: normalized indentation match)")
     wait_text(b, "@@ -1,3 +1,3 @@\n   if x then\n-      call()\n+      other()\n   end")

@@ -17,13 +17,25 @@ describe("flemma.tools.preview", function()
       { "calculator_async", { expression = "sqrt(16)", delay = 500, label = vim.NIL }, "sqrt(16) # 500ms" },
       { "calculator_async", { expression = "sqrt(16)", delay = vim.NIL, label = vim.NIL }, "sqrt(16)" },
       { "calculator_async", { expression = "1", delay = 5, label = "slow" }, "1 # slow, 5ms" },
-      { "bash", { command = "git status", timeout = vim.NIL, label = "checking repo" }, "$ git status # checking repo" },
+      {
+        "bash",
+        { command = "git status", timeout = vim.NIL, label = "checking repo" },
+        "$ git status # checking repo",
+      },
       { "bash", { command = "make test", timeout = 5, label = vim.NIL }, "$ make test" },
-      { "read", { path = "config.lua", offset = 100, limit = 50, label = "reading tail" }, "config.lua +100,50 # reading tail" },
+      {
+        "read",
+        { path = "config.lua", offset = 100, limit = 50, label = "reading tail" },
+        "config.lua +100,50 # reading tail",
+      },
       { "read", { path = "src/config.lua", offset = vim.NIL, limit = 50, label = vim.NIL }, "src/config.lua +0,50" },
       { "read", { path = "a.lua", offset = 7, limit = vim.NIL, label = vim.NIL }, "a.lua +7" },
       { "read", { path = "a.lua", offset = vim.NIL, limit = vim.NIL, label = vim.NIL }, "a.lua" },
-      { "edit", { path = "config.lua", old_string = "a", new_string = "b", label = "fixing typo" }, "config.lua # fixing typo" },
+      {
+        "edit",
+        { path = "config.lua", old_string = "a", new_string = "b", label = "fixing typo" },
+        "config.lua # fixing typo",
+      },
       { "edit", { path = "config.lua", old_string = "a", new_string = "b", label = vim.NIL }, "config.lua" },
       {
         "write",

@@ -16,7 +16,9 @@ describe("read through the buffer", function()
       "**Tool Use:** `read` (`toolu_01`)",
       "",
       "```json",
-      vim.json.encode(vim.tbl_extend("keep", input, { offset = vim.NIL, limit = vim.NIL, line_numbers = vim.NIL, label = vim.NIL })),
+      vim.json.encode(
+        vim.tbl_extend("keep", input, { offset = vim.NIL, limit = vim.NIL, line_numbers = vim.NIL, label = vim.NIL })
+      ),
       "```",
     })
   end

@@ -292,11 +292,15 @@ describe("flemma.tools", function()
     end)
 
     it("list leaves out disabled tools, get still finds them", function()
-      tools.register({ def("on"), def("off", { enabled = false }), def("fn_off", {
-        enabled = function()
-          return false
-        end,
-      }) })
+      tools.register({
+        def("on"),
+        def("off", { enabled = false }),
+        def("fn_off", {
+          enabled = function()
+            return false
+          end,
+        }),
+      })
       assert.same({ "on" }, tools.list())
       assert.is_not_nil(tools.get("off"))
     end)
@@ -326,10 +330,20 @@ describe("flemma.tools", function()
   describe("setup", function()
     it("registers the built-in tools with strict schemas", function()
       tools.setup(config.get())
-      assert.same(
-        { "bash", "calculator", "calculator_async", "delete", "edit", "find", "glob", "grep", "ls", "move", "read", "write" },
-        tools.list()
-      )
+      assert.same({
+        "bash",
+        "calculator",
+        "calculator_async",
+        "delete",
+        "edit",
+        "find",
+        "glob",
+        "grep",
+        "ls",
+        "move",
+        "read",
+        "write",
+      }, tools.list())
       for _, name in ipairs(tools.list()) do
         local d = tools.get(name)
         assert.is_true(d.strict, name)

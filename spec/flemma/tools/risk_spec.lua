@@ -16,7 +16,10 @@ local function chat(uses)
     if i > 1 then
       lines[#lines + 1] = ""
     end
-    vim.list_extend(lines, { ("**Tool Use:** `%s` (`%s`)"):format(u[1], u[2]), "", "```json", vim.json.encode(u[3]), "```" })
+    vim.list_extend(
+      lines,
+      { ("**Tool Use:** `%s` (`%s`)"):format(u[1], u[2]), "", "```json", vim.json.encode(u[3]), "```" }
+    )
   end
   local buf = helpers.edit(helpers.tmpdir() .. "/risk.chat", lines)
   assert.equals("chat", vim.bo[buf].filetype)
@@ -145,41 +148,50 @@ describe("tools.rate_limit", function()
     assert.equals(2, require("flemma.config").get().tools.rate_limit.per_second)
   end)
 
-  it("under autopilot, 50 calls: the burst runs, the rest get an error saying when to retry, and nothing is sent", function()
-    require("flemma").setup({ tools = { autopilot = { enabled = true }, auto_approve = { "$default" } } })
-    local sends = 0
-    send.set_handler(function()
-      sends = sends + 1
-    end)
-    local uses = {}
-    for i = 1, 50 do
-      uses[i] = { "calculator", ("toolu_%02d"):format(i), { expression = ("%d + 1"):format(i) } }
+  it(
+    "under autopilot, 50 calls: the burst runs, the rest get an error saying when to retry, and nothing is sent",
+    function()
+      require("flemma").setup({ tools = { autopilot = { enabled = true }, auto_approve = { "$default" } } })
+      local sends = 0
+      send.set_handler(function()
+        sends = sends + 1
+      end)
+      local uses = {}
+      for i = 1, 50 do
+        uses[i] = { "calculator", ("toolu_%02d"):format(i), { expression = ("%d + 1"):format(i) } }
+      end
+      local buf = chat(uses)
+      local t0 = vim.uv.hrtime()
+      local warnings = helpers.notifications(function()
+        press("<C-]>")
+        helpers.wait_for(function()
+          return not text(buf):find("flemma:tool", 1, true)
+        end, 15000, "the calls never all ended:\n" .. text(buf))
+      end)
+      local elapsed = (vim.uv.hrtime() - t0) / 1e9
+      vim.wait(500)
+      local t = text(buf)
+      local errors = count(t, "%*%*Tool Result:%*%* `toolu_%d+` %(error%)")
+      local ok = 50 - errors
+      assert.is_true(ok >= 20, t)
+      -- The bucket refills at 2 a second: never more than that over the run.
+      assert.is_true(ok <= 20 + math.ceil(elapsed * 2) + 1, ("%d ran in %.2fs"):format(ok, elapsed))
+      assert.is_true(errors >= 50 - (20 + math.ceil(elapsed * 2) + 1))
+      assert.truthy(
+        t:find("rate limit: more than 20 tool calls in this buffer (2 more per second); not run, retry in ", 1, true),
+        t
+      )
+      assert.truthy(t:find("not run, retry in %d%.%ds\n"), t)
+      assert.equals(0, sends)
+      local said = table.concat(
+        vim.tbl_map(function(n)
+          return n.msg
+        end, warnings),
+        "\n"
+      )
+      assert.truthy(said:find("autopilot stopped: tool calls over tools.rate_limit", 1, true), said)
     end
-    local buf = chat(uses)
-    local t0 = vim.uv.hrtime()
-    local warnings = helpers.notifications(function()
-      press("<C-]>")
-      helpers.wait_for(function()
-        return not text(buf):find("flemma:tool", 1, true)
-      end, 15000, "the calls never all ended:\n" .. text(buf))
-    end)
-    local elapsed = (vim.uv.hrtime() - t0) / 1e9
-    vim.wait(500)
-    local t = text(buf)
-    local errors = count(t, "%*%*Tool Result:%*%* `toolu_%d+` %(error%)")
-    local ok = 50 - errors
-    assert.is_true(ok >= 20, t)
-    -- The bucket refills at 2 a second: never more than that over the run.
-    assert.is_true(ok <= 20 + math.ceil(elapsed * 2) + 1, ("%d ran in %.2fs"):format(ok, elapsed))
-    assert.is_true(errors >= 50 - (20 + math.ceil(elapsed * 2) + 1))
-    assert.truthy(t:find("rate limit: more than 20 tool calls in this buffer (2 more per second); not run, retry in ", 1, true), t)
-    assert.truthy(t:find("not run, retry in %d%.%ds\n"), t)
-    assert.equals(0, sends)
-    local said = table.concat(vim.tbl_map(function(n)
-      return n.msg
-    end, warnings), "\n")
-    assert.truthy(said:find("autopilot stopped: tool calls over tools.rate_limit", 1, true), said)
-  end)
+  )
 
   it("refills per buffer, and takes no token with rate_limit = false", function()
     require("flemma").setup({ tools = { rate_limit = { burst = 3, per_second = 10 } } })

@@ -220,7 +220,10 @@ describe("approval inside the project", function()
     require("flemma").setup({ tools = { autopilot = { enabled = false }, auto_approve = { "copy" } } })
     local ok, err = pcall(function()
       assert.equals("approve", approval.resolve("copy", { from = "notes.txt", to = "copy.txt" }, {}))
-      assert.equals("require_approval", approval.resolve("copy", { from = elsewhere .. "/secret.txt", to = "c.txt" }, {}))
+      assert.equals(
+        "require_approval",
+        approval.resolve("copy", { from = elsewhere .. "/secret.txt", to = "c.txt" }, {})
+      )
       assert.equals("require_approval", approval.resolve("copy", { from = "notes.txt", to = home .. "/c.txt" }, {}))
       assert.same(
         { { path = home .. "/c.txt", reason = "outside" } },

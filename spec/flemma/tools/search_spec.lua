@@ -24,7 +24,10 @@ end
 local function chat(calls, file)
   local lines = { "@You:", "Go.", "", "@Assistant:" }
   for i, c in ipairs(calls) do
-    vim.list_extend(lines, { ("**Tool Use:** `%s` (`toolu_%02d`)"):format(c[1], i), "", "```json", vim.json.encode(c[2]), "```", "" })
+    vim.list_extend(
+      lines,
+      { ("**Tool Use:** `%s` (`toolu_%02d`)"):format(c[1], i), "", "```json", vim.json.encode(c[2]), "```", "" }
+    )
   end
   return helpers.edit(file or (project .. "/test.chat"), lines)
 end
@@ -165,17 +168,26 @@ describe("grep, glob, find and ls", function()
         helpers.write_file(project .. "/many.txt", table.concat(many, "\n") .. "\n")
         local r = run("grep", grep_input({ pattern = "match", max_results = 5 }))
         assert.is_true(r.success, r.error)
-        assert.truthy(r.output:find("many.txt:5:match 5\n\n[45 more matches not shown (max_results = 5 of 50 in all)", 1, true), r.output)
+        assert.truthy(
+          r.output:find("many.txt:5:match 5\n\n[45 more matches not shown (max_results = 5 of 50 in all)", 1, true),
+          r.output
+        )
         setup({ tools = { truncate = { max_lines = 3, max_bytes = 51200 } } })
         r = run("grep", grep_input({ pattern = "match", max_results = 10 }))
-        assert.truthy(r.output:find("many.txt:3:match 3\n\n[Output truncated: showing the first 3 of 10 lines", 1, true), r.output)
+        assert.truthy(
+          r.output:find("many.txt:3:match 3\n\n[Output truncated: showing the first 3 of 10 lines", 1, true),
+          r.output
+        )
         assert.truthy(r.output:find("[40 more matches not shown", 1, true), r.output)
       end)
 
       it("shows context lines, ignores case, filters by glob and takes literals", function()
         fixture()
         local r = run("grep", grep_input({ pattern = "NEEDLE T", ignore_case = true, context = 1, glob = "*.lua" }))
-        assert.equals("src/b.lua-1-local x = 1\nsrc/b.lua:2:-- needle two\nsrc/b.lua-3-return x\nsrc/b.lua:4:needle three", r.output)
+        assert.equals(
+          "src/b.lua-1-local x = 1\nsrc/b.lua:2:-- needle two\nsrc/b.lua-3-return x\nsrc/b.lua:4:needle three",
+          r.output
+        )
         r = run("grep", grep_input({ pattern = "x = (", fixed_strings = true }))
         assert.equals("No matches for `x = (` in ..", r.output)
         helpers.write_file(project .. "/p.txt", "f(a+b)\n")
@@ -188,7 +200,10 @@ describe("grep, glob, find and ls", function()
   it("gives the same results with rg and with the native search on a fixture tree", function()
     fixture()
     for i = 1, 30 do
-      helpers.write_file(("%s/tree/d%d/f%d.c"):format(project, i % 4, i), ("int f%d(void) { return %d; }\n// todo: fix %d\n"):format(i, i, i))
+      helpers.write_file(
+        ("%s/tree/d%d/f%d.c"):format(project, i % 4, i),
+        ("int f%d(void) { return %d; }\n// todo: fix %d\n"):format(i, i, i)
+      )
     end
     helpers.write_file(project .. "/tree/.gitignore", "d3/\n!d3/keep.c\n")
     helpers.write_file(project .. "/tree/notes.md", "TODO: Fix it\nnot this\nTodo later\n")
@@ -275,8 +290,15 @@ describe("grep, glob, find and ls", function()
     -- The same matches; the sandbox hides the project's secret files from rg, which
     -- says it cannot read them (outside it, grep reads and leaves them out).
     local matches = "a.txt:2:needle one\n\nsrc/b.lua:2:-- needle two\nsrc/b.lua:4:needle three\n\n"
-    assert.equals(matches .. "[2 secret files left out (certs/server.pem, keys/id_ed25519): read one explicitly if you need it.]\n[1 binary file with a match skipped.]", plain.output)
-    assert.equals(matches .. "[1 binary file with a match skipped.]\n[2 files or folders could not be read.]", sandboxed.output)
+    assert.equals(
+      matches
+        .. "[2 secret files left out (certs/server.pem, keys/id_ed25519): read one explicitly if you need it.]\n[1 binary file with a match skipped.]",
+      plain.output
+    )
+    assert.equals(
+      matches .. "[1 binary file with a match skipped.]\n[2 files or folders could not be read.]",
+      sandboxed.output
+    )
     require("flemma.sandbox").set_enabled(true)
     setup({ sandbox = { enabled = true, backend = "bwrap" }, tools = { search = { backend = "native" } } })
     local native = run("grep", grep_input({ pattern = "needle" }))
@@ -319,31 +341,34 @@ describe("grep, glob, find and ls", function()
     local want = "src/new.lua\nsrc/deep/mid.lua\nold.lua"
 
     for _, backend in ipairs({ "fd", "git", "native" }) do
-      it("lists **/*.lua newest first, skipping build, dependency, hidden and ignored folders (" .. backend .. ")", function()
-        tree()
-        if backend == "git" then
-          hide_programs(true)
-        elseif backend == "native" then
-          hide_programs(false)
-        else
-          assert.is_true(vim.fn.executable("fdfind") == 1 or vim.fn.executable("fd") == 1, "fd-find is not installed")
+      it(
+        "lists **/*.lua newest first, skipping build, dependency, hidden and ignored folders (" .. backend .. ")",
+        function()
+          tree()
+          if backend == "git" then
+            hide_programs(true)
+          elseif backend == "native" then
+            hide_programs(false)
+          else
+            assert.is_true(vim.fn.executable("fdfind") == 1 or vim.fn.executable("fd") == 1, "fd-find is not installed")
+          end
+          local buf = chat({ { "glob", { pattern = "**/*.lua", path = vim.NIL, max_results = vim.NIL } } })
+          press("<C-]>")
+          wait_text(buf, "old.lua")
+          assert.equals(want, result_block(buf))
+          local r = run("glob", { pattern = "*.lua", path = "src", max_results = 1 })
+          assert.equals(
+            "src/new.lua\n\n[Showing the 1 newest of 2 files (max_results = 1); narrow the pattern or path, or raise max_results (at most 1000).]",
+            r.output
+          )
+          r = run("glob", { pattern = "src/*.c", path = vim.NIL, max_results = vim.NIL })
+          assert.equals("src/x.c", r.output)
+          r = run("find", { pattern = "de*", path = vim.NIL, type = "directory", max_results = vim.NIL })
+          assert.equals("src/deep/", r.output)
+          r = run("find", { pattern = "*.zig", path = vim.NIL, type = vim.NIL, max_results = vim.NIL })
+          assert.equals("No entries match `*.zig` in ..", r.output)
         end
-        local buf = chat({ { "glob", { pattern = "**/*.lua", path = vim.NIL, max_results = vim.NIL } } })
-        press("<C-]>")
-        wait_text(buf, "old.lua")
-        assert.equals(want, result_block(buf))
-        local r = run("glob", { pattern = "*.lua", path = "src", max_results = 1 })
-        assert.equals(
-          "src/new.lua\n\n[Showing the 1 newest of 2 files (max_results = 1); narrow the pattern or path, or raise max_results (at most 1000).]",
-          r.output
-        )
-        r = run("glob", { pattern = "src/*.c", path = vim.NIL, max_results = vim.NIL })
-        assert.equals("src/x.c", r.output)
-        r = run("find", { pattern = "de*", path = vim.NIL, type = "directory", max_results = vim.NIL })
-        assert.equals("src/deep/", r.output)
-        r = run("find", { pattern = "*.zig", path = vim.NIL, type = vim.NIL, max_results = vim.NIL })
-        assert.equals("No entries match `*.zig` in ..", r.output)
-      end)
+      )
     end
 
     it("skips the folders of tools.search.skip_dirs (validated)", function()

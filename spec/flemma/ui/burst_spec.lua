@@ -98,7 +98,10 @@ describe("a burst of changes", function()
     local shown = preview.shown(buf)
     assert.equals("bash: $ ls", shown[1].text)
     assert.equals("bash: $ echo burst", shown[2].text)
-    assert.equals("```flemma:tool status=pending", vim.api.nvim_buf_get_lines(buf, shown[2].line - 1, shown[2].line, false)[1])
+    assert.equals(
+      "```flemma:tool status=pending",
+      vim.api.nvim_buf_get_lines(buf, shown[2].line - 1, shown[2].line, false)[1]
+    )
   end)
 
   it("updates the rulers and signs once for changes on consecutive ticks, and they follow the text", function()

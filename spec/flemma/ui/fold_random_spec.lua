@@ -260,7 +260,10 @@ local function run(name, lines, seed, steps, hold)
       diff = first_difference(fresh_levels(scratch), levels(win))
     end
     if diff then
-      local path = (os.getenv("FLEMMA_FOLD_DUMP") or helpers.tmpdir()) .. "/fold_random_" .. name:gsub("%W", "_") .. ".chat"
+      local path = (os.getenv("FLEMMA_FOLD_DUMP") or helpers.tmpdir())
+        .. "/fold_random_"
+        .. name:gsub("%W", "_")
+        .. ".chat"
       helpers.write_file(path, table.concat(vim.api.nvim_buf_get_lines(buf, 0, -1, false), "\n") .. "\n")
       helpers.write_file(path .. ".before", table.concat(before, "\n") .. "\n")
       error(

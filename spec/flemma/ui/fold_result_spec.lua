@@ -19,8 +19,15 @@ describe("a tool result written in the session", function()
   end)
 
   local CHAT = {
-    "@You:", "List.", "", "@Assistant:", "**Tool Use:** `bash` (`t1`)", "", "```json",
-    '{"command": "printf \'one\\ntwo\\nthree\\n\'"}', "```",
+    "@You:",
+    "List.",
+    "",
+    "@Assistant:",
+    "**Tool Use:** `bash` (`t1`)",
+    "",
+    "```json",
+    '{"command": "printf \'one\\ntwo\\nthree\\n\'"}',
+    "```",
   }
 
   it("is folded as when the chat is opened again", function()
@@ -46,7 +53,10 @@ describe("a tool result written in the session", function()
   end)
 
   it("stays open with ui.fold_completed = false", function()
-    require("flemma").setup({ ui = { fold_completed = false }, tools = { autopilot = { enabled = false }, auto_approve = { "bash" } } })
+    require("flemma").setup({
+      ui = { fold_completed = false },
+      tools = { autopilot = { enabled = false }, auto_approve = { "bash" } },
+    })
     local buf = helpers.open_chat(CHAT)
     helpers.press("<C-]>")
     helpers.wait_for(function()

@@ -47,7 +47,13 @@ describe("flemma.ui folds after undo, redo and J", function()
             vim.wait(50) -- the changed segments are folded again on the next tick
             assert.is_true(
               calls < 150,
-              ("%s (of %s) at line %d: the fold expression ran for %d lines of %d"):format(keys, table.concat(seq, " "), row, calls, #lines)
+              ("%s (of %s) at line %d: the fold expression ran for %d lines of %d"):format(
+                keys,
+                table.concat(seq, " "),
+                row,
+                calls,
+                #lines
+              )
             )
           end
           fold.expr = orig

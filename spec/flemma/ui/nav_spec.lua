@@ -183,7 +183,10 @@ describe("flemma.ui.nav", function()
       chat(CONVERSATION)
       at(6)
       press("Vamamy")
-      assert.same({ "@System:", "Be terse.", "", "@You:", "", "Hello there.", "Second line.", "" }, vim.fn.getreg('"', 1, true))
+      assert.same(
+        { "@System:", "Be terse.", "", "@You:", "", "Hello there.", "Second line.", "" },
+        vim.fn.getreg('"', 1, true)
+      )
       at(10)
       press("vimimy")
       assert.same({ "Hello there.", "Second line.", "", "@Assistant:", "Hi." }, vim.fn.getreg('"', 1, true))

@@ -86,8 +86,19 @@ describe("flemma.ui.preview", function()
     for t = 1, 60 do
       local id = ("toolu_%03d"):format(t)
       vim.list_extend(lines, {
-        "@Assistant:", "**Tool Use:** `bash` (`" .. id .. "`)", "", "```json", ('{"command": "echo %d"}'):format(t), "```",
-        "", "@You:", "**Tool Result:** `" .. id .. "`", "", "```flemma:tool status=pending", "```", "",
+        "@Assistant:",
+        "**Tool Use:** `bash` (`" .. id .. "`)",
+        "",
+        "```json",
+        ('{"command": "echo %d"}'):format(t),
+        "```",
+        "",
+        "@You:",
+        "**Tool Result:** `" .. id .. "`",
+        "",
+        "```flemma:tool status=pending",
+        "```",
+        "",
       })
     end
     local buf = vim.api.nvim_create_buf(true, false)
@@ -177,7 +188,10 @@ describe("flemma.ui.preview", function()
         return { success = true, output = "" }
       end,
     })
-    assert.equals('plain: a="1", b=true, list=[2 items], opts={x, y}', preview.text("plain", { b = true, a = "1", list = { 1, 2 }, opts = { x = 1, y = 2 } }, 200))
+    assert.equals(
+      'plain: a="1", b=true, list=[2 items], opts={x, y}',
+      preview.text("plain", { b = true, a = "1", list = { 1, 2 }, opts = { x = 1, y = 2 } }, 200)
+    )
     tools.unregister("plain")
   end)
 end)

@@ -93,8 +93,15 @@ describe("rulers", function()
   it("stay one per role marker after cancelled tools", function()
     setup(h.server:url("/v1/messages"))
     local buf = helpers.open_chat({
-      "@You:", "Wait.", "", "@Assistant:", "**Tool Use:** `bash` (`t1`)", "", "```json",
-      '{"command": "sleep 30"}', "```",
+      "@You:",
+      "Wait.",
+      "",
+      "@Assistant:",
+      "**Tool Use:** `bash` (`t1`)",
+      "",
+      "```json",
+      '{"command": "sleep 30"}',
+      "```",
     })
     for _ = 1, 3 do
       press("<C-]>") -- phase 1, then phase 2 starts the approved sleep

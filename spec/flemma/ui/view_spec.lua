@@ -92,10 +92,7 @@ describe("flemma.ui (chat buffers)", function()
       assert.equals("FlemmaRoleSystem[0,8)", drawn(buf, 5))
       assert.equals("FlemmaTemplateExpression[10,17)", drawn(buf, 6))
       assert.equals("FlemmaRoleUser[0,5)", drawn(buf, 8))
-      assert.equals(
-        "FlemmaFileReference[5,17) FlemmaTemplateCode[24,39) FlemmaTemplateCode[41,50)",
-        drawn(buf, 9)
-      )
+      assert.equals("FlemmaFileReference[5,17) FlemmaTemplateCode[24,39) FlemmaTemplateCode[41,50)", drawn(buf, 9))
       assert.equals("FlemmaRoleAssistant[0,11)", drawn(buf, 11))
       assert.equals("FlemmaThinkingTag[0,10)", drawn(buf, 12))
       assert.equals("FlemmaThinking[0,14)", drawn(buf, 13))
@@ -104,10 +101,7 @@ describe("flemma.ui (chat buffers)", function()
       assert.equals("FlemmaToolUse[0,13) FlemmaToolName[14,20) FlemmaToolId[22,32)", drawn(buf, 17))
       assert.equals("FlemmaToolResult[0,16) FlemmaToolId[17,27)", drawn(buf, 30))
       assert.equals("FlemmaPlaceholderPending[3,29)", drawn(buf, 32))
-      assert.equals(
-        "FlemmaToolResultError[0,16) FlemmaToolId[17,27) FlemmaToolResultError[28,35)",
-        drawn(buf, 35)
-      )
+      assert.equals("FlemmaToolResultError[0,16) FlemmaToolId[17,27) FlemmaToolResultError[28,35)", drawn(buf, 35))
       assert.equals("FlemmaToolResultErrorBody[0,4)", drawn(buf, 38))
     end)
 
@@ -300,14 +294,33 @@ describe("flemma.ui (chat buffers)", function()
         calls = calls + 1
         return orig(l)
       end
-      local chunks = { "more ", "words", "\n", "```lua", "\nlocal x = 1", "\n```", "\n", "**Tool Use:** `bash` (`t1`)", "\n\n```json", '\n{"command": "ls"}', "\n```\n" }
+      local chunks = {
+        "more ",
+        "words",
+        "\n",
+        "```lua",
+        "\nlocal x = 1",
+        "\n```",
+        "\n",
+        "**Tool Use:** `bash` (`t1`)",
+        "\n\n```json",
+        '\n{"command": "ls"}',
+        "\n```\n",
+      }
       local ok, err = pcall(function()
         for round = 1, 3 do
           for _, chunk in ipairs(chunks) do
             calls = 0
             local last = vim.api.nvim_buf_line_count(buf)
             local col = #vim.api.nvim_buf_get_lines(buf, last - 1, last, false)[1]
-            vim.api.nvim_buf_set_text(buf, last - 1, col, last - 1, col, vim.split(chunk:gsub("t1", "t" .. round), "\n", { plain = true }))
+            vim.api.nvim_buf_set_text(
+              buf,
+              last - 1,
+              col,
+              last - 1,
+              col,
+              vim.split(chunk:gsub("t1", "t" .. round), "\n", { plain = true })
+            )
             vim.wait(0)
             require("flemma.ui.fold").flush(buf)
             worst = math.max(worst, calls)
@@ -316,7 +329,10 @@ describe("flemma.ui (chat buffers)", function()
       end)
       fold.expr = orig
       assert(ok, err)
-      assert.is_true(worst < 60, ("a chunk made the fold expression run for %d lines of %d"):format(worst, vim.api.nvim_buf_line_count(buf)))
+      assert.is_true(
+        worst < 60,
+        ("a chunk made the fold expression run for %d lines of %d"):format(worst, vim.api.nvim_buf_line_count(buf))
+      )
       -- The same levels as folds computed afresh over the whole buffer.
       local n = vim.api.nvim_buf_line_count(buf)
       local got = levels(1, n)
@@ -422,7 +438,9 @@ describe("flemma.ui (chat buffers)", function()
       vim.env.FLEMMA_SPEC_KEY = "sk-flemma-view-" .. tostring(math.random(1e9))
       require("flemma").setup({
         provider = "test",
-        providers = { test = { kind = "anthropic", endpoint = server:url("/v1/messages"), api_key_env = "FLEMMA_SPEC_KEY" } },
+        providers = {
+          test = { kind = "anthropic", endpoint = server:url("/v1/messages"), api_key_env = "FLEMMA_SPEC_KEY" },
+        },
         parameters = { max_retries = 0, cache_retention = "none", connect_timeout = 5, timeout = 30 },
         tools = { autopilot = { enabled = false } },
       })

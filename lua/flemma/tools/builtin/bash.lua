@@ -87,11 +87,23 @@ return {
       if res.cancelled then
         callback({ success = false, error = "the command was cancelled", output = output })
       elseif res.timed_out then
-        callback({ success = false, error = ("the command timed out after %gs and was killed"):format(timeout), output = output })
+        callback({
+          success = false,
+          error = ("the command timed out after %gs and was killed"):format(timeout),
+          output = output,
+        })
       elseif res.signal and res.signal ~= 0 and res.code == nil then
-        callback({ success = false, error = ("the command was killed by signal %d"):format(res.signal), output = output })
+        callback({
+          success = false,
+          error = ("the command was killed by signal %d"):format(res.signal),
+          output = output,
+        })
       elseif res.code ~= 0 then
-        callback({ success = false, error = ("the command exited with code %s"):format(tostring(res.code)), output = output })
+        callback({
+          success = false,
+          error = ("the command exited with code %s"):format(tostring(res.code)),
+          output = output,
+        })
       else
         callback({ success = true, output = output == "" and "(no output)" or output })
       end

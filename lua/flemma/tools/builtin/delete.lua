@@ -34,21 +34,32 @@ return {
       return { success = false, error = ("not found: %s"):format(input.path) }
     end
     -- The folder the entry is removed from, and (but for a link) the entry itself.
-    if not ctx.sandbox.is_path_writable(vim.fs.dirname(path)) or (st.type ~= "link" and not ctx.sandbox.is_path_writable(path)) then
+    if
+      not ctx.sandbox.is_path_writable(vim.fs.dirname(path))
+      or (st.type ~= "link" and not ctx.sandbox.is_path_writable(path))
+    then
       return {
         success = false,
-        error = ("sandbox: %s is outside the writable paths (or turn the sandbox off with :Flemma sandbox:disable)"):format(input.path),
+        error = ("sandbox: %s is outside the writable paths (or turn the sandbox off with :Flemma sandbox:disable)"):format(
+          input.path
+        ),
       }
     end
     if st.type == "directory" then
       local ok, err = vim.uv.fs_rmdir(path)
       if not ok then
-        return { success = false, error = ("cannot delete the folder %s: %s (only empty folders are deleted)"):format(input.path, err) }
+        return {
+          success = false,
+          error = ("cannot delete the folder %s: %s (only empty folders are deleted)"):format(input.path, err),
+        }
       end
       return { success = true, output = ("Deleted the empty folder %s."):format(input.path) }
     end
     if st.type ~= "file" and st.type ~= "link" then
-      return { success = false, error = ("%s is a %s: only files, links and empty folders are deleted"):format(input.path, st.type) }
+      return {
+        success = false,
+        error = ("%s is a %s: only files, links and empty folders are deleted"):format(input.path, st.type),
+      }
     end
     local copy, berr
     if st.type == "file" then
@@ -65,7 +76,10 @@ return {
       backup.record("delete", ("Deleted %s"):format(input.path), { { path = path, copy = copy } }, ctx.__filename)
     end
     if st.type == "link" then
-      return { success = true, output = ("Deleted the symbolic link %s (what it pointed to is untouched)."):format(input.path) }
+      return {
+        success = true,
+        output = ("Deleted the symbolic link %s (what it pointed to is untouched)."):format(input.path),
+      }
     end
     return {
       success = true,

@@ -66,8 +66,10 @@ function H.plan(input, L, strategy, found)
   end
   if #found == 0 then
     return nil,
-      ("`old_string` was not found in %s, not even ignoring whitespace and indentation or fuzzily "
-        .. "(read the file again, or use `start_line`/`end_line`)"):format(input.path)
+      (
+        "`old_string` was not found in %s, not even ignoring whitespace and indentation or fuzzily "
+        .. "(read the file again, or use `start_line`/`end_line`)"
+      ):format(input.path)
   end
   local label = strategy == "exact" and "exact" or ("%s (fallback)"):format(strategy)
   if #found > 1 and (input.replace_all ~= true or strategy == "fuzzy") then
@@ -80,8 +82,10 @@ function H.plan(input, L, strategy, found)
       lines[#lines + 1] = tostring(m.first)
     end
     return nil,
-      ("`old_string` is ambiguous: it matches %d places in %s (%s match) at lines %s; include more "
-        .. "surrounding lines so that it matches once%s"):format(
+      (
+        "`old_string` is ambiguous: it matches %d places in %s (%s match) at lines %s; include more "
+        .. "surrounding lines so that it matches once%s"
+      ):format(
         #found,
         input.path,
         label,
@@ -113,21 +117,26 @@ function H.check(ctx, path, res)
     elseif res.type == "directory" then
       return nil, { success = false, error = path .. " is a directory, not a file" }
     elseif res.type ~= "file" and res.err_no == 0 then
-      return nil, {
-        success = false,
-        error = ("%s is %s: only regular files can be edited"):format(path, require("flemma.files").refusal(res.type)),
-      }
+      return nil,
+        {
+          success = false,
+          error = ("%s is %s: only regular files can be edited"):format(
+            path,
+            require("flemma.files").refusal(res.type)
+          ),
+        }
     end
     return nil, { success = false, error = res.message }
   end
   if res.cut_by ~= 0 then
-    return nil, {
-      success = false,
-      error = ("%s is over %s: `edit` changes smaller files (use bash, e.g. sed)"):format(
-        path,
-        ctx.truncate.format_size(H.MAX_BYTES)
-      ),
-    }
+    return nil,
+      {
+        success = false,
+        error = ("%s is over %s: `edit` changes smaller files (use bash, e.g. sed)"):format(
+          path,
+          ctx.truncate.format_size(H.MAX_BYTES)
+        ),
+      }
   end
   local content = res.text
   if fs.sniff(content:sub(1, 8192)) then
@@ -167,7 +176,11 @@ function H.apply(input, ctx, target, L, strategy, found)
     for i = 1, math.min(#found, 20) do
       firsts[i] = tostring(found[i].first)
     end
-    where = ("%s, at lines %s%s"):format(H.plural(#found, "place"), table.concat(firsts, ", "), #found > 20 and ", ..." or "")
+    where = ("%s, at lines %s%s"):format(
+      H.plural(#found, "place"),
+      table.concat(firsts, ", "),
+      #found > 20 and ", ..." or ""
+    )
   end
   local how = strategy == "exact" and "exact match"
     or strategy == "line range" and "line range"
@@ -217,7 +230,10 @@ return {
   async = true,
   execute = function(input, ctx, callback)
     if input.old_string == "" then
-      return callback({ success = false, error = "`old_string` is empty: give the text to replace, or use `start_line`/`end_line`" })
+      return callback({
+        success = false,
+        error = "`old_string` is empty: give the text to replace, or use `start_line`/`end_line`",
+      })
     end
     if input.old_string == input.new_string then
       return callback({ success = false, error = "`old_string` and `new_string` are the same: nothing to change" })
@@ -228,8 +244,10 @@ return {
       if not ctx.sandbox.is_path_writable(p) then
         return callback({
           success = false,
-          error = ("sandbox: %s is outside the writable paths; edit files inside the project or /tmp, "
-            .. "or turn the sandbox off with :Flemma sandbox:disable"):format(p),
+          error = (
+            "sandbox: %s is outside the writable paths; edit files inside the project or /tmp, "
+            .. "or turn the sandbox off with :Flemma sandbox:disable"
+          ):format(p),
         })
       end
     end

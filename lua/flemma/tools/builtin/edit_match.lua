@@ -320,15 +320,18 @@ function M.find(L, old)
   end
   if L.n > M.MAX_FALLBACK_LINES or #L.text > M.MAX_FALLBACK_BYTES then
     return nil,
-      ("`old_string` was not found exactly, and the file is too large for the fallback searches (over %d lines "
-        .. "or 4MB): give it exactly, or use `start_line`/`end_line`"):format(M.MAX_FALLBACK_LINES)
+      (
+        "`old_string` was not found exactly, and the file is too large for the fallback searches (over %d lines "
+        .. "or 4MB): give it exactly, or use `start_line`/`end_line`"
+      ):format(M.MAX_FALLBACK_LINES)
   end
   local lines = H.split(old)
   local budget = { left = M.BUDGET, slice = M.SLICE }
   for _, strat in ipairs(M.STRATEGIES) do
     local found = H.windows(L, lines, strat, budget)
     if not found then
-      return nil, "the file is too large for the fallback searches; give `old_string` exactly, or use `start_line`/`end_line`"
+      return nil,
+        "the file is too large for the fallback searches; give `old_string` exactly, or use `start_line`/`end_line`"
     end
     if #found > 0 then
       return strat.name, found
@@ -494,7 +497,12 @@ function M.diff(L, edits, name)
       body[#body + 1] = " " .. H.line(L, l)
       old_n, new_n = old_n + 1, new_n + 1
     end
-    out[#out + 1] = ("@@ -%d,%d +%d,%d @@"):format(old_n == 0 and from - 1 or from, old_n, new_n == 0 and new_from - 1 or new_from, new_n)
+    out[#out + 1] = ("@@ -%d,%d +%d,%d @@"):format(
+      old_n == 0 and from - 1 or from,
+      old_n,
+      new_n == 0 and new_from - 1 or new_from,
+      new_n
+    )
     vim.list_extend(out, body)
     if #out > M.MAX_DIFF_LINES then
       out = vim.list_slice(out, 1, M.MAX_DIFF_LINES)

@@ -7,8 +7,8 @@ local preview = require("flemma.tools.preview")
 return {
   name = "find",
   description = "Find files and folders by name: `pattern` is a glob on the name (`*.lua`, `Makefile`, "
-    .. "`test_*`), at any depth under `path` (default: the chat's folder); `type` is \"file\" or "
-    .. "\"directory\" (default both). Newest first, at most max_results (default 100). Skips hidden, "
+    .. '`test_*`), at any depth under `path` (default: the chat\'s folder); `type` is "file" or '
+    .. '"directory" (default both). Newest first, at most max_results (default 100). Skips hidden, '
     .. ".gitignore'd and build or dependency folders.",
   strict = true,
   async = true,
@@ -17,7 +17,11 @@ return {
     properties = {
       pattern = { type = "string", description = "A glob on the name, e.g. `*.lua`" },
       path = { type = { "string", "null" }, description = "Folder to search (default: the chat's folder)" },
-      type = { type = { "string", "null" }, enum = { "file", "directory", vim.NIL }, description = "\"file\" or \"directory\" (default: both)" },
+      type = {
+        type = { "string", "null" },
+        enum = { "file", "directory", vim.NIL },
+        description = '"file" or "directory" (default: both)',
+      },
       max_results = { type = { "integer", "null" }, description = "Most entries to list (default 100, at most 1000)" },
       label = { type = { "string", "null" }, description = "A few words on why (shown to the user)" },
     },

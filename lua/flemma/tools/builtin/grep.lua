@@ -139,7 +139,10 @@ function H.format(ctx, input, dir, root_secret, results, summary, context, max)
     )
   end
   if summary and summary.binary > 0 then
-    notes[#notes + 1] = ("[%d binary file%s with a match skipped.]"):format(summary.binary, summary.binary == 1 and "" or "s")
+    notes[#notes + 1] = ("[%d binary file%s with a match skipped.]"):format(
+      summary.binary,
+      summary.binary == 1 and "" or "s"
+    )
   end
   if summary and summary.unreadable > 0 then
     notes[#notes + 1] = ("[%d file%s or folder%s could not be read.]"):format(
@@ -150,7 +153,11 @@ function H.format(ctx, input, dir, root_secret, results, summary, context, max)
   end
   if #out == 0 then
     local where = input.path or "."
-    local text = ("No matches for `%s` in %s%s."):format(input.pattern, where, input.glob and (" (files " .. input.glob .. ")") or "")
+    local text = ("No matches for `%s` in %s%s."):format(
+      input.pattern,
+      where,
+      input.glob and (" (files " .. input.glob .. ")") or ""
+    )
     if #notes > 0 then
       text = text .. "\n" .. table.concat(notes, "\n")
     end
@@ -182,7 +189,10 @@ return {
     properties = {
       pattern = { type = "string", description = "The regular expression (or literal) to find" },
       path = { type = { "string", "null" }, description = "File or folder to search (default: the chat's folder)" },
-      glob = { type = { "string", "null" }, description = "Only files matching this glob, e.g. `*.lua` or `src/**/*.c`" },
+      glob = {
+        type = { "string", "null" },
+        description = "Only files matching this glob, e.g. `*.lua` or `src/**/*.c`",
+      },
       fixed_strings = { type = { "boolean", "null" }, description = "Take the pattern as a literal string" },
       ignore_case = { type = { "boolean", "null" }, description = "Match letters in either case" },
       context = { type = { "integer", "null" }, description = "Lines of context around each match (0-10)" },
@@ -219,7 +229,10 @@ return {
       return
     end
     if input.context and (input.context < 0 or input.context > search.MAX_CONTEXT) then
-      callback({ success = false, error = ("`context` should be 0 to %d lines, not %d"):format(search.MAX_CONTEXT, input.context) })
+      callback({
+        success = false,
+        error = ("`context` should be 0 to %d lines, not %d"):format(search.MAX_CONTEXT, input.context),
+      })
       return
     end
     if input.max_results and input.max_results < 1 then

@@ -51,7 +51,9 @@ return {
       if not ctx.sandbox.is_path_writable(p) then
         return {
           success = false,
-          error = ("sandbox: %s is outside the writable paths (or turn the sandbox off with :Flemma sandbox:disable)"):format(p),
+          error = ("sandbox: %s is outside the writable paths (or turn the sandbox off with :Flemma sandbox:disable)"):format(
+            p
+          ),
         }
       end
     end
@@ -61,7 +63,9 @@ return {
       if not input.overwrite then
         return {
           success = false,
-          error = ("%s already exists: nothing was moved (set overwrite = true to replace a file)"):format(input.destination),
+          error = ("%s already exists: nothing was moved (set overwrite = true to replace a file)"):format(
+            input.destination
+          ),
         }
       end
       if dstat.type ~= "file" then
@@ -90,11 +94,12 @@ return {
     )
     local out = ("Moved %s to %s."):format(input.source, input.destination)
     if copy then
-      out = out .. (" The replaced file is kept in %s: to undo, move %s back and that copy to %s."):format(
-        copy,
-        input.destination,
-        input.destination
-      )
+      out = out
+        .. (" The replaced file is kept in %s: to undo, move %s back and that copy to %s."):format(
+          copy,
+          input.destination,
+          input.destination
+        )
     else
       out = out .. (" To undo, move it back to %s."):format(input.source)
     end

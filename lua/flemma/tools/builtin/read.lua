@@ -55,7 +55,10 @@ function H.result(input, ctx, path, offset, max_lines, max_bytes, res)
     elseif res.type == "missing" then
       local lstat = vim.uv.fs_lstat(path)
       if lstat and lstat.type == "link" then
-        return { success = false, error = ("%s is a broken symbolic link (to %s)"):format(path, vim.uv.fs_readlink(path) or "?") }
+        return {
+          success = false,
+          error = ("%s is a broken symbolic link (to %s)"):format(path, vim.uv.fs_readlink(path) or "?"),
+        }
       end
       return { success = false, error = ("file not found: %s"):format(path) }
     elseif res.type == "directory" then
@@ -111,8 +114,10 @@ function H.result(input, ctx, path, offset, max_lines, max_bytes, res)
   end
   if res.long_line then
     text = text
-      .. ("\n\n[Line %d alone is over %s; only its start is shown. Read it in pieces with bash, e.g. "
-        .. "`sed -n '%dp' %s | head -c 50000`.]"):format(offset, ctx.truncate.format_size(max_bytes), offset, input.path)
+      .. (
+        "\n\n[Line %d alone is over %s; only its start is shown. Read it in pieces with bash, e.g. "
+        .. "`sed -n '%dp' %s | head -c 50000`.]"
+      ):format(offset, ctx.truncate.format_size(max_bytes), offset, input.path)
     if last < total then
       text = text .. ("\n[Use offset=%d to continue.]"):format(last + 1)
     end

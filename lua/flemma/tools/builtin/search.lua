@@ -138,7 +138,11 @@ function M.run(ctx, spec, done)
           failure = "the search was cancelled"
         elseif not codes[res.code or -1] then
           local msg = vim.trim(res.stderr or "")
-          failure = ("%s exited with code %s%s"):format(spec.argv[1], tostring(res.code or res.signal), msg ~= "" and (": " .. msg) or "")
+          failure = ("%s exited with code %s%s"):format(
+            spec.argv[1],
+            tostring(res.code or res.signal),
+            msg ~= "" and (": " .. msg) or ""
+          )
         end
         done(results, summary, failure, res)
       end)

@@ -33,14 +33,22 @@ return {
     -- A FIFO, socket or device is not replaced by a file (nor written to: that blocks).
     local existing = vim.uv.fs_stat(target)
     if existing and existing.type ~= "directory" and existing.type ~= "file" then
-      return { success = false, error = ("%s is %s: only regular files are written"):format(path, require("flemma.files").refusal(existing.type)) }
+      return {
+        success = false,
+        error = ("%s is %s: only regular files are written"):format(
+          path,
+          require("flemma.files").refusal(existing.type)
+        ),
+      }
     end
     for _, p in ipairs(target == path and { path } or { path, target }) do
       if not ctx.sandbox.is_path_writable(p) then
         return {
           success = false,
-          error = ("sandbox: %s is outside the writable paths; write inside the project or /tmp, "
-            .. "or turn the sandbox off with :Flemma sandbox:disable"):format(p),
+          error = (
+            "sandbox: %s is outside the writable paths; write inside the project or /tmp, "
+            .. "or turn the sandbox off with :Flemma sandbox:disable"
+          ):format(p),
         }
       end
     end
