@@ -29,8 +29,8 @@ function H.setup()
   vim.bo[buf].undolevels = -1
   vim.api.nvim_buf_set_lines(buf, 0, -1, false, lines)
   H.buf, H.n = buf, 0
-  local attachments = require("flemma.attachments")
-  local doc = require("flemma.document").get(buf)
+  local attachments = require("flemma.chat.attachments")
+  local doc = require("flemma.chat.document").get(buf)
   local t0 = vim.uv.hrtime()
   local out = attachments.expand(buf, doc)
   H.first_ms = (vim.uv.hrtime() - t0) / 1e6
@@ -43,9 +43,9 @@ function H.run()
   H.n = H.n + 1
   local n = vim.api.nvim_buf_line_count(buf)
   vim.api.nvim_buf_set_lines(buf, n - 1, n, false, { ("Go on (%d)."):format(H.n) })
-  local doc = require("flemma.document").get(buf)
+  local doc = require("flemma.chat.document").get(buf)
   local t0 = vim.uv.hrtime()
-  local out = require("flemma.attachments").expand(buf, doc)
+  local out = require("flemma.chat.attachments").expand(buf, doc)
   local ms = (vim.uv.hrtime() - t0) / 1e6
   local last = out.messages[#out.messages]
   assert(#last.parts == 4 and last.parts[4].kind == "file", "the files were not attached")

@@ -4,7 +4,7 @@
 -- a @You: message with the tool's result. The note splits runs into their
 -- stages; "crossing FFI" is the share spent handing the lines to the native
 -- parser and reading its items back into Lua tables.
-local document = require("flemma.document")
+local document = require("flemma.chat.document")
 local native = require("flemma.native")
 
 local H = {}

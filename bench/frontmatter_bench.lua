@@ -1,7 +1,7 @@
 -- Frontmatter in its isolated interpreter (issue 11 §8-10): how long the worst of the
 -- attack list holds the main loop, how much the process grows running them, and what
 -- a normal frontmatter evaluation costs.
-local frontmatter = require("flemma.frontmatter")
+local frontmatter = require("flemma.chat.frontmatter")
 
 local ATTACKS = {
   "table.move({}, 1, 2^52, 1, {})",
@@ -61,7 +61,7 @@ return {
     run = function()
       local worst = 0
       for _, code in ipairs(ATTACKS) do
-        require("flemma.isolate").begin_action() -- each attack is a key press of its own
+        require("flemma.core.isolate").begin_action() -- each attack is a key press of its own
         local t0 = vim.uv.hrtime()
         local opts, err = frontmatter.evaluate(code, "lua", 1)
         local t = ms(t0)
@@ -87,7 +87,7 @@ return {
       end
       local base = status_kb("VmRSS")
       for _, code in ipairs(ATTACKS) do
-        require("flemma.isolate").begin_action()
+        require("flemma.core.isolate").begin_action()
         frontmatter.evaluate(code, "lua", 1)
       end
       return (status_kb("VmHWM") - base) / 1024
@@ -141,7 +141,7 @@ return {
     run = function()
       local opts =
         assert(frontmatter.evaluate("flemma.opt.tools.auto_approve = function() while true do end end", "lua", 1))
-      require("flemma.isolate").begin_action()
+      require("flemma.core.isolate").begin_action()
       local t0 = vim.uv.hrtime()
       for i = 1, 150 do
         assert(not pcall(opts.auto_approve, "bash", { command = "ls " .. i }, { bufnr = 1 }))
@@ -170,9 +170,9 @@ return {
       vim.api.nvim_buf_delete(templates_buf, { force = true })
     end,
     run = function()
-      local doc = require("flemma.document").parse(vim.api.nvim_buf_get_lines(templates_buf, 0, -1, false))
+      local doc = require("flemma.chat.document").parse(vim.api.nvim_buf_get_lines(templates_buf, 0, -1, false))
       local t0 = vim.uv.hrtime()
-      local out, problems = require("flemma.templates").expand(templates_buf, doc)
+      local out, problems = require("flemma.chat.templates").expand(templates_buf, doc)
       local t = ms(t0)
       assert(not out and #problems == 150, "every message fails")
       return t

@@ -107,7 +107,7 @@ function H.chat_buffer(lines)
   vim.bo[buf].modified = false
   vim.api.nvim_set_current_buf(buf)
   vim.bo[buf].filetype = "chat"
-  require("flemma.keymaps").attach(buf)
+  require("flemma.ui.keymaps").attach(buf)
   vim.wait(500) -- first parse and previews, off the measurement
   return buf
 end
@@ -375,7 +375,7 @@ function H.get_case(name, kind, target)
       st.buf = H.chat_buffer(lines)
       lines = nil -- luacheck: ignore 311 (the bench's own garbage: see H.edit_case)
       collectgarbage()
-      require("flemma.document").get(st.buf)
+      require("flemma.chat.document").get(st.buf)
       st.i, st.below = 0, {}
     end,
     teardown = function()
@@ -387,7 +387,7 @@ function H.get_case(name, kind, target)
       vim.bo[st.buf].undolevels = vim.bo[st.buf].undolevels
       vim.api.nvim_win_set_cursor(0, { row, 0 })
       vim.cmd("silent normal! " .. kind)
-      local document = require("flemma.document")
+      local document = require("flemma.chat.document")
       local doc
       local ms = H.time(function()
         doc = document.get(st.buf)

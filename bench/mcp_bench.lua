@@ -138,7 +138,7 @@ return {
     teardown = function()
       pcall(vim.api.nvim_del_augroup_by_name, "mcp_bench")
       direct:stop()
-      require("flemma.mcp").stop_all()
+      require("flemma.tools.mcp").stop_all()
       pcall(vim.api.nvim_buf_delete, buf, { force = true })
       vim.fn.delete(dir, "rf")
     end,
@@ -195,22 +195,22 @@ return {
       require("flemma").setup({
         mcp = { servers = { everything = { command = "node", args = { EVERYTHING, "stdio" } } } },
       })
-      require("flemma.mcp").start()
+      require("flemma.tools.mcp").start()
       wait_ready()
-      require("flemma.mcp").stop_all()
+      require("flemma.tools.mcp").stop_all()
       vim.wait(3000, function()
-        return require("flemma.mcp").status()[1].state == "stopped"
+        return require("flemma.tools.mcp").status()[1].state == "stopped"
       end, 5)
     end,
     teardown = function()
-      require("flemma.mcp").stop_all()
+      require("flemma.tools.mcp").stop_all()
       require("flemma").setup({})
     end,
     run = function()
       require("flemma").setup({
         mcp = { servers = { everything = { command = "node", args = { EVERYTHING, "stdio" } } } },
       })
-      local mcp = require("flemma.mcp")
+      local mcp = require("flemma.tools.mcp")
       local t0 = vim.uv.hrtime()
       local worst = max_gap(function()
         mcp.start()

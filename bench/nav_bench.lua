@@ -26,10 +26,10 @@ function H.setup()
     mid = mid + 1
   end
   H.buf, H.use, H.n = buf, mid, 0
-  require("flemma.document").get(buf) -- the first load, off the measurement
+  require("flemma.chat.document").get(buf) -- the first load, off the measurement
   vim.o.report = 100000 -- no "23 lines yanked"
   local t0 = vim.uv.hrtime()
-  require("flemma.document").parse(lines)
+  require("flemma.chat.document").parse(lines)
   H.parse_ms = (vim.uv.hrtime() - t0) / 1e6
 end
 

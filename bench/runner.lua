@@ -63,7 +63,7 @@ for _, file in ipairs(files) do
         -- Each run is one action of its own for the interpreters' time budget
         -- (flemma.isolate): the runner never gives Neovim's main loop control back.
         local function run()
-          local isolate = package.loaded["flemma.isolate"]
+          local isolate = package.loaded["flemma.core.isolate"]
           if isolate then
             isolate.begin_action()
           end

@@ -1,7 +1,7 @@
 -- The native runtime: streaming a large output through a child, truncation speed,
 -- spawn cost and cancel of a group. Outputs are numbered distinct lines (seq).
-local process = require("flemma.process")
-local truncate = require("flemma.truncate")
+local process = require("flemma.core.process")
+local truncate = require("flemma.core.truncate")
 
 -- seq 1 24000000 writes about 200 MB (208,888,897 bytes).
 local STREAM_N = 24000000

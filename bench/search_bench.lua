@@ -10,7 +10,7 @@
 --   search_glob_fd              the glob tool `**/*.c` (fd backend) / `fdfind` alone
 --   search_glob_native          the glob tool `**/*.c` (native walk) / `fdfind` alone
 local gen = require("bench.search_gen")
-local process = require("flemma.process")
+local process = require("flemma.core.process")
 local tools = require("flemma.tools")
 
 local H = {}

@@ -175,7 +175,7 @@ local function cancel_endless_once()
     gap = math.max(gap, (now - prev) / 1e6)
     prev = now
   end)
-  require("flemma.send").cancel(buf)
+  require("flemma.cycle.send").cancel(buf)
   vim.wait(5000, function()
     return done ~= nil
   end, 1)
@@ -254,7 +254,7 @@ return {
       local ms = (vim.uv.hrtime() - t0) / 1e6
       local active = require("flemma.provider").active(buf)
       assert(active and active.pid, "curl was not started")
-      require("flemma.send").cancel(buf)
+      require("flemma.cycle.send").cancel(buf)
       vim.wait(2000, function()
         return not require("flemma.provider").is_active(buf)
       end, 5)

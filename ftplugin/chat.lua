@@ -8,6 +8,6 @@ if ui.attached(vim.api.nvim_get_current_buf()) then
   return
 end
 vim.bo.commentstring = "<!-- %s -->"
-require("flemma.keymaps").attach(vim.api.nvim_get_current_buf())
+require("flemma.ui.keymaps").attach(vim.api.nvim_get_current_buf())
 require("flemma.ui.nav").start_empty(vim.api.nvim_get_current_buf())
 ui.attach(vim.api.nvim_get_current_buf())

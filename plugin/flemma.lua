@@ -11,10 +11,10 @@ vim.filetype.add({ extension = { chat = "chat" } })
 -- The file a chat buffer was just read from: the live document of a long chat
 -- is first built from that file's text when the buffer still holds it.
 vim.api.nvim_create_autocmd("BufReadPost", {
-  group = vim.api.nvim_create_augroup("flemma.read", { clear = true }),
+  group = vim.api.nvim_create_augroup("flemma.core.read", { clear = true }),
   pattern = "*.chat",
   callback = function(ev)
-    require("flemma.read").note(ev.buf)
+    require("flemma.core.read").note(ev.buf)
   end,
 })
 
@@ -28,4 +28,4 @@ end, {
   end,
 })
 
-require("flemma.highlights").setup()
+require("flemma.ui.highlights").setup()

@@ -1,6 +1,6 @@
 --- :Flemma {subcommand} [args]: a table of subcommands, each registered by the
 --- module that implements it, with completion.
-local util = require("flemma.util")
+local util = require("flemma.core.util")
 
 local M = {}
 
@@ -16,14 +16,14 @@ local subcommands = {}
 -- Modules that register subcommands when loaded; loaded on the first :Flemma.
 local modules = {
   "flemma.cycle_commands",
-  "flemma.sandbox",
-  "flemma.log",
-  "flemma.trust",
-  "flemma.switch",
-  "flemma.estimate",
-  "flemma.templates",
-  "flemma.build",
-  "flemma.mcp",
+  "flemma.policy.sandbox",
+  "flemma.core.log",
+  "flemma.policy.trust",
+  "flemma.provider.switch",
+  "flemma.provider.estimate",
+  "flemma.chat.templates",
+  "flemma.core.build",
+  "flemma.tools.mcp",
 }
 local loaded = false
 
@@ -76,7 +76,7 @@ function M.run(opts)
   load_modules()
   local sub = subcommands[name]
   if not sub then
-    local guess = require("flemma.tools.presets").suggest(name, M.names())
+    local guess = require("flemma.isolated.presets").suggest(name, M.names())
     util.notify(
       ("unknown subcommand `%s`%s; `:Flemma` lists them all"):format(
         name,
@@ -118,7 +118,7 @@ M.register("status", {
   chat = true,
   desc = "show the buffer's effective provider, model, parameters, sandbox, tools, approval and autopilot, and where each came from",
   run = function()
-    require("flemma.status").show(vim.api.nvim_get_current_buf())
+    require("flemma.ui.status").show(vim.api.nvim_get_current_buf())
   end,
 })
 

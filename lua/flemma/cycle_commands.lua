@@ -1,6 +1,6 @@
 --- :Flemma subcommands of the tool cycle.
 local commands = require("flemma.commands")
-local util = require("flemma.util")
+local util = require("flemma.core.util")
 
 local function cycle()
   return require("flemma.cycle")
@@ -33,7 +33,7 @@ commands.register("cancel", {
   chat = true,
   desc = "cancel the request or the running tools",
   run = function()
-    if require("flemma.send").cancel(0) then
+    if require("flemma.cycle.send").cancel(0) then
       util.notify("request cancelled")
       return
     end
@@ -62,7 +62,7 @@ commands.register("tool:approve", {
   desc = "approve the placeholder under the cursor (or the first pending one)",
   run = function()
     local bufnr = vim.api.nvim_get_current_buf()
-    if not require("flemma.gate").check(bufnr) then
+    if not require("flemma.policy.gate").check(bufnr) then
       return
     end
     local part = target_placeholder(bufnr)
@@ -78,7 +78,7 @@ commands.register("tool:reject", {
   desc = "reject the placeholder under the cursor (or the first pending one), with an optional message",
   run = function(args)
     local bufnr = vim.api.nvim_get_current_buf()
-    if not require("flemma.gate").check(bufnr) then
+    if not require("flemma.policy.gate").check(bufnr) then
       return
     end
     local part = target_placeholder(bufnr)
@@ -97,7 +97,7 @@ commands.register("tool:cancel", {
     local bufnr = vim.api.nvim_get_current_buf()
     local line = vim.api.nvim_win_get_cursor(0)[1]
     local id
-    local doc = require("flemma.document").get(bufnr)
+    local doc = require("flemma.chat.document").get(bufnr)
     for _, msg in ipairs(doc.messages) do
       for _, part in ipairs(msg.parts) do
         if part.id and line >= part.first_line and line <= part.last_line then
@@ -173,7 +173,7 @@ for _, verb in ipairs({ "enable", "disable", "status" }) do
       if verb ~= "status" then
         cycle().set_autopilot(bufnr, verb == "enable")
       end
-      local max = require("flemma.config").get().tools.autopilot.max_turns
+      local max = require("flemma.core.config").get().tools.autopilot.max_turns
       util.notify(("autopilot is %s (max %d turns)"):format(cycle().autopilot_enabled(bufnr) and "on" or "off", max))
     end,
   })

@@ -54,7 +54,7 @@ function H.used_providers()
   local used = {}
   for _, bufnr in ipairs(vim.api.nvim_list_bufs()) do
     if vim.api.nvim_buf_is_loaded(bufnr) and vim.bo[bufnr].filetype == "chat" then
-      local ok, sel = pcall(require("flemma.frontmatter").selection, bufnr)
+      local ok, sel = pcall(require("flemma.chat.frontmatter").selection, bufnr)
       if ok and sel and sel.provider then
         used[sel.provider] = true
       end
@@ -67,7 +67,7 @@ end
 --- (never the key itself).
 function H.providers()
   vim.health.start("flemma: providers")
-  local config = require("flemma.config").get()
+  local config = require("flemma.core.config").get()
   local used = H.used_providers()
   local names = vim.tbl_keys(config.providers)
   table.sort(names)
@@ -92,10 +92,10 @@ function H.providers()
         )
       local withheld
       if env and type(entry.endpoint) == "string" then
-        local host, why = require("flemma.secrets").destination(
+        local host, why = require("flemma.policy.secrets").destination(
           env,
           entry.endpoint,
-          require("flemma.config").key_configured(name),
+          require("flemma.core.config").key_configured(name),
           name
         )
         withheld = not host and why or nil
@@ -124,7 +124,7 @@ end
 --- Chat buffers whose frontmatter selects a provider (or fails, so that nothing is
 --- sent): which provider and model each sends to.
 function H.buffers()
-  local fm = require("flemma.frontmatter")
+  local fm = require("flemma.chat.frontmatter")
   local rows = {}
   for _, bufnr in ipairs(vim.api.nvim_list_bufs()) do
     if vim.api.nvim_buf_is_loaded(bufnr) and vim.bo[bufnr].filetype == "chat" then
@@ -168,7 +168,7 @@ end
 
 -- Each configured MCP server: running with its tools, not started yet, or failed.
 function H.mcp()
-  local mcp = require("flemma.mcp")
+  local mcp = require("flemma.tools.mcp")
   local rows = mcp.status()
   if #rows == 0 then
     return
@@ -213,12 +213,12 @@ function M.check()
     vim.health.ok("library: " .. path)
     vim.health.ok(("ABI version %d (library %s)"):format(native.abi_version(), native.version()))
   else
-    vim.health.error(err, { "Run `make` in " .. require("flemma.util").root() })
+    vim.health.error(err, { "Run `make` in " .. require("flemma.core.util").root() })
   end
 
   if ok then
     vim.health.start("flemma: sandbox")
-    local sandbox = require("flemma.sandbox")
+    local sandbox = require("flemma.policy.sandbox")
     local backend, berr = sandbox.backend()
     local enabled = sandbox.is_enabled()
     if not backend then

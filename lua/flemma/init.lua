@@ -3,16 +3,16 @@ local M = {}
 
 -- Modules with a `setup(config)` function, called in this order by setup().
 local subsystems = {
-  "flemma.highlights",
+  "flemma.ui.highlights",
   "flemma.tools",
   "flemma.tools.approval",
-  "flemma.mcp",
+  "flemma.tools.mcp",
 }
 
 --- Configures Flemma. Safe to call more than once; each call starts from the defaults.
 ---@param opts? table see `:help flemma-config`
 function M.setup(opts)
-  local config = require("flemma.config").setup(opts)
+  local config = require("flemma.core.config").setup(opts)
   for _, name in ipairs(subsystems) do
     require(name).setup(config)
   end
@@ -35,7 +35,7 @@ end
 ---@param bufnr? integer
 ---@return string
 function M.statusline(bufnr)
-  return require("flemma.statusline").text(bufnr)
+  return require("flemma.ui.statusline").text(bufnr)
 end
 
 return M

@@ -3,7 +3,7 @@
 --- results (Lua strings, 1-based indices, `nil, err` on failure). Memory returned
 --- by the library is either copied and freed at once or attached to ffi.gc.
 local ffi = require("ffi")
-local util = require("flemma.util")
+local util = require("flemma.core.util")
 
 local M = {}
 local H = {}

@@ -2,7 +2,7 @@
 -- and what each provider kind receives, checked on the requests the loopback server
 -- records after <C-]> in a real chat buffer (real files, real curl).
 local helpers = require("spec.support.helpers")
-local attachments = require("flemma.attachments")
+local attachments = require("flemma.chat.attachments")
 
 local KEY = "sk-attach-spec-" .. tostring(math.random(1e9))
 
@@ -227,7 +227,7 @@ describe("sending file references", function()
 
   it("openai_chat: a PDF to api.openai.com or openrouter.ai as a file part", function()
     local provider = require("flemma.provider")
-    local document = require("flemma.document")
+    local document = require("flemma.chat.document")
     local buf = chat({ "@You:", "Read @./docs/paper.pdf" })
     local doc = assert(attachments.expand(buf, document.get(buf)))
     for _, endpoint in ipairs({
@@ -309,7 +309,7 @@ describe("sending file references", function()
 
   it("hands back the same message tables while the message and its files are unchanged", function()
     setup("anthropic", "/v1/messages")
-    local document = require("flemma.document")
+    local document = require("flemma.chat.document")
     local buf =
       chat({ "@You:", "Look at @./pixel.png", "", "@Assistant:", "A red pixel.", "", "@You:", "And @./notes.txt" })
     local a = assert(attachments.expand(buf, document.get(buf)))
@@ -328,7 +328,7 @@ describe("sending file references", function()
 
   it("lets go of the files read for a chat once its buffer is wiped", function()
     setup("anthropic", "/v1/messages")
-    local document = require("flemma.document")
+    local document = require("flemma.chat.document")
     -- 4 MB of PDF: 5.3 MB of base64 kept for the next send while the chat is open.
     helpers.write_file(dir .. "/big.pdf", "%PDF-1.4\n" .. string.rep("pdf bytes 0123456789 ", 200000))
     local buf = chat({ "@You:", "Read @./big.pdf" })
@@ -355,7 +355,7 @@ describe("sending file references", function()
     end)
     assert.same({}, server:requests(), "a request was sent")
     assert.same(lines, vim.api.nvim_buf_get_lines(buf, 0, -1, false))
-    local diags = vim.diagnostic.get(buf, { namespace = require("flemma.send").ns })
+    local diags = vim.diagnostic.get(buf, { namespace = require("flemma.cycle.send").ns })
     return diags, buf
   end
 
@@ -379,7 +379,7 @@ describe("sending file references", function()
     local _, buf = blocked({ "@You:", "Fine @./notes.txt", "", "but not @./gone.txt." })
     local function shown()
       local out = {}
-      for _, d in ipairs(vim.diagnostic.get(buf, { namespace = require("flemma.send").ns })) do
+      for _, d in ipairs(vim.diagnostic.get(buf, { namespace = require("flemma.cycle.send").ns })) do
         out[#out + 1] = (d.lnum + 1) .. " " .. d.message:match("^file (%S+)")
       end
       table.sort(out)

@@ -200,7 +200,7 @@ describe("a read whose path a command redirects after the approval", function()
       assert.is_nil(req.body:find(secret, 1, true), "the secret was sent to the provider")
     end
     -- The commands ran; the read waits for the user, its preview saying why.
-    local doc = require("flemma.document").parse(vim.api.nvim_buf_get_lines(buf, 0, -1, false))
+    local doc = require("flemma.chat.document").parse(vim.api.nvim_buf_get_lines(buf, 0, -1, false))
     local status = {}
     for _, m in ipairs(doc.messages) do
       for _, p in ipairs(m.parts) do

@@ -1,6 +1,6 @@
-local config = require("flemma.config")
+local config = require("flemma.core.config")
 
-describe("flemma.config", function()
+describe("flemma.core.config", function()
   after_each(function()
     config.setup({})
   end)

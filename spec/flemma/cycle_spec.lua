@@ -3,7 +3,7 @@
 local helpers = require("spec.support.helpers")
 
 local tools = require("flemma.tools")
-local send = require("flemma.send")
+local send = require("flemma.cycle.send")
 local cycle = require("flemma.cycle")
 local preview = require("flemma.ui.preview")
 local spinner = require("flemma.ui.spinner")
@@ -497,7 +497,8 @@ describe("the <C-]> cycle", function()
     vim.notify = orig
     assert.equals(before, text(buf))
     assert.is_true(vim.bo[buf].modifiable)
-    local expected = require("flemma.send").can_stream() and "set $ANTHROPIC_API_KEY" or "no provider is available"
+    local expected = require("flemma.cycle.send").can_stream() and "set $ANTHROPIC_API_KEY"
+      or "no provider is available"
     assert.truthy(msg and msg:find(expected, 1, true), msg)
     assert.equals("FlemmaRequestSending", events[1].name)
   end)

@@ -36,7 +36,7 @@ describe(":help flemma", function()
     }) do
       assert.is_true(tags["flemma-config-" .. key] or false, "no help tag for " .. key)
     end
-    local paths = require("flemma.config").option_paths()
+    local paths = require("flemma.core.config").option_paths()
     assert.is_true(#paths > 40, "too few option paths: " .. #paths)
     local missing = {}
     for _, path in ipairs(paths) do

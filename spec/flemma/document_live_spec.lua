@@ -1,7 +1,7 @@
 -- document.get keeps a buffer's model up to date from its line edits (the
 -- native incremental document fed by nvim_buf_attach). These specs edit real
 -- buffers with nvim_buf_set_lines and compare with a fresh full parse.
-local document = require("flemma.document")
+local document = require("flemma.chat.document")
 local helpers = require("spec.support.helpers")
 
 local FIXTURES = FLEMMA_ROOT .. "/spec/fixtures/chat/"

@@ -1,7 +1,7 @@
 -- A long chat just read from its file: its live document is built from the
 -- file's text (one string, not one per line) only when the buffer surely holds
 -- that text; in every case the model equals a full parse of the buffer's lines.
-local document = require("flemma.document")
+local document = require("flemma.chat.document")
 local helpers = require("spec.support.helpers")
 
 local plain = helpers.plain_model

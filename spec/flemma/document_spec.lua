@@ -1,4 +1,4 @@
-local document = require("flemma.document")
+local document = require("flemma.chat.document")
 
 local FIXTURES = FLEMMA_ROOT .. "/spec/fixtures/chat/"
 
@@ -29,7 +29,7 @@ local function find_part(doc, kind, id)
   end
 end
 
-describe("flemma.document", function()
+describe("flemma.chat.document", function()
   describe("parse", function()
     local files = vim.fn.glob(FIXTURES .. "*.chat", false, true)
     table.sort(files)

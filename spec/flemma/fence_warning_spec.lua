@@ -4,9 +4,9 @@
 -- roles sent is refused with it; through a real chat buffer, <C-]> and the loopback
 -- server.
 local helpers = require("spec.support.helpers")
-local document = require("flemma.document")
+local document = require("flemma.chat.document")
 local view = require("flemma.ui.view")
-local send = require("flemma.send")
+local send = require("flemma.cycle.send")
 
 local KEY = "sk-flemma-fence-" .. tostring(math.random(1e9))
 

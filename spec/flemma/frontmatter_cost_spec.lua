@@ -92,8 +92,8 @@ describe("frontmatter choosing an expensive model", function()
     h = helpers.send_harness({ key = KEY, server = false, timeout = 15000 })
     notes = h.notes
     require("flemma.provider.usage")._reset()
-    if package.loaded["flemma.cost"] then
-      package.loaded["flemma.cost"].reset() -- approvals of earlier tests
+    if package.loaded["flemma.policy.cost"] then
+      package.loaded["flemma.policy.cost"].reset() -- approvals of earlier tests
     end
     configure()
     orig_select = vim.ui.select
@@ -234,7 +234,7 @@ describe("frontmatter choosing an expensive model", function()
     for i = 1, 3 do
       assert.equals("claude-opus-4-1", reqs[i].json.model)
     end
-    require("flemma.config").set_session(nil)
+    require("flemma.core.config").set_session(nil)
   end)
 
   it("does not ask with ui.confirm_frontmatter_cost = false", function()

@@ -4,7 +4,7 @@
 -- right after it). The attacks run in a child Neovim, so that a regression fails
 -- (the child times out) instead of freezing the suite.
 local helpers = require("spec.support.helpers")
-local frontmatter = require("flemma.frontmatter")
+local frontmatter = require("flemma.chat.frontmatter")
 
 local TIME = "ran longer than 35 ms and was stopped (an endless loop?)"
 
@@ -15,7 +15,7 @@ local function attack(codes, calls)
     timeout = 60000,
     lua = ([=[
       require("flemma").setup({})
-      local fm = require("flemma.frontmatter")
+      local fm = require("flemma.chat.frontmatter")
       local out = {}
       local function probe(fn)
         local fired = false

@@ -5,7 +5,7 @@
 -- :Flemma status, :Flemma switch, :Flemma usage:estimate and :checkhealth.
 local helpers = require("spec.support.helpers")
 local server_mod = require("spec.support.llm_server")
-local frontmatter = require("flemma.frontmatter")
+local frontmatter = require("flemma.chat.frontmatter")
 
 local KEY = "sk-fm-provider-" .. tostring(math.random(1e9))
 
@@ -172,7 +172,7 @@ describe("frontmatter selecting the provider", function()
     hosted:script({ { fixture = "anthropic_text.sse" } })
     local b = lua_chat("plain", { 'flemma.opt.provider = "$plain"', "assert(flemma.opt.thinking == nil)" })
     assert.is_nil(frontmatter.parameters(b, "anthropic").thinking)
-    assert.equals("low", require("flemma.config").get().parameters.thinking)
+    assert.equals("low", require("flemma.core.config").get().parameters.thinking)
     press("<C-]>")
     assert.equals("completed", h.wait_finished(2).status)
     assert.is_nil(hosted:requests()[1].json.thinking)
@@ -387,7 +387,7 @@ describe("frontmatter selecting the provider", function()
 
   it("marks the selection [frontmatter] in :Flemma status", function()
     local a = lua_chat("st", { 'flemma.opt.provider = "$deep"', "flemma.opt.temperature = 0.5" })
-    local lines = table.concat(require("flemma.status").lines(a), "\n")
+    local lines = table.concat(require("flemma.ui.status").lines(a), "\n")
     assert.matches("provider: ant %(preset %$deep%)%s+%[frontmatter%]", lines)
     assert.matches("\n  model: claude%-opus%-4%-6%s+%[frontmatter%]", lines)
     assert.matches("\n  endpoint: " .. vim.pesc(hosted:url("/v1/messages")) .. "%s+%[setup%]", lines)
@@ -396,13 +396,13 @@ describe("frontmatter selecting the provider", function()
     assert.matches("\n  temperature: 0.5%s+%[frontmatter%]", lines)
 
     local b = lua_chat("st2", { 'flemma.opt.provider = "local"', 'flemma.opt.model = "qwen3"' })
-    lines = table.concat(require("flemma.status").lines(b), "\n")
+    lines = table.concat(require("flemma.ui.status").lines(b), "\n")
     assert.matches("provider: local; ant elsewhere%s+%[frontmatter%]", lines)
     assert.matches("\n  endpoint: " .. vim.pesc(loc:url("/v1/chat/completions")), lines)
     assert.matches("\n  key: none needed", lines)
 
     local c = lua_chat("st3", { 'flemma.opt.provider = "$plain"' })
-    lines = table.concat(require("flemma.status").lines(c), "\n")
+    lines = table.concat(require("flemma.ui.status").lines(c), "\n")
     assert.matches("\n  thinking: not set %(cleared by %$plain%)%s+%[frontmatter%]", lines)
   end)
 
@@ -410,7 +410,7 @@ describe("frontmatter selecting the provider", function()
     loc:script({ { body = '{"input_tokens": 1234}' } })
     local a = lua_chat("est", { 'flemma.opt.provider = "ant2"', 'flemma.opt.model = "claude-haiku-4-5"' })
     local result
-    require("flemma.estimate").estimate(a, function(r)
+    require("flemma.provider.estimate").estimate(a, function(r)
       result = r
     end)
     helpers.wait_for(function()
@@ -426,7 +426,7 @@ describe("frontmatter selecting the provider", function()
 
     local bad = lua_chat("est_bad", { 'flemma.opt.provider = "nope"' })
     result = nil
-    require("flemma.estimate").estimate(bad, function(r)
+    require("flemma.provider.estimate").estimate(bad, function(r)
       result = r
     end)
     assert.matches("^nothing counted: frontmatter line 2: `flemma.opt.provider`: unknown provider `nope`", result.error)

@@ -1,5 +1,5 @@
 local helpers = require("spec.support.helpers")
-local frontmatter = require("flemma.frontmatter")
+local frontmatter = require("flemma.chat.frontmatter")
 
 local function chat(first, code, rest)
   local lines = { first or "```lua" }
@@ -20,7 +20,7 @@ local function err_of(code, lang)
   return err
 end
 
-describe("flemma.frontmatter", function()
+describe("flemma.chat.frontmatter", function()
   before_each(function()
     require("flemma").setup({})
   end)
@@ -145,7 +145,7 @@ describe("flemma.frontmatter", function()
           rtp = helpers.root,
           timeout = 20000,
           lua = [=[
-            local fm = require("flemma.frontmatter")
+            local fm = require("flemma.chat.frontmatter")
             local out = {}
             for _, code in ipairs({
               'local s = ("a"):rep(30)\nlocal r = s:find(("a*"):rep(30) .. "b")',
@@ -153,7 +153,7 @@ describe("flemma.frontmatter", function()
               'local s = ("a"):rep(100000)\nfor w in s:gmatch(".-.-.-b") do end',
               'local s = ("a"):rep(100000)\nlocal r = s:gsub("(.-)(.-)(.-)b", "")',
             }) do
-              require("flemma.isolate").begin_action() -- each its own action (a key press)
+              require("flemma.core.isolate").begin_action() -- each its own action (a key press)
               local _, err = fm.evaluate(code, "lua", 1)
               out[#out + 1] = tostring(err)
             end
@@ -261,7 +261,7 @@ describe("flemma.frontmatter", function()
 
       it("protects the metatables of flemma.opt", function()
         assert.matches("cannot change a protected metatable", err_of("setmetatable(flemma.opt, {})"), 1, true)
-        assert.is_table(lua("assert(getmetatable(flemma.opt) == 'flemma.opt')"))
+        assert.is_table(lua("assert(getmetatable(flemma.opt) == 'flemma.isolated.opt')"))
         assert.matches(
           "cannot change a protected metatable",
           err_of("setmetatable(flemma.opt.tools, { __index = function() end })"),
@@ -410,14 +410,15 @@ describe("flemma.frontmatter", function()
       local dir = helpers.tmpdir()
       vim.fn.system({ "cp", "-r", helpers.root .. "/lua", dir })
       os.remove(dir .. "/lua/flemma/document.lua")
+      os.remove(dir .. "/lua/flemma/chat/document.lua")
       local out = dir .. "/out.txt"
       local res = helpers.run_nvim({
         rtp = dir,
         lua = ([=[
           vim.g.flemma_library_path = %q
           package.path = %q .. "/lua/?.lua;" .. %q .. "/lua/?/init.lua;" .. package.path
-          local fm = require("flemma.frontmatter")
-          local results = { tostring(pcall(require, "flemma.document")) }
+          local fm = require("flemma.chat.frontmatter")
+          local results = { tostring(pcall(require, "flemma.chat.document")) }
           local function try(lines)
             local buf = vim.api.nvim_create_buf(true, false)
             vim.api.nvim_buf_set_lines(buf, 0, -1, false, lines)

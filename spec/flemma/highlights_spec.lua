@@ -4,7 +4,7 @@ local function hl(name)
   return vim.api.nvim_get_hl(0, { name = name })
 end
 
-describe("flemma.highlights", function()
+describe("flemma.ui.highlights", function()
   after_each(function()
     require("flemma").setup({})
   end)

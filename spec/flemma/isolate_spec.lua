@@ -61,7 +61,7 @@ local CHAT_SETUP = [=[
   end
 ]=]
 
-describe("flemma.isolate", function()
+describe("flemma.core.isolate", function()
   it("stops an error handler that loops forever when the chat is opened with the statusline", function()
     local r = child(CHAT_SETUP .. ([=[
       local answered, ms, ok, err = responsive(function()
@@ -69,7 +69,7 @@ describe("flemma.isolate", function()
         return vim.api.nvim_eval_statusline("%%{%%v:lua.require'flemma'.statusline()%%}", {}).str
       end)
       local buf = vim.api.nvim_get_current_buf()
-      local _, fm_err = require("flemma.frontmatter").get(buf)
+      local _, fm_err = require("flemma.chat.frontmatter").get(buf)
       out({ answered = answered, ok = ok, text = err, fm_err = fm_err })
     ]=]):format(HANDLER))
     assert.is_true(r.answered, "a timer did not fire")
@@ -85,7 +85,7 @@ describe("flemma.isolate", function()
         vim.api.nvim_feedkeys(vim.api.nvim_replace_termcodes("<C-]>", true, false, true), "mx", false)
       end)
       local msgs = {}
-      for _, d in ipairs(vim.diagnostic.get(buf, { namespace = require("flemma.send").ns })) do
+      for _, d in ipairs(vim.diagnostic.get(buf, { namespace = require("flemma.cycle.send").ns })) do
         msgs[#msgs + 1] = d.message
       end
       out({ answered = answered, diags = msgs, sending = require("flemma.provider").is_active(buf) })
@@ -124,8 +124,8 @@ describe("flemma.isolate", function()
         lines[#lines + 1] = "```"
       end
       local buf = chat(lines)
-      require("flemma.trust").set(buf, "trusted")
-      assert(require("flemma.trust").is_trusted(buf))
+      require("flemma.policy.trust").set(buf, "trusted")
+      assert(require("flemma.policy.trust").is_trusted(buf))
       local notes = {}
       vim.notify = function(msg)
         notes[#notes + 1] = msg
@@ -157,8 +157,8 @@ describe("flemma.isolate", function()
   it("keeps a dozen chats' interpreters under the memory cap, frees idle ones and makes them again", function()
     local r = child([=[
       require("flemma").setup({ frontmatter = { max_memory_mb = 40, idle_seconds = 1 } })
-      local isolate = require("flemma.isolate")
-      local fm = require("flemma.frontmatter")
+      local isolate = require("flemma.core.isolate")
+      local fm = require("flemma.chat.frontmatter")
       local bufs, peaks = {}, {}
       for i = 1, 12 do
         isolate.begin_action() -- each chat opened by a key press of its own

@@ -80,11 +80,11 @@ describe("where a key goes", function()
     saved = { openai = vim.env.OPENAI_API_KEY, anthropic = vim.env.ANTHROPIC_API_KEY }
     vim.env.OPENAI_API_KEY = OPENAI
     vim.env.ANTHROPIC_API_KEY = ANTHROPIC
-    local ok, keyhost = pcall(require, "flemma.keyhost")
+    local ok, keyhost = pcall(require, "flemma.policy.keyhost")
     if ok then
       keyhost.reset() -- answers of earlier tests
     end
-    require("flemma.cost").reset()
+    require("flemma.policy.cost").reset()
     orig_select = vim.ui.select
     asked = {}
     answer = "Do not send"
@@ -98,7 +98,7 @@ describe("where a key goes", function()
     vim.ui.select = orig_select
     vim.env.OPENAI_API_KEY = saved.openai
     vim.env.ANTHROPIC_API_KEY = saved.anthropic
-    require("flemma.config").set_session(nil)
+    require("flemma.core.config").set_session(nil)
     h.teardown()
   end)
 
@@ -109,7 +109,7 @@ describe("where a key goes", function()
     local spec = assert(provider.resolve({
       provider = "openai_chat",
       model = "qwen3",
-      providers = require("flemma.config").get().providers,
+      providers = require("flemma.core.config").get().providers,
       parameters = {},
     }))
     assert.equals("http://127.0.0.1:11434/v1/chat/completions", spec.endpoint)
@@ -217,7 +217,7 @@ describe("where a key goes", function()
       },
     })
     local spec = assert(
-      provider.resolve(vim.tbl_extend("force", require("flemma.config").get(), { provider = "lan", model = "m" }))
+      provider.resolve(vim.tbl_extend("force", require("flemma.core.config").get(), { provider = "lan", model = "m" }))
     )
     assert.is_nil(provider.key(spec))
     if not ip then
@@ -321,7 +321,7 @@ describe("where a key goes", function()
     configure({ far = { kind = "anthropic", endpoint = far_url, api_key_env = "FLEMMA_SPEC_KEY" } })
     local buf = lua_chat("far_estimate", { 'flemma.opt.provider = "far"' })
     local result
-    require("flemma.estimate").estimate(buf, function(r)
+    require("flemma.provider.estimate").estimate(buf, function(r)
       result = r
     end)
     helpers.wait_for(function()
@@ -339,7 +339,7 @@ describe("where a key goes", function()
     answer = "Send"
     b:script({ { body = '{"input_tokens": 42}' } })
     result = nil
-    require("flemma.estimate").estimate(buf, function(r)
+    require("flemma.provider.estimate").estimate(buf, function(r)
       result = r
     end)
     helpers.wait_for(function()

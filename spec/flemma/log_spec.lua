@@ -1,7 +1,7 @@
 local helpers = require("spec.support.helpers")
-local log = require("flemma.log")
+local log = require("flemma.core.log")
 
-describe("flemma.log", function()
+describe("flemma.core.log", function()
   local saved_key, saved_state
   before_each(function()
     saved_state = vim.env.XDG_STATE_HOME

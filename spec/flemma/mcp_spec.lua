@@ -5,7 +5,7 @@
 local helpers = require("spec.support.helpers")
 
 local tools = require("flemma.tools")
-local mcp = require("flemma.mcp")
+local mcp = require("flemma.tools.mcp")
 
 local press, text = helpers.press, helpers.text
 local NPM = helpers.root .. "/.deps/npm/node_modules/@modelcontextprotocol"
@@ -122,7 +122,7 @@ describe("mcp", function()
       helpers.open_chat({ "@You:", "hi" })
       vim.wait(100)
       assert.same({}, mcp.status())
-      assert.same({}, require("flemma.process").running())
+      assert.same({}, require("flemma.core.process").running())
     end)
   end)
 
@@ -517,7 +517,7 @@ describe("mcp", function()
   end)
 
   describe("project .mcp.json", function()
-    local trust = require("flemma.trust")
+    local trust = require("flemma.policy.trust")
     local orig_select, asked, answer, keys
     before_each(function()
       orig_select = vim.ui.select

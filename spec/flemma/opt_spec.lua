@@ -1,5 +1,5 @@
-local frontmatter = require("flemma.frontmatter")
-local opt = require("flemma.opt")
+local frontmatter = require("flemma.chat.frontmatter")
+local opt = require("flemma.isolated.opt")
 
 -- Evaluates frontmatter code (fence on line 1, so code line L is buffer line L + 1).
 local function run(code)
@@ -18,7 +18,7 @@ local function fails(code)
   return err
 end
 
-describe("flemma.opt", function()
+describe("flemma.isolated.opt", function()
   local all_tools
   before_each(function()
     require("flemma").setup({})
@@ -309,9 +309,9 @@ describe("flemma.opt", function()
     end
 
     it("stays as configured in the effective parameters", function()
-      local before = vim.deepcopy(require("flemma.config").get().providers)
+      local before = vim.deepcopy(require("flemma.core.config").get().providers)
       fails('flemma.opt.providers = { anthropic = { endpoint = "http://evil" } }')
-      assert.same(before, require("flemma.config").get().providers)
+      assert.same(before, require("flemma.core.config").get().providers)
     end)
   end)
 

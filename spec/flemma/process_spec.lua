@@ -1,4 +1,4 @@
-local process = require("flemma.process")
+local process = require("flemma.core.process")
 local helpers = require("spec.support.helpers")
 
 -- Live (non-zombie) processes whose process group is pgid.
@@ -39,7 +39,7 @@ local function rss_kb()
   return tonumber(helpers.read_file("/proc/self/status"):match("VmRSS:%s*(%d+)"))
 end
 
-describe("flemma.process", function()
+describe("flemma.core.process", function()
   after_each(function()
     helpers.cleanup()
   end)
@@ -287,7 +287,7 @@ describe("flemma.process", function()
         rtp = helpers.root,
         lua = ([[
           vim.g.flemma_library_path = %q
-          local h = require("flemma.process").spawn({ cmd = { "bash", "-c", "sleep 100 & wait" } }, function() end)
+          local h = require("flemma.core.process").spawn({ cmd = { "bash", "-c", "sleep 100 & wait" } }, function() end)
           local f = io.open(%q, "w"); f:write(tostring(h.pid)); f:close()
           vim.wait(300)
         ]]):format(require("flemma.native").library_path(), pidfile),
@@ -374,7 +374,7 @@ describe("flemma.process", function()
         local lua = ([[
           vim.g.flemma_library_path = %q
           local done
-          require("flemma.process").spawn({ cmd = { "bash", "-c", %q } }, function(r) done = r end)
+          require("flemma.core.process").spawn({ cmd = { "bash", "-c", %q } }, function(r) done = r end)
           vim.wait(5000, function() return done ~= nil end)
           local f = io.open(%q, "w"); f:write(tostring(done and done.code)); f:close()
           %s

@@ -192,7 +192,7 @@ describe("closing a split while an answer streams elsewhere", function()
     end, 8000, "no answer")
     vim.cmd("split " .. vim.fn.fnameescape(helpers.tmpdir() .. "/other.txt"))
     vim.cmd("quit")
-    assert.is_true(require("flemma.send").is_active(buf))
+    assert.is_true(require("flemma.cycle.send").is_active(buf))
     for _, n in ipairs(h.notes) do
       assert.is_nil(n.msg:find("still receiving", 1, true), n.msg)
     end

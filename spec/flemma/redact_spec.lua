@@ -31,7 +31,7 @@ describe("a key echoed by the server", function()
     end
     return {
       messages = vim.api.nvim_exec2("messages", { output = true }).output,
-      log = helpers.read_file(require("flemma.log").path()) or "",
+      log = helpers.read_file(require("flemma.core.log").path()) or "",
       buffer = text(buf),
       diagnostics = table.concat(diags, "\n"),
       events = table.concat(events, "\n"),
@@ -83,7 +83,7 @@ describe("a key echoed by the server", function()
   end)
 
   after_each(function()
-    require("flemma.log").disable()
+    require("flemma.core.log").disable()
     pcall(vim.api.nvim_del_augroup_by_id, group)
     vim.cmd("silent! %bwipeout!")
     vim.env.FLEMMA_SPEC_ECHO_KEY = nil

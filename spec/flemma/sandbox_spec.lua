@@ -1,6 +1,6 @@
-local sandbox = require("flemma.sandbox")
-local process = require("flemma.process")
-local config = require("flemma.config")
+local sandbox = require("flemma.policy.sandbox")
+local process = require("flemma.core.process")
+local config = require("flemma.core.config")
 local helpers = require("spec.support.helpers")
 
 local function run(argv, cwd)
@@ -29,7 +29,7 @@ local function sandboxed(dir, cmd, network)
   return run(argv, dir)
 end
 
-describe("flemma.sandbox", function()
+describe("flemma.policy.sandbox", function()
   before_each(function()
     config.setup({ sandbox = { enabled = true, backend = "bwrap" } })
     sandbox.set_enabled(true)
@@ -445,7 +445,7 @@ describe("flemma.sandbox", function()
           "keystore.md",
           "krb5cc_1000",
         }
-        local secret_paths = require("flemma.secret_paths")
+        local secret_paths = require("flemma.policy.secret_paths")
         for i, name in ipairs(names) do
           helpers.write_file(project_dir .. "/" .. name, "CONTENT-" .. i .. "-END\n")
         end

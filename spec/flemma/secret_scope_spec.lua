@@ -10,8 +10,8 @@ local ENV = "DATABASE_PASSWORD=ENV-SECRET-" .. tostring(math.random(1e9)) .. "\n
 
 local press, text = helpers.press, helpers.text
 local preview = require("flemma.ui.preview")
-local scope = require("flemma.tools.scope")
-local secret_paths = require("flemma.secret_paths")
+local scope = require("flemma.policy.scope")
+local secret_paths = require("flemma.policy.secret_paths")
 
 -- Everything the model was sent, as one string.
 local function sent(req)
@@ -66,8 +66,8 @@ describe("secret files and the project's roots", function()
     helpers.write_file(home .. "/.ssh/id_rsa.pub", "ssh-ed25519 AAAA public\n")
     helpers.write_file(home .. "/diary.txt", "DIARY-TEXT\n")
     helpers.write_file(home .. "/proj/notes.txt", "PROJECT-NOTES\n")
-    require("flemma.reach").reset()
-    require("flemma.sandbox").set_enabled(nil)
+    require("flemma.policy.reach").reset()
+    require("flemma.policy.sandbox").set_enabled(nil)
     require("flemma").setup({
       provider = "test",
       providers = {
@@ -83,7 +83,7 @@ describe("secret files and the project's roots", function()
     vim.ui.select = orig_select
     vim.cmd("cd " .. vim.fn.fnameescape(saved.cwd))
     vim.env.HOME = saved.home
-    require("flemma.reach").reset()
+    require("flemma.policy.reach").reset()
     h.teardown()
   end)
 
@@ -93,7 +93,7 @@ describe("secret files and the project's roots", function()
     end)
 
     it("does not send @~/.ssh/id_rsa without a UI to ask, and says so in one line", function()
-      assert.is_false(require("flemma.util").can_ask())
+      assert.is_false(require("flemma.core.util").can_ask())
       local buf = helpers.edit(home .. "/talk.chat", { "@You:", "Summarize @~/.ssh/id_rsa please." })
       press("<C-]>")
       vim.wait(400)
@@ -105,7 +105,7 @@ describe("secret files and the project's roots", function()
       assert.is_nil(warned[1].msg:find("\n", 1, true), warned[1].msg)
       assert.matches("no UI", warned[1].msg, 1, true)
       assert.matches("remove the reference", warned[1].msg, 1, true)
-      local diags = vim.diagnostic.get(buf, { namespace = require("flemma.send").ns })
+      local diags = vim.diagnostic.get(buf, { namespace = require("flemma.cycle.send").ns })
       assert.equals(1, #diags)
       assert.equals(1, diags[1].lnum)
       assert.matches("secret file", diags[1].message, 1, true)
@@ -136,7 +136,7 @@ describe("secret files and the project's roots", function()
       press("<C-]>")
       vim.wait(400)
       assert.same({}, server:requests())
-      assert.equals(1, #vim.diagnostic.get(buf, { namespace = require("flemma.send").ns }))
+      assert.equals(1, #vim.diagnostic.get(buf, { namespace = require("flemma.cycle.send").ns }))
       stub_ui()
       answer = nil -- dismissed
       press("<C-]>")

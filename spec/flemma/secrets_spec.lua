@@ -2,7 +2,7 @@
 -- scripts written into a temp dir put first on $PATH, each recording its argv and
 -- environment, answering from a file the spec controls.
 local helpers = require("spec.support.helpers")
-local secrets = require("flemma.secrets")
+local secrets = require("flemma.policy.secrets")
 
 local saved = {}
 local bin, state
@@ -70,7 +70,7 @@ local vertex = {
   endpoint = "https://aiplatform.googleapis.com",
 }
 
-describe("flemma.secrets", function()
+describe("flemma.policy.secrets", function()
   before_each(function()
     secrets._reset()
     saved.path = vim.env.PATH
@@ -280,7 +280,7 @@ describe("flemma.secrets", function()
         { parameters = { api_key = "sk-123" } },
         { parameters = { vertex = { token = "ya29" } } },
       }) do
-        local ok, err = pcall(require("flemma.config").validate, opts)
+        local ok, err = pcall(require("flemma.core.config").validate, opts)
         assert.is_false(ok)
         assert.truthy(err:find("API keys are never accepted in configuration or frontmatter", 1, true), err)
         assert.is_nil(err:find("sk-123", 1, true))
@@ -288,7 +288,7 @@ describe("flemma.secrets", function()
     end)
 
     it("frontmatter refuses flemma.opt.api_key", function()
-      local opt = require("flemma.opt").new()
+      local opt = require("flemma.isolated.opt").new()
       local ok, err = pcall(function()
         opt.api_key = "sk-123"
       end)
@@ -318,7 +318,7 @@ describe("flemma.secrets", function()
         },
       })
       local function key_row()
-        for _, r in ipairs(require("flemma.status").tree(vim.api.nvim_get_current_buf())) do
+        for _, r in ipairs(require("flemma.ui.status").tree(vim.api.nvim_get_current_buf())) do
           if r.text:find("^key: ") then
             return r.text
           end
@@ -340,7 +340,7 @@ describe("flemma.secrets", function()
     it("removes keys from the keyring from log lines", function()
       set("secret-tool", "out", "sk-keyring-redact-me-42")
       resolve(anthropic)
-      local text = require("flemma.log").redact("sent with sk-keyring-redact-me-42 inside")
+      local text = require("flemma.core.log").redact("sent with sk-keyring-redact-me-42 inside")
       assert.equals("sent with [redacted] inside", text)
     end)
   end)

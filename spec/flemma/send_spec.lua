@@ -1,6 +1,6 @@
 -- The send path (lua/flemma/send.lua): what a send does to the buffer besides sending.
 local helpers = require("spec.support.helpers")
-local send = require("flemma.send")
+local send = require("flemma.cycle.send")
 
 local function diagnostic_changes(buf, fn)
   local n = 0

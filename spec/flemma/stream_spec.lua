@@ -167,7 +167,7 @@ describe("flemma.native stream", function()
   end)
 
   describe("process.spawn with a decoder", function()
-    local process = require("flemma.process")
+    local process = require("flemma.core.process")
 
     after_each(function()
       helpers.cleanup()

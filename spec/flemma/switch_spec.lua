@@ -1,6 +1,6 @@
 local helpers = require("spec.support.helpers")
-local config = require("flemma.config")
-local switch = require("flemma.switch")
+local config = require("flemma.core.config")
+local switch = require("flemma.provider.switch")
 local provider = require("flemma.provider")
 
 local notes, orig_notify, orig_select
@@ -204,7 +204,7 @@ describe(":Flemma switch", function()
 
   it("is a layer of :Flemma status", function()
     vim.cmd("Flemma switch openai gpt-5.4 thinking=low")
-    local lines = require("flemma.status").lines(vim.api.nvim_get_current_buf())
+    local lines = require("flemma.ui.status").lines(vim.api.nvim_get_current_buf())
     local function row(prefix)
       for _, l in ipairs(lines) do
         if vim.trim(l):sub(1, #prefix) == prefix then

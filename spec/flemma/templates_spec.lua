@@ -3,8 +3,8 @@
 -- rewritten) and the diagnostics of errors.
 local helpers = require("spec.support.helpers")
 
-local templates = require("flemma.templates")
-local send = require("flemma.send")
+local templates = require("flemma.chat.templates")
+local send = require("flemma.cycle.send")
 
 local h, server, notes, finished, dir, saved_cwd
 
@@ -306,7 +306,7 @@ describe("templates", function()
   it("hands back the same table for an unchanged templated message, with its current lines", function()
     write("p.md", "v1")
     local buf = chat({ "@You:", "zero", "@System:", 'sys {{ include("p.md") }}', "@You:", "hi" })
-    local document = require("flemma.document")
+    local document = require("flemma.chat.document")
     local first = assert(templates.expand(buf, document.get(buf)))
     vim.api.nvim_buf_set_lines(buf, 5, 6, false, { "hi again" })
     local second = assert(templates.expand(buf, document.get(buf)))
@@ -325,7 +325,7 @@ describe("templates", function()
 
   it("returns a document without tags as it is", function()
     local buf = chat({ "@System:", "plain { text } %", "@You:", "hi {x}" })
-    local doc = require("flemma.document").get(buf)
+    local doc = require("flemma.chat.document").get(buf)
     assert.equals(doc, templates.expand(buf, doc))
   end)
 end)
@@ -355,7 +355,7 @@ end)
 describe("frontmatter variables", function()
   it("are the plain data of the table a Lua frontmatter returns", function()
     local opts = assert(
-      require("flemma.frontmatter").evaluate(
+      require("flemma.chat.frontmatter").evaluate(
         'flemma.opt.tools.auto_approve = { "read" }\nreturn { a = 1, s = "x", l = { 1, 2 }, f = function() end, t = { k = true, [3] = 1 } }',
         "lua",
         1
@@ -364,14 +364,14 @@ describe("frontmatter variables", function()
     assert.same({ a = 1, s = "x", l = { 1, 2 }, t = { k = true } }, opts.variables)
     assert.same({ "read" }, opts.auto_approve)
     local holes = assert(
-      require("flemma.frontmatter").evaluate(
+      require("flemma.chat.frontmatter").evaluate(
         "return { l = { 1, function() end, 3, 0/0, 'x' }, [1] = 'dropped', n = { a = { b = {} } } }",
         "lua",
         1
       )
     )
     assert.same({ l = { 1, 3, "x" }, n = { a = { b = {} } } }, holes.variables)
-    local none = assert(require("flemma.frontmatter").evaluate("local x = 1", "lua", 1))
+    local none = assert(require("flemma.chat.frontmatter").evaluate("local x = 1", "lua", 1))
     assert.is_nil(none.variables)
   end)
 end)
@@ -482,7 +482,7 @@ describe(":Flemma preview", function()
     assert(ok, err)
     assert.equals(0, asked)
     assert.equals(buf, vim.api.nvim_get_current_buf())
-    local diags = vim.diagnostic.get(buf, { namespace = require("flemma.send").ns })
+    local diags = vim.diagnostic.get(buf, { namespace = require("flemma.cycle.send").ns })
     table.sort(diags, function(a, b)
       return a.lnum < b.lnum
     end)
@@ -490,7 +490,7 @@ describe(":Flemma preview", function()
     assert.equals(1, diags[1].lnum)
     assert.equals(2, diags[2].lnum)
     assert.matches("outside the project", diags[2].message)
-    assert.same({}, require("flemma.reach").take_wanted(buf))
+    assert.same({}, require("flemma.policy.reach").take_wanted(buf))
     assert.matches("cannot be sent as it is", notes[#notes].msg)
   end)
 
@@ -500,7 +500,7 @@ describe(":Flemma preview", function()
     vim.api.nvim_buf_set_lines(buf, 0, -1, false, { "@You:", "ok", "{{ nope }}" })
     vim.cmd("Flemma preview")
     assert.equals(buf, vim.api.nvim_get_current_buf())
-    local diags = vim.diagnostic.get(buf, { namespace = require("flemma.send").ns })
+    local diags = vim.diagnostic.get(buf, { namespace = require("flemma.cycle.send").ns })
     assert.equals(1, #diags)
     assert.equals(2, diags[1].lnum)
     assert.matches("line 3: template: the value of this {{ }} is nil", notes[#notes].msg)

@@ -1,4 +1,4 @@
-local truncate = require("flemma.truncate")
+local truncate = require("flemma.core.truncate")
 
 local function numbered(from, to)
   local t = {}
@@ -31,7 +31,7 @@ local function valid_utf8(s)
   return true
 end
 
-describe("flemma.truncate", function()
+describe("flemma.core.truncate", function()
   it("exposes the default limits", function()
     assert.equal(2000, truncate.MAX_LINES)
     assert.equal(51200, truncate.MAX_BYTES)

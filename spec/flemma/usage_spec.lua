@@ -75,7 +75,7 @@ describe("usage", function()
       )
       vim.cmd("Flemma switch openai gpt-5.4 thinking=")
       assert.equals("openai gpt-5.4 · $0.05", require("flemma").statusline())
-      local data = require("flemma.statusline").data(buf)
+      local data = require("flemma.ui.statusline").data(buf)
       assert.same({ provider = "openai", model = "gpt-5.4", tools = {}, sending = false, cost = 0.051 }, data)
     end)
 

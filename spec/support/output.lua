@@ -27,7 +27,7 @@ return function(options)
   -- Each test is one action of its own for the interpreters' time budget
   -- (flemma.isolate): the suite runs without giving Neovim's main loop control back.
   busted.subscribe({ "test", "start" }, function()
-    local isolate = package.loaded["flemma.isolate"]
+    local isolate = package.loaded["flemma.core.isolate"]
     if isolate then
       isolate.begin_action()
     end

@@ -2,7 +2,7 @@
 --- flemma-compat-codecompanion`): adapt(tool) registers it as a Flemma tool whose calls
 --- go through Flemma's approval, previews, sandbox and process manager. What the
 --- tool's output handlers add to the chat becomes the tool result.
-local util = require("flemma.util")
+local util = require("flemma.core.util")
 
 local M = {}
 local H = {}
@@ -114,7 +114,7 @@ function H.run_argv(run, cmd, done)
   if not wrapped then
     return done(false, { "sandbox: " .. tostring(err) }, {})
   end
-  local handle = require("flemma.process").spawn({
+  local handle = require("flemma.core.process").spawn({
     cmd = wrapped,
     cwd = run.ctx.cwd,
     timeout = math.floor((run.ctx.timeout or 30) * 1000),
@@ -202,7 +202,7 @@ end
 --- Whether other calls of this tool in the last assistant message still wait.
 function H.more_pending(bufnr, name, id)
   local ok, doc = pcall(function()
-    return require("flemma.document").get(bufnr)
+    return require("flemma.chat.document").get(bufnr)
   end)
   if not ok or type(doc) ~= "table" then
     return false
@@ -345,7 +345,7 @@ function H.approval(tool, name, input)
     req = res
   end
   if req and tool.handlers and type(tool.handlers.prompt_condition) == "function" then
-    local ok, res = pcall(tool.handlers.prompt_condition, self, tools_obj, require("flemma.config").get())
+    local ok, res = pcall(tool.handlers.prompt_condition, self, tools_obj, require("flemma.core.config").get())
     if not ok then
       return "require_approval"
     end

@@ -35,7 +35,7 @@ function M.budget(thinking)
   end
   local b = M.budgets[thinking]
   if not b then
-    require("flemma.util").error(
+    require("flemma.core.util").error(
       ("`parameters.thinking` should be false, a token budget or one of minimal, low, medium, high, max, not %s"):format(
         vim.inspect(thinking)
       )
@@ -236,7 +236,7 @@ function M.encode_pieces(ctx)
     for k, v in pairs(ctx) do
       full[k] = v
     end
-    full.request = require("flemma.document").to_messages({ messages = msgs })
+    full.request = require("flemma.chat.document").to_messages({ messages = msgs })
     msgs = nil
     ctx = full
   end

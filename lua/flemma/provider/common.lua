@@ -122,11 +122,11 @@ function H.merge_extra(body, extra, path)
   for k, v in pairs(extra) do
     local where = path .. "." .. tostring(k)
     if type(k) ~= "string" then
-      require("flemma.util").error(("%s: a field name should be a string"):format(where))
+      require("flemma.core.util").error(("%s: a field name should be a string"):format(where))
     end
     local have = body[k]
     if path:find("%.extra$") and M.RESERVED[k] then
-      require("flemma.util").error(
+      require("flemma.core.util").error(
         ("%s: Flemma builds `%s` itself; parameters.extra adds fields it does not set"):format(where, k)
       )
     elseif have == nil then
@@ -134,7 +134,7 @@ function H.merge_extra(body, extra, path)
     elseif type(have) == "table" and type(v) == "table" and not vim.islist(have) and not vim.islist(v) then
       H.merge_extra(have, v, where)
     else
-      require("flemma.util").error(
+      require("flemma.core.util").error(
         ("%s: Flemma sets `%s` itself (%s); use the parameter that sets it"):format(where, k, vim.json.encode(have))
       )
     end
@@ -155,7 +155,7 @@ function M.extra(body, ctx)
   local specific = type(params[name]) == "table" and params[name].extra or nil
   for _, e in ipairs({ { general, "parameters.extra" }, { specific, ("parameters.%s.extra"):format(name) } }) do
     if e[1] ~= nil and type(e[1]) ~= "table" then
-      require("flemma.util").error(("`%s` should be a table of request fields, not %s"):format(e[2], type(e[1])))
+      require("flemma.core.util").error(("`%s` should be a table of request fields, not %s"):format(e[2], type(e[1])))
     end
   end
   -- The provider's own fields win over the general ones; each is checked under the
@@ -195,7 +195,7 @@ end
 ---@param part { mime: string }
 ---@return boolean
 function M.is_image(part)
-  return require("flemma.attachments").IMAGE_TYPES[part.mime] == true
+  return require("flemma.chat.attachments").IMAGE_TYPES[part.mime] == true
 end
 
 --- Whether an attached file part is a PDF.
@@ -224,7 +224,7 @@ end
 ---@param why string
 ---@return string
 function M.file_note(part, why)
-  return require("flemma.attachments").note(part, why)
+  return require("flemma.chat.attachments").note(part, why)
 end
 
 --- The name a tool goes by in requests: providers allow letters, digits, `_` and `-`

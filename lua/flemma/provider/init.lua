@@ -2,7 +2,7 @@
 --- error bodies) and the shared path every request takes: resolving the named
 --- provider, the API key, transport (curl), retries, writing the response into the
 --- buffer, errors and usage. Installed as the send handler of `flemma.send`.
-local util = require("flemma.util")
+local util = require("flemma.core.util")
 
 local M = {}
 local H = {}
@@ -59,7 +59,7 @@ end
 ---@return flemma.provider.Spec|nil
 ---@return string|nil err
 function M.resolve(config)
-  config = config or require("flemma.config").get()
+  config = config or require("flemma.core.config").get()
   local name = config.provider
   local entry = config.providers[name]
   if type(entry) ~= "table" then
@@ -67,8 +67,8 @@ function M.resolve(config)
   end
   local model = config.model
     or entry.model
-    or require("flemma.models").defaults[name]
-    or require("flemma.models").defaults[entry.kind]
+    or require("flemma.core.models").defaults[name]
+    or require("flemma.core.models").defaults[entry.kind]
   if not model or model == "" then
     return nil,
       ("%s: no model is set: set `model` in setup() (or `providers.%s.model`), e.g. a name from the server's model list"):format(
@@ -104,7 +104,7 @@ end
 ---@return flemma.provider.Spec|nil
 ---@return string|nil err
 function M.resolve_buffer(bufnr)
-  local config, err = require("flemma.frontmatter").config(bufnr)
+  local config, err = require("flemma.chat.frontmatter").config(bufnr)
   if not config then
     return nil, err
   end
@@ -135,7 +135,7 @@ end
 ---@param endpoint string
 ---@return boolean
 function M.is_loopback(endpoint)
-  local secrets = require("flemma.secrets")
+  local secrets = require("flemma.policy.secrets")
   local _, host = secrets.url_host(endpoint)
   return secrets.is_loopback_host(host)
 end
@@ -151,7 +151,7 @@ function M.key(spec)
   if not H.needs_key(spec) then
     return nil
   end
-  local key = require("flemma.secrets").peek(H.secret_target(spec))
+  local key = require("flemma.policy.secrets").peek(H.secret_target(spec))
   if key then
     return key
   end
@@ -175,10 +175,10 @@ end
 ---@return string|nil host
 ---@return string|nil why
 function M.key_destination(spec)
-  return require("flemma.secrets").destination(
+  return require("flemma.policy.secrets").destination(
     spec.api_key_env,
     spec.endpoint,
-    require("flemma.config").key_configured(spec.name),
+    require("flemma.core.config").key_configured(spec.name),
     spec.name
   )
 end
@@ -218,17 +218,17 @@ function M.context(spec, request, o)
   o = o or {}
   local params = o.parameters
   if not params then
-    local ok, fm = pcall(require, "flemma.frontmatter")
+    local ok, fm = pcall(require, "flemma.chat.frontmatter")
     if ok and type(fm) == "table" and fm.parameters and o.bufnr then
       params = fm.parameters(o.bufnr, spec.kind)
     else
-      params = vim.deepcopy(require("flemma.config").get().parameters)
+      params = vim.deepcopy(require("flemma.core.config").get().parameters)
     end
   end
   return {
     spec = spec,
     model = spec.model,
-    model_info = require("flemma.models").get(spec.kind, spec.model),
+    model_info = require("flemma.core.models").get(spec.kind, spec.model),
     parameters = params,
     request = request,
     tools = o.tools or H.tools(o.bufnr),
@@ -654,7 +654,7 @@ function H.on_exit(req, a, result)
   -- A key from the keyring or another cached resolver that the provider refused:
   -- forgotten, resolved again and the request retried, once.
   if a.status == 401 and not req.streamed and not req.reauthed and req.ctx.key then
-    local secrets = require("flemma.secrets")
+    local secrets = require("flemma.policy.secrets")
     if secrets.cached_source(req.spec.name) then
       req.reauthed = true
       return H.reauth(req)
@@ -753,7 +753,7 @@ function M.send(bufnr, request, done, extra)
       doc_messages = doc.messages
       request = request or { system = H.system_text(doc), messages = {} }
     elseif not request then
-      request = require("flemma.document").to_messages(doc)
+      request = require("flemma.chat.document").to_messages(doc)
     end
     local ctx = M.context(spec, request, { bufnr = bufnr, key = key })
     ctx.doc_messages = doc_messages
@@ -777,7 +777,7 @@ function M.send(bufnr, request, done, extra)
   req.writer = require("flemma.provider.writer").new(bufnr, {
     provider = spec.kind,
     label = spec.name,
-    max_tool_calls = require("flemma.config").get().tools.max_calls_per_answer,
+    max_tool_calls = require("flemma.core.config").get().tools.max_calls_per_answer,
   })
   H.active[bufnr] = req
   -- Removed when the request finishes (H.finish): left in place, it kept every
@@ -806,7 +806,7 @@ end
 
 --- Resolves the key again after a 401 and retries the request with it.
 function H.reauth(req)
-  local secrets = require("flemma.secrets")
+  local secrets = require("flemma.policy.secrets")
   local old = req.ctx.key
   secrets.invalidate(req.spec.name)
   H.set_status(req, ("%s: the key was refused, looking it up again"):format(req.spec.name))
@@ -869,7 +869,7 @@ function M.send(bufnr, request, done, ...)
     })
     return
   end
-  local secrets = require("flemma.secrets")
+  local secrets = require("flemma.policy.secrets")
   if not spec or not H.needs_key(spec) or H.active[bufnr] or secrets.peek(H.secret_target(spec)) then
     return H.send_resolved(bufnr, request, done, unpack(extra, 1, n))
   end
@@ -900,7 +900,7 @@ function M.resolve_key(spec, cb)
   if not H.needs_key(spec) then
     return cb(nil)
   end
-  require("flemma.secrets").resolve(H.secret_target(spec), function(key, why)
+  require("flemma.policy.secrets").resolve(H.secret_target(spec), function(key, why)
     if key then
       return cb(key)
     end

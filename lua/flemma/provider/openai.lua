@@ -41,7 +41,7 @@ function M.effort(value)
   end
   local e = M.efforts[value]
   if not e then
-    require("flemma.util").error(
+    require("flemma.core.util").error(
       ("`parameters.thinking` should be false, a token budget or one of minimal, low, medium, high, max, not %s"):format(
         vim.inspect(value)
       )

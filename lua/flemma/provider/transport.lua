@@ -4,7 +4,7 @@
 --- so no secret is ever in argv (visible in `ps`), on disk or in a log. The child's
 --- stdout (`--dump-header -`: status line and headers, then the body) is decoded by
 --- the native stream decoder of the provider's kind.
-local util = require("flemma.util")
+local util = require("flemma.core.util")
 
 local M = {}
 local H = {}
@@ -79,7 +79,7 @@ function M.args(o)
   -- A server on this machine is reached directly: with http_proxy or ALL_PROXY set,
   -- curl sent a plain http:// request (the key in its headers) to the proxy, which
   -- may be another machine. Remote endpoints keep the proxy (https tunnels through).
-  local secrets = require("flemma.secrets")
+  local secrets = require("flemma.policy.secrets")
   local _, host = secrets.url_host(o.endpoint)
   if secrets.is_loopback_host(host) then
     vim.list_extend(argv, { "--noproxy", "*" })
@@ -153,7 +153,7 @@ function M.start(o)
     connect_timeout = o.connect_timeout,
     timeout = o.timeout,
   })
-  local log = require("flemma.log")
+  local log = require("flemma.core.log")
   if log.enabled("info") then
     local names = vim.tbl_keys(o.headers or {})
     table.sort(names)
@@ -182,7 +182,7 @@ function M.start(o)
       return o.on_events(events)
     end
   end
-  local ok, handle = pcall(require("flemma.process").spawn, {
+  local ok, handle = pcall(require("flemma.core.process").spawn, {
     cmd = argv,
     stdin = config,
     decoder = o.decoder,

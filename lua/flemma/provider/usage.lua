@@ -1,6 +1,6 @@
 --- Token usage and cost: the last request of each buffer, per-buffer totals and the
 --- session's totals (all buffers since Neovim started).
-local models = require("flemma.models")
+local models = require("flemma.core.models")
 
 local M = {}
 local H = {}

@@ -39,7 +39,7 @@ function M.thinking_config(value, model)
     return { thinkingBudget = math.floor(value), includeThoughts = true }
   end
   if not M.budgets[value] then
-    require("flemma.util").error(
+    require("flemma.core.util").error(
       ("`parameters.thinking` should be false, a token budget or one of minimal, low, medium, high, max, not %s"):format(
         vim.inspect(value)
       )

@@ -9,7 +9,7 @@
 --- streaming escaper (`:help flemma-escaping`), and a code fence the model's text
 --- leaves open is closed before the writer's own structure (a tool use, a thinking
 --- block, `@You:`) follows, so that structure is never read as text.
-local document = require("flemma.document")
+local document = require("flemma.chat.document")
 local native = require("flemma.native")
 
 local M = {}

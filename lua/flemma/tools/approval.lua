@@ -1,8 +1,8 @@
 --- Who decides whether a tool call runs: a chain of resolvers evaluated by priority
 --- (highest first, ties by name). The first resolver that returns a decision wins;
 --- when none does, the call requires approval.
-local util = require("flemma.util")
-local presets = require("flemma.tools.presets")
+local util = require("flemma.core.util")
+local presets = require("flemma.isolated.presets")
 
 local M = {}
 local H = {}
@@ -192,8 +192,8 @@ function M.resolve(tool_name, input, ctx)
     return "deny"
   end
   local decision = H.chain(tool_name, input, context, fm, warned)
-  if decision == "approve" and global ~= "approve" and not require("flemma.trust").is_trusted(context.bufnr) then
-    require("flemma.trust").ignored(context.bufnr, tool_name)
+  if decision == "approve" and global ~= "approve" and not require("flemma.policy.trust").is_trusted(context.bufnr) then
+    require("flemma.policy.trust").ignored(context.bufnr, tool_name)
     return global
   end
   return decision
@@ -231,7 +231,7 @@ function H.scoped(decision, tool_name, input, ctx)
   if decision ~= "approve" then
     return decision
   end
-  local ok, inside = pcall(require("flemma.tools.scope").is_inside, ctx.bufnr, tool_name, input)
+  local ok, inside = pcall(require("flemma.policy.scope").is_inside, ctx.bufnr, tool_name, input)
   if ok and inside then
     return decision
   end
@@ -251,7 +251,7 @@ function H.apply(policy, excluded, tool_name, input, ctx, what)
 end
 
 function H.tools_config()
-  return (H.config or require("flemma.config").get()).tools or {}
+  return (H.config or require("flemma.core.config").get()).tools or {}
 end
 
 -- The frontmatter the built-in resolvers act on: the one of the running chain, else
@@ -269,7 +269,7 @@ function H.frontmatter(ctx)
   if type(ctx.bufnr) ~= "number" or not vim.api.nvim_buf_is_valid(ctx.bufnr) then
     return nil
   end
-  local ok, opts, err = pcall(require("flemma.frontmatter").get, ctx.bufnr)
+  local ok, opts, err = pcall(require("flemma.chat.frontmatter").get, ctx.bufnr)
   if not ok then
     return nil, util.message(opts)
   end
@@ -346,7 +346,7 @@ function H.sandbox_resolver(tool_name, input, ctx)
   if type(def) ~= "table" or not vim.tbl_contains(def.capabilities or {}, "can_auto_approve_if_sandboxed") then
     return nil
   end
-  local ok_sb, sandbox = pcall(require, "flemma.sandbox")
+  local ok_sb, sandbox = pcall(require, "flemma.policy.sandbox")
   if not ok_sb or type(sandbox) ~= "table" then
     return nil
   end

@@ -5,7 +5,7 @@
 --- unsaved buffer). Namespaces `path`, `sandbox` and `truncate` are built on first
 --- access (an unused namespace costs nothing). `ctx:get_config()` returns a deep copy
 --- of `config.tools[tool_name]`, or nil.
-local util = require("flemma.util")
+local util = require("flemma.core.util")
 
 local M = {}
 local H = {}
@@ -50,7 +50,7 @@ end
 
 function H.lazy.sandbox(ctx)
   local function backend()
-    local ok, sandbox = pcall(require, "flemma.sandbox")
+    local ok, sandbox = pcall(require, "flemma.policy.sandbox")
     if ok and type(sandbox) == "table" then
       return sandbox
     end
@@ -96,7 +96,7 @@ function H.lazy.sandbox(ctx)
 end
 
 function H.lazy.truncate()
-  local ok, truncate = pcall(require, "flemma.truncate")
+  local ok, truncate = pcall(require, "flemma.core.truncate")
   if ok and type(truncate) == "table" then
     return truncate
   end
@@ -122,7 +122,7 @@ end
 ---@return table|nil
 function Context:get_config()
   local name = H.tool_names[self]
-  local tools = require("flemma.config").get().tools or {}
+  local tools = require("flemma.core.config").get().tools or {}
   local sub = name and tools[name]
   if type(sub) ~= "table" then
     return nil
@@ -146,7 +146,7 @@ function M.new(bufnr, tool_name, opts)
       filename = vim.fs.normalize(vim.fn.fnamemodify(name, ":p"))
     end
   end
-  local cfg = require("flemma.config").get().tools or {}
+  local cfg = require("flemma.core.config").get().tools or {}
   local ctx = setmetatable({
     bufnr = bufnr,
     cwd = vim.fs.normalize(vim.fn.getcwd()),

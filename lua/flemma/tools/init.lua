@@ -1,6 +1,6 @@
 --- The tool registry: definitions, async definition sources, input validation and
 --- execution. See `:help flemma-tools-register`.
-local util = require("flemma.util")
+local util = require("flemma.core.util")
 
 local M = {}
 local H = {}
@@ -175,7 +175,7 @@ function H.add_source(label, resolve, timeout)
       ("tool source %s: `timeout` should be a positive number of seconds, not %s"):format(label, vim.inspect(timeout))
     )
   end
-  timeout = timeout or require("flemma.config").get().tools.default_timeout or 30
+  timeout = timeout or require("flemma.core.config").get().tools.default_timeout or 30
   local finished = false
   local timer = vim.uv.new_timer()
   local source = { label = label }
@@ -399,7 +399,7 @@ end
 ---@return string|nil err
 function M.for_buffer(bufnr)
   local names = M.list()
-  local ok, frontmatter = pcall(require, "flemma.frontmatter")
+  local ok, frontmatter = pcall(require, "flemma.chat.frontmatter")
   if not ok or type(frontmatter) ~= "table" or type(frontmatter.get) ~= "function" then
     return names
   end
@@ -594,7 +594,7 @@ function H.normalize(name, result)
     return { success = false, error = ("tool `%s` returned %s instead of a result table"):format(name, type(result)) }
   end
   local except = {}
-  for _, n in ipairs(require("flemma.config").get().tools.env_passthrough or {}) do
+  for _, n in ipairs(require("flemma.core.config").get().tools.env_passthrough or {}) do
     except[n] = true
   end
   local out = { success = result.success == true, output = H.redact(result.output, except, 0), error = result.error }
@@ -612,7 +612,7 @@ function H.normalize(name, result)
 end
 
 function H.max_concurrent()
-  local n = require("flemma.config").get().tools.max_concurrent
+  local n = require("flemma.core.config").get().tools.max_concurrent
   return (type(n) == "number" and n >= 1) and n or math.huge
 end
 
@@ -725,7 +725,7 @@ function M.execute(bufnr, tool_use, on_done, opts)
   end
   local allowed, retry = require("flemma.tools.ratelimit").take(type(bufnr) == "number" and bufnr > 0 and bufnr or nil)
   if not allowed then
-    local cfg = require("flemma.config").get().tools.rate_limit
+    local cfg = require("flemma.core.config").get().tools.rate_limit
     finish({
       success = false,
       rate_limited = true,
@@ -1120,7 +1120,7 @@ function M.preview(name, input, max_length, bufnr)
     summary = preview.one_line(require("flemma.tools.summary").generic_preview(clean))
   end
   if bufnr ~= nil and def and def.paths then
-    local scope = require("flemma.tools.scope")
+    local scope = require("flemma.policy.scope")
     summary = scope.mark(summary, scope.outside(bufnr, name, clean))
   end
   return summary

@@ -1,7 +1,7 @@
 --- Hooks around every tool execution (`:help flemma-tools-api`): `before(args, ctx)`
 --- may replace the arguments or deny the call; `after(args, ctx, result)` may replace
 --- the result. Hooks run in registration order, each on what the previous one left.
-local util = require("flemma.util")
+local util = require("flemma.core.util")
 
 local M = {}
 local H = {}

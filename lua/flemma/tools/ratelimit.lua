@@ -16,7 +16,7 @@ end
 ---@return boolean ok
 ---@return number|nil retry_after seconds
 function M.take(bufnr)
-  local cfg = require("flemma.config").get().tools.rate_limit
+  local cfg = require("flemma.core.config").get().tools.rate_limit
   if type(bufnr) ~= "number" or type(cfg) ~= "table" then
     return true
   end

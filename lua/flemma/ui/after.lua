@@ -20,7 +20,7 @@ function H.step()
     H.ran = H.ran + 1
     local ok, err = pcall(job.fn)
     if not ok then
-      require("flemma.log").debug("after a change: " .. tostring(err))
+      require("flemma.core.log").debug("after a change: " .. tostring(err))
     end
   end
   if #H.queue > 0 then

@@ -157,7 +157,7 @@ function M.setup_window(win)
   end
   -- Neovim computes the fold level of every line when 'foldmethod' becomes "expr"
   -- (about 75 ms per MB here): larger chats are not folded, so they open at once.
-  local max = require("flemma.config").get().ui.fold_max_bytes
+  local max = require("flemma.core.config").get().ui.fold_max_bytes
   if vim.api.nvim_buf_get_offset(buf, vim.api.nvim_buf_line_count(buf)) > max then
     return
   end
@@ -221,7 +221,7 @@ function M.update(bufnr, top, bot, budget)
     for k, r in ipairs(native.idoc_touched(idoc, p.version)) do
       ranges[k] = { r[1] - 1, r[2] }
     end
-    if require("flemma.document").lagged_since(bufnr, p.version) then
+    if require("flemma.chat.document").lagged_since(bufnr, p.version) then
       -- Neovim folded the change with the lagging document (an undo, a redo,
       -- a J: lines.at answers each line for the old line with its text): the
       -- changed messages are folded again in full, and the message after each

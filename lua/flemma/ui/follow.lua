@@ -48,7 +48,7 @@ function M.start(buf)
   local fresh = H.state[buf] == nil
   H.state[buf] = { wins = wins }
   if away then
-    require("flemma.util").notify(
+    require("flemma.core.util").notify(
       ("the answer streams in below line %d: G goes there"):format(vim.api.nvim_buf_line_count(buf))
     )
   end

@@ -61,7 +61,7 @@ end
 -- File references (the ones attachments reads: @./p, @../p, @~/p, @/p, an
 -- optional ;type=mime) and template tags ({{ }}, {% %}) in a line of text.
 function H.text_spans(out, line)
-  for _, ref in ipairs(require("flemma.attachments").line_references(line)) do
+  for _, ref in ipairs(require("flemma.chat.attachments").line_references(line)) do
     out[#out + 1] = { ref.first - 1, ref.last, "FlemmaFileReference" }
   end
   for open, close, group in H.tag_kinds() do

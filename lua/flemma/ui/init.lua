@@ -5,7 +5,7 @@ local M = {}
 
 --- Whether tree-sitter highlights buffer buf as markdown (started here when it can).
 function M.start_markdown(buf)
-  local ui = require("flemma.config").get().ui
+  local ui = require("flemma.core.config").get().ui
   if not ui.treesitter then
     return false
   end

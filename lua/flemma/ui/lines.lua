@@ -3,7 +3,7 @@
 --- texts) is built once per segment id and kept while the segment is unchanged,
 --- and the segment of the last question is remembered: asking for the lines of
 --- a window in order costs O(1) per line, whatever the size of the chat.
-local document = require("flemma.document")
+local document = require("flemma.chat.document")
 local native = require("flemma.native")
 
 local M = {}

@@ -14,12 +14,12 @@ local H = {}
 M.ns = vim.api.nvim_create_namespace("flemma.marks")
 
 function H.config()
-  return require("flemma.config").get().ui
+  return require("flemma.core.config").get().ui
 end
 
 function H.streaming(buf)
   local ok, active = pcall(function()
-    return require("flemma.send").is_active(buf)
+    return require("flemma.cycle.send").is_active(buf)
   end)
   return ok and active
 end

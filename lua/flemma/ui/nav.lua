@@ -19,7 +19,7 @@ function H.live(bufnr)
   if not require("flemma.native").usable() then
     return nil
   end
-  return require("flemma.document").live(bufnr)
+  return require("flemma.chat.document").live(bufnr)
 end
 
 function H.segments(L)
@@ -204,7 +204,10 @@ end
 function M.message_object(around)
   local ok, first = xpcall(H.region, debug.traceback, around)
   if not ok then
-    require("flemma.util").notify((around and "am" or "im") .. " failed: " .. tostring(first), vim.log.levels.ERROR)
+    require("flemma.core.util").notify(
+      (around and "am" or "im") .. " failed: " .. tostring(first),
+      vim.log.levels.ERROR
+    )
     return "<Esc>"
   end
   if not first then
@@ -249,7 +252,7 @@ end
 function M.goto_file()
   local bufnr = api.nvim_get_current_buf()
   local cur = api.nvim_win_get_cursor(0)
-  local attachments = require("flemma.attachments")
+  local attachments = require("flemma.chat.attachments")
   local ref = attachments.reference_at(api.nvim_get_current_line(), cur[2])
   if not ref then
     local count = vim.v.count > 0 and tostring(vim.v.count) or ""
@@ -257,10 +260,10 @@ function M.goto_file()
   end
   local path = attachments.resolve(bufnr, ref.path)
   if not vim.uv.fs_stat(path) then
-    require("flemma.util").warn(("no file %s (the reference @%s): check the path"):format(path, ref.path))
+    require("flemma.core.util").warn(("no file %s (the reference @%s): check the path"):format(path, ref.path))
     return
   end
-  require("flemma.util").open("edit " .. vim.fn.fnameescape(path))
+  require("flemma.core.util").open("edit " .. vim.fn.fnameescape(path))
 end
 
 -- ---------------------------------------------------------------------------
@@ -274,7 +277,7 @@ function H.tool_part_at(L, line)
   if not i then
     return nil
   end
-  local e = require("flemma.document").entry(L, i)
+  local e = require("flemma.chat.document").entry(L, i)
   for _, p in ipairs(e.message and e.message.parts or {}) do
     if p.first_line > line then
       break
@@ -287,7 +290,7 @@ end
 
 --- The first tool result of id in segment i, if i is a message.
 function H.result_in(L, i, id)
-  local e = require("flemma.document").entry(L, i)
+  local e = require("flemma.chat.document").entry(L, i)
   for _, p in ipairs(e.message and e.message.parts or {}) do
     if p.kind == "tool_result" and p.id == id then
       return p
@@ -308,7 +311,7 @@ function H.pair(L, p, i)
   if not seg then
     return nil
   end
-  local e = require("flemma.document").entry(L, seg)
+  local e = require("flemma.chat.document").entry(L, seg)
   local parts = e.message and e.message.parts or {}
   for k = #parts, 1, -1 do
     if parts[k].kind == "tool_use" and parts[k].id == p.id then
@@ -333,9 +336,11 @@ function M.goto_pair()
   local other = H.pair(L, p, i)
   if not other then
     if p.kind == "tool_use" then
-      require("flemma.util").warn(("tool use `%s` (%s) has no result in the next @You: message"):format(p.id, p.name))
+      require("flemma.core.util").warn(
+        ("tool use `%s` (%s) has no result in the next @You: message"):format(p.id, p.name)
+      )
     else
-      require("flemma.util").warn(("tool result `%s` answers no tool use in this chat"):format(p.id))
+      require("flemma.core.util").warn(("tool result `%s` answers no tool use in this chat"):format(p.id))
     end
     return
   end

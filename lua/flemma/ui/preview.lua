@@ -72,7 +72,7 @@ function M.text(name, input, width, eol, bufnr)
   local max_length = math.max(1, width - vim.fn.strdisplaywidth(prefix))
   local ok, summary = pcall(require("flemma.tools").preview, name, input or {}, max_length, bufnr)
   if not ok or type(summary) ~= "string" then
-    summary = "(preview failed: " .. require("flemma.util").message(summary) .. ")"
+    summary = "(preview failed: " .. require("flemma.core.util").message(summary) .. ")"
   end
   summary = summary:gsub("\r\n", "\n"):gsub("\n", eol or "↵")
   return M.fit(prefix .. summary, width)
@@ -95,7 +95,7 @@ function H.find_use(L, id)
   if not seg then
     return nil
   end
-  local e = require("flemma.document").entry(L, seg)
+  local e = require("flemma.chat.document").entry(L, seg)
   local parts = e.message and e.message.parts or {}
   for k = #parts, 1, -1 do
     local p = parts[k]
@@ -117,7 +117,7 @@ function H.draw_segment(bufnr, L, i, width, eol, cleared)
   if not native.idoc_has_empty_pending(L.idoc, i) then
     return
   end
-  local e = require("flemma.document").entry(L, i)
+  local e = require("flemma.chat.document").entry(L, i)
   for _, part in ipairs(e.message and e.message.parts or {}) do
     if part.kind == "tool_result" and part.status == "pending" and (part.content or "") == "" then
       local use = H.find_use(L, part.id)
@@ -152,7 +152,7 @@ function M.update(bufnr, opts)
   if not vim.api.nvim_buf_is_valid(bufnr) or not vim.api.nvim_buf_is_loaded(bufnr) then
     return
   end
-  local document = require("flemma.document")
+  local document = require("flemma.chat.document")
   local L = document.live(bufnr)
   local count = #L.entries
   local win = vim.fn.bufwinid(bufnr)
@@ -261,7 +261,7 @@ end
 --- hold no preview and no empty pending placeholder: then nothing is redrawn,
 --- and the window's text width (costly to read) is not needed.
 function H.nothing_to_draw(bufnr, L, version)
-  local document = require("flemma.document")
+  local document = require("flemma.chat.document")
   local native = require("flemma.native")
   local _, lo, hi = document.changed_since(L, version)
   if lo >= hi then
@@ -309,7 +309,7 @@ function M.schedule(bufnr, delay)
     if vim.api.nvim_buf_is_valid(bufnr) then
       local ok, err = pcall(M.update, bufnr, { budget_ms = H.SLICE_MS })
       if not ok then
-        require("flemma.util").warn("tool previews failed: " .. require("flemma.util").message(err))
+        require("flemma.core.util").warn("tool previews failed: " .. require("flemma.core.util").message(err))
       end
     else
       H.state[bufnr] = nil
@@ -335,7 +335,7 @@ function M.refresh(bufnr, doc)
   end
   H.state[bufnr] = nil
   vim.api.nvim_buf_clear_namespace(bufnr, M.ns, 0, -1)
-  doc = doc or require("flemma.document").get(bufnr)
+  doc = doc or require("flemma.chat.document").get(bufnr)
   local uses = {}
   for _, msg in ipairs(doc.messages) do
     for _, part in ipairs(msg.parts) do

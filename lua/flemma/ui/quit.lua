@@ -13,7 +13,7 @@ H.written = {}
 H.quit_written = {}
 
 function H.streaming()
-  local send = package.loaded["flemma.send"]
+  local send = package.loaded["flemma.cycle.send"]
   local out = {}
   if not send then
     return out
@@ -44,12 +44,12 @@ function H.quit_pre()
   end)
   -- Said only when this quit may end Neovim or closes a streaming chat (not for a
   -- split of another file closed meanwhile).
-  local send = package.loaded["flemma.send"]
+  local send = package.loaded["flemma.cycle.send"]
   local last = #vim.api.nvim_list_tabpages() == 1 and vim.fn.winnr("$") == 1
   if not last and not (send and send.is_active(vim.api.nvim_get_current_buf())) then
     return
   end
-  require("flemma.util").notify(
+  require("flemma.core.util").notify(
     ("%s is still receiving: <C-c> stops it, :wq! stops and quits"):format(
       vim.fn.fnamemodify(vim.api.nvim_buf_get_name(bufs[1]), ":t")
     ),
@@ -58,7 +58,7 @@ function H.quit_pre()
 end
 
 function H.leave()
-  local send = package.loaded["flemma.send"]
+  local send = package.loaded["flemma.cycle.send"]
   for _, buf in ipairs(H.streaming()) do
     pcall(send.cancel, buf)
   end
@@ -83,7 +83,7 @@ function M.setup()
   vim.api.nvim_create_autocmd("BufWritePost", {
     group = group,
     callback = function(ev)
-      local send = package.loaded["flemma.send"]
+      local send = package.loaded["flemma.cycle.send"]
       if send and send.is_active(ev.buf) then
         H.written[ev.buf] = true
         vim.schedule(function()

@@ -16,13 +16,13 @@ H.request_version = {} ---@type table<integer, integer> document version when a 
 H.BURST_MS = 16
 
 function H.cfg()
-  return require("flemma.config").get().ui
+  return require("flemma.core.config").get().ui
 end
 
 function H.safe(fn, ...)
   local ok, err = pcall(fn, ...)
   if not ok then
-    require("flemma.log").debug("view: " .. tostring(err))
+    require("flemma.core.log").debug("view: " .. tostring(err))
   end
 end
 
@@ -94,7 +94,7 @@ function H.limit_treesitter(buf)
   if not hl[buf] then
     return
   end
-  local max = require("flemma.config").get().ui.treesitter_max_bytes
+  local max = require("flemma.core.config").get().ui.treesitter_max_bytes
   if vim.api.nvim_buf_get_offset(buf, vim.api.nvim_buf_line_count(buf)) > max then
     vim.treesitter.stop(buf)
     vim.bo[buf].syntax = "chat"

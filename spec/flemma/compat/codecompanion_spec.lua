@@ -6,7 +6,7 @@ local helpers = require("spec.support.helpers")
 local cc = require("flemma.compat.codecompanion")
 local tools = require("flemma.tools")
 local approval = require("flemma.tools.approval")
-local send = require("flemma.send")
+local send = require("flemma.cycle.send")
 local preview = require("flemma.ui.preview")
 
 local press, text = helpers.press, helpers.text

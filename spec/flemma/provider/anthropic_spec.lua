@@ -1,4 +1,4 @@
-local document = require("flemma.document")
+local document = require("flemma.chat.document")
 local provider = require("flemma.provider")
 
 -- A conversation with system text, parallel tool uses and results (one an error),
@@ -255,7 +255,7 @@ describe("flemma.provider.anthropic", function()
   end)
 
   it("takes parameters.anthropic.thinking_budget over parameters.thinking (through the buffer's parameters)", function()
-    require("flemma.config").setup({ parameters = { thinking = "low", anthropic = { thinking_budget = 12345 } } })
+    require("flemma.core.config").setup({ parameters = { thinking = "low", anthropic = { thinking_budget = 12345 } } })
     local buf = vim.api.nvim_create_buf(true, false)
     vim.api.nvim_buf_set_lines(buf, 0, -1, false, { "@You:", "Hi" })
     local spec = assert(provider.resolve())
@@ -263,7 +263,7 @@ describe("flemma.provider.anthropic", function()
     local body = provider.build(ctx)
     assert.same({ type = "enabled", budget_tokens = 12345 }, body.thinking)
     assert.equals("claude-sonnet-4-6", body.model)
-    require("flemma.config").setup({})
+    require("flemma.core.config").setup({})
     vim.api.nvim_buf_delete(buf, { force = true })
   end)
 

@@ -183,7 +183,7 @@ describe("a hostile server", function()
       "@You:",
       "Go",
     })
-    assert.equals(4096, require("flemma.frontmatter").parameters(buf).max_response_bytes)
+    assert.equals(4096, require("flemma.chat.frontmatter").parameters(buf).max_response_bytes)
   end)
 
   it("cancel during an endless fast stream ends it at once: the cancelled line, the loop not held", function()
@@ -309,7 +309,7 @@ describe("a hostile server", function()
     assert.truthy(t:find("**Tool Result:** `toolu_255`\n\n```flemma:tool status=pending", 1, true))
     assert.truthy(t:find("**Tool Result:** `toolu_256` (error)", 1, true))
     -- Valid: every tool use has one result; what stops a send is the 256 placeholders.
-    local _, problems = require("flemma.document").validate_for_send(require("flemma.document").get(buf))
+    local _, problems = require("flemma.chat.document").validate_for_send(require("flemma.chat.document").get(buf))
     assert.equals(256, #problems)
     for _, p in ipairs(problems) do
       assert.truthy(p.message:find("is still a pending placeholder", 1, true), p.message)

@@ -3,7 +3,7 @@
 -- curl's argv, a notification or the log.
 local helpers = require("spec.support.helpers")
 local provider = require("flemma.provider")
-local secrets = require("flemma.secrets")
+local secrets = require("flemma.policy.secrets")
 
 local KEY1 = "sk-keyring-first-" .. tostring(math.random(1e9))
 local KEY2 = "sk-keyring-second-" .. tostring(math.random(1e9))
@@ -113,11 +113,11 @@ describe("credentials against the loopback server", function()
     start(true)
     server = h.server
     vim.env.XDG_STATE_HOME = helpers.tmpdir()
-    require("flemma.log").enable("debug")
+    require("flemma.core.log").enable("debug")
   end)
   after_each(function()
-    local log = helpers.read_file(require("flemma.log").path()) or ""
-    require("flemma.log").disable()
+    local log = helpers.read_file(require("flemma.core.log").path()) or ""
+    require("flemma.core.log").disable()
     stop()
     assert.is_nil(log:find(KEY1, 1, true), "a key in the log")
     assert.is_nil(log:find(KEY2, 1, true), "a key in the log")

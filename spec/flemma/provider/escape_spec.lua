@@ -5,7 +5,7 @@
 -- thinking and text (no tool use, no result, no placeholder); and the next request
 -- gives the model its text back byte for byte.
 local helpers = require("spec.support.helpers")
-local document = require("flemma.document")
+local document = require("flemma.chat.document")
 
 local KEY = "sk-flemma-escape-" .. tostring(math.random(1e9))
 local text = helpers.text

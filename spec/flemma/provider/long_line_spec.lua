@@ -3,7 +3,7 @@
 -- buffer intact (the writer's cut points were found by a pattern quadratic in the
 -- line's length, which held Neovim for minutes).
 local helpers = require("spec.support.helpers")
-local document = require("flemma.document")
+local document = require("flemma.chat.document")
 
 local KEY = "sk-flemma-long-" .. tostring(math.random(1e9))
 

@@ -1,4 +1,4 @@
-local document = require("flemma.document")
+local document = require("flemma.chat.document")
 local provider = require("flemma.provider")
 
 local CHAT = {
@@ -110,7 +110,7 @@ describe("flemma.provider.openai_chat", function()
   end)
 
   it('resolves the built-in named providers: provider = "ollama" just works', function()
-    local config = require("flemma.config")
+    local config = require("flemma.core.config")
     config.setup({ provider = "ollama", model = "qwen3" })
     local spec = assert(provider.resolve())
     assert.same({

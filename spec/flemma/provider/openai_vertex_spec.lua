@@ -2,7 +2,7 @@
 -- key, and one conversation switched anthropic -> openai -> vertex -> anthropic: each
 -- provider gets its own thinking back signed, the others' as text (never with a
 -- foreign signature), and every tool use keeps its result.
-local document = require("flemma.document")
+local document = require("flemma.chat.document")
 local provider = require("flemma.provider")
 
 -- anthropic answered first, then openai, then vertex.

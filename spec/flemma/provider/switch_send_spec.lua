@@ -4,7 +4,7 @@
 -- own signature and every tool pair, and each request carries only its own signatures.
 local helpers = require("spec.support.helpers")
 local provider = require("flemma.provider")
-local document = require("flemma.document")
+local document = require("flemma.chat.document")
 
 local KEY = "sk-switch-" .. tostring(math.random(1e9))
 

@@ -163,7 +163,7 @@ describe("flemma.provider.writer", function()
       text(buf)
     )
     -- What was written parses back into the same thinking parts.
-    local doc = require("flemma.document").parse(helpers.lines(buf))
+    local doc = require("flemma.chat.document").parse(helpers.lines(buf))
     local parts = doc.messages[2].parts
     assert.equals("thinking", parts[1].kind)
     assert.equals("EqQB+/sig==", parts[1].signature)
@@ -220,7 +220,7 @@ describe("flemma.provider.writer", function()
         { type = "tool_use_stop", index = 2 },
       })
       w:finish("completed")
-      local doc = require("flemma.document").parse(helpers.lines(buf))
+      local doc = require("flemma.chat.document").parse(helpers.lines(buf))
       local uses = {}
       for _, p in ipairs(doc.messages[2].parts) do
         if p.kind == "tool_use" then

@@ -4,7 +4,7 @@
 local helpers = require("spec.support.helpers")
 
 local tools = require("flemma.tools")
-local send = require("flemma.send")
+local send = require("flemma.cycle.send")
 
 local press, text = helpers.press, helpers.text
 

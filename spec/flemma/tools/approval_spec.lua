@@ -582,14 +582,14 @@ describe("flemma.tools.approval", function()
         capture_notify(function()
           assert.same(case[3], decisions(buf))
         end)
-        require("flemma.trust").set(buf, "trusted")
+        require("flemma.policy.trust").set(buf, "trusted")
         assert.same(case[4] or case[3], decisions(buf))
       end)
     end
 
     it("keeps the preset listed while the removed tool is excluded at expansion", function()
       local buf = chat('flemma.opt.tools.auto_approve = { "$default" }\nflemma.opt.tools.auto_approve:remove("write")')
-      local opts = require("flemma.frontmatter").get(buf)
+      local opts = require("flemma.chat.frontmatter").get(buf)
       assert.same({ "$default" }, opts.auto_approve)
       assert.same({ "write" }, opts.auto_approve_excluded)
     end)
@@ -641,7 +641,7 @@ describe("flemma.tools.approval", function()
 
     it("approves bash (can_auto_approve_if_sandboxed) while the sandbox is enabled and available", function()
       sandboxed()
-      assert.is_true((require("flemma.sandbox").is_available()))
+      assert.is_true((require("flemma.policy.sandbox").is_available()))
       assert.same({ bash = A, read = A, write = A, edit = A, lookup = R }, decisions())
     end)
 
@@ -657,7 +657,7 @@ describe("flemma.tools.approval", function()
 
     it("does nothing when the backend is not available", function()
       sandboxed(nil, { backend = "sandbox-exec" }) -- not on Linux
-      assert.is_false((require("flemma.sandbox").is_available()))
+      assert.is_false((require("flemma.policy.sandbox").is_available()))
       assert.equals(R, decide("bash"))
     end)
 

@@ -1,5 +1,5 @@
 local tools = require("flemma.tools")
-local config = require("flemma.config")
+local config = require("flemma.core.config")
 local helpers = require("spec.support.helpers")
 
 local uv = vim.uv
@@ -515,7 +515,7 @@ describe("built-in tools", function()
         config.setup({ tools = { env_passthrough = { "GITHUB_PAT" } } })
         check(sh("echo; env"), true)
         config.setup({ tools = { env_passthrough = { "GITHUB_PAT" } }, sandbox = { enabled = true } })
-        assert.is_true(require("flemma.sandbox").is_enabled())
+        assert.is_true(require("flemma.policy.sandbox").is_enabled())
         check(sh("echo; env"), true)
       end)
       for k in pairs(vars) do
@@ -715,7 +715,7 @@ while True:
     end)
 
     it("bash runs inside the sandbox: writes outside the writable paths fail", function()
-      assert.is_true(require("flemma.sandbox").is_enabled())
+      assert.is_true(require("flemma.policy.sandbox").is_enabled())
       local res = run(buf, "bash", {
         command = ("touch %s/in.txt && touch %s/out.txt"):format(dir, outside),
         timeout = vim.NIL,

@@ -1,5 +1,5 @@
 local context = require("flemma.tools.context")
-local config = require("flemma.config")
+local config = require("flemma.core.config")
 local helpers = require("spec.support.helpers")
 
 describe("flemma.tools.context", function()
@@ -86,7 +86,7 @@ describe("flemma.tools.context", function()
     end)
 
     it("answers from the sandbox policy while it is on", function()
-      local sandbox = require("flemma.sandbox")
+      local sandbox = require("flemma.policy.sandbox")
       config.setup({ sandbox = { enabled = true, policy = { rw_paths = { dir } } } })
       local ctx = context.new(helpers.buffer({}, dir .. "/a.chat"), "bash")
       assert.is_true(sandbox.is_enabled())

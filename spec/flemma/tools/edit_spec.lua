@@ -2,7 +2,7 @@
 -- fallback strategies in order (table-driven), ambiguous matches, the unified diff;
 -- through the registry and through the buffer with <C-]> on real files.
 local tools = require("flemma.tools")
-local config = require("flemma.config")
+local config = require("flemma.core.config")
 local helpers = require("spec.support.helpers")
 
 local press, text = helpers.press, helpers.text

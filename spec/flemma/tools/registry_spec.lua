@@ -1,5 +1,5 @@
 local tools = require("flemma.tools")
-local config = require("flemma.config")
+local config = require("flemma.core.config")
 
 local function def(name, extra)
   local d = {

@@ -5,7 +5,7 @@ local helpers = require("spec.support.helpers")
 
 local tools = require("flemma.tools")
 local approval = require("flemma.tools.approval")
-local send = require("flemma.send")
+local send = require("flemma.cycle.send")
 local preview = require("flemma.ui.preview")
 
 local press, text = helpers.press, helpers.text
@@ -145,7 +145,7 @@ describe("tools.rate_limit", function()
     end)
     require("flemma").setup({ tools = { rate_limit = false } })
     require("flemma").setup({ tools = { rate_limit = { burst = 5 } } })
-    assert.equals(2, require("flemma.config").get().tools.rate_limit.per_second)
+    assert.equals(2, require("flemma.core.config").get().tools.rate_limit.per_second)
   end)
 
   it(

@@ -4,7 +4,7 @@
 local helpers = require("spec.support.helpers")
 
 local approval = require("flemma.tools.approval")
-local scope = require("flemma.tools.scope")
+local scope = require("flemma.policy.scope")
 local preview = require("flemma.ui.preview")
 
 local press, text = helpers.press, helpers.text
@@ -52,7 +52,7 @@ describe("approval inside the project", function()
     vim.env.HOME = home
     vim.cmd("cd " .. vim.fn.fnameescape(project))
     require("flemma").setup({ tools = { autopilot = { enabled = false } } })
-    require("flemma.sandbox").set_enabled(nil) -- follow the config (other specs toggle it)
+    require("flemma.policy.sandbox").set_enabled(nil) -- follow the config (other specs toggle it)
     helpers.write_file(elsewhere .. "/secret.txt", "the secret\n")
     helpers.write_file(project .. "/notes.txt", "project notes\n")
   end)
@@ -64,7 +64,7 @@ describe("approval inside the project", function()
         approval.unregister(r.name)
       end
     end
-    require("flemma.sandbox").set_enabled(nil)
+    require("flemma.policy.sandbox").set_enabled(nil)
     vim.cmd("silent! %bwipeout!")
     helpers.cleanup()
   end)

@@ -108,7 +108,7 @@ describe("grep, glob, find and ls", function()
     vim.env.HOME = home
     vim.cmd("cd " .. vim.fn.fnameescape(project))
     setup()
-    require("flemma.sandbox").set_enabled(nil)
+    require("flemma.policy.sandbox").set_enabled(nil)
   end)
   after_each(function()
     vim.env.HOME = saved.home
@@ -119,7 +119,7 @@ describe("grep, glob, find and ls", function()
         approval.unregister(r.name)
       end
     end
-    require("flemma.sandbox").set_enabled(nil)
+    require("flemma.policy.sandbox").set_enabled(nil)
     vim.cmd("silent! %bwipeout!")
     helpers.cleanup()
   end)
@@ -277,14 +277,14 @@ describe("grep, glob, find and ls", function()
   end)
 
   it("runs rg inside the sandbox (real bwrap) with the same results, and the native search with it on", function()
-    if require("flemma.sandbox").is_available("bwrap") ~= true then
+    if require("flemma.policy.sandbox").is_available("bwrap") ~= true then
       error("bwrap is not usable here")
     end
     fixture()
     setup({ sandbox = { enabled = true, backend = "bwrap" } })
-    require("flemma.sandbox").set_enabled(true)
+    require("flemma.policy.sandbox").set_enabled(true)
     local sandboxed = run("grep", grep_input({ pattern = "needle" }))
-    require("flemma.sandbox").set_enabled(false)
+    require("flemma.policy.sandbox").set_enabled(false)
     local plain = run("grep", grep_input({ pattern = "needle" }))
     assert.is_true(sandboxed.success, sandboxed.error)
     -- The same matches; the sandbox hides the project's secret files from rg, which
@@ -299,7 +299,7 @@ describe("grep, glob, find and ls", function()
       matches .. "[1 binary file with a match skipped.]\n[2 files or folders could not be read.]",
       sandboxed.output
     )
-    require("flemma.sandbox").set_enabled(true)
+    require("flemma.policy.sandbox").set_enabled(true)
     setup({ sandbox = { enabled = true, backend = "bwrap" }, tools = { search = { backend = "native" } } })
     local native = run("grep", grep_input({ pattern = "needle" }))
     assert.equals(plain.output, native.output)

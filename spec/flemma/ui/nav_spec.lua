@@ -252,7 +252,7 @@ describe("flemma.ui.nav", function()
     end)
 
     it("reads references as the attachments do", function()
-      local nav = require("flemma.attachments")
+      local nav = require("flemma.chat.attachments")
       local ref = nav.reference_at("see @./img.png;type=image/png).", 6)
       assert.same({ path = "./img.png", type = "image/png", first = 4, last = 28 }, ref)
       assert.is_nil(nav.reference_at("see @./a.txt.", 12)) -- on the trailing period

@@ -121,7 +121,7 @@ describe("flemma.ui.preview", function()
     assert.equals("bash: $ echo 60", texts[60])
     -- The same as a full redraw from a fresh parse.
     local sliced = preview.shown(buf)
-    preview.refresh(buf, require("flemma.document").parse(vim.api.nvim_buf_get_lines(buf, 0, -1, false)))
+    preview.refresh(buf, require("flemma.chat.document").parse(vim.api.nvim_buf_get_lines(buf, 0, -1, false)))
     assert.same(preview.shown(buf), sliced)
   end)
 

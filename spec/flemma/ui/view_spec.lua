@@ -151,7 +151,7 @@ describe("flemma.ui (chat buffers)", function()
     end)
 
     it("defines every group as a default link, again after :colorscheme", function()
-      local groups = require("flemma.highlights").CHAT_GROUPS
+      local groups = require("flemma.ui.highlights").CHAT_GROUPS
       for name, link in pairs(groups) do
         assert.same({ default = true, link = link }, vim.api.nvim_get_hl(0, { name = name }), name)
       end
@@ -466,7 +466,7 @@ describe("flemma.ui (chat buffers)", function()
           finished = ev.data.status
         end,
       })
-      require("flemma.send").send(buf)
+      require("flemma.cycle.send").send(buf)
       helpers.wait_for(function()
         return finished ~= nil
       end, 15000, "the request never finished")
@@ -528,7 +528,7 @@ describe("flemma.ui (chat buffers)", function()
           finished = ev.data.status
         end,
       })
-      require("flemma.send").send(buf)
+      require("flemma.cycle.send").send(buf)
       local seen
       helpers.wait_for(function()
         local s = signs()

@@ -6,7 +6,7 @@ local preview = require("flemma.tools.preview")
 local H = {}
 
 function H.limits()
-  local t = require("flemma.config").get().tools.truncate or {}
+  local t = require("flemma.core.config").get().tools.truncate or {}
   return t.max_lines or 2000, t.max_bytes or 51200
 end
 
@@ -74,7 +74,7 @@ return {
     end
     local max_lines, max_bytes = H.limits()
     local listener = require("flemma.tools.context").progress_listener(ctx)
-    local handle = require("flemma.process").spawn({
+    local handle = require("flemma.core.process").spawn({
       cmd = argv,
       cwd = ctx.cwd,
       env = cfg.env,

@@ -122,7 +122,7 @@ function H.check(ctx, path, res)
           success = false,
           error = ("%s is %s: only regular files can be edited"):format(
             path,
-            require("flemma.files").refusal(res.type)
+            require("flemma.core.files").refusal(res.type)
           ),
         }
     end
@@ -254,7 +254,7 @@ return {
     -- Read on a native thread with a deadline (flemma.files): a FIFO or a device is
     -- refused, a file that never answers gives an error instead of a frozen editor.
     local cancel
-    cancel = require("flemma.files").read(target, {
+    cancel = require("flemma.core.files").read(target, {
       whole = true,
       max_bytes = H.MAX_BYTES,
       head_bytes = 8192,

@@ -47,7 +47,7 @@ end
 -- files in path order with a blank line between them, and notes on what was
 -- left out.
 function H.format(ctx, input, dir, root_secret, results, summary, context, max)
-  local secret_paths = require("flemma.secret_paths")
+  local secret_paths = require("flemma.policy.secret_paths")
   local by_file, order, secret = {}, {}, {}
   local kept = 0
   for _, r in ipairs(results) do
@@ -250,7 +250,7 @@ return {
     if st.type ~= "directory" then
       dir, target = vim.fs.dirname(root), vim.fs.basename(root)
     end
-    local root_secret = require("flemma.secret_paths").check(root) ~= nil
+    local root_secret = require("flemma.policy.secret_paths").check(root) ~= nil
     local spec
     local rg = search.program({ "rg" })
     if rg then

@@ -43,7 +43,7 @@ function H.shape(text, first, numbered)
 end
 
 function H.limits()
-  local t = require("flemma.config").get().tools.truncate or {}
+  local t = require("flemma.core.config").get().tools.truncate or {}
   return t.max_lines or 2000, t.max_bytes or 51200
 end
 
@@ -64,7 +64,7 @@ function H.result(input, ctx, path, offset, max_lines, max_bytes, res)
     elseif res.type == "directory" then
       return { success = false, error = ("%s is a directory; list it with bash (`ls`)"):format(path) }
     elseif res.type ~= "file" and res.err_no == 0 then
-      local why = require("flemma.files").refusal(res.type)
+      local why = require("flemma.core.files").refusal(res.type)
       return { success = false, error = ("%s is %s: only regular files can be read"):format(path, why) }
     end
     return { success = false, error = res.message }
@@ -185,7 +185,7 @@ return {
     local want = math.min(input.limit or math.huge, max_lines)
     -- Read on a native thread with a deadline: a FIFO, a device or a file that
     -- never answers gives an error, never a frozen editor (flemma.files).
-    return require("flemma.files").read(path, {
+    return require("flemma.core.files").read(path, {
       first_line = offset,
       max_lines = want == math.huge and 0 or want,
       max_bytes = max_bytes,

@@ -14,7 +14,7 @@ M.MAX_CONTEXT = 10
 --- The `tools.search` configuration.
 ---@return { backend: string, skip_dirs: string[] }
 function M.config()
-  local cfg = require("flemma.config").get().tools or {}
+  local cfg = require("flemma.core.config").get().tools or {}
   local s = cfg.search or {}
   return { backend = s.backend or "auto", skip_dirs = s.skip_dirs or {} }
 end
@@ -103,7 +103,7 @@ end
 ---@param done fun(results: table[], summary: table|nil, err: string|nil, res: table|nil)
 ---@return fun()
 function M.run(ctx, spec, done)
-  local process = require("flemma.process")
+  local process = require("flemma.core.process")
   local results, summary = {}, nil
   local function on_events(evs)
     for _, ev in ipairs(evs) do
@@ -167,7 +167,7 @@ function M.run(ctx, spec, done)
   end)
   if not ok then
     vim.schedule(function()
-      done({}, nil, require("flemma.util").message(err), nil)
+      done({}, nil, require("flemma.core.util").message(err), nil)
     end)
     return function() end
   end
@@ -182,7 +182,7 @@ end
 ---@return string text
 ---@return string|nil note
 function M.truncate(ctx, text)
-  local t = require("flemma.config").get().tools.truncate or {}
+  local t = require("flemma.core.config").get().tools.truncate or {}
   local r = ctx.truncate.truncate_head(text, { max_lines = t.max_lines, max_bytes = t.max_bytes })
   if not r.truncated then
     return text, nil

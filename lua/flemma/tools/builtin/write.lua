@@ -37,7 +37,7 @@ return {
         success = false,
         error = ("%s is %s: only regular files are written"):format(
           path,
-          require("flemma.files").refusal(existing.type)
+          require("flemma.core.files").refusal(existing.type)
         ),
       }
     end

@@ -1,0 +1,308 @@
+--- Small helpers shared by every module: errors, notifications, safe callbacks.
+local M = {}
+
+local PREFIX = "(flemma) "
+
+--- Raises an error meant for the user: no file and line noise.
+---@param msg string
+function M.error(msg)
+  error(PREFIX .. msg, 0)
+end
+
+-- ---------------------------------------------------------------------------
+-- Redaction: secrets never reach a message, a notification, a diagnostic or a log
+-- line. M.redact is the one function doing it; M.notify and the log writer apply
+-- it, and so does every place that turns a provider's answer into text the user
+-- sees (errors, statuses, diagnostics).
+-- ---------------------------------------------------------------------------
+
+--- Shortest value M.add_secret keeps (a shorter one would blank ordinary words).
+M.SECRET_MIN = 4
+
+---@type table<string, true> every form of every secret value registered
+local secret_forms = {}
+---@type string[]|nil the forms, longest first (rebuilt after a change)
+local secret_sorted = nil
+
+--- Registers a secret value (a resolved API key or token) so that M.redact removes it,
+--- in the form it has and in the forms a server echoing it may give it (JSON-escaped,
+--- percent-encoded), until Neovim exits.
+---@param value string
+function M.add_secret(value)
+  if type(value) ~= "string" or #value < M.SECRET_MIN or secret_forms[value] then
+    return
+  end
+  secret_forms[value] = true
+  local ok, json = pcall(vim.json.encode, value)
+  if ok and type(json) == "string" then
+    secret_forms[json:sub(2, -2)] = true
+  end
+  secret_forms[(value:gsub("[^%w%-%._~]", function(c)
+    return ("%%%02X"):format(c:byte())
+  end))] = true
+  secret_sorted = nil
+end
+
+-- Values of the environment that look like secrets (names ending in _API_KEY,
+-- _TOKEN, _SECRET, _ACCESS_KEY; 8 bytes or more), but those of the names in `except`.
+local function env_secrets(out, except)
+  for name, value in pairs(vim.uv.os_environ()) do
+    local upper = name:upper()
+    if
+      type(value) == "string"
+      and not (except and except[name])
+      and #value >= 8
+      and (upper:match("_API_KEY$") or upper:match("_TOKEN$") or upper:match("_SECRET$") or upper:match("_ACCESS_KEY$"))
+    then
+      out[#out + 1] = value
+    end
+  end
+end
+
+local function replace_all(text, value)
+  local from = 1
+  local parts = nil
+  while true do
+    local s, e = text:find(value, from, true)
+    if not s then
+      break
+    end
+    parts = parts or {}
+    parts[#parts + 1] = text:sub(from, s - 1)
+    parts[#parts + 1] = "[redacted]"
+    from = e + 1
+  end
+  if not parts then
+    return text
+  end
+  parts[#parts + 1] = text:sub(from)
+  return table.concat(parts)
+end
+
+--- A text without secrets: each registered secret (M.add_secret: every key Flemma
+--- resolved) and each value of a secret-looking environment variable, longest first,
+--- becomes `[redacted]`, as does the value of an authentication header
+--- (`Authorization:`, `x-api-key:`, `x-goog-api-key:`, also in curl's config syntax).
+--- `env_except`: names of environment variables whose values stay (a tool's output
+--- keeps what `tools.env_passthrough` gave it); a registered key is removed anyway.
+---@param text string
+---@param env_except? table<string, true>
+---@return string
+function M.redact(text, env_except)
+  if type(text) ~= "string" then
+    return text
+  end
+  if not secret_sorted then
+    secret_sorted = vim.tbl_keys(secret_forms)
+    table.sort(secret_sorted, function(a, b)
+      return #a > #b
+    end)
+  end
+  local values = {}
+  env_secrets(values, env_except)
+  vim.list_extend(values, secret_sorted)
+  table.sort(values, function(a, b)
+    return #a > #b
+  end)
+  for _, value in ipairs(values) do
+    text = replace_all(text, value)
+  end
+  local function header(name)
+    -- `name: value` and curl config `header = "name: value"`
+    text = text:gsub('([Hh][Ee][Aa][Dd][Ee][Rr]%s*=%s*"%s*' .. name .. '%s*:%s*)[^"\n]*', "%1[redacted]")
+    text = text:gsub("(" .. name .. '%s*:%s*)[^\r\n"]*', "%1[redacted]")
+  end
+  header("[Xx]%-[Aa][Pp][Ii]%-[Kk][Ee][Yy]")
+  header("[Aa][Uu][Tt][Hh][Oo][Rr][Ii][Zz][Aa][Tt][Ii][Oo][Nn]")
+  header("[Xx]%-[Gg][Oo][Oo][Gg]%-[Aa][Pp][Ii]%-[Kk][Ee][Yy]")
+  return text
+end
+
+--- Notifies the user with the plugin's prefix, secrets redacted (M.redact). Safe to
+--- call from fast callbacks.
+---@param msg string
+---@param level? integer vim.log.levels.*
+function M.notify(msg, level)
+  level = level or vim.log.levels.INFO
+  msg = M.redact(type(msg) == "string" and msg or tostring(msg))
+  if vim.in_fast_event() then
+    vim.schedule(function()
+      vim.notify(PREFIX .. msg, level)
+    end)
+  else
+    vim.notify(PREFIX .. msg, level)
+  end
+end
+
+function M.warn(msg)
+  M.notify(msg, vim.log.levels.WARN)
+end
+
+--- Whether Neovim has a tree-sitter parser for `lang` (0.10 raises without one,
+--- 0.12 returns nil and a reason).
+---@param lang string
+---@return boolean
+function M.has_parser(lang)
+  local ok, res, why = pcall(vim.treesitter.language.add, lang)
+  return ok and res ~= false and not (res == nil and why ~= nil)
+end
+
+--- Runs an Ex command that opens a file (`edit path`). Without the markdown parser,
+--- Neovim 0.12's own markdown ftplugin raises after the file is open (it starts
+--- tree-sitter unconditionally): that error is dropped and the buffer gets Vim's
+--- markdown syntax instead; any other error is raised again.
+---@param cmd string
+function M.open(cmd)
+  local ok, err = pcall(vim.cmd, cmd)
+  if ok then
+    return
+  end
+  local msg = tostring(err)
+  if
+    msg:find("markdown", 1, true)
+    and (msg:find("Parser could not be created", 1, true) or msg:find("no parser", 1, true))
+    and not M.has_parser("markdown")
+  then
+    vim.bo.syntax = "markdown"
+    return
+  end
+  error(err, 0)
+end
+
+--- Strips the plugin prefix from an error value, for messages that get wrapped again.
+---@param err any
+---@return string
+function M.message(err)
+  local s = type(err) == "string" and err or vim.inspect(err)
+  if s:sub(1, #PREFIX) == PREFIX then
+    s = s:sub(#PREFIX + 1)
+  end
+  return s
+end
+
+--- Wraps fn so that an error inside it (e.g. in an event-loop callback) is reported
+--- with a traceback instead of breaking the editor.
+---@param fn function
+---@param what string what was running, for the message
+---@return function
+function M.safe(fn, what)
+  return function(...)
+    local ok, err = xpcall(fn, debug.traceback, ...)
+    if not ok then
+      M.notify(what .. " failed: " .. tostring(err), vim.log.levels.ERROR)
+    end
+    return ok
+  end
+end
+
+--- How a buffer is named in messages: its file relative to the cwd (or ~), else
+--- "buffer N".
+---@param bufnr integer
+---@return string
+function M.buffer_name(bufnr)
+  local name = vim.api.nvim_buf_get_name(bufnr)
+  return name ~= "" and vim.fn.fnamemodify(name, ":~:.") or ("buffer " .. bufnr)
+end
+
+--- Whether vim.ui.select can ask someone: a UI is attached, or a plugin (or a
+--- spec) replaced the built-in one, which would block on inputlist() without a UI.
+---@return boolean
+function M.can_ask()
+  if #vim.api.nvim_list_uis() > 0 then
+    return true
+  end
+  local info = debug.getinfo(vim.ui.select, "S")
+  return not (info and info.source and info.source:match("[/\\]vim[/\\]ui%.lua$"))
+end
+
+-- The questions waiting for an answer, by kind and buffer.
+local asking = {}
+
+--- Asks the user one question about a buffer (vim.ui.select) and calls
+--- `on_answer(choice)` once, scheduled, with the item chosen (nil when dismissed),
+--- only while the buffer is still valid. Nothing is asked, and "busy" is returned,
+--- while a question of the same kind for that buffer waits; "no_ui" when there is
+--- no one to ask (M.can_ask); "failed" (and the error) when vim.ui.select raised.
+--- "asked" otherwise.
+---@param bufnr integer
+---@param kind string e.g. "flemma.reach"
+---@param prompt string
+---@param choices string[]
+---@param on_answer fun(choice: string|nil)
+---@return "asked"|"busy"|"no_ui"|"failed" state
+---@return string|nil err
+function M.ask(bufnr, kind, prompt, choices, on_answer)
+  local key = kind .. "\0" .. tostring(bufnr)
+  if asking[key] then
+    return "busy"
+  end
+  if not M.can_ask() then
+    return "no_ui"
+  end
+  asking[key] = true
+  local answered = false
+  local ok, err = pcall(vim.ui.select, choices, { prompt = prompt, kind = kind }, function(choice)
+    if answered then
+      return
+    end
+    answered = true
+    vim.schedule(function()
+      asking[key] = nil
+      if vim.api.nvim_buf_is_valid(bufnr) then
+        on_answer(choice)
+      end
+    end)
+  end)
+  if not ok then
+    asking[key] = nil
+    answered = true
+    return "failed", M.message(err)
+  end
+  return "asked"
+end
+
+--- The plugin's root directory (the folder holding lua/, plugin/ and build/).
+---@return string
+function M.root()
+  local src = debug.getinfo(1, "S").source
+  src = src:sub(1, 1) == "@" and src:sub(2) or src
+  local dir = vim.fs.dirname(vim.fs.normalize(vim.fn.fnamemodify(src, ":p"))) -- <root>/lua/flemma/core
+  return vim.fs.dirname(vim.fs.dirname(vim.fs.dirname(dir)))
+end
+
+--- A shallow copy of a table.
+---@generic T: table
+---@param t T
+---@return T
+function M.copy(t)
+  local c = {}
+  for k, v in pairs(t) do
+    c[k] = v
+  end
+  return c
+end
+
+local sources_cache = {}
+
+--- Lua files of this plugin as the JSON text an isolated interpreter loads
+--- (`{ [module] = source }`), read once per set of modules.
+---@param modules table<string, string> module name -> path below lua/flemma/
+---@return string
+function M.module_sources_json(modules)
+  local names = vim.tbl_keys(modules)
+  table.sort(names)
+  local key = table.concat(names, "\0")
+  if not sources_cache[key] then
+    local dir = M.root() .. "/lua/flemma/"
+    local sources = {}
+    for name, file in pairs(modules) do
+      local f = assert(io.open(dir .. file, "rb"))
+      sources[name] = f:read("*a")
+      f:close()
+    end
+    sources_cache[key] = vim.json.encode(sources)
+  end
+  return sources_cache[key]
+end
+
+return M

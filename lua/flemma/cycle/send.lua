@@ -1,0 +1,379 @@
+--- The send path (phase 3): validates the conversation, waits for tool definitions,
+--- fires FlemmaRequestSending and hands the conversation to the provider.
+local util = require("flemma.core.util")
+
+local M = {}
+local H = {}
+
+M.ns = vim.api.nvim_create_namespace("flemma.cycle.send")
+
+---@alias flemma.send.Result { status: "completed"|"cancelled"|"error", usage?: table, error?: string, notified?: boolean }
+---@alias flemma.send.Handler fun(bufnr: integer, request: table, done: fun(result: flemma.send.Result))
+
+---@type flemma.send.Handler|nil
+H.handler = nil
+
+--- Replaces the function that talks to the provider (default: `flemma.provider`,
+--- which streams the answer into the buffer). nil restores the default.
+---@param handler flemma.send.Handler|nil
+function M.set_handler(handler)
+  H.handler = handler
+end
+
+--- Whether the process manager decodes provider streams (STREAM_API.md).
+function M.can_stream()
+  local decoders = require("flemma.core.process").decoders
+  return type(decoders) == "table" and decoders.anthropic == true
+end
+
+--- The default handler: the providers, once the process manager decodes streams.
+function H.default_handler()
+  if not M.can_stream() then
+    return nil
+  end
+  return require("flemma.provider").send
+end
+
+H.pending_ready = {}
+
+function H.diagnostics(problems)
+  local diags = {}
+  for _, p in ipairs(problems) do
+    diags[#diags + 1] = {
+      lnum = math.max(0, (p.line or 1) - 1),
+      col = 0,
+      severity = vim.diagnostic.severity.ERROR,
+      message = util.redact(p.message),
+      source = "flemma",
+    }
+  end
+  return diags
+end
+
+--- Shows validation problems as diagnostics on their lines and in a message.
+function M.show_problems(bufnr, problems)
+  local msgs = {}
+  for _, p in ipairs(problems) do
+    msgs[#msgs + 1] = ("line %d: %s"):format(p.line or 0, p.message)
+  end
+  vim.diagnostic.set(M.ns, bufnr, H.diagnostics(problems))
+  util.notify("not sent:\n" .. table.concat(msgs, "\n"), vim.log.levels.ERROR)
+end
+
+-- While the problems of a refused send are shown, every change of the buffer
+-- checks the conversation again a moment later as the send would (only what changed
+-- is checked: see document.validate_for_send; the templates and files of unchanged
+-- messages are cached), so the diagnostics follow the text: fixed problems go, new
+-- ones appear, none stays stale. A file outside the project is not asked for here.
+H.watching = {} ---@type table<integer, { pending: boolean }>
+H.RECHECK_MS = 30
+
+function H.watch(bufnr)
+  if H.watching[bufnr] then
+    return
+  end
+  local w = { pending = false }
+  H.watching[bufnr] = w
+  vim.api.nvim_buf_attach(bufnr, false, {
+    on_lines = function(_, buf)
+      if H.watching[buf] ~= w then
+        return true -- detach
+      end
+      if not w.pending then
+        w.pending = true
+        vim.defer_fn(function()
+          w.pending = false
+          if H.watching[buf] == w then
+            H.recheck(buf)
+          end
+        end, H.RECHECK_MS)
+      end
+    end,
+    on_detach = function(_, buf)
+      if H.watching[buf] == w then
+        H.watching[buf] = nil
+      end
+    end,
+  })
+end
+
+--- What a send would refuse: the document's problems, else its templates', else
+--- its files' (without asking about files outside the project).
+function H.check(bufnr)
+  local document = require("flemma.chat.document")
+  local doc = document.get(bufnr)
+  local ok, problems = document.validate_for_send(doc)
+  if not ok then
+    return false, problems
+  end
+  local reach = require("flemma.policy.reach")
+  local expanded
+  expanded, problems = require("flemma.chat.templates").expand(bufnr, doc)
+  if expanded then
+    expanded, problems = require("flemma.chat.attachments").expand(bufnr, expanded)
+  end
+  reach.take_wanted(bufnr)
+  return expanded ~= nil, problems
+end
+
+function H.recheck(bufnr)
+  if not vim.api.nvim_buf_is_valid(bufnr) then
+    H.watching[bufnr] = nil
+    return
+  end
+  local ok_run, ok, problems = pcall(H.check, bufnr)
+  if not ok_run then
+    return
+  end
+  if ok then
+    M.clear_problems(bufnr)
+    return
+  end
+  -- Set only when they differ: every DiagnosticChanged updates the screen (issue 10).
+  local shown = vim.diagnostic.get(bufnr, { namespace = M.ns })
+  local same = #shown == #problems
+  for i = 1, same and #problems or 0 do
+    if shown[i].lnum ~= problems[i].line - 1 or shown[i].message ~= problems[i].message then
+      same = false
+      break
+    end
+  end
+  if not same then
+    vim.diagnostic.set(M.ns, bufnr, H.diagnostics(problems))
+  end
+end
+
+--- Removes the validation diagnostics of bufnr, if it has any. Resetting a namespace
+--- that holds nothing still fires DiagnosticChanged, and Neovim 0.12 answers that
+--- with a synchronous screen update (nvim__redraw); under `nvim -l` after 'lines' or
+--- 'columns' was set, that update writes outside the screen grid and crashes Neovim
+--- (issue 10). So only a buffer that shows problems is touched.
+---@param bufnr integer
+function M.clear_problems(bufnr)
+  H.watching[bufnr] = nil
+  if #vim.diagnostic.get(bufnr, { namespace = M.ns }) > 0 then
+    vim.diagnostic.reset(M.ns, bufnr)
+  end
+end
+
+function H.event(name, data)
+  vim.api.nvim_exec_autocmds("User", { pattern = name, modeline = false, data = data })
+end
+
+--- Shows why the text could not be expanded. When files outside the project are the
+--- reason, asks first whether to send them (flemma.reach) and sends again if so.
+function H.refused(bufnr, problems, opts)
+  local reach = require("flemma.policy.reach")
+  local wanted = reach.take_wanted(bufnr)
+  if #wanted == 0 then
+    M.show_problems(bufnr, problems)
+    H.watch(bufnr)
+    return
+  end
+  reach.confirm(bufnr, wanted, function(yes, why)
+    if not vim.api.nvim_buf_is_valid(bufnr) then
+      return
+    end
+    if yes then
+      M.send(bufnr, opts)
+    elseif why == "no_ui" then
+      -- reach said in one line what to do; the problems stay on their lines.
+      vim.diagnostic.set(M.ns, bufnr, H.diagnostics(problems))
+      H.watch(bufnr)
+    else
+      M.show_problems(bufnr, problems)
+      H.watch(bufnr)
+    end
+  end)
+end
+
+--- A conversation estimated above ui.warn_tokens input tokens (its text's bytes / 4)
+--- is sent with one line saying how large it is and, when the model's price is
+--- known, about what its input costs.
+function H.warn_size(bufnr)
+  local limit = require("flemma.core.config").get().ui.warn_tokens
+  if type(limit) ~= "number" or limit <= 0 then
+    return
+  end
+  local bytes = vim.api.nvim_buf_get_offset(bufnr, vim.api.nvim_buf_line_count(bufnr))
+  local tokens = math.floor(bytes / 4)
+  if tokens <= limit then
+    return
+  end
+  local cost
+  local ok, cfg = pcall(require("flemma.chat.frontmatter").config, bufnr)
+  local okp, spec = pcall(require("flemma.provider").resolve, ok and cfg or require("flemma.core.config").get())
+  if okp and spec then
+    local info = require("flemma.core.models").get(spec.kind, spec.model)
+    cost = info and info.input and tokens * info.input / 1e6 or nil
+  end
+  local function short(n, units)
+    for _, u in ipairs(units) do
+      if n >= u[1] then
+        return ("%.1f%s"):format(n / u[1], u[2]):gsub("%.0([%a ])", "%1")
+      end
+    end
+    return tostring(n)
+  end
+  util.warn(
+    ("large request: ~%s tokens (%s)%s"):format(
+      short(tokens, { { 1e6, "M" }, { 1e3, "k" } }),
+      short(bytes, { { 1024 * 1024, " MB" }, { 1024, " KB" } }),
+      cost and (", ~$%.2f input"):format(cost) or ""
+    )
+  )
+end
+
+--- Sends the buffer's conversation. Returns true when a request was started.
+---@param bufnr integer
+---@param opts? { on_response?: fun() }
+function M.send(bufnr, opts)
+  opts = opts or {}
+  bufnr = (bufnr == nil or bufnr == 0) and vim.api.nvim_get_current_buf() or bufnr
+  local tools = require("flemma.tools")
+  if not tools.is_ready() then
+    vim.b[bufnr].flemma_status = "Waiting for tool definitions to load..."
+    util.notify("Waiting for tool definitions to load...")
+    if not H.pending_ready[bufnr] then
+      H.pending_ready[bufnr] = true
+      tools.on_ready(function()
+        H.pending_ready[bufnr] = nil
+        if vim.api.nvim_buf_is_valid(bufnr) then
+          vim.b[bufnr].flemma_status = nil
+          M.send(bufnr, opts)
+        end
+      end)
+    end
+    return false
+  end
+
+  local document = require("flemma.chat.document")
+  local doc = document.get(bufnr)
+  local ok, problems = document.validate_for_send(doc)
+  if not ok then
+    M.show_problems(bufnr, problems)
+    H.watch(bufnr)
+    return false
+  end
+  M.clear_problems(bufnr)
+
+  local fm = package.loaded["flemma.chat.frontmatter"] or select(2, pcall(require, "flemma.chat.frontmatter"))
+  if type(fm) == "table" and fm.get then
+    local _, err = fm.get(bufnr)
+    if err then
+      util.notify("not sent: " .. err, vim.log.levels.ERROR)
+      return false
+    end
+  end
+
+  -- A provider and model chosen by the frontmatter that cost more than
+  -- ui.high_cost_threshold: the first send asks (flemma.cost), and sends after a yes.
+  if not require("flemma.policy.cost").settle(bufnr, function()
+    M.send(bufnr, opts)
+  end) then
+    return false
+  end
+
+  -- A provider chosen by the frontmatter that would send a key to a host neither
+  -- its own service nor the user's own choice sends it to: the first send asks
+  -- (flemma.keyhost), and sends after a yes.
+  if not require("flemma.policy.keyhost").settle(bufnr, function()
+    M.send(bufnr, opts)
+  end) then
+    return false
+  end
+
+  -- Templates ({{ }}, {% %}, include()) are expanded in what is sent, never in the buffer.
+  local reach = require("flemma.policy.reach")
+  reach.take_wanted(bufnr)
+  local expanded, template_problems = require("flemma.chat.templates").expand(bufnr, doc)
+  if not expanded then
+    H.refused(bufnr, template_problems, opts)
+    return false
+  end
+  doc = expanded
+
+  -- File references (@./path) attached to what is sent, never written into the buffer.
+  local attached, attach_problems = require("flemma.chat.attachments").expand(bufnr, doc)
+  if not attached then
+    H.refused(bufnr, attach_problems, opts)
+    return false
+  end
+  doc = attached
+
+  H.warn_size(bufnr)
+  H.event("FlemmaRequestSending", { bufnr = bufnr })
+  local handler = H.handler or H.default_handler()
+  if not handler then
+    util.warn(
+      "no provider is available in this build of Flemma (the native core cannot decode streams): the conversation is valid but was not sent, and the buffer is unchanged"
+    )
+    H.event("FlemmaRequestFinished", { bufnr = bufnr, status = "error", error = "no provider" })
+    return false
+  end
+  local finished = false
+  -- The providers read the document itself (and encode only what changed); other
+  -- handlers get the provider-neutral conversation.
+  local request = H.handler and document.to_messages(doc) or nil
+  local ok, err = pcall(handler, bufnr, request, function(result, legacy_err)
+    if finished then
+      return
+    end
+    finished = true
+    -- Older handlers call done(ok, err).
+    if type(result) ~= "table" then
+      result = { status = result and "completed" or "error", error = legacy_err }
+    end
+    local function report()
+      H.event("FlemmaRequestFinished", {
+        bufnr = bufnr,
+        status = result.status,
+        usage = result.usage,
+        error = result.error,
+      })
+      if vim.api.nvim_buf_is_valid(bufnr) then
+        pcall(require("flemma.ui.preview").refresh, bufnr)
+      end
+      if result.status == "error" and result.error and not result.notified then
+        util.notify(result.error, vim.log.levels.ERROR)
+      elseif result.status == "completed" and opts.on_response then
+        opts.on_response()
+      end
+    end
+    if vim.in_fast_event() then
+      vim.schedule(report)
+    else
+      report()
+    end
+  end, { doc = doc })
+  if not ok then
+    util.notify("the request could not start: " .. util.message(err), vim.log.levels.ERROR)
+    if not finished then
+      finished = true
+      H.event("FlemmaRequestFinished", { bufnr = bufnr, status = "error", error = util.message(err) })
+    end
+    return false
+  end
+  return true
+end
+
+--- Cancels the buffer's request (curl stopped at once, the text that arrived kept).
+---@param bufnr? integer
+---@return boolean true when a request was running
+function M.cancel(bufnr)
+  bufnr = (bufnr == nil or bufnr == 0) and vim.api.nvim_get_current_buf() or bufnr
+  if H.handler then
+    return false
+  end
+  return require("flemma.provider").cancel(bufnr)
+end
+
+--- Whether a request of the buffer is running.
+---@param bufnr? integer
+function M.is_active(bufnr)
+  bufnr = (bufnr == nil or bufnr == 0) and vim.api.nvim_get_current_buf() or bufnr
+  local p = package.loaded["flemma.provider"]
+  return p ~= nil and p.is_active(bufnr)
+end
+
+return M

@@ -1,0 +1,707 @@
+--- MCP servers as Flemma tools (:help flemma-mcp). Each configured server starts
+--- lazily, the first time a chat buffer needs its tools, as a flemma.mcp.client; its
+--- tools are registered into the ordinary tool registry as `server:tool` (approval,
+--- presets, frontmatter selection, previews, truncation all apply; MCP tools are
+--- never approved by default). A server that crashes is restarted once; after that its
+--- tools answer with an error naming the server and its last stderr lines.
+local client = require("flemma.tools.mcp.client")
+local log = require("flemma.core.log")
+local util = require("flemma.core.util")
+
+local M = {}
+local H = {}
+
+---@class flemma.mcp.Server
+---@field name string
+---@field client flemma.mcp.Client
+---@field registered table<string, true> tool names in the registry
+---@field restarts integer
+---@field waiting fun(err?: string)[] callbacks for the end of a start
+
+H.servers = {} ---@type table<string, flemma.mcp.Server>
+H.project = {} -- trusted servers of project .mcp.json files: name -> entry
+H.cfg = nil
+
+function H.config()
+  return H.cfg or require("flemma.core.config").get().mcp or {}
+end
+
+--- Whether a tool name matches a pattern ("name:*", "name:tool", "*" anywhere).
+function H.matches(pattern, name)
+  local lua = "^" .. pattern:gsub("[%^%$%(%)%%%.%[%]%+%-%?]", "%%%0"):gsub("%*", ".*") .. "$"
+  return name:match(lua) ~= nil
+end
+
+function H.selected(full)
+  local cfg = H.config()
+  if type(cfg.include) == "table" then
+    local any = false
+    for _, p in ipairs(cfg.include) do
+      any = any or H.matches(p, full)
+    end
+    if not any then
+      return false
+    end
+  end
+  for _, p in ipairs(type(cfg.exclude) == "table" and cfg.exclude or {}) do
+    if H.matches(p, full) then
+      return false
+    end
+  end
+  return true
+end
+
+--- The preview of an MCP tool call: its annotations, then the generic summary.
+function H.preview(tool)
+  local ann = type(tool.annotations) == "table" and tool.annotations or {}
+  local marks = {}
+  if ann.readOnlyHint == true then
+    marks[#marks + 1] = "read-only"
+  end
+  if ann.destructiveHint == true and ann.readOnlyHint ~= true then
+    marks[#marks + 1] = "destructive"
+  end
+  return function(input)
+    local text = require("flemma.tools.preview").generic(input)
+    if #marks > 0 then
+      text = ("[%s] %s"):format(table.concat(marks, ", "), text)
+    end
+    return text
+  end
+end
+
+-- Largest image or audio a result may save (bytes of base64).
+H.MAX_MEDIA = 16 * 1024 * 1024
+H.EXT = { ["image/png"] = "png", ["image/jpeg"] = "jpg", ["image/gif"] = "gif", ["image/webp"] = "webp" }
+
+--- An image or audio block of a result: saved to a file (the result is text), and a
+--- line naming it.
+function H.media_note(server, c)
+  local mime = type(c.mimeType) == "string" and c.mimeType or "application/octet-stream"
+  if type(c.data) ~= "string" or #c.data > H.MAX_MEDIA then
+    return ("[%s from %s (%s) left out: missing or over %s]"):format(c.type, server, mime, "16 MiB")
+  end
+  local ok, bytes = pcall(vim.base64.decode, c.data)
+  if not ok then
+    return ("[%s from %s (%s) left out: not valid base64]"):format(c.type, server, mime)
+  end
+  local path = vim.fn.tempname() .. "." .. (H.EXT[mime] or "bin")
+  local f = io.open(path, "wb")
+  if not f then
+    return ("[%s from %s (%s) left out: cannot write a temp file]"):format(c.type, server, mime)
+  end
+  f:write(bytes)
+  f:close()
+  return ("[%s %s, %d bytes, saved to %s]"):format(c.type, mime, #bytes, path)
+end
+
+--- The tool result of a tools/call result.
+function M.result(server, res)
+  if type(res) ~= "table" then
+    return { success = false, error = ("server `%s` answered tools/call with %s"):format(server, type(res)) }
+  end
+  local parts = {}
+  for _, c in ipairs(type(res.content) == "table" and res.content or {}) do
+    if type(c) == "table" then
+      if c.type == "text" and type(c.text) == "string" then
+        parts[#parts + 1] = c.text
+      elseif c.type == "image" or c.type == "audio" then
+        parts[#parts + 1] = H.media_note(server, c)
+      elseif c.type == "resource_link" then
+        parts[#parts + 1] = ("resource: %s%s"):format(
+          tostring(c.uri),
+          type(c.name) == "string" and (" (" .. c.name .. ")") or ""
+        )
+      elseif c.type == "resource" and type(c.resource) == "table" then
+        local r = c.resource
+        if type(r.text) == "string" then
+          parts[#parts + 1] = r.text
+        else
+          parts[#parts + 1] = ("resource: %s (%s)"):format(tostring(r.uri), tostring(r.mimeType))
+        end
+      end
+    end
+  end
+  if res.structuredContent ~= nil and res.structuredContent ~= vim.NIL then
+    local same = false
+    for _, p in ipairs(parts) do
+      local ok, v = pcall(vim.json.decode, p)
+      same = same or (ok and vim.deep_equal(v, res.structuredContent))
+    end
+    if not same then
+      parts[#parts + 1] = vim.json.encode(res.structuredContent)
+    end
+  end
+  local text = table.concat(parts, "\n")
+  if res.isError == true then
+    return { success = false, error = text ~= "" and text or ("server `%s` reported an error"):format(server) }
+  end
+  return { success = true, output = text }
+end
+
+--- Calls fn(err) once the server is ready (starting or restarting it as needed).
+function H.when_ready(s, fn)
+  local c = s.client
+  if c.state == "ready" and c:running() then
+    return fn(nil)
+  end
+  if c.state == "starting" then
+    s.waiting[#s.waiting + 1] = fn
+    return
+  end
+  if s.gave_up then
+    return fn(H.down(s))
+  end
+  s.waiting[#s.waiting + 1] = fn
+  H.start(s)
+end
+
+function H.down(s)
+  return ("MCP server `%s` is not running: %s"):format(s.name, s.client.last_error or "stopped")
+end
+
+function H.definition(s, tool)
+  local full = s.name .. ":" .. tool.name
+  local schema = type(tool.inputSchema) == "table" and vim.deepcopy(tool.inputSchema) or {}
+  if schema.type ~= "object" then
+    schema = { type = "object", properties = vim.empty_dict() }
+  end
+  local description = type(tool.description) == "string" and tool.description ~= "" and tool.description
+    or (type(tool.title) == "string" and tool.title ~= "" and tool.title)
+    or ("MCP tool " .. full)
+  return {
+    name = full,
+    description = description,
+    input_schema = schema,
+    async = true,
+    mcp = { server = s.name, tool = tool.name, annotations = tool.annotations },
+    format_preview = H.preview(tool),
+    execute = function(input, ctx, callback)
+      local cancel, cancelled = nil, false
+      H.when_ready(s, function(err)
+        if cancelled then
+          return
+        end
+        if err then
+          return callback({ success = false, error = err })
+        end
+        local listener = require("flemma.tools.context").progress_listener(ctx)
+        cancel = s.client:request(
+          "tools/call",
+          { name = tool.name, arguments = next(input) and input or vim.empty_dict() },
+          function(res, rerr)
+            if rerr then
+              return callback({ success = false, error = ("MCP server `%s`: %s"):format(s.name, rerr) })
+            end
+            callback(M.result(s.name, res))
+          end,
+          {
+            timeout = ctx.timeout,
+            on_progress = function(p)
+              if listener then
+                local line = ("progress %s%s%s"):format(
+                  tostring(p.progress),
+                  p.total and ("/" .. tostring(p.total)) or "",
+                  type(p.message) == "string" and (" " .. p.message) or ""
+                )
+                listener({ last_line = line })
+              end
+            end,
+          }
+        )
+      end)
+      return function()
+        cancelled = true
+        if cancel then
+          cancel()
+        end
+      end
+    end,
+  }
+end
+
+--- Brings the registry in line with the server's tools.
+function H.sync(s)
+  local tools = require("flemma.tools")
+  local wanted = {}
+  for _, t in ipairs(s.client.tools) do
+    local full = s.name .. ":" .. t.name
+    local wire = s.name .. "__" .. t.name
+    if not wire:match("^[%w_%-]+$") or #wire > 64 then
+      log.warn(
+        "mcp %s: tool %q left out: providers take names of at most 64 letters, digits, `_` and `-`",
+        s.name,
+        t.name
+      )
+    elseif H.selected(full) then
+      local ok, err = pcall(tools.register, H.definition(s, t))
+      if ok then
+        wanted[full] = true
+      else
+        log.warn("mcp %s: tool %q left out: %s", s.name, t.name, util.message(err))
+      end
+    end
+  end
+  for name in pairs(s.registered) do
+    if not wanted[name] then
+      tools.unregister(name)
+    end
+  end
+  s.registered = wanted
+end
+
+function H.start(s, on_done)
+  s.client:start(function(err)
+    if on_done then
+      on_done(err)
+    end
+    local waiting = s.waiting
+    s.waiting = {}
+    for _, fn in ipairs(waiting) do
+      fn(err and H.down(s) or nil)
+    end
+  end)
+end
+
+function H.on_exit(c)
+  local s = H.servers[c.name]
+  if not s or s.client ~= c then
+    return
+  end
+  if s.restarts < 1 then
+    s.restarts = s.restarts + 1
+    log.warn("mcp %s: crashed (%s); restarting it once", s.name, c.last_error or "?")
+    H.start(s)
+  else
+    s.gave_up = true
+    log.warn("mcp %s: crashed again; its tools now answer with an error", s.name)
+  end
+end
+
+function H.server(name)
+  local s = H.servers[name]
+  if s then
+    return s
+  end
+  local spec = H.spec(name)
+  if not spec then
+    return nil
+  end
+  s = { name = name, registered = {}, restarts = 0, waiting = {} }
+  s.client = client.new(name, spec, {
+    timeout = H.config().timeout or 60,
+    on_tools = function()
+      H.sync(s)
+    end,
+    on_exit = H.on_exit,
+  })
+  H.servers[name] = s
+  return s
+end
+
+--- The configured server names, sorted.
+---@return string[]
+function M.names()
+  local set = {}
+  for name in pairs(H.config().servers or {}) do
+    set[name] = true
+  end
+  for name in pairs(H.project) do
+    set[name] = true
+  end
+  local names = vim.tbl_keys(set)
+  table.sort(names)
+  return names
+end
+
+--- The entry of a server: the configuration's, else a trusted project server's.
+function H.spec(name)
+  return (H.config().servers or {})[name] or H.project[name]
+end
+
+--- Starts the servers not started yet; their tools load as an async tool source (a
+--- send waits for them, at most `mcp.timeout` seconds).
+---@param names? string[] default: every configured server
+function M.start(names)
+  for _, name in ipairs(names or M.names()) do
+    local s = H.server(name)
+    if s and s.client.state == "stopped" and not s.source_started then
+      s.source_started = true
+      require("flemma.tools").register({
+        timeout = (H.config().timeout or 60) + 1,
+        resolve = function(_, done)
+          H.start(s, function(err)
+            done(err and ("MCP server `%s`: %s"):format(name, err) or nil)
+          end)
+        end,
+      })
+    end
+  end
+end
+
+--- Whether a chat buffer needs MCP tools: servers are configured and its frontmatter
+--- selects no tools or some `server:tool` (or `$mcp`).
+---@param bufnr integer
+---@return boolean
+function M.needed(bufnr)
+  if next(H.config().servers or {}) == nil and next(H.project) == nil then
+    return false
+  end
+  local ok, fm = pcall(require, "flemma.chat.frontmatter")
+  if not ok or type(fm) ~= "table" or type(fm.get) ~= "function" then
+    return true
+  end
+  local got, opts = pcall(fm.get, bufnr)
+  if not got or type(opts) ~= "table" or type(opts.tools) ~= "table" then
+    return true
+  end
+  for _, n in ipairs(opts.tools) do
+    if type(n) == "string" and (n:find(":", 1, true) or n:sub(1, 4) == "$mcp") then
+      return true
+    end
+  end
+  return false
+end
+
+--- State of every configured server: { name, state, tools, last_error, restarts }.
+---@return table[]
+function M.status()
+  local out = {}
+  for _, name in ipairs(M.names()) do
+    local s = H.servers[name]
+    out[#out + 1] = {
+      name = name,
+      state = s and s.client.state or "stopped",
+      tools = s and vim.tbl_count(s.registered) or 0,
+      last_error = s and s.client.last_error or nil,
+      restarts = s and s.restarts or 0,
+      pid = s and s.client.handle and s.client.handle.pid or nil,
+      command = (H.spec(name) or {}).command,
+      project = H.project[name] ~= nil and not (H.config().servers or {})[name] or nil,
+    }
+  end
+  return out
+end
+
+--- The client of a server (for tests and status), or nil.
+function M.client(name)
+  return H.servers[name] and H.servers[name].client
+end
+
+--- Stops every server (their whole process groups).
+function M.stop_all()
+  for _, s in pairs(H.servers) do
+    s.client:stop()
+  end
+end
+
+--- The status as text, one line per server:
+--- `name  state  N tools  [pid P]  [restarted]  [last error: ...]`.
+---@return string
+function M.status_text()
+  local rows = M.status()
+  if #rows == 0 then
+    return "no MCP servers configured (mcp.servers)"
+  end
+  local lines = {}
+  for _, r in ipairs(rows) do
+    local line = ("%s: %s, %d tool%s"):format(r.name, r.state, r.tools, r.tools == 1 and "" or "s")
+    if r.pid then
+      line = line .. ", pid " .. r.pid
+    end
+    if r.restarts > 0 then
+      line = line .. ", restarted " .. r.restarts .. "x"
+    end
+    if r.last_error then
+      line = line .. "; last error: " .. (r.last_error:gsub("\n.*", " ..."))
+    end
+    lines[#lines + 1] = line
+  end
+  return table.concat(lines, "\n")
+end
+
+--- Stops a server and starts it again (its restart count is reset); cb(err) once it
+--- is ready or failed.
+---@param name string
+---@param cb? fun(err?: string)
+function M.restart(name, cb)
+  if not H.spec(name) then
+    util.error(("mcp:restart: no MCP server `%s` (configured: %s)"):format(name, table.concat(M.names(), ", ")))
+  end
+  local s = H.server(name)
+  s.restarts, s.gave_up = 0, false
+  local function go()
+    H.start(s, function(err)
+      if cb then
+        cb(err)
+      end
+    end)
+  end
+  if s.client:running() then
+    s.client:stop()
+    -- Started again once the old process is gone (its exit settles what was pending).
+    local timer = vim.uv.new_timer()
+    timer:start(
+      20,
+      20,
+      vim.schedule_wrap(function()
+        if not s.client:running() and not timer:is_closing() then
+          timer:stop()
+          timer:close()
+          go()
+        end
+      end)
+    )
+  elseif s.client.state ~= "starting" then
+    go()
+  end
+end
+
+--- Reads `mcp` from the configuration; chat buffers that need MCP tools start the servers.
+---@param config flemma.Config
+function M.setup(config)
+  M.stop_all()
+  local tools = package.loaded["flemma.tools"]
+  for _, s in pairs(H.servers) do
+    for name in pairs(s.registered) do
+      if tools then
+        tools.unregister(name)
+      end
+    end
+  end
+  H.servers = {}
+  H.project = {}
+  H.project_files = {}
+  H.cfg = config.mcp or {}
+  local group = vim.api.nvim_create_augroup("flemma.tools.mcp", { clear = true })
+  if next(H.cfg.servers or {}) == nil and not H.cfg.project_config then
+    return
+  end
+  local function opened(buf)
+    if H.cfg.project_config then
+      M.project(buf)
+    end
+    if M.needed(buf) then
+      M.start()
+    end
+  end
+  vim.api.nvim_create_autocmd("FileType", {
+    group = group,
+    pattern = "chat",
+    desc = "Flemma: start the MCP servers a chat needs",
+    callback = function(ev)
+      opened(ev.buf)
+    end,
+  })
+  for _, buf in ipairs(vim.api.nvim_list_bufs()) do
+    if vim.api.nvim_buf_is_loaded(buf) and vim.bo[buf].filetype == "chat" then
+      opened(buf)
+    end
+  end
+end
+
+-- Project servers ------------------------------------------------------------------
+
+H.project_files = {} -- .mcp.json real paths read in this session
+H.MAX_PROJECT_FILE = 1024 * 1024
+M.TRUST_CHOICES = { "Trust it and start it", "Do not start it" }
+
+--- The .mcp.json that applies to a buffer: the nearest one in its directory or above.
+---@param bufnr integer
+---@return string|nil real path
+function M.project_file(bufnr)
+  local name = vim.api.nvim_buf_get_name(bufnr)
+  local dir = name ~= "" and vim.fs.dirname(vim.fn.fnamemodify(name, ":p")) or vim.fn.getcwd()
+  local found = vim.fs.find(".mcp.json", { upward = true, path = dir, type = "file" })[1]
+  return found and vim.uv.fs_realpath(found) or nil
+end
+
+--- The servers of a .mcp.json ({ mcpServers = { name = { command, args, env, cwd } } }),
+--- or nil and why not. Relative `cwd` is taken from the file's directory.
+---@param path string
+---@return table<string, table>|nil
+---@return string|nil err
+function M.read_project(path)
+  local stat = vim.uv.fs_stat(path)
+  if not stat or stat.type ~= "file" then
+    return nil, "not a regular file"
+  end
+  if stat.size > H.MAX_PROJECT_FILE then
+    return nil, "larger than 1 MiB"
+  end
+  local f = io.open(path, "rb")
+  if not f then
+    return nil, "cannot be read"
+  end
+  local text = f:read("*a")
+  f:close()
+  local ok, data = pcall(vim.json.decode, text)
+  if not ok or type(data) ~= "table" or type(data.mcpServers) ~= "table" then
+    return nil, "no `mcpServers` object"
+  end
+  local dir = vim.fs.dirname(path)
+  local out = {}
+  for name, e in pairs(data.mcpServers) do
+    local valid = type(name) == "string"
+      and name:match("^[%a][%w_%-]*$")
+      and not name:find("__", 1, true)
+      and name:sub(-1) ~= "_"
+    if valid and type(e) == "table" and type(e.command) == "string" and e.command ~= "" then
+      local spec = { command = e.command, args = {}, env = nil, cwd = dir }
+      for _, a in ipairs(type(e.args) == "table" and e.args or {}) do
+        spec.args[#spec.args + 1] = tostring(a)
+      end
+      if type(e.env) == "table" then
+        spec.env = {}
+        for k, v in pairs(e.env) do
+          if type(k) == "string" and k:match("^[%a_][%w_]*$") and (type(v) == "string" or type(v) == "number") then
+            spec.env[k] = tostring(v)
+          end
+        end
+      end
+      if type(e.cwd) == "string" and e.cwd ~= "" then
+        spec.cwd = e.cwd:sub(1, 1) == "/" and e.cwd or vim.fs.joinpath(dir, e.cwd)
+      end
+      out[name] = spec
+    else
+      log.warn(
+        "mcp: %s: server %s left out (needs a name of letters, digits, - and _, and a command)",
+        path,
+        vim.inspect(name)
+      )
+    end
+  end
+  return out
+end
+
+--- The command line of an entry, as the question shows it.
+function H.command_line(spec)
+  local parts = { spec.command }
+  for _, a in ipairs(spec.args or {}) do
+    parts[#parts + 1] = a:find("[%s'\"]") and ("'" .. a:gsub("'", "'\\''") .. "'") or a
+  end
+  local env = vim.tbl_keys(spec.env or {})
+  table.sort(env)
+  local prefix = #env > 0 and ("(env " .. table.concat(env, ", ") .. ") ") or ""
+  return prefix .. table.concat(parts, " ")
+end
+
+--- What an answer is kept under: the file's real path and the server's name, and
+--- the SHA-256 of everything that decides what runs.
+function H.trust_key(path, name, spec)
+  local env = {}
+  for k, v in pairs(spec.env or {}) do
+    env[#env + 1] = k .. "=" .. v
+  end
+  table.sort(env)
+  -- Lists only (their order is fixed): the same entry always gives the same text.
+  local content = vim.json.encode({ spec.command, spec.args or {}, env, spec.cwd or "" })
+  return "mcp:" .. path .. "#" .. name, vim.fn.sha256(content)
+end
+
+--- Reads the buffer's project .mcp.json (mcp.project_config): trusted servers are
+--- added (started with the chats that need them), denied ones stay off, and for each
+--- one not answered yet the user is asked (vim.ui.select naming its command line).
+--- `again`: ask also for those answered before (:Flemma mcp:trust).
+---@param bufnr integer
+---@param again? boolean
+function M.project(bufnr, again)
+  local path = M.project_file(bufnr)
+  if not path or (H.project_files[path] and not again) then
+    return
+  end
+  H.project_files[path] = true
+  local servers, err = M.read_project(path)
+  if not servers then
+    util.warn(("%s: %s; no project MCP server started"):format(vim.fn.fnamemodify(path, ":~:."), err))
+    return
+  end
+  local trust = require("flemma.policy.trust")
+  local names = vim.tbl_keys(servers)
+  table.sort(names)
+  for _, name in ipairs(names) do
+    local spec = servers[name]
+    if (H.config().servers or {})[name] then
+      log.info("mcp: %s: server %s is configured in setup(); the project's entry is ignored", path, name)
+    else
+      local key, hash = H.trust_key(path, name, spec)
+      local state = trust.lookup(key, hash)
+      if state == "trusted" and not again then
+        H.project[name] = spec
+      elseif state == nil or again then
+        local prompt = ("%s wants to start the MCP server `%s`: %s"):format(
+          vim.fn.fnamemodify(path, ":~:."),
+          name,
+          H.command_line(spec)
+        )
+        local asked, aerr = util.ask(bufnr, "flemma.mcp:" .. name, prompt, M.TRUST_CHOICES, function(choice)
+          if choice == nil then
+            return -- dismissed: asked again next session
+          end
+          local trusted = choice == M.TRUST_CHOICES[1]
+          trust.remember(key, hash, trusted and "trusted" or "denied")
+          if trusted then
+            H.project[name] = spec
+            if M.needed(bufnr) then
+              M.start({ name })
+            end
+          else
+            H.project[name] = nil
+          end
+        end)
+        if asked == "no_ui" then
+          util.warn(("project MCP server `%s` not started: it needs your trust and there is no UI to ask"):format(name))
+        elseif asked == "failed" then
+          util.warn(("project MCP server `%s` not started: %s"):format(name, tostring(aerr)))
+        end
+      end
+    end
+  end
+end
+
+local commands = require("flemma.commands")
+commands.register("mcp:trust", {
+  desc = "ask again whether to trust the servers of the project's .mcp.json",
+  run = function()
+    local buf = vim.api.nvim_get_current_buf()
+    if not M.project_file(buf) then
+      util.warn("mcp:trust: no .mcp.json in this buffer's directory or above")
+      return
+    end
+    M.project(buf, true)
+  end,
+})
+commands.register("mcp:status", {
+  desc = "show each MCP server: state, tool count, last error",
+  run = function()
+    util.notify(M.status_text())
+  end,
+})
+commands.register("mcp:restart", {
+  desc = "stop an MCP server and start it again",
+  complete = function(arglead)
+    return vim.tbl_filter(function(n)
+      return n:sub(1, #arglead) == arglead
+    end, M.names())
+  end,
+  run = function(args)
+    local name = args[1]
+    if not name or name == "" then
+      util.warn("mcp:restart needs a server name: " .. table.concat(M.names(), ", "))
+      return
+    end
+    if not H.spec(name) then
+      util.warn(("mcp:restart: no MCP server `%s` (configured: %s)"):format(name, table.concat(M.names(), ", ")))
+      return
+    end
+    M.restart(name, function(err)
+      if err then
+        util.warn(("MCP server `%s` did not start: %s"):format(name, err))
+      else
+        util.notify(("MCP server `%s` restarted (%d tools)"):format(name, #H.servers[name].client.tools))
+      end
+    end)
+  end,
+})
+
+return M

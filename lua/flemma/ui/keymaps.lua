@@ -1,0 +1,189 @@
+--- Buffer-local keys and autocmds of chat buffers.
+local M = {}
+local H = {}
+
+M.group = vim.api.nvim_create_augroup("flemma.chat", { clear = true })
+
+H.attached = {} ---@type table<integer, true> buffers attached (read on every change)
+-- A TextChanged this soon after the previous one is part of a burst of changes.
+H.BURST_NS = 8e6
+
+function H.map(bufnr, modes, lhs, rhs, desc, expr)
+  if type(lhs) ~= "string" or lhs == "" then
+    return
+  end
+  vim.keymap.set(modes, lhs, rhs, { buffer = bufnr, desc = desc, silent = true, expr = expr })
+end
+
+function H.safe(fn, what)
+  return function()
+    if not require("flemma.native").usable() then
+      return
+    end
+    local ok, err = xpcall(fn, debug.traceback)
+    if not ok then
+      require("flemma.core.util").notify(what .. " failed: " .. tostring(err), vim.log.levels.ERROR)
+    end
+  end
+end
+
+-- Wraps a key's function: an error is reported, never raised into the editor.
+function H.guard(fn, what)
+  return function()
+    local ok, err = xpcall(fn, debug.traceback)
+    if not ok then
+      require("flemma.core.util").notify(what .. " failed: " .. tostring(err), vim.log.levels.ERROR)
+    end
+  end
+end
+
+--- The keys of `:help flemma-moving` (each one may be set to false).
+function H.map_moving(bufnr, km)
+  local function nav(name, ...)
+    local args = { ... }
+    return function()
+      require("flemma.ui.nav")[name](unpack(args))
+    end
+  end
+  H.map(bufnr, { "n", "x", "o" }, km.next_message, H.guard(nav("message_motion", 1), "]m"), "Flemma: next message")
+  H.map(bufnr, { "n", "x", "o" }, km.prev_message, H.guard(nav("message_motion", -1), "[m"), "Flemma: previous message")
+  H.map(bufnr, { "x", "o" }, km.inner_message, function()
+    return require("flemma.ui.nav").message_object(false)
+  end, "Flemma: inner message", true)
+  H.map(bufnr, { "x", "o" }, km.around_message, function()
+    return require("flemma.ui.nav").message_object(true)
+  end, "Flemma: a message", true)
+  H.map(bufnr, "n", km.goto_file, H.guard(nav("goto_file"), "gf"), "Flemma: edit the file reference under the cursor")
+  H.map(bufnr, "n", km.goto_pair, H.guard(nav("goto_pair"), "gd"), "Flemma: tool use <-> tool result")
+end
+
+--- Attaches Flemma to a chat buffer: keys (when keymaps.enabled) and preview refresh.
+---@param bufnr integer
+function M.attach(bufnr)
+  if vim.b[bufnr].flemma_attached then
+    return
+  end
+  vim.b[bufnr].flemma_attached = true
+  local config = require("flemma.core.config").get()
+  local km = config.keymaps
+  if km.enabled then
+    H.map(
+      bufnr,
+      "n",
+      km.send,
+      H.safe(function()
+        require("flemma.cycle").advance(bufnr)
+      end, "<C-]>"),
+      "Flemma: next step of the tool cycle / send"
+    )
+    H.map(
+      bufnr,
+      "i",
+      km.send,
+      H.safe(function()
+        vim.cmd("stopinsert")
+        vim.schedule(function()
+          require("flemma.cycle").advance(bufnr)
+        end)
+      end, "<C-]>"),
+      "Flemma: next step of the tool cycle / send"
+    )
+    H.map(
+      bufnr,
+      "n",
+      km.execute,
+      H.safe(function()
+        require("flemma.cycle").execute_at_cursor(bufnr)
+      end, "<M-CR>"),
+      "Flemma: execute or resolve the tool block under the cursor"
+    )
+    H.map(
+      bufnr,
+      "n",
+      km.cancel,
+      H.safe(function()
+        if require("flemma.cycle.send").cancel(bufnr) then
+          require("flemma.core.util").notify("request cancelled")
+          return
+        end
+        local n = require("flemma.cycle").cancel(bufnr)
+        if n > 0 then
+          require("flemma.core.util").notify(("cancelled %d tool(s)"):format(n))
+        end
+      end, "<C-c>"),
+      "Flemma: cancel the request or the running tools"
+    )
+    H.map_moving(bufnr, km)
+  end
+
+  -- Changes that fire no TextChanged (another window, a plugin writing into
+  -- a hidden buffer) reach the previews through the document's on_lines.
+  H.attached[bufnr] = true
+  local document = require("flemma.chat.document")
+  document.on_change = document.on_change
+    or function(buf)
+      if H.attached[buf] and not require("flemma.cycle.send").is_active(buf) then
+        require("flemma.ui.preview").schedule(buf)
+      end
+    end
+  local refresh = function()
+    if not vim.api.nvim_buf_is_valid(bufnr) then
+      H.attached[bufnr] = nil
+      return true
+    end
+    if not require("flemma.native").usable() then
+      return
+    end
+    if require("flemma.cycle.send").is_active(bufnr) then
+      return -- a response is streaming in: previews are refreshed once it ends
+    end
+    -- Only what changed is redrawn (a large change: the visible part now,
+    -- the rest a moment later).
+    local ok, err = pcall(require("flemma.ui.preview").update, bufnr, { visible_only = true })
+    if not ok and not H.warned then
+      H.warned = true
+      require("flemma.core.util").warn("tool previews unavailable: " .. require("flemma.core.util").message(err))
+    end
+  end
+  vim.api.nvim_create_autocmd({ "InsertLeave", "BufWinEnter" }, {
+    group = M.group,
+    buffer = bufnr,
+    callback = refresh,
+  })
+  -- TextChanged: the previews of the changed lines are drawn on a later turn of
+  -- the loop (apart from the change and its folds and marks: flemma.ui.after), unless
+  -- changes come faster than anyone types (a plugin writing chunk after chunk):
+  -- then the update the document's on_lines scheduled draws them a moment later,
+  -- once for all of them.
+  local last_changed = 0
+  vim.api.nvim_create_autocmd("TextChanged", {
+    group = M.group,
+    buffer = bufnr,
+    callback = function()
+      local now = vim.uv.hrtime()
+      local burst = now - last_changed < H.BURST_NS
+      last_changed = now
+      if burst and vim.api.nvim_buf_is_valid(bufnr) then
+        if not require("flemma.cycle.send").is_active(bufnr) then
+          require("flemma.ui.preview").schedule(bufnr)
+        end
+        return
+      end
+      require("flemma.ui.after").run("previews " .. bufnr, refresh)
+    end,
+  })
+  vim.api.nvim_create_autocmd({ "VimResized", "WinResized" }, {
+    group = M.group,
+    callback = function()
+      if not vim.api.nvim_buf_is_valid(bufnr) then
+        return true
+      end
+      if vim.fn.bufwinid(bufnr) ~= -1 then
+        refresh()
+      end
+    end,
+  })
+  vim.schedule(refresh)
+end
+
+return M
