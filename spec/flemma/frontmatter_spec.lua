@@ -261,7 +261,7 @@ describe("flemma.chat.frontmatter", function()
 
       it("protects the metatables of flemma.opt", function()
         assert.matches("cannot change a protected metatable", err_of("setmetatable(flemma.opt, {})"), 1, true)
-        assert.is_table(lua("assert(getmetatable(flemma.opt) == 'flemma.isolated.opt')"))
+        assert.is_table(lua("assert(getmetatable(flemma.opt) == 'flemma.opt')"))
         assert.matches(
           "cannot change a protected metatable",
           err_of("setmetatable(flemma.opt.tools, { __index = function() end })"),

@@ -182,7 +182,7 @@ function M.resolve(provider, cb)
       end
       return cb(
         nil,
-        ("%s: no API key found. Tried:\n%s\nset $%s, store the key in the keyring (secret-tool store --label=flemma service %s key api), or register a resolver with require('flemma.policy.secrets').register; a local server needs no key: require('flemma').setup({ provider = \"ollama\", model = \"...\" })"):format(
+        ("%s: no API key found. Tried:\n%s\nset $%s, store the key in the keyring (secret-tool store --label=flemma service %s key api), or register a resolver with require('flemma.secrets').register; a local server needs no key: require('flemma').setup({ provider = \"ollama\", model = \"...\" })"):format(
           provider.name,
           table.concat(lines, "\n"),
           provider.api_key_env or (provider.name:upper() .. "_API_KEY"),
@@ -457,7 +457,7 @@ M.forbidden =
 ---@param path string
 ---@return string
 function M.refusal(path)
-  return ("`%s`: API keys are never accepted in configuration or frontmatter; put the key in the environment variable named by `api_key_env`, in the system keyring (secret-tool store --label=flemma service <provider> key api), or register a resolver with require('flemma.policy.secrets').register; a local server needs no key: require('flemma').setup({ provider = \"ollama\", model = \"...\" })"):format(
+  return ("`%s`: API keys are never accepted in configuration or frontmatter; put the key in the environment variable named by `api_key_env`, in the system keyring (secret-tool store --label=flemma service <provider> key api), or register a resolver with require('flemma.secrets').register; a local server needs no key: require('flemma').setup({ provider = \"ollama\", model = \"...\" })"):format(
     path
   )
 end
