@@ -9,25 +9,54 @@ local M = {}
 --- the layers below; never one above. A prefix names a folder (`flemma.core.` is
 --- everything under lua/flemma/core/), a full name one module.
 M.LAYERS = {
-  { name = "isolated", what = "pure Lua that also runs inside the frontmatter interpreter: no Neovim API",
-    modules = { "flemma.isolated." } },
-  { name = "core", what = "util, log, config, the native binding, processes, files, the interpreter's host",
-    modules = { "flemma.core.", "flemma.native" } },
-  { name = "chat", what = "the chat model: document, frontmatter, templates, attachments, session",
-    modules = { "flemma.chat." } },
-  { name = "policy", what = "what may happen: secrets, trust, gate, reach, cost, sandbox, scope, consent",
-    modules = { "flemma.policy." } },
-  { name = "tools", what = "the tool registry, approval, built-in tools, MCP, adapters",
-    modules = { "flemma.tools", "flemma.tools.", "flemma.compat." } },
-  { name = "provider", what = "requests: provider kinds, transport, the writer, usage, switching",
-    modules = { "flemma.provider", "flemma.provider." } },
-  { name = "cycle", what = "the three phases and sending",
-    modules = { "flemma.cycle", "flemma.cycle." } },
-  { name = "ui", what = "what the user sees and presses: view, folds, marks, previews, keys, status",
-    modules = { "flemma.ui", "flemma.ui." } },
-  { name = "entry", what = "setup, the :Flemma table, health, and the public entry modules",
-    modules = { "flemma", "flemma.commands", "flemma.cycle_commands", "flemma.health", "flemma.document",
-      "flemma.secrets", "lualine.components.flemma" } },
+  {
+    name = "isolated",
+    what = "pure Lua that also runs inside the frontmatter interpreter: no Neovim API",
+    modules = { "flemma.isolated." },
+  },
+  {
+    name = "core",
+    what = "util, log, config, the native binding, processes, files, the interpreter's host",
+    modules = { "flemma.core.", "flemma.native" },
+  },
+  {
+    name = "policy",
+    what = "rules that need no chat: secrets, secret paths, reach, scope, sandbox, consent",
+    modules = { "flemma.policy." },
+  },
+  {
+    name = "chat",
+    what = "the chat model: document, frontmatter and its trust, templates, attachments, the gate",
+    modules = { "flemma.chat." },
+  },
+  {
+    name = "tools",
+    what = "the tool registry, approval, built-in tools, MCP, adapters",
+    modules = { "flemma.tools", "flemma.tools.", "flemma.compat." },
+  },
+  {
+    name = "provider",
+    what = "requests: provider kinds, transport, the writer, usage, cost, key hosts, switching",
+    modules = { "flemma.provider", "flemma.provider." },
+  },
+  { name = "cycle", what = "the three phases and sending", modules = { "flemma.cycle", "flemma.cycle." } },
+  {
+    name = "ui",
+    what = "what the user sees and presses: view, folds, marks, previews, keys, status",
+    modules = { "flemma.ui", "flemma.ui." },
+  },
+  {
+    name = "entry",
+    what = "setup, the :Flemma table, health, and the public entry modules",
+    modules = {
+      "flemma",
+      "flemma.commands",
+      "flemma.health",
+      "flemma.document",
+      "flemma.secrets",
+      "lualine.components.flemma",
+    },
+  },
 }
 
 --- The layer index of a module name, or nil.
