@@ -1,5 +1,5 @@
---- :Flemma {subcommand} [args]: a table of subcommands, each registered by the
---- module that implements it, with completion.
+--- :Flemma {subcommand} [args]: the whole table of subcommands, with completion,
+--- gathered from the `commands` tables of the modules that implement them.
 local util = require("flemma.core.util")
 
 local M = {}
@@ -13,15 +13,16 @@ local M = {}
 ---@type table<string, flemma.Subcommand>
 local subcommands = {}
 
--- Modules that register subcommands when loaded; loaded on the first :Flemma.
+-- The modules that implement subcommands: each has a `commands` table (name -> spec),
+-- gathered here on the first :Flemma. This module owns the whole table: no module below
+-- registers itself (dependencies point down: see doc/architecture.md).
 local modules = {
-  "flemma.cycle_commands",
+  "flemma.cycle.commands",
   "flemma.policy.sandbox",
   "flemma.core.log",
-  "flemma.policy.trust",
+  "flemma.chat.trust",
   "flemma.provider.switch",
   "flemma.provider.estimate",
-  "flemma.chat.templates",
   "flemma.core.build",
   "flemma.tools.mcp",
 }
@@ -33,10 +34,13 @@ local function load_modules()
   end
   loaded = true
   for _, name in ipairs(modules) do
-    require(name)
+    for sub, spec in pairs(require(name).commands) do
+      subcommands[sub] = spec
+    end
   end
 end
 
+--- Adds a subcommand (for plugins built on Flemma); one of Flemma's own keeps its name.
 ---@param name string
 ---@param spec flemma.Subcommand
 function M.register(name, spec)

@@ -6,7 +6,7 @@ local tools = require("flemma.tools")
 local send = require("flemma.cycle.send")
 local cycle = require("flemma.cycle")
 local preview = require("flemma.ui.preview")
-local spinner = require("flemma.ui.spinner")
+local spinner = require("flemma.cycle.spinner")
 
 local press, text = helpers.press, helpers.text
 

@@ -92,8 +92,8 @@ describe("frontmatter choosing an expensive model", function()
     h = helpers.send_harness({ key = KEY, server = false, timeout = 15000 })
     notes = h.notes
     require("flemma.provider.usage")._reset()
-    if package.loaded["flemma.policy.cost"] then
-      package.loaded["flemma.policy.cost"].reset() -- approvals of earlier tests
+    if package.loaded["flemma.provider.cost"] then
+      package.loaded["flemma.provider.cost"].reset() -- approvals of earlier tests
     end
     configure()
     orig_select = vim.ui.select

@@ -3,7 +3,7 @@
 -- diagnostics.
 local helpers = require("spec.support.helpers")
 
-local gate = require("flemma.policy.gate")
+local gate = require("flemma.chat.gate")
 
 local press, text = helpers.press, helpers.text
 

@@ -124,8 +124,8 @@ describe("flemma.core.isolate", function()
         lines[#lines + 1] = "```"
       end
       local buf = chat(lines)
-      require("flemma.policy.trust").set(buf, "trusted")
-      assert(require("flemma.policy.trust").is_trusted(buf))
+      require("flemma.chat.trust").set(buf, "trusted")
+      assert(require("flemma.chat.trust").is_trusted(buf))
       local notes = {}
       vim.notify = function(msg)
         notes[#notes + 1] = msg

@@ -80,11 +80,11 @@ describe("where a key goes", function()
     saved = { openai = vim.env.OPENAI_API_KEY, anthropic = vim.env.ANTHROPIC_API_KEY }
     vim.env.OPENAI_API_KEY = OPENAI
     vim.env.ANTHROPIC_API_KEY = ANTHROPIC
-    local ok, keyhost = pcall(require, "flemma.policy.keyhost")
+    local ok, keyhost = pcall(require, "flemma.provider.keyhost")
     if ok then
       keyhost.reset() -- answers of earlier tests
     end
-    require("flemma.policy.cost").reset()
+    require("flemma.provider.cost").reset()
     orig_select = vim.ui.select
     asked = {}
     answer = "Do not send"

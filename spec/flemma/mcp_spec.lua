@@ -517,7 +517,7 @@ describe("mcp", function()
   end)
 
   describe("project .mcp.json", function()
-    local trust = require("flemma.policy.trust")
+    local trust = require("flemma.chat.trust")
     local orig_select, asked, answer, keys
     before_each(function()
       orig_select = vim.ui.select

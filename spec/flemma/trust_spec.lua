@@ -3,7 +3,7 @@
 -- answer; trust answers in an isolated XDG_STATE_HOME, read again by a child Neovim.
 local helpers = require("spec.support.helpers")
 
-local trust = require("flemma.policy.trust")
+local trust = require("flemma.chat.trust")
 
 local press, text = helpers.press, helpers.text
 

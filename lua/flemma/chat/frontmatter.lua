@@ -60,6 +60,7 @@ end
 -- The modules loaded into each interpreter (Lua files of this plugin), as JSON text.
 H.MODULES = {
   ["flemma.isolated.opt"] = "isolated/opt.lua",
+  ["flemma.isolated.keys"] = "isolated/keys.lua",
   ["flemma.isolated.presets"] = "isolated/presets.lua",
   ["flemma.isolated.frontmatter"] = "isolated/frontmatter.lua",
 }
@@ -89,24 +90,20 @@ function H.plain(v, depth)
   return nil
 end
 
+--- Where the names of the registered tools come from: flemma.tools gives its list when
+--- it loads (it sits above this module).
+---@param fn fun(): string[]
+function M.set_tool_names(fn)
+  H.registered = fn
+end
+
 -- What the interpreter needs to know: tool names and the configuration it reads.
 function H.data(config)
   local known = opt.known_tools()
-  local registered = {}
-  local ok_tools, tools = pcall(require, "flemma.tools")
-  if ok_tools and type(tools) == "table" and type(tools.registered) == "function" then
-    registered = tools.registered()
-  end
+  local registered = H.registered and H.registered() or {}
   local tools_cfg = config.tools or {}
-  local secrets = { forbidden = {} }
-  local ok_sec, sec = pcall(require, "flemma.policy.secrets")
-  if ok_sec and type(sec) == "table" and type(sec.forbidden) == "table" then
-    secrets.forbidden = vim.tbl_keys(sec.forbidden)
-    secrets.refusal = type(sec.refusal) == "function" and sec.refusal("{{path}}") or nil
-  end
   return {
     tools = { enabled = known.enabled, registered = registered, ready = known.ready },
-    secrets = secrets,
     config = {
       tools = {
         auto_approve = type(tools_cfg.auto_approve) == "table" and H.plain(tools_cfg.auto_approve) or nil,

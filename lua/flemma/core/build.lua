@@ -139,11 +139,15 @@ function M.start(opts)
   H.job = job
 end
 
-require("flemma.commands").register("build", {
+--- The :Flemma subcommands this module implements (flemma.commands gathers them).
+---@type table<string, flemma.Subcommand>
+M.commands = {}
+
+M.commands["build"] = {
   desc = "build the native library (make in the plugin's directory), in the background, and load it",
   run = function()
     M.start()
   end,
-})
+}
 
 return M

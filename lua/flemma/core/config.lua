@@ -267,8 +267,8 @@ function H.check_providers(value)
     end
     for k, v in pairs(entry) do
       local want = H.provider_fields[k]
-      if require("flemma.policy.secrets").forbidden[k] then
-        util.error(require("flemma.policy.secrets").refusal(path .. "." .. k))
+      if require("flemma.isolated.keys").forbidden[k] then
+        util.error(require("flemma.isolated.keys").refusal(path .. "." .. k))
       elseif not want then
         util.error(
           ("unknown option `%s.%s` (a provider has kind, endpoint, api_key_env, model, headers)"):format(
@@ -529,7 +529,7 @@ end
 
 --- Keys (api_key, token, ...) at the top, in `parameters` or a provider's parameters: refused.
 function H.refuse_keys(opts)
-  local secrets = require("flemma.policy.secrets")
+  local secrets = require("flemma.isolated.keys")
   local function scan(t, prefix)
     for k, v in pairs(t) do
       if secrets.forbidden[k] then

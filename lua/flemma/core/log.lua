@@ -124,9 +124,11 @@ function M.disable()
   end
 end
 
-local commands = require("flemma.commands")
+--- The :Flemma subcommands this module implements (flemma.commands gathers them).
+---@type table<string, flemma.Subcommand>
+M.commands = {}
 
-commands.register("logging:enable", {
+M.commands["logging:enable"] = {
   desc = "log requests, responses (without keys) and tool runs to stdpath('log')/flemma.log",
   run = function(args)
     M.enable(args[1])
@@ -137,17 +139,17 @@ commands.register("logging:enable", {
       return l:sub(1, #arglead) == arglead
     end, M.LEVELS)
   end,
-})
+}
 
-commands.register("logging:disable", {
+M.commands["logging:disable"] = {
   desc = "stop logging",
   run = function()
     M.disable()
     util.notify("logging disabled")
   end,
-})
+}
 
-commands.register("logging:open", {
+M.commands["logging:open"] = {
   desc = "open the log file in a split",
   run = function()
     local path = M.path()
@@ -157,6 +159,6 @@ commands.register("logging:open", {
     end
     vim.cmd("split " .. vim.fn.fnameescape(path))
   end,
-})
+}
 
 return M

@@ -218,7 +218,7 @@ function H.secret_env(env, explicit)
   -- The keys to look for in every value: at least 8 bytes (a shorter one would
   -- match ordinary text).
   local keys = {}
-  for _, k in ipairs(require("flemma.policy.secrets").known_values()) do
+  for _, k in ipairs(util.secret_values()) do
     keys[#keys + 1] = k
   end
   for _, provider in pairs(cfg.providers or {}) do

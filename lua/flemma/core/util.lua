@@ -21,6 +21,8 @@ M.SECRET_MIN = 4
 
 ---@type table<string, true> every form of every secret value registered
 local secret_forms = {}
+---@type table<string, true> the values registered, as given
+local secret_values = {}
 ---@type string[]|nil the forms, longest first (rebuilt after a change)
 local secret_sorted = nil
 
@@ -33,6 +35,7 @@ function M.add_secret(value)
     return
   end
   secret_forms[value] = true
+  secret_values[value] = true
   local ok, json = pcall(vim.json.encode, value)
   if ok and type(json) == "string" then
     secret_forms[json:sub(2, -2)] = true
@@ -116,6 +119,13 @@ function M.redact(text, env_except)
   header("[Aa][Uu][Tt][Hh][Oo][Rr][Ii][Zz][Aa][Tt][Ii][Oo][Nn]")
   header("[Xx]%-[Gg][Oo][Oo][Gg]%-[Aa][Pp][Ii]%-[Kk][Ee][Yy]")
   return text
+end
+
+--- The secret values registered (M.add_secret) this session, as given: what a tool's
+--- environment must not carry.
+---@return string[]
+function M.secret_values()
+  return vim.tbl_keys(secret_values)
 end
 
 --- Notifies the user with the plugin's prefix, secrets redacted (M.redact). Safe to

@@ -167,7 +167,7 @@ end
 
 function H.refresh_previews(bufnr)
   if vim.api.nvim_buf_is_valid(bufnr) then
-    require("flemma.ui.preview").refresh(bufnr)
+    require("flemma.core.events").emit("previews", bufnr)
   end
 end
 
@@ -480,7 +480,7 @@ end
 --- Called when the last running tool of a buffer finished.
 function H.on_idle(bufnr)
   H.unlock(bufnr)
-  require("flemma.ui.spinner").stop_all(bufnr)
+  require("flemma.cycle.spinner").stop_all(bufnr)
   if not vim.api.nvim_buf_is_valid(bufnr) then
     return
   end
@@ -552,7 +552,7 @@ function H.finish(bufnr, job, result)
     return -- already finished (e.g. a tool calling back twice) or buffer gone
   end
   s.running[job.id] = nil
-  require("flemma.ui.spinner").stop(bufnr, job.id)
+  require("flemma.cycle.spinner").stop(bufnr, job.id)
   H.tool_status(bufnr)
   if result.rate_limited and not s.paused then
     -- Over tools.rate_limit: no automatic send with these error results.
@@ -587,7 +587,7 @@ function H.finish(bufnr, job, result)
 end
 
 function H.run(bufnr, job)
-  if not require("flemma.policy.gate").check(bufnr) then
+  if not require("flemma.chat.gate").check(bufnr) then
     return -- the frontmatter broke meanwhile: nothing runs
   end
   local s = H.get_state(bufnr)
@@ -616,7 +616,7 @@ function H.run(bufnr, job)
   H.lock(bufnr)
   s.running[job.id] = { name = job.name, alone = job.alone }
   H.tool_status(bufnr)
-  require("flemma.ui.spinner").start(bufnr, job.id, job.name, (part.fence_line or part.first_line) - 1)
+  require("flemma.cycle.spinner").start(bufnr, job.id, job.name, (part.fence_line or part.first_line) - 1)
   H.event("FlemmaToolExecuting", { bufnr = bufnr, tool_id = job.id, tool_name = job.name })
   local done = function(result)
     local ok, err = xpcall(H.finish, debug.traceback, bufnr, job, result or { success = false, error = "no result" })
@@ -653,7 +653,7 @@ function H.run(bufnr, job)
     {
       on_progress = function(p)
         if p and p.last_line then
-          require("flemma.ui.spinner").progress(bufnr, job.id, p.last_line)
+          require("flemma.cycle.spinner").progress(bufnr, job.id, p.last_line)
         end
       end,
     }
@@ -722,7 +722,7 @@ end
 --- everything else (autopilot's early start while others are pending).
 function M.execute(bufnr, opts)
   opts = opts or {}
-  if not require("flemma.policy.gate").check(bufnr) then
+  if not require("flemma.chat.gate").check(bufnr) then
     return
   end
   local s = H.get_state(bufnr)
@@ -780,7 +780,7 @@ end
 --- Sends the conversation (phase 3). `opts.auto` marks an automatic (autopilot) send.
 function M.send(bufnr, opts)
   opts = opts or {}
-  if not require("flemma.policy.gate").check(bufnr) then
+  if not require("flemma.chat.gate").check(bufnr) then
     return false
   end
   local s = H.get_state(bufnr)
@@ -815,7 +815,7 @@ end
 function M.advance(bufnr, opts)
   bufnr = (bufnr == nil or bufnr == 0) and vim.api.nvim_get_current_buf() or bufnr
   opts = opts or {}
-  if not require("flemma.policy.gate").allow(bufnr, function()
+  if not require("flemma.chat.gate").allow(bufnr, function()
     M.advance(bufnr, opts)
   end) then
     return
@@ -860,7 +860,7 @@ end
 --- <M-CR>: executes or resolves just the tool block under the cursor.
 function M.execute_at_cursor(bufnr)
   bufnr = (bufnr == nil or bufnr == 0) and vim.api.nvim_get_current_buf() or bufnr
-  if not require("flemma.policy.gate").allow(bufnr, function()
+  if not require("flemma.chat.gate").allow(bufnr, function()
     M.execute_at_cursor(bufnr)
   end) then
     return
@@ -1033,7 +1033,7 @@ function M.detach(bufnr)
       pcall(run.handle.cancel)
     end
   end
-  require("flemma.ui.spinner").stop_all(bufnr)
+  require("flemma.cycle.spinner").stop_all(bufnr)
 end
 
 -- ---------------------------------------------------------------------------

@@ -268,7 +268,7 @@ function M.send(bufnr, opts)
 
   -- A provider and model chosen by the frontmatter that cost more than
   -- ui.high_cost_threshold: the first send asks (flemma.cost), and sends after a yes.
-  if not require("flemma.policy.cost").settle(bufnr, function()
+  if not require("flemma.provider.cost").settle(bufnr, function()
     M.send(bufnr, opts)
   end) then
     return false
@@ -277,7 +277,7 @@ function M.send(bufnr, opts)
   -- A provider chosen by the frontmatter that would send a key to a host neither
   -- its own service nor the user's own choice sends it to: the first send asks
   -- (flemma.keyhost), and sends after a yes.
-  if not require("flemma.policy.keyhost").settle(bufnr, function()
+  if not require("flemma.provider.keyhost").settle(bufnr, function()
     M.send(bufnr, opts)
   end) then
     return false
@@ -332,7 +332,7 @@ function M.send(bufnr, opts)
         error = result.error,
       })
       if vim.api.nvim_buf_is_valid(bufnr) then
-        pcall(require("flemma.ui.preview").refresh, bufnr)
+        require("flemma.core.events").emit("previews", bufnr)
       end
       if result.status == "error" and result.error and not result.notified then
         util.notify(result.error, vim.log.levels.ERROR)
@@ -374,6 +374,58 @@ function M.is_active(bufnr)
   bufnr = (bufnr == nil or bufnr == 0) and vim.api.nvim_get_current_buf() or bufnr
   local p = package.loaded["flemma.provider"]
   return p ~= nil and p.is_active(bufnr)
+end
+
+--- Shows the conversation as it would be sent (templates expanded) in a scratch
+--- buffer in a split; template errors are diagnostics on their lines, as for a send.
+---@param bufnr? integer
+function M.preview(bufnr)
+  bufnr = (bufnr == nil or bufnr == 0) and vim.api.nvim_get_current_buf() or bufnr
+  local lines, problems = require("flemma.chat.templates").preview_lines(bufnr)
+  if not lines then
+    local diags, msgs = {}, {}
+    for _, p in ipairs(problems) do
+      diags[#diags + 1] = {
+        lnum = math.max(0, p.line - 1),
+        col = 0,
+        severity = vim.diagnostic.severity.ERROR,
+        message = util.redact(p.message),
+        source = "flemma",
+      }
+      msgs[#msgs + 1] = ("line %d: %s"):format(p.line, p.message)
+    end
+    vim.diagnostic.set(M.ns, bufnr, diags)
+    util.notify(
+      "no preview: the conversation cannot be sent as it is:\n" .. table.concat(msgs, "\n"),
+      vim.log.levels.ERROR
+    )
+    return
+  end
+  M.clear_problems(bufnr)
+  local name = ("flemma://preview/%d"):format(bufnr)
+  local pbuf = vim.fn.bufnr(name)
+  if pbuf == -1 then
+    pbuf = vim.api.nvim_create_buf(false, true)
+    vim.api.nvim_buf_set_name(pbuf, name)
+    vim.bo[pbuf].bufhidden = "wipe"
+    if util.has_parser("markdown") then
+      vim.bo[pbuf].filetype = "markdown"
+    else
+      -- Neovim 0.12's markdown ftplugin raises without the parser: Vim's syntax only.
+      vim.bo[pbuf].syntax = "markdown"
+    end
+  end
+  vim.bo[pbuf].modifiable = true
+  vim.api.nvim_buf_set_lines(pbuf, 0, -1, false, lines)
+  vim.bo[pbuf].modifiable = false
+  vim.bo[pbuf].modified = false
+  local win = vim.fn.bufwinid(pbuf)
+  if win == -1 then
+    vim.cmd("belowright split")
+    vim.api.nvim_win_set_buf(0, pbuf)
+  else
+    vim.api.nvim_set_current_win(win)
+  end
 end
 
 return M

@@ -86,7 +86,7 @@ end
 ---------------------------------------------------------------------------------------
 
 -- { tools = { enabled = string[], registered = set, ready = boolean }, config = {...} }
-H.data = { tools = { enabled = {}, registered = {}, ready = false }, config = {}, secrets = { forbidden = {} } }
+H.data = { tools = { enabled = {}, registered = {}, ready = false }, config = {} }
 
 H.shims = {
   ["flemma.tools"] = {
@@ -105,22 +105,6 @@ H.shims = {
       return H.data.config
     end,
   },
-  ["flemma.policy.secrets"] = setmetatable({
-    refusal = function(path)
-      local template = H.data.secrets.refusal or "`{{path}}`: API keys are never accepted in frontmatter"
-      local at = template:find("{{path}}", 1, true)
-      if not at then
-        return template
-      end
-      return template:sub(1, at - 1) .. path .. template:sub(at + 8)
-    end,
-  }, {
-    __index = function(_, k)
-      if k == "forbidden" then
-        return H.data.secrets.forbidden
-      end
-    end,
-  }),
   ["flemma.core.util"] = {
     error = function(msg)
       error("(flemma) " .. msg, 0)
@@ -221,14 +205,8 @@ function H.set_data(data)
   for _, name in ipairs(tools.enabled or {}) do
     registered[name] = true
   end
-  local secrets = type(data.secrets) == "table" and data.secrets or {}
-  local forbidden = {}
-  for _, name in ipairs(secrets.forbidden or {}) do
-    forbidden[name] = true
-  end
   H.data = {
     tools = { enabled = tools.enabled or {}, registered = registered, ready = tools.ready == true },
-    secrets = { forbidden = forbidden, refusal = secrets.refusal },
     config = type(data.config) == "table" and data.config or {},
   }
 end

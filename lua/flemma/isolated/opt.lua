@@ -25,7 +25,7 @@ H.TRANSPORT_KEYS = { endpoint = true, api_key_env = true, providers = true, head
 -- transport as well.
 H.PROVIDER_TRANSPORT = { vertex = { project_id = true, location = true } }
 -- API keys are refused too, with their own message (flemma.secrets).
-for name in pairs(require("flemma.policy.secrets").forbidden) do
+for name in pairs(require("flemma.isolated.keys").forbidden) do
   H.TRANSPORT_KEYS[name] = true
 end
 
@@ -412,7 +412,7 @@ function H.unknown(name, candidates, prefix)
 end
 
 function H.transport(path)
-  local secrets = require("flemma.policy.secrets")
+  local secrets = require("flemma.isolated.keys")
   if secrets.forbidden[path:match("[^.]+$")] then
     return secrets.refusal(path)
   end

@@ -1,9 +1,16 @@
 --- Approval presets: named sets of tools to approve or deny, referenced as `$name` in
 --- `tools.auto_approve` and `flemma.opt.tools.auto_approve`.
-local util = require("flemma.core.util")
 
 local M = {}
 local H = {}
+
+-- Errors as flemma.core.util.error raises them (this module cannot require it: it also
+-- runs inside the frontmatter interpreter).
+local util = {
+  error = function(msg)
+    error("(flemma) " .. msg, 0)
+  end,
+}
 
 ---@class flemma.approval.Preset
 ---@field approve? string[] tool names approved by the preset
@@ -207,6 +214,14 @@ function M.expand(list, opts)
   return policy
 end
 
+--- Where M.decide learns a tool's risk level: flemma.tools gives its lookup when it
+--- loads (this module sits below it). Inside the frontmatter interpreter there is none:
+--- a risk entry decides nothing there.
+---@param fn fun(tool_name: string): string|nil
+function M.set_risk_lookup(fn)
+  H.risk_of = fn
+end
+
 --- The decision of an expanded policy for one tool: "deny", "approve" or nil.
 ---@param policy flemma.approval.Policy
 ---@param tool_name string
@@ -217,8 +232,7 @@ function M.decide(policy, tool_name)
   end
   local risk
   if next(policy.deny_risks or {}) ~= nil or next(policy.approve_risks or {}) ~= nil then
-    local ok, tools = pcall(require, "flemma.tools")
-    risk = ok and type(tools.risk) == "function" and tools.risk(tool_name) or nil
+    risk = H.risk_of and H.risk_of(tool_name) or nil
   end
   if risk and (policy.deny_risks or {})[risk] then
     return "deny"

@@ -325,8 +325,11 @@ function M.status()
   return table.concat(lines, "\n")
 end
 
-local commands = require("flemma.commands")
-commands.register("sandbox:enable", {
+--- The :Flemma subcommands this module implements (flemma.commands gathers them).
+---@type table<string, flemma.Subcommand>
+M.commands = {}
+
+M.commands["sandbox:enable"] = {
   desc = "sandbox tool commands for this session",
   run = function()
     M.set_enabled(true)
@@ -337,19 +340,19 @@ commands.register("sandbox:enable", {
       util.warn("sandbox enabled, but commands will fail until it can run: " .. tostring(err))
     end
   end,
-})
-commands.register("sandbox:disable", {
+}
+M.commands["sandbox:disable"] = {
   desc = "run tool commands without the sandbox for this session",
   run = function()
     M.set_enabled(false)
     util.notify("sandbox disabled")
   end,
-})
-commands.register("sandbox:status", {
+}
+M.commands["sandbox:status"] = {
   desc = "show whether the sandbox is on, its backend and policy",
   run = function()
     util.notify(M.status())
   end,
-})
+}
 
 return M

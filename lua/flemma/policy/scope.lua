@@ -213,11 +213,10 @@ end
 --- when all are, or when the tool declares no `paths`). A path that cannot be
 --- checked counts as outside ("unknown").
 ---@param bufnr? integer
----@param tool_name string
+---@param def flemma.tools.Definition|nil the tool's definition (flemma.tools.get)
 ---@param input table|nil
 ---@return flemma.tools.OutsidePath[]
-function M.outside(bufnr, tool_name, input)
-  local def = require("flemma.tools").get(tool_name)
+function M.outside(bufnr, def, input)
   local ok, uses = pcall(M.uses, def, input)
   if not ok then
     return { { path = "?", reason = "unknown" } }
@@ -265,11 +264,11 @@ end
 --- Whether every path of the call is inside the project (true for tools without
 --- `paths`).
 ---@param bufnr? integer
----@param tool_name string
+---@param def flemma.tools.Definition|nil the tool's definition (flemma.tools.get)
 ---@param input table|nil
 ---@return boolean
-function M.is_inside(bufnr, tool_name, input)
-  return #M.outside(bufnr, tool_name, input) == 0
+function M.is_inside(bufnr, def, input)
+  return #M.outside(bufnr, def, input) == 0
 end
 
 H.REASONS = {

@@ -449,18 +449,9 @@ function M.destination(env, endpoint, configured, name)
     )
 end
 
---- Names that look like a key in setup() or frontmatter: refused there.
-M.forbidden =
-  { api_key = true, apikey = true, key = true, token = true, access_token = true, secret = true, password = true }
-
---- The message refusing a key at `path` (e.g. "providers.openai.api_key").
----@param path string
----@return string
-function M.refusal(path)
-  return ("`%s`: API keys are never accepted in configuration or frontmatter; put the key in the environment variable named by `api_key_env`, in the system keyring (secret-tool store --label=flemma service <provider> key api), or register a resolver with require('flemma.secrets').register; a local server needs no key: require('flemma').setup({ provider = \"ollama\", model = \"...\" })"):format(
-    path
-  )
-end
+--- Names refused in setup() and frontmatter, and the message refusing them (flemma.isolated.keys).
+M.forbidden = require("flemma.isolated.keys").forbidden
+M.refusal = require("flemma.isolated.keys").refusal
 
 function M._reset()
   H.cache = {}

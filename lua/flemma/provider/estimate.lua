@@ -160,7 +160,7 @@ function M.estimate(bufnr, cb)
   -- A key that the frontmatter's provider would send to a new host: asked first
   -- (flemma.keyhost), counted after a yes.
   if
-    not require("flemma.policy.keyhost").settle(bufnr, function()
+    not require("flemma.provider.keyhost").settle(bufnr, function()
       M.estimate(bufnr, cb)
     end, function(message)
       cb({ error = (message:gsub("^not sent: ", "nothing counted: ")) })
@@ -223,7 +223,11 @@ function M.estimate(bufnr, cb)
   end)
 end
 
-require("flemma.commands").register("usage:estimate", {
+--- The :Flemma subcommands this module implements (flemma.commands gathers them).
+---@type table<string, flemma.Subcommand>
+M.commands = {}
+
+M.commands["usage:estimate"] = {
   chat = true,
   desc = "count the buffer's input tokens with the provider's token-counting endpoint and show the estimated cost before sending",
   run = function()
@@ -237,6 +241,6 @@ require("flemma.commands").register("usage:estimate", {
       end
     end)
   end,
-})
+}
 
 return M

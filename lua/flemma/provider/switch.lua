@@ -293,7 +293,7 @@ function M.describe(spec, params)
   if info then
     msg = msg .. (" · %s in / %s out per million tokens"):format(H.money(info.input), H.money(info.output))
     local limit = config.ui.high_cost_threshold
-    if require("flemma.policy.cost").above(info, limit) then
+    if require("flemma.provider.cost").above(info, limit) then
       warning = ("%s costs %s per million output tokens, above ui.high_cost_threshold (%s)"):format(
         spec.model,
         H.money(info.output),
@@ -478,7 +478,11 @@ function M.complete(arglead, args)
   return out
 end
 
-require("flemma.commands").register("switch", {
+--- The :Flemma subcommands this module implements (flemma.commands gathers them).
+---@type table<string, flemma.Subcommand>
+M.commands = {}
+
+M.commands["switch"] = {
   desc = "switch provider, model and parameters for this session: {provider|$preset} [model] [key=value ...]; no argument: pick from lists",
   run = function(args)
     M.run(args)
@@ -486,6 +490,6 @@ require("flemma.commands").register("switch", {
   complete = function(arglead, args)
     return M.complete(arglead, args)
   end,
-})
+}
 
 return M

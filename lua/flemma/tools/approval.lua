@@ -192,8 +192,8 @@ function M.resolve(tool_name, input, ctx)
     return "deny"
   end
   local decision = H.chain(tool_name, input, context, fm, warned)
-  if decision == "approve" and global ~= "approve" and not require("flemma.policy.trust").is_trusted(context.bufnr) then
-    require("flemma.policy.trust").ignored(context.bufnr, tool_name)
+  if decision == "approve" and global ~= "approve" and not require("flemma.chat.trust").is_trusted(context.bufnr) then
+    require("flemma.chat.trust").ignored(context.bufnr, tool_name)
     return global
   end
   return decision
@@ -231,7 +231,8 @@ function H.scoped(decision, tool_name, input, ctx)
   if decision ~= "approve" then
     return decision
   end
-  local ok, inside = pcall(require("flemma.policy.scope").is_inside, ctx.bufnr, tool_name, input)
+  local ok, inside =
+    pcall(require("flemma.policy.scope").is_inside, ctx.bufnr, require("flemma.tools").get(tool_name), input)
   if ok and inside then
     return decision
   end
@@ -421,5 +422,10 @@ function M.setup(config)
     })
   end
 end
+
+-- Nested calls (flemma.tools.call) go through this chain as well.
+require("flemma.tools").set_resolver(function(name, args, ctx)
+  return M.resolve(name, args, ctx)
+end)
 
 return M

@@ -905,6 +905,17 @@ function H.group_nested(frame, result)
   return out
 end
 
+-- How a nested call is resolved: the approval chain (flemma.tools.approval, which sits
+-- above this registry) gives it when it loads; without it every nested call needs the
+-- user's approval.
+H.resolve = nil
+
+--- Sets the resolver of nested calls (flemma.tools.approval does, with its resolve).
+---@param fn fun(name: string, args: table, ctx: table): string|nil
+function M.set_resolver(fn)
+  H.resolve = fn
+end
+
 -- How a nested call that needs the user's approval is shown and decided: set by the
 -- chat cycle (flemma.cycle), which owns the buffer. nil: such a call is refused.
 H.call_host = nil
@@ -978,7 +989,11 @@ function M.call(name, args, parent_call_id, on_result)
       deliver(pair, status == "approved_by_user" and "approved" or status)
     end, { nested = true })
   end
-  local ok, decision = pcall(require("flemma.tools.approval").resolve, name, args, { bufnr = bufnr, tool_id = id })
+  local decide = H.resolve
+  local ok, decision = false, nil
+  if decide then
+    ok, decision = pcall(decide, name, args, { bufnr = bufnr, tool_id = id })
+  end
   if not ok then
     decision = "require_approval"
   end
@@ -1121,7 +1136,7 @@ function M.preview(name, input, max_length, bufnr)
   end
   if bufnr ~= nil and def and def.paths then
     local scope = require("flemma.policy.scope")
-    summary = scope.mark(summary, scope.outside(bufnr, name, clean))
+    summary = scope.mark(summary, scope.outside(bufnr, M.get(name), clean))
   end
   return summary
 end
@@ -1148,5 +1163,10 @@ function M._reset()
   require("flemma.tools.middleware")._reset()
   require("flemma.tools.ratelimit").forget()
 end
+
+-- The policy presets (below this layer) ask tools' risk levels through this lookup.
+require("flemma.isolated.presets").set_risk_lookup(M.risk)
+-- Frontmatter tells its interpreter which tool names exist.
+require("flemma.chat.frontmatter").set_tool_names(M.registered)
 
 return M

@@ -391,4 +391,11 @@ function M.shown(bufnr)
   return out
 end
 
+-- The cycle and the send path (below this layer) say when previews may have changed.
+require("flemma.core.events").on("previews", function(bufnr)
+  if vim.api.nvim_buf_is_valid(bufnr) then
+    M.refresh(bufnr)
+  end
+end)
+
 return M

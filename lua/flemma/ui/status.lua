@@ -221,7 +221,7 @@ function M.tree(bufnr)
   row(1, "require_approval: " .. tostring(config.tools.require_approval), H.config_layer("tools.require_approval"))
   if fm_opts.auto_approve ~= nil then
     row(1, "auto_approve: " .. H.show(fm_opts.auto_approve), "frontmatter")
-    local trust = require("flemma.policy.trust")
+    local trust = require("flemma.chat.trust")
     if trust.widening(fm_opts) then
       -- What it approves beyond the global policy needs the user's trust.
       local state = trust.is_trusted(bufnr) and "trusted" or "ignored until trusted (:Flemma trust)"

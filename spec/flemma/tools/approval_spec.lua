@@ -582,7 +582,7 @@ describe("flemma.tools.approval", function()
         capture_notify(function()
           assert.same(case[3], decisions(buf))
         end)
-        require("flemma.policy.trust").set(buf, "trusted")
+        require("flemma.chat.trust").set(buf, "trusted")
         assert.same(case[4] or case[3], decisions(buf))
       end)
     end

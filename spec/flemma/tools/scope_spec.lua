@@ -227,7 +227,7 @@ describe("approval inside the project", function()
       assert.equals("require_approval", approval.resolve("copy", { from = "notes.txt", to = home .. "/c.txt" }, {}))
       assert.same(
         { { path = home .. "/c.txt", reason = "outside" } },
-        scope.outside(nil, "copy", { from = "notes.txt", to = home .. "/c.txt" })
+        scope.outside(nil, tools.get("copy"), { from = "notes.txt", to = home .. "/c.txt" })
       )
     end)
     tools.unregister("copy")

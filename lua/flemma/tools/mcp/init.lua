@@ -616,7 +616,7 @@ function M.project(bufnr, again)
     util.warn(("%s: %s; no project MCP server started"):format(vim.fn.fnamemodify(path, ":~:."), err))
     return
   end
-  local trust = require("flemma.policy.trust")
+  local trust = require("flemma.chat.trust")
   local names = vim.tbl_keys(servers)
   table.sort(names)
   for _, name in ipairs(names) do
@@ -659,8 +659,11 @@ function M.project(bufnr, again)
   end
 end
 
-local commands = require("flemma.commands")
-commands.register("mcp:trust", {
+--- The :Flemma subcommands this module implements (flemma.commands gathers them).
+---@type table<string, flemma.Subcommand>
+M.commands = {}
+
+M.commands["mcp:trust"] = {
   desc = "ask again whether to trust the servers of the project's .mcp.json",
   run = function()
     local buf = vim.api.nvim_get_current_buf()
@@ -670,14 +673,14 @@ commands.register("mcp:trust", {
     end
     M.project(buf, true)
   end,
-})
-commands.register("mcp:status", {
+}
+M.commands["mcp:status"] = {
   desc = "show each MCP server: state, tool count, last error",
   run = function()
     util.notify(M.status_text())
   end,
-})
-commands.register("mcp:restart", {
+}
+M.commands["mcp:restart"] = {
   desc = "stop an MCP server and start it again",
   complete = function(arglead)
     return vim.tbl_filter(function(n)
@@ -702,6 +705,6 @@ commands.register("mcp:restart", {
       end
     end)
   end,
-})
+}
 
 return M

@@ -1,6 +1,7 @@
 --- :Flemma subcommands of the tool cycle.
-local commands = require("flemma.commands")
 local util = require("flemma.core.util")
+
+local M = {}
 
 local function cycle()
   return require("flemma.cycle")
@@ -21,15 +22,19 @@ local function target_placeholder(bufnr)
   return first_pending
 end
 
-commands.register("send", {
+--- The :Flemma subcommands this module implements (flemma.commands gathers them).
+---@type table<string, flemma.Subcommand>
+M.commands = {}
+
+M.commands["send"] = {
   chat = true,
   desc = "next step of the tool cycle, or send",
   run = function()
     cycle().advance(0)
   end,
-})
+}
 
-commands.register("cancel", {
+M.commands["cancel"] = {
   chat = true,
   desc = "cancel the request or the running tools",
   run = function()
@@ -40,29 +45,29 @@ commands.register("cancel", {
     local n = cycle().cancel(0)
     util.notify(n > 0 and ("cancelled %d tool(s)"):format(n) or "nothing is running")
   end,
-})
+}
 
-commands.register("usage", {
+M.commands["usage"] = {
   desc = "tokens and cost of the last response, the buffer and the session",
   run = function()
     util.notify(table.concat(require("flemma.provider.usage").report(0), "\n"))
   end,
-})
+}
 
-commands.register("tool:execute", {
+M.commands["tool:execute"] = {
   chat = true,
   desc = "execute or resolve the tool block under the cursor",
   run = function()
     cycle().execute_at_cursor(0)
   end,
-})
+}
 
-commands.register("tool:approve", {
+M.commands["tool:approve"] = {
   chat = true,
   desc = "approve the placeholder under the cursor (or the first pending one)",
   run = function()
     local bufnr = vim.api.nvim_get_current_buf()
-    if not require("flemma.policy.gate").check(bufnr) then
+    if not require("flemma.chat.gate").check(bufnr) then
       return
     end
     local part = target_placeholder(bufnr)
@@ -71,14 +76,14 @@ commands.register("tool:approve", {
     end
     cycle().set_status(bufnr, part.id, "approved", "")
   end,
-})
+}
 
-commands.register("tool:reject", {
+M.commands["tool:reject"] = {
   chat = true,
   desc = "reject the placeholder under the cursor (or the first pending one), with an optional message",
   run = function(args)
     local bufnr = vim.api.nvim_get_current_buf()
-    if not require("flemma.policy.gate").check(bufnr) then
+    if not require("flemma.chat.gate").check(bufnr) then
       return
     end
     local part = target_placeholder(bufnr)
@@ -88,9 +93,9 @@ commands.register("tool:reject", {
     local msg = table.concat(args, " ")
     cycle().set_status(bufnr, part.id, "rejected", msg ~= "" and msg or nil)
   end,
-})
+}
 
-commands.register("tool:cancel", {
+M.commands["tool:cancel"] = {
   chat = true,
   desc = "cancel the running tool under the cursor (or all when not on one)",
   run = function()
@@ -108,18 +113,18 @@ commands.register("tool:cancel", {
     local n = cycle().cancel(bufnr, id)
     util.notify(n > 0 and ("cancelled %d tool(s)"):format(n) or "no running tool to cancel")
   end,
-})
+}
 
-commands.register("tool:cancel-all", {
+M.commands["tool:cancel-all"] = {
   chat = true,
   desc = "cancel every running tool of the buffer",
   run = function()
     local n = cycle().cancel(0)
     util.notify(n > 0 and ("cancelled %d tool(s)"):format(n) or "no running tool to cancel")
   end,
-})
+}
 
-commands.register("tool:list", {
+M.commands["tool:list"] = {
   desc = "list the registered tools and the running ones",
   run = function()
     local bufnr = vim.api.nvim_get_current_buf()
@@ -134,9 +139,9 @@ commands.register("tool:list", {
     end
     util.notify(table.concat(lines, "\n"))
   end,
-})
+}
 
-commands.register("tool:undo", {
+M.commands["tool:undo"] = {
   desc = "undo the files changed by one tool call (write, edit, delete, move): pick it, newest first",
   run = function()
     local backup = require("flemma.tools.builtin.backup")
@@ -162,10 +167,18 @@ commands.register("tool:undo", {
       util.notify("undone: " .. done)
     end)
   end,
-})
+}
+
+M.commands["preview"] = {
+  chat = true,
+  desc = "show the conversation as it would be sent, templates expanded, in a scratch split",
+  run = function()
+    require("flemma.cycle.send").preview(vim.api.nvim_get_current_buf())
+  end,
+}
 
 for _, verb in ipairs({ "enable", "disable", "status" }) do
-  commands.register("autopilot:" .. verb, {
+  M.commands["autopilot:" .. verb] = {
     chat = true,
     desc = verb .. " autopilot for this buffer",
     run = function()
@@ -176,7 +189,7 @@ for _, verb in ipairs({ "enable", "disable", "status" }) do
       local max = require("flemma.core.config").get().tools.autopilot.max_turns
       util.notify(("autopilot is %s (max %d turns)"):format(cycle().autopilot_enabled(bufnr) and "on" or "off", max))
     end,
-  })
+  }
 end
 
-return {}
+return M

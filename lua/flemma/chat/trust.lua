@@ -411,20 +411,23 @@ function H.command(state)
   end
 end
 
-local commands = require("flemma.commands")
-commands.register("trust", {
+--- The :Flemma subcommands this module implements (flemma.commands gathers them).
+---@type table<string, flemma.Subcommand>
+M.commands = {}
+
+M.commands["trust"] = {
   chat = true,
   desc = "let this buffer's frontmatter approve tool calls beyond your configuration",
   run = function()
     H.command("trusted")
   end,
-})
-commands.register("untrust", {
+}
+M.commands["untrust"] = {
   chat = true,
   desc = "stop trusting this buffer's frontmatter (its approvals beyond your configuration are ignored)",
   run = function()
     H.command("denied")
   end,
-})
+}
 
 return M

@@ -148,7 +148,7 @@ function M.allow(bufnr, resume)
   if not opts then
     return false
   end
-  return require("flemma.policy.trust").settle(bufnr, opts, resume)
+  return require("flemma.chat.trust").settle(bufnr, opts, resume)
 end
 
 return M
