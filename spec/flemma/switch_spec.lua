@@ -220,6 +220,116 @@ describe(":Flemma switch", function()
   end)
 end)
 
+describe(":Flemma switch with an OpenAI-compatible server", function()
+  local server
+  local served = require("flemma.provider.served")
+  local LIST = vim.json.encode({
+    object = "list",
+    data = {
+      { id = "qwen2.5-coder:7b", object = "model" },
+      { id = "llama3.1:8b", object = "model" },
+      { id = "bad id with spaces", object = "model" },
+    },
+  })
+  local orig
+  before_each(function()
+    orig = vim.notify
+    vim.notify = function() end
+    served.clear()
+    server = require("spec.support.llm_server").start()
+    server:script({ { body = LIST } })
+    vim.env.FLEMMA_SPEC_MODELS_KEY = "sk-served-spec-1234567890"
+    require("flemma").setup({
+      providers = {
+        mine = {
+          kind = "openai_chat",
+          endpoint = server:url("/v1/chat/completions"),
+          api_key_env = "FLEMMA_SPEC_MODELS_KEY",
+        },
+        local_one = { kind = "openai_chat", endpoint = server:url("/v2/chat/completions") },
+        elsewhere = { kind = "openai_chat", endpoint = "http://127.0.0.1:9/v1/chat/completions" },
+      },
+    })
+  end)
+  after_each(function()
+    vim.notify = orig
+    server:stop()
+    vim.env.FLEMMA_SPEC_MODELS_KEY = nil
+    served.clear()
+  end)
+
+  local function complete(line)
+    return vim.fn.getcompletion("Flemma " .. line, "cmdline")
+  end
+  local function models_of(c)
+    return vim.tbl_filter(function(m)
+      return not m:find("=", 1, true)
+    end, c)
+  end
+
+  it("offers the models the server lists at /v1/models, sending the entry's key to it", function()
+    -- Nothing known yet: no other vendor's models, and the fetch starts.
+    assert.same({}, models_of(complete("switch mine ")))
+    helpers.wait_for(function()
+      return #server:requests() == 1 and #models_of(complete("switch mine ")) > 0
+    end, 15000, "the model list was not fetched")
+    assert.same({ "llama3.1:8b", "qwen2.5-coder:7b" }, models_of(complete("switch mine ")))
+    assert.same({ "qwen2.5-coder:7b" }, complete("switch mine qw"))
+    local r = server:requests()
+    assert.equals(1, #r)
+    assert.equals("GET", r[1].method)
+    assert.equals("/v1/models", r[1].path)
+    assert.equals("Bearer sk-served-spec-1234567890", r[1].headers.authorization)
+    -- Kept for the session: asked again, the server is not.
+    complete("switch mine ")
+    helpers.settle()
+    assert.equals(1, #server:requests())
+  end)
+
+  it("sends no key for an entry without one, and offers nothing after a failure until :Flemma switch", function()
+    assert.same({}, models_of(complete("switch local_one ")))
+    helpers.wait_for(function()
+      return #models_of(complete("switch local_one ")) > 0
+    end, 15000, "the model list was not fetched")
+    local r = server:requests()
+    assert.equals(1, #r)
+    assert.equals("/v2/models", r[1].path)
+    assert.is_nil(r[1].headers.authorization)
+    -- A server that is not there: nothing offered, not another vendor's models.
+    assert.same({}, models_of(complete("switch elsewhere ")))
+    helpers.wait_for(function()
+      return served.state("elsewhere") == "failed"
+    end, 15000, "the fetch did not fail")
+    assert.same({}, models_of(complete("switch elsewhere ")))
+    assert.falsy(vim.tbl_contains(complete("switch elsewhere "), "deepseek-chat"))
+  end)
+
+  it("fetches a failed list again on :Flemma switch, and bounds the answer", function()
+    server:script({ { status = 500, body = "{}" }, { body = LIST } })
+    assert.same({}, models_of(complete("switch mine ")))
+    helpers.wait_for(function()
+      return served.state("mine") == "failed"
+    end, 15000, "the fetch did not fail")
+    assert.matches("500", select(2, served.state("mine")))
+    assert.same({}, models_of(complete("switch mine ")))
+    helpers.settle()
+    assert.equals(1, #server:requests())
+    vim.cmd("Flemma switch mine llama3.1:8b")
+    helpers.wait_for(function()
+      return #models_of(complete("switch mine ")) == 2
+    end, 15000, "the list was not fetched again")
+    -- An answer past the size bound is not taken.
+    served.clear()
+    server:script({ { gen = { head = '{"data":[', piece = '{"id":"m{n}"},', tail = '{"id":"z"}]}', count = 40000 } } })
+    complete("switch mine ")
+    helpers.wait_for(function()
+      return served.state("mine") == "failed"
+    end, 15000, "the fetch did not fail")
+    assert.matches("larger than", select(2, served.state("mine")))
+    assert.same({}, models_of(complete("switch mine ")))
+  end)
+end)
+
 describe("presets in setup()", function()
   after_each(function()
     require("flemma").setup({})

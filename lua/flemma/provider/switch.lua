@@ -370,10 +370,16 @@ function M.run(words)
   if #words == 0 then
     return M.pick()
   end
-  return M.apply(M.parse(words))
+  local sel = M.parse(words)
+  -- A server's model list that could not be fetched is tried again.
+  require("flemma.provider.served").refresh(sel.provider)
+  return M.apply(sel)
 end
 
 --- Models to offer for a provider: its own default first, then the model table's.
+--- An OpenAI-compatible server (`kind = "openai_chat"`) offers what it lists at
+--- /models (flemma.provider.served): until that list is known (it is fetched in the
+--- background, nothing waits), only the entry's own model: never another vendor's.
 function M.models(name, config)
   config = config or require("flemma.core.config").get_setup()
   local entry = config.providers[name]
@@ -386,8 +392,13 @@ function M.models(name, config)
   if first then
     out[1] = first
   end
-  local names = vim.tbl_keys(models.by_kind[entry.kind] or {})
-  table.sort(names)
+  local names
+  if entry.kind == "openai_chat" then
+    names = require("flemma.provider.served").models(name, config) or {}
+  else
+    names = vim.tbl_keys(models.by_kind[entry.kind] or {})
+    table.sort(names)
+  end
   for _, m in ipairs(names) do
     if m ~= first then
       out[#out + 1] = m
@@ -410,28 +421,39 @@ function M.pick()
     if not name then
       return
     end
-    local models = M.models(name, config)
     local function done(model)
       local ok, err = pcall(M.apply, { provider = name, model = model, parameters = {} })
       if not ok then
         util.notify(util.message(err), vim.log.levels.ERROR)
       end
     end
-    if #models == 0 then
-      return done(nil)
-    end
     local kind = config.providers[name].kind
-    vim.ui.select(models, {
-      prompt = "Model of " .. name,
-      format_item = function(m)
-        local info = require("flemma.core.models").get(kind, m)
-        return info and ("%s  (%s in / %s out per Mtok)"):format(m, H.money(info.input), H.money(info.output)) or m
-      end,
-    }, function(model)
-      if model then
-        done(model)
+    local function choose()
+      local models = M.models(name, config)
+      if #models == 0 then
+        return done(nil)
       end
-    end)
+      vim.ui.select(models, {
+        prompt = "Model of " .. name,
+        format_item = function(m)
+          local info = require("flemma.core.models").get(kind, m)
+          return info and ("%s  (%s in / %s out per Mtok)"):format(m, H.money(info.input), H.money(info.output)) or m
+        end,
+      }, function(model)
+        if model then
+          done(model)
+        end
+      end)
+    end
+    if kind == "openai_chat" then
+      -- The server's list first (at once when known; a failed one is tried again).
+      return require("flemma.provider.served").fetch(name, {
+        config = config,
+        force = true,
+        cb = vim.schedule_wrap(choose),
+      })
+    end
+    choose()
   end)
 end
 

@@ -89,6 +89,106 @@ function M.args(o)
   return argv
 end
 
+--- curl's argv of a small GET (`--fail`: an HTTP error is exit code 22; no body is
+--- read past `max_bytes`). Nothing secret is in it: headers go through `--config -`.
+---@param o { url: string, connect_timeout: number, timeout: number, max_bytes: integer }
+---@return string[]
+function M.get_args(o)
+  local argv = {
+    M.program,
+    "--silent",
+    "--show-error",
+    "--fail",
+    "--config",
+    "-",
+    "--max-filesize",
+    tostring(o.max_bytes),
+    "--connect-timeout",
+    tostring(o.connect_timeout),
+    "--max-time",
+    tostring(o.timeout),
+  }
+  local secrets = require("flemma.policy.secrets")
+  local _, host = secrets.url_host(o.url)
+  if secrets.is_loopback_host(host) then
+    vim.list_extend(argv, { "--noproxy", "*" })
+  end
+  argv[#argv + 1] = "--"
+  argv[#argv + 1] = o.url
+  return argv
+end
+
+--- GETs a small document (a server's model list) without blocking: curl through the
+--- process manager, headers (the key among them) on stdin, bounded in time
+--- (`timeout` seconds, default 10) and size (`max_bytes`, default 256 KiB: past it the
+--- transfer is stopped and it fails). cb(body) or cb(nil, message), on the main loop.
+--- Raises when curl is missing or the headers are bad (nothing was started then).
+---@param o { url: string, headers: table<string, string>, timeout?: number, max_bytes?: integer }
+---@param cb fun(body: string|nil, err: string|nil)
+---@return flemma.process.Handle
+function M.get(o, cb)
+  if vim.fn.executable(M.program) ~= 1 then
+    util.error(("`%s` is not installed (or not in $PATH): install it to talk to model providers"):format(M.program))
+  end
+  local max_bytes = o.max_bytes or 262144
+  local timeout = o.timeout or 10
+  local config = M.config_text(o.headers or {})
+  local argv = M.get_args({
+    url = o.url,
+    connect_timeout = math.min(5, timeout),
+    timeout = timeout,
+    max_bytes = max_bytes,
+  })
+  local log = require("flemma.core.log")
+  local names = vim.tbl_keys(o.headers or {})
+  table.sort(names)
+  -- Header names only: their values may hold the key.
+  log.info("request GET %s (headers: %s)", o.url, table.concat(names, ", "))
+  local handle
+  local too_large = false
+  handle = require("flemma.core.process").spawn({
+    cmd = argv,
+    stdin = config,
+    merge_output = false,
+    max_bytes = max_bytes + 1,
+    max_lines = 1000000,
+    timeout = math.floor((timeout + 5) * 1000),
+    kill_grace = 500,
+    on_progress = function(p)
+      if p.bytes > max_bytes and not too_large then
+        too_large = true
+        handle:cancel()
+      end
+    end,
+  }, function(result)
+    for _, path in ipairs({ result.full_output_path, result.stderr_full_output_path }) do
+      if path then
+        os.remove(path)
+      end
+    end
+    log.info("curl GET %s exited with %s", o.url, tostring(result.code))
+    if too_large or result.truncated or (result.total_bytes or 0) > max_bytes or result.code == 63 then
+      return cb(nil, ("the answer is larger than %d bytes"):format(max_bytes))
+    end
+    if result.timed_out or result.code == 28 then
+      return cb(nil, ("no answer within %d s"):format(timeout))
+    end
+    if result.code ~= 0 then
+      local why = vim.trim(result.stderr or "")
+      why = why:gsub("^curl: %(%d+%) ", "")
+      return cb(
+        nil,
+        why ~= "" and why or (M.curl_errors[result.code] or ("curl exited with " .. tostring(result.code)))
+      )
+    end
+    if result.binary then
+      return cb(nil, "the answer is not text")
+    end
+    cb(result.output or "")
+  end)
+  return handle
+end
+
 --- The size in bytes of a body given as a string or a list of pieces.
 ---@param body string|string[]
 ---@return integer
