@@ -61,7 +61,10 @@ describe("flemma.core.config", function()
       { attachments = { max_bytes = 1.5 } },
       "`attachments.max_bytes` should be a whole number of bytes >= 1, not 1.5",
     },
-    { { attachments = { max_bytes = "1MB" } }, "`attachments.max_bytes` should be a number, not string" },
+    {
+      { attachments = { max_bytes = "1MB" } },
+      '`attachments.max_bytes` should be a whole number of bytes >= 1, not "1MB"',
+    },
   }
   for _, case in ipairs(bad) do
     it("refuses " .. case[2], function()

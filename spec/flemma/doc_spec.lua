@@ -36,7 +36,10 @@ describe(":help flemma", function()
     }) do
       assert.is_true(tags["flemma-config-" .. key] or false, "no help tag for " .. key)
     end
-    local paths = require("flemma.core.config").option_paths()
+    -- Every option of the schema (the one setup(), frontmatter and :Flemma switch use).
+    local schema = require("flemma.isolated.schema")
+    local paths = schema.paths()
+    assert.same(paths, require("flemma.core.config").option_paths())
     assert.is_true(#paths > 40, "too few option paths: " .. #paths)
     local missing = {}
     for _, path in ipairs(paths) do
@@ -45,6 +48,27 @@ describe(":help flemma", function()
       end
     end
     assert.same({}, missing, "options of the default config without a help tag")
+    -- The help of an option with allowed values names each of them (near its tag).
+    local lines = vim.fn.readfile(helpers.root .. "/doc/flemma.txt")
+    local unnamed = {}
+    for _, o in ipairs(schema.OPTIONS) do
+      if o.enum then
+        local at
+        for i, line in ipairs(lines) do
+          if line:find("*flemma-config-" .. o.path .. "*", 1, true) then
+            at = i
+            break
+          end
+        end
+        local near = table.concat(lines, "\n", at, math.min(#lines, at + 40))
+        for _, v in ipairs(o.enum) do
+          if not near:find('"' .. v .. '"', 1, true) then
+            unnamed[#unnamed + 1] = o.path .. " = " .. v
+          end
+        end
+      end
+    end
+    assert.same({}, unnamed, "allowed values the help does not name")
     assert.is_true(tags["FlemmaToolPreview"] or false)
     assert.is_true(tags["flemma-cycle"] or false)
   end)

@@ -240,12 +240,12 @@ describe("flemma.isolated.opt", function()
         'flemma.opt.cache_retention = "forever"',
         '`flemma.opt.cache_retention` should be one of none, short, long, not "forever"',
       },
-      { "flemma.opt.max_tokens = 0", "`flemma.opt.max_tokens` should be an integer >= 1, not 0" },
-      { "flemma.opt.max_tokens = 1.5", "`flemma.opt.max_tokens` should be an integer >= 1, not 1.5" },
+      { "flemma.opt.max_tokens = 0", "`flemma.opt.max_tokens` should be a whole number >= 1, not 0" },
+      { "flemma.opt.max_tokens = 1.5", "`flemma.opt.max_tokens` should be a whole number >= 1, not 1.5" },
       { "flemma.opt.temperature = 3", "`flemma.opt.temperature` should be a number between 0 and 2, not 3" },
       {
         'flemma.opt.anthropic.thinking_budget = "lots"',
-        '`flemma.opt.anthropic.thinking_budget` should be an integer >= 0, not "lots"',
+        '`flemma.opt.anthropic.thinking_budget` should be a whole number >= 0, not "lots"',
       },
       {
         'flemma.opt.openai.reasoning = "extreme"',
@@ -253,7 +253,7 @@ describe("flemma.isolated.opt", function()
       },
       {
         "flemma.opt.vertex.thinking_budget = -2",
-        "`flemma.opt.vertex.thinking_budget` should be an integer >= -1, not -2",
+        "`flemma.opt.vertex.thinking_budget` should be a whole number >= -1, not -2",
       },
       { 'flemma.opt.thinkng = "low"', "unknown option `flemma.opt.thinkng`; did you mean `flemma.opt.thinking`?" },
       {

@@ -143,7 +143,7 @@ describe(":Flemma switch", function()
       { "Flemma switch antropic", "unknown provider `antropic`; did you mean `anthropic`?" },
       { "Flemma switch $fsat", "unknown preset `$fsat`; did you mean `$fast`?" },
       { "Flemma switch vertex temprature=1", "unknown parameter `temprature`; did you mean `temperature`?" },
-      { "Flemma switch vertex max_tokens=lots", "`parameters.max_tokens` should be a number, not string" },
+      { "Flemma switch vertex max_tokens=lots", '`parameters.max_tokens` should be a whole number >= 1, not "lots"' },
       {
         "Flemma switch vertex cache_retention=forever",
         "`parameters.cache_retention` should be one of none, short, long",
@@ -343,7 +343,7 @@ describe("presets in setup()", function()
       { { ["$x"] = { provider = "vertex", extra = 1 } }, "unknown option `presets.$x.extra`" },
       {
         { ["$x"] = { provider = "vertex", parameters = { max_tokens = "many" } } },
-        "preset `$x`: `parameters.max_tokens` should be a number, not string",
+        'preset `$x`: `parameters.max_tokens` should be a whole number >= 1, not "many"',
       },
       { { ["$x"] = 42 }, "`presets.$x` should be a string" },
     }) do
@@ -359,6 +359,9 @@ describe("presets in setup()", function()
     assert.truthy(err:find("`ui.high_cost_threshold` should be a number >= 0", 1, true), err)
     ok, err = pcall(require("flemma").setup, { ui = { high_cost_threshold = "cheap" } })
     assert.is_false(ok)
-    assert.truthy(err:find("`ui.high_cost_threshold` should be a number, not string", 1, true), err)
+    assert.truthy(
+      err:find('`ui.high_cost_threshold` should be a number >= 0 (dollars per million tokens), not "cheap"', 1, true),
+      err
+    )
   end)
 end)

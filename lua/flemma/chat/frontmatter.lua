@@ -60,6 +60,7 @@ end
 -- The modules loaded into each interpreter (Lua files of this plugin), as JSON text.
 H.MODULES = {
   ["flemma.isolated.opt"] = "isolated/opt.lua",
+  ["flemma.isolated.schema"] = "isolated/schema.lua",
   ["flemma.isolated.keys"] = "isolated/keys.lua",
   ["flemma.isolated.presets"] = "isolated/presets.lua",
   ["flemma.isolated.frontmatter"] = "isolated/frontmatter.lua",
@@ -90,17 +91,22 @@ function H.plain(v, depth)
   return nil
 end
 
---- Where the names of the registered tools come from: flemma.tools gives its list when
---- it loads (it sits above this module).
----@param fn fun(): string[]
-function M.set_tool_names(fn)
-  H.registered = fn
+--- The tool registry frontmatter checks names against: flemma.tools gives itself when
+--- it loads (it sits above this module): { list, get, is_ready, registered }.
+---@param tools table
+function M.set_tools(tools)
+  H.tools = tools
+end
+
+-- The tools known now (flemma.isolated.opt.known_tools of the registry).
+function H.known_tools()
+  return opt.known_tools(H.tools)
 end
 
 -- What the interpreter needs to know: tool names and the configuration it reads.
 function H.data(config)
-  local known = opt.known_tools()
-  local registered = H.registered and H.registered() or {}
+  local known = H.known_tools()
+  local registered = H.tools and H.tools.registered and H.tools.registered() or {}
   local tools_cfg = config.tools or {}
   return {
     tools = { enabled = known.enabled, registered = registered, ready = known.ready },
@@ -115,13 +121,72 @@ function H.data(config)
   }
 end
 
--- The providers, models and presets frontmatter may select (flemma.opt.selection),
--- once per configuration.
+-- What frontmatter may select under a configuration (flemma.opt.Selection): the
+-- providers (with the models each accepts) and the presets, resolved. Computed here
+-- (flemma.core.models and flemma.core.selection are not in the interpreter) and handed
+-- to flemma.opt as data.
+function H.compute_selection(config)
+  local models = require("flemma.core.models")
+  local presets_out = {}
+  for name in pairs(config.presets or {}) do
+    local ok, p = pcall(require("flemma.core.selection").preset, name, config)
+    if ok and type(p) == "table" then
+      local params, cleared = {}, {}
+      for k, v in pairs(p.parameters or {}) do
+        if v == vim.NIL then
+          cleared[#cleared + 1] = k
+        elseif type(v) == "table" then
+          params[k] = {}
+          for sk, sv in pairs(v) do
+            if sv == vim.NIL then
+              cleared[#cleared + 1] = k .. "." .. sk
+            else
+              params[k][sk] = sv
+            end
+          end
+        else
+          params[k] = v
+        end
+      end
+      table.sort(cleared)
+      presets_out[name] = { provider = p.provider, model = p.model, parameters = params, cleared = cleared }
+    end
+  end
+  local providers = {}
+  for name, entry in pairs(config.providers or {}) do
+    if type(entry) == "table" and type(entry.kind) == "string" then
+      local table_of_kind = models.by_kind[entry.kind]
+      local accepted = {}
+      for m in pairs(table_of_kind or {}) do
+        accepted[m] = true
+      end
+      local default = entry.model or models.defaults[name] or models.defaults[entry.kind]
+      for _, m in ipairs({ entry.model or false, default or false, name == config.provider and config.model or false }) do
+        if m then
+          accepted[m] = true
+        end
+      end
+      for _, p in pairs(presets_out) do
+        if p.provider == name and p.model then
+          accepted[p.model] = true
+        end
+      end
+      -- OpenAI-compatible servers (ollama, llama.cpp, ...) serve models of the
+      -- user's choosing: any name is theirs to judge.
+      local any = entry.kind == "openai_chat" or table_of_kind == nil
+      providers[name] =
+        { kind = entry.kind, default_model = default, any_model = any, models = not any and accepted or nil }
+    end
+  end
+  return { provider = config.provider, model = config.model, providers = providers, presets = presets_out }
+end
+
+-- The providers, models and presets frontmatter may select, once per configuration.
 H.selections = setmetatable({}, { __mode = "k" })
 function H.selection(config)
   local sel = H.selections[config]
   if not sel then
-    sel = H.plain(opt.selection(config))
+    sel = H.plain(H.compute_selection(config))
     H.selections[config] = sel
   end
   return sel
@@ -299,7 +364,7 @@ function M.get(bufnr)
   end
   local tick = vim.api.nvim_buf_get_changedtick(bufnr)
   local config = require("flemma.core.config").get()
-  local tools = table.concat(opt.known_tools().enabled, ",")
+  local tools = table.concat(H.known_tools().enabled, ",")
   local c = H.cache[bufnr]
   if not (c and c.tick == tick and c.config == config and c.tools == tools) then
     local opts, err, limit
@@ -456,5 +521,11 @@ function M.selection(bufnr)
   end
   return { provider = opts.provider, model = opts.model, preset = opts.preset }
 end
+
+-- flemma.opt.new() without arguments (in Neovim) evaluates under the active
+-- configuration and the registered tools.
+opt.set_context(function()
+  return H.data(require("flemma.core.config").get()).config, H.tools
+end)
 
 return M

@@ -1,253 +1,14 @@
 --- Configuration: the defaults (one comment per option) and all validation.
 local util = require("flemma.core.util")
+local schema = require("flemma.isolated.schema")
+local selection = require("flemma.core.selection")
 
 local M = {}
 local H = {}
 
 ---@class flemma.Config
-H.defaults = {
-  -- Which entry of `providers` sends the conversation (e.g. "anthropic", "ollama").
-  provider = "anthropic",
-  -- Model name; nil uses the provider's default model.
-  model = nil,
-  parameters = {
-    max_tokens = nil, -- maximum output tokens (nil: the provider's default)
-    temperature = nil, -- sampling temperature
-    thinking = nil, -- false | "minimal" | "low" | "medium" | "high" | "max" | a token budget
-    cache_retention = "short", -- prompt caching: "none" | "short" | "long"
-    timeout = 600, -- seconds a whole request may take
-    connect_timeout = 10, -- seconds to establish the connection
-    max_retries = 3, -- retries of a request refused with 429, 503, 529 or a reset connection
-    max_response_bytes = 64 * 1024 * 1024, -- a longer response is stopped (the text so far stays)
-    thinking_foreign = "text", -- thinking of another provider: "text" (plain text) | "preserve" | "drop"
-    anthropic = { thinking_budget = nil },
-    openai = { reasoning = nil },
-    vertex = { project_id = nil, location = "global", thinking_budget = nil },
-  },
-  -- Transport: { kind, endpoint, api_key_env?, model?, headers? } per name; users add
-  -- entries (any OpenAI-compatible server is `kind = "openai_chat"`). Never
-  -- overridable from frontmatter.
-  providers = {
-    anthropic = {
-      kind = "anthropic",
-      endpoint = "https://api.anthropic.com/v1/messages",
-      api_key_env = "ANTHROPIC_API_KEY",
-    },
-    openai = { kind = "openai", endpoint = "https://api.openai.com/v1/responses", api_key_env = "OPENAI_API_KEY" },
-    vertex = { kind = "vertex", endpoint = nil, api_key_env = "VERTEX_ACCESS_TOKEN" },
-    openai_chat = {
-      kind = "openai_chat",
-      endpoint = "http://127.0.0.1:11434/v1/chat/completions",
-      api_key_env = "OPENAI_API_KEY",
-    },
-    ollama = { kind = "openai_chat", endpoint = "http://127.0.0.1:11434/v1/chat/completions" },
-    llamacpp = { kind = "openai_chat", endpoint = "http://127.0.0.1:8080/v1/chat/completions" },
-    vllm = { kind = "openai_chat", endpoint = "http://127.0.0.1:8000/v1/chat/completions" },
-    lmstudio = { kind = "openai_chat", endpoint = "http://127.0.0.1:1234/v1/chat/completions" },
-    openrouter = {
-      kind = "openai_chat",
-      endpoint = "https://openrouter.ai/api/v1/chat/completions",
-      api_key_env = "OPENROUTER_API_KEY",
-    },
-    moonshot = {
-      kind = "openai_chat",
-      endpoint = "https://api.moonshot.ai/v1/chat/completions",
-      api_key_env = "MOONSHOT_API_KEY",
-    },
-    deepseek = {
-      kind = "openai_chat",
-      endpoint = "https://api.deepseek.com/chat/completions",
-      api_key_env = "DEEPSEEK_API_KEY",
-    },
-  },
-  -- Named selections for :Flemma switch and frontmatter: ["$name"] = "provider [model]
-  -- [key=value ...]" or { provider = ..., model = ..., parameters = { ... } }.
-  presets = {},
-  ui = {
-    -- :Flemma switch warns when the model's output price is above this many dollars
-    -- per million tokens.
-    high_cost_threshold = 30,
-    -- A send whose conversation is estimated above this many input tokens (its
-    -- text's bytes / 4) says so first, with its size and estimated cost (0: never).
-    warn_tokens = 100000,
-    -- Ask before the first send of a chat whose frontmatter chose a provider and model
-    -- above high_cost_threshold (or of unknown price on a hosted endpoint).
-    confirm_frontmatter_cost = true,
-    -- Close the folds of completed tool results and thinking blocks when a chat is
-    -- shown and when a response or a tool writes them.
-    fold_completed = true,
-    -- A virtual line above each role marker (`char` repeated across the window).
-    ruler = { enabled = true, char = "─" },
-    -- Sign-column markers on role markers: a message still streaming, an
-    -- @Assistant: message whose tool uses have no result yet.
-    signs = { enabled = true, streaming = "▶", pending = "?" },
-    -- Markdown under the chat highlighted by tree-sitter when Neovim has the
-    -- `markdown` parser (false: Vim's markdown syntax, syntax/chat.vim).
-    treesitter = true,
-    -- Larger chats (when opened) get Vim's markdown syntax instead: tree-sitter
-    -- parses a whole buffer before it draws it.
-    treesitter_max_bytes = 1024 * 1024,
-    -- Larger chats (when shown in a window) are not folded: Neovim computes the
-    -- fold level of every line when folding starts.
-    fold_max_bytes = 1024 * 1024,
-  },
-  tools = {
-    -- false registers a catch-all resolver that approves every tool call.
-    require_approval = true,
-    -- Tool names and $presets to approve, a function(tool_name, input, ctx), or a module path.
-    auto_approve = { "$default" },
-    -- Extra or overriding presets: { ["$name"] = { approve = {...}, deny = {...} } }.
-    presets = {},
-    -- Approve tools that declare can_auto_approve_if_sandboxed while the sandbox is on.
-    auto_approve_sandboxed = true,
-    -- Seconds: ctx.timeout of every tool run (the bash default) and the limit of an async tool source.
-    default_timeout = 30,
-    -- Where the cursor goes after a result is injected: "result" | "stay" | "next".
-    cursor_after_result = "result",
-    -- Chain approved tools and sends by themselves, up to max_turns model turns.
-    autopilot = { enabled = true, max_turns = 100 },
-    -- How many tools run at the same time.
-    max_concurrent = 4,
-    -- Tool calls per buffer: a token bucket of `burst` calls refilled at `per_second`;
-    -- a call over it gets an error result and autopilot stops. false: no limit.
-    rate_limit = { burst = 20, per_second = 2 },
-    -- Tool calls of one answer that go through approval; the ones beyond get an
-    -- error result saying so.
-    max_calls_per_answer = 256,
-    -- Limits of a tool's output before it is truncated (the full output goes to a file).
-    truncate = { max_lines = 2000, max_bytes = 51200 },
-    -- The bash tool: which shell runs commands and extra environment variables.
-    bash = { shell = "bash", env = nil },
-    -- The grep, glob and find tools: "auto" runs rg / fd (fdfind) when installed,
-    -- "native" always the built-in search. skip_dirs: folder names glob and find
-    -- never enter (a list of names, no `/`).
-    search = {
-      backend = "auto",
-      skip_dirs = {
-        ".git",
-        "node_modules",
-        "build",
-        "dist",
-        "target",
-        "vendor",
-        ".venv",
-        "venv",
-        "__pycache__",
-        ".next",
-        ".cache",
-        ".tox",
-        ".mypy_cache",
-        ".pytest_cache",
-        ".gradle",
-      },
-    },
-    -- Names of variables that look like secrets (a name holding KEY, TOKEN, SECRET,
-    -- PASSWORD, AUTH, SESSION, ..., a private key or a provider's key as value) that
-    -- tool processes may still inherit; every other one is taken out.
-    env_passthrough = {},
-  },
-  sandbox = {
-    enabled = false, -- opt-in; bash stays gated by default
-    backend = "auto", -- "auto" | "bwrap" | "sandbox-exec"
-    policy = {
-      rw_paths = nil, -- writable roots; nil: cwd, the buffer's directory, /tmp, $TMPDIR
-      network = true, -- false cuts the network inside the sandbox
-    },
-    -- Paths hidden from sandboxed commands (a directory shows empty, a file reads as
-    -- empty): "$default" (keys, credentials, browser profiles, Neovim's state and data
-    -- directories), "~/path", "/path" or "$VAR/path" to add, "!path" to take one out.
-    deny_read = { "$default" },
-  },
-  -- MCP servers whose tools become Flemma tools (`server:tool`): :help flemma-mcp.
-  mcp = {
-    -- name = { command = "npx", args = { ... }, env = { ... }, cwd = "..." }
-    servers = {},
-    include = nil, -- tool patterns to keep ("name:*", "name:tool"); nil: all
-    exclude = nil, -- tool patterns to leave out
-    timeout = 60, -- seconds for a server to start and for each request
-    -- Read the project's .mcp.json (mcpServers); each of its servers starts only once
-    -- you trust it (asked once per command line).
-    project_config = false,
-  },
-  -- The isolated interpreters that run frontmatter, templates and auto_approve functions.
-  frontmatter = {
-    -- MB all of them may hold together; past it the least recently used ones are
-    -- freed (and made again when next needed). One holds at most 64 MB (less when
-    -- this is smaller).
-    max_memory_mb = 256,
-    -- Seconds an interpreter kept for a chat (its auto_approve function) may go
-    -- unused before it is freed.
-    idle_seconds = 60,
-  },
-  attachments = {
-    -- Largest file a reference (@./path) may attach, in bytes; a larger one blocks the send.
-    max_bytes = 10 * 1024 * 1024,
-  },
-  highlights = { tool_preview = "Comment" },
-  keymaps = {
-    enabled = true,
-    send = "<C-]>",
-    execute = "<M-CR>",
-    cancel = "<C-c>",
-    -- Moving (:help flemma-moving); false leaves a key unmapped.
-    next_message = "]m",
-    prev_message = "[m",
-    inner_message = "im",
-    around_message = "am",
-    goto_file = "gf",
-    goto_pair = "gd",
-  },
-}
-
--- Types of options whose default is nil, or that accept more than their default's type.
-H.types = {
-  ["model"] = { "string" },
-  ["parameters.max_tokens"] = { "number" },
-  ["parameters.temperature"] = { "number" },
-  ["parameters.thinking"] = { "string", "boolean", "number" },
-  ["parameters.anthropic.thinking_budget"] = { "number" },
-  ["parameters.openai.reasoning"] = { "string" },
-  ["parameters.vertex.project_id"] = { "string" },
-  ["parameters.vertex.thinking_budget"] = { "number" },
-  ["providers.vertex.endpoint"] = { "string" },
-  ["tools.auto_approve"] = { "table", "function", "string" },
-  ["tools.bash.env"] = { "table" },
-  ["sandbox.policy.rw_paths"] = { "table" },
-  ["sandbox.deny_read"] = { "table" },
-  ["mcp.include"] = { "table" },
-  ["mcp.exclude"] = { "table" },
-  ["highlights.tool_preview"] = { "string", "table" },
-  ["keymaps.send"] = { "string", "boolean" },
-  ["keymaps.execute"] = { "string", "boolean" },
-  ["keymaps.cancel"] = { "string", "boolean" },
-  ["keymaps.next_message"] = { "string", "boolean" },
-  ["keymaps.prev_message"] = { "string", "boolean" },
-  ["keymaps.inner_message"] = { "string", "boolean" },
-  ["keymaps.around_message"] = { "string", "boolean" },
-  ["keymaps.goto_file"] = { "string", "boolean" },
-  ["keymaps.goto_pair"] = { "string", "boolean" },
-}
-
--- Allowed values of enumerated options.
-H.enums = {
-  ["tools.cursor_after_result"] = { "result", "stay", "next" },
-  ["sandbox.backend"] = { "auto", "bwrap", "sandbox-exec" },
-  ["tools.search.backend"] = { "auto", "native" },
-  ["parameters.cache_retention"] = { "none", "short", "long" },
-  ["parameters.thinking_foreign"] = { "text", "preserve", "drop" },
-}
-
--- Tables whose keys are open: any key is accepted (and checked only if known).
-H.open = {
-  ["presets"] = true, -- checked by flemma.switch
-  ["tools"] = true, -- per-tool subtrees, read by ctx:get_config()
-  ["tools.presets"] = true,
-  ["parameters"] = true,
-  ["tools.bash.env"] = true,
-  ["sandbox.policy.rw_paths"] = true,
-  ["tools.auto_approve"] = true,
-  ["mcp.servers"] = true,
-}
+-- The defaults come from the option schema (one doc line per option there).
+H.defaults = schema.defaults()
 
 H.kinds = { "anthropic", "openai_chat", "openai", "vertex" }
 H.provider_fields =
@@ -359,14 +120,6 @@ function H.check_patterns(value, path)
   end
 end
 
--- How a NaN or infinity reads in a message (the same on every platform).
-function H.nonfinite(v)
-  if v ~= v then
-    return "nan"
-  end
-  return v > 0 and "inf" or "-inf"
-end
-
 --- `sandbox.deny_read`: a list of "$default", paths ("~/x", "/x", "$VAR/x") and
 --- "!path" (taking a path out).
 function H.check_deny_read(value)
@@ -397,45 +150,37 @@ function H.check_deny_read(value)
   end
 end
 
---- `tools.rate_limit`: false, or { burst = whole number >= 1, per_second = number > 0 }.
+--- `tools.rate_limit`: false, or { burst, per_second } (their values: the schema).
 function H.check_rate_limit(value)
-  if value == false then
-    return
-  end
   if type(value) ~= "table" then
-    util.error("`tools.rate_limit` should be a table { burst, per_second } or false, not " .. type(value))
+    return
   end
   for k in pairs(value) do
     if k ~= "burst" and k ~= "per_second" then
       util.error(("unknown option `tools.rate_limit.%s` (it has burst and per_second)"):format(tostring(k)))
     end
   end
-  local b, r = value.burst, value.per_second
-  if b ~= nil and (type(b) ~= "number" or b ~= b or b < 1 or b ~= math.floor(b) or b == math.huge) then
-    util.error(("`tools.rate_limit.burst` should be a whole number of calls >= 1, not %s"):format(vim.inspect(b)))
-  end
-  if r ~= nil and (type(r) ~= "number" or r ~= r or r <= 0 or r == math.huge) then
-    util.error(
-      ("`tools.rate_limit.per_second` should be a number of calls per second > 0, not %s"):format(vim.inspect(r))
-    )
-  end
 end
 
 -- Lists of environment variable names.
 H.name_lists = { ["tools.env_passthrough"] = true }
 
-function H.check(value, default, path)
+-- Options whose value is one or two display cells.
+H.cells = { ["ui.ruler.char"] = true, ["ui.signs.streaming"] = true, ["ui.signs.pending"] = true }
+
+function H.check(value, path)
   if path == "providers" then
     return H.check_providers(value)
   end
   if path == "mcp.servers" then
     return H.check_mcp_servers(value)
   end
+  local problem = schema.problem(path, value)
+  if problem then
+    util.error(("`%s` %s"):format(path, problem))
+  end
   if (path == "mcp.include" or path == "mcp.exclude") and type(value) == "table" then
     H.check_patterns(value, path)
-  end
-  if path == "mcp.timeout" and type(value) == "number" and not (value > 0) then
-    util.error(("`%s` should be a number of seconds > 0, not %s"):format(path, tostring(value)))
   end
   if H.name_lists[path] and type(value) == "table" then
     for i, name in ipairs(value) do
@@ -451,7 +196,7 @@ function H.check(value, default, path)
     H.check_deny_read(value)
   end
   if path == "tools.rate_limit" then
-    return H.check_rate_limit(value)
+    H.check_rate_limit(value)
   end
   if path == "tools.search.skip_dirs" and type(value) == "table" then
     for i, name in ipairs(value) do
@@ -463,65 +208,34 @@ function H.check(value, default, path)
       util.error(("`%s` should be a list of folder names"):format(path))
     end
   end
-  local allowed = H.types[path]
-  local vt = type(value)
-  if allowed then
-    if not vim.tbl_contains(allowed, vt) then
-      util.error(("`%s` should be a %s, not %s"):format(path, table.concat(allowed, " or "), vt))
-    end
-  elseif default ~= nil and vt ~= type(default) then
-    util.error(("`%s` should be a %s, not %s"):format(path, type(default), vt))
-  end
-  if vt == "number" and (value ~= value or value == math.huge or value == -math.huge) then
-    util.error(("`%s` should be a finite number, not %s"):format(path, H.nonfinite(value)))
-  end
   if
-    (path == "parameters.max_response_bytes" or path == "tools.max_calls_per_answer")
-    and (value < 1 or value ~= math.floor(value))
+    H.cells[path] and (vim.fn.strdisplaywidth(value) < 1 or vim.fn.strdisplaywidth(value) > 2 or value:find("[%c]"))
   then
-    util.error(("`%s` should be a whole number >= 1, not %s"):format(path, tostring(value)))
+    util.error(
+      ("`%s` should be one or two display cells (e.g. %q), not %s"):format(
+        path,
+        schema.get(path).default,
+        vim.inspect(value)
+      )
+    )
   end
-  if path == "attachments.max_bytes" and (value < 1 or value ~= math.floor(value)) then
-    util.error(("`%s` should be a whole number of bytes >= 1, not %s"):format(path, tostring(value)))
-  end
-  if
-    (path == "ui.ruler.char" or path == "ui.signs.streaming" or path == "ui.signs.pending")
-    and (vim.fn.strdisplaywidth(value) < 1 or vim.fn.strdisplaywidth(value) > 2 or value:find("[%c]"))
-  then
-    util.error(("`%s` should be one or two display cells (e.g. %q), not %s"):format(path, default, vim.inspect(value)))
-  end
-  if (path == "ui.treesitter_max_bytes" or path == "ui.fold_max_bytes") and value < 0 then
-    util.error(("`%s` should be a number of bytes >= 0, not %s"):format(path, tostring(value)))
-  end
-  if path == "ui.warn_tokens" and value < 0 then
-    util.error(("`%s` should be a number of tokens >= 0 (0: never warn), not %s"):format(path, tostring(value)))
-  end
-  if
-    (path == "frontmatter.max_memory_mb" or path == "frontmatter.idle_seconds")
-    and (value < 1 or value ~= math.floor(value))
-  then
-    util.error(("`%s` should be a whole number >= 1, not %s"):format(path, tostring(value)))
-  end
-  if path == "ui.high_cost_threshold" and value < 0 then
-    util.error(("`%s` should be a number >= 0 (dollars per million tokens), not %s"):format(path, tostring(value)))
-  end
-  local enum = H.enums[path]
-  if enum and not vim.tbl_contains(enum, value) then
-    util.error(("`%s` should be one of %s, not %s"):format(path, table.concat(enum, ", "), vim.inspect(value)))
-  end
-  if vt == "table" and type(default) == "table" and not H.open[path] and not vim.islist(default) then
-    for k, v in pairs(value) do
-      local sub = path .. "." .. tostring(k)
-      if default[k] == nil and H.types[sub] == nil then
-        util.error(("unknown option `%s`"):format(sub))
+  -- A subtree: its known options are checked; an unknown key is refused unless the
+  -- subtree's keys are free.
+  local o = schema.get(path)
+  if type(value) == "table" and o and o.keys ~= "user" and not vim.islist(value) then
+    local types = type(o.type) == "table" and o.type or { o.type }
+    if #types == 1 then
+      for k, v in pairs(value) do
+        local sub = path .. "." .. tostring(k)
+        if schema.get(sub) then
+          H.check(v, sub)
+        elseif o.keys ~= "open" then
+          util.error(("unknown option `%s`"):format(sub))
+        end
       end
-      H.check(v, default[k], sub)
-    end
-  elseif vt == "table" and type(default) == "table" and H.open[path] then
-    for k, v in pairs(value) do
-      local sub = path .. "." .. tostring(k)
-      if default[k] ~= nil or H.types[sub] ~= nil then
-        H.check(v, default[k], sub)
+    elseif path == "tools.rate_limit" then
+      for k, v in pairs(value) do
+        H.check(v, path .. "." .. tostring(k))
       end
     end
   end
@@ -558,10 +272,10 @@ function M.validate(opts)
   H.refuse_keys(opts)
   for k, v in pairs(opts) do
     local path = tostring(k)
-    if H.defaults[k] == nil and H.types[path] == nil then
+    if schema.get(path) == nil then
       util.error(("unknown option `%s`"):format(path))
     end
-    H.check(v, H.defaults[k], path)
+    H.check(v, path)
   end
 end
 
@@ -601,7 +315,7 @@ function M.setup(opts)
       ("`provider` should be one of %s, not %s"):format(table.concat(names, ", "), vim.inspect(merged.provider))
     )
   end
-  require("flemma.provider.switch").check_presets(merged.presets, merged)
+  selection.check_presets(merged.presets, merged)
   -- Entries whose key variable the user named: their key may go to their endpoint
   -- (flemma.secrets.destination); the variable of a built-in entry goes only to
   -- the hosts it belongs to.
@@ -684,39 +398,10 @@ end
 --- Merges `over` into `base` the way setup() does (lists replace lists).
 M.merge = H.merge
 
--- Subtrees whose keys are the user's (names of providers, presets, variables): the
--- option is the subtree itself.
-H.user_keyed = { providers = true, presets = true, ["tools.presets"] = true, ["tools.bash.env"] = true }
-
---- Every option path: each key of the defaults (tables and their keys) and the
---- options whose default is nil, sorted. `:help flemma-config-<path>` documents each.
+--- Every option path (the schema's), sorted. `:help flemma-config-<path>` documents each.
 ---@return string[]
 function M.option_paths()
-  local seen, out = {}, {}
-  local function add(path)
-    if not seen[path] then
-      seen[path] = true
-      out[#out + 1] = path
-    end
-  end
-  local function walk(t, prefix)
-    for k, v in pairs(t) do
-      local path = prefix and (prefix .. "." .. k) or k
-      add(path)
-      if type(v) == "table" and not vim.islist(v) and not H.user_keyed[path] then
-        walk(v, path)
-      end
-    end
-  end
-  walk(H.defaults, nil)
-  for path in pairs(H.types) do
-    local top = path:match("^[^.]+")
-    if not H.user_keyed[top] and not H.user_keyed[path:match("^(.*)%.") or ""] then
-      add(path)
-    end
-  end
-  table.sort(out)
-  return out
+  return schema.paths()
 end
 
 return M

@@ -88,23 +88,20 @@ end
 -- { tools = { enabled = string[], registered = set, ready = boolean }, config = {...} }
 H.data = { tools = { enabled = {}, registered = {}, ready = false }, config = {} }
 
+-- The tool registry flemma.opt checks names against.
+H.tools = {
+  list = function()
+    return deepcopy(H.data.tools.enabled)
+  end,
+  get = function(name)
+    return H.data.tools.registered[name] and {} or nil
+  end,
+  is_ready = function()
+    return H.data.tools.ready
+  end,
+}
+
 H.shims = {
-  ["flemma.tools"] = {
-    list = function()
-      return deepcopy(H.data.tools.enabled)
-    end,
-    get = function(name)
-      return H.data.tools.registered[name] and {} or nil
-    end,
-    is_ready = function()
-      return H.data.tools.ready
-    end,
-  },
-  ["flemma.core.config"] = {
-    get = function()
-      return H.data.config
-    end,
-  },
   ["flemma.core.util"] = {
     error = function(msg)
       error("(flemma) " .. msg, 0)
@@ -258,7 +255,7 @@ end
 
 function H.eval_lua(code)
   local opt = require("flemma.isolated.opt")
-  local flemma_opt, collect = opt.new(H.data.config)
+  local flemma_opt, collect = opt.new(H.data.config, H.tools)
   local chunk, err = isolate.load(code, opt.CHUNKNAME, H.env(flemma_opt))
   if not chunk then
     error(err, 0)
@@ -321,7 +318,7 @@ function H.eval_json(code, first_line)
   end
   local opt = require("flemma.isolated.opt")
   local presets = require("flemma.isolated.presets")
-  local flemma_opt, collect = opt.new(H.data.config)
+  local flemma_opt, collect = opt.new(H.data.config, H.tools)
   local keys = {}
   for k in pairs(data) do
     keys[#keys + 1] = k

@@ -6,6 +6,7 @@
 --- ListOption values (`flemma.opt.tools`, `flemma.opt.tools.auto_approve`)
 --- support assignment, `:append`, `:remove`, `:prepend`, `+` and `-`.
 local presets = require("flemma.isolated.presets")
+local schema = require("flemma.isolated.schema")
 
 local M = {}
 local H = {}
@@ -17,84 +18,28 @@ M.SOURCE_PREFIX = "frontmatter"
 -- Built-in tool names, used when flemma.tools is not available.
 H.BUILTIN_TOOLS = { "bash", "calculator", "calculator_async", "edit", "read", "write" }
 
--- Per-buffer parameters: name -> checker returning an error string for a bad value.
-H.params = {}
-H.provider_params = { anthropic = {}, openai = {}, vertex = {} }
+-- The parameters flemma.opt sets (the option schema marks them): general ones, each
+-- provider's own, and the provider parameters that make up an endpoint (the Vertex AI
+-- URL's host is `<location>-aiplatform...`): transport, refused.
+H.fm = schema.frontmatter_parameters()
+H.params = H.fm.general
+H.provider_params = H.fm.providers
+H.PROVIDER_TRANSPORT = H.fm.transport
 H.TRANSPORT_KEYS = { endpoint = true, api_key_env = true, providers = true, headers = true, kind = true }
--- Parameters that make up the Vertex AI URL (its host is `<location>-aiplatform...`):
--- transport as well.
-H.PROVIDER_TRANSPORT = { vertex = { project_id = true, location = true } }
 -- API keys are refused too, with their own message (flemma.secrets).
 for name in pairs(require("flemma.isolated.keys").forbidden) do
   H.TRANSPORT_KEYS[name] = true
 end
 
-local function one_of(values)
-  return function(v)
-    if not vim.tbl_contains(values, v) then
-      return "should be one of " .. table.concat(values, ", ")
-    end
-  end
-end
-
-local function integer(min)
-  return function(v)
-    if type(v) ~= "number" or v ~= math.floor(v) or v < min then
-      return ("should be an integer >= %d"):format(min)
-    end
-  end
-end
-
-H.params.thinking = function(v)
-  if type(v) == "boolean" then
-    return nil
-  end
-  if type(v) == "number" and v >= 0 and v == math.floor(v) then
-    return nil
-  end
-  if type(v) == "string" and vim.tbl_contains({ "minimal", "low", "medium", "high", "max" }, v) then
-    return nil
-  end
-  return 'should be "minimal", "low", "medium", "high", "max", false, or a token budget'
-end
-H.params.cache_retention = one_of({ "none", "short", "long" })
-H.params.max_tokens = integer(1)
-H.params.max_response_bytes = integer(1)
-H.params.temperature = function(v)
-  if type(v) ~= "number" or v < 0 or v > 2 then
-    return "should be a number between 0 and 2"
-  end
-end
--- Request fields Flemma does not know, merged into the body (flemma.provider.common.extra).
-H.params.extra = function(v)
-  if type(v) ~= "table" then
-    return "should be a table of request fields, e.g. { seed = 1, top_k = 40 }"
-  end
-  for k in pairs(v) do
-    if type(k) ~= "string" then
-      return "should be a table of request fields with names as keys, e.g. { seed = 1 }"
-    end
-  end
-end
-H.provider_params.anthropic.thinking_budget = integer(0)
-H.provider_params.openai.reasoning = one_of({ "none", "minimal", "low", "medium", "high" })
-H.provider_params.vertex.thinking_budget = integer(-1)
-
 -- Names readable and settable on flemma.opt itself.
-H.ROOT_NAMES = {
-  "anthropic",
-  "cache_retention",
-  "extra",
-  "max_tokens",
-  "max_response_bytes",
-  "model",
-  "openai",
-  "provider",
-  "temperature",
-  "thinking",
-  "tools",
-  "vertex",
-}
+H.ROOT_NAMES = { "model", "provider", "tools" }
+for name in pairs(H.params) do
+  H.ROOT_NAMES[#H.ROOT_NAMES + 1] = name
+end
+for name in pairs(H.provider_params) do
+  H.ROOT_NAMES[#H.ROOT_NAMES + 1] = name
+end
+table.sort(H.ROOT_NAMES)
 
 --- Raises an error from code that frontmatter called: the message names the line of
 --- the frontmatter that made the call ("frontmatter:LINE: msg"), when there is one.
@@ -143,10 +88,12 @@ end
 ---------------------------------------------------------------------------------------
 
 --- Tool names known right now: { enabled = string[] (sorted), is_known = fn(name),
---- ready = boolean (false while async tool sources are still loading) }.
-function M.known_tools()
-  local ok, tools = pcall(require, "flemma.tools")
-  if ok and type(tools) == "table" and type(tools.list) == "function" then
+--- ready = boolean (false while async tool sources are still loading) }, from a tool
+--- registry { list, get?, is_ready? } (flemma.tools, or the interpreter's data); the
+--- built-in names without one.
+---@param tools? table
+function M.known_tools(tools)
+  if type(tools) == "table" and type(tools.list) == "function" then
     local ok_list, names = pcall(tools.list)
     if ok_list and type(names) == "table" then
       -- Nothing registered yet (before setup): names cannot be checked.
@@ -431,75 +378,22 @@ end
 -- Provider, model and presets
 ---------------------------------------------------------------------------------------
 
----@class flemma.opt.Selection what frontmatter may select, as plain data
+---@class flemma.opt.Selection what frontmatter may select, as plain data (computed in
+--- Neovim by flemma.chat.frontmatter, which knows the models and presets)
 ---@field provider string the active provider (setup() or :Flemma switch)
 ---@field model? string the active model (nil: the provider's default)
 ---@field providers table<string, { kind: string, default_model?: string, any_model: boolean, models?: table<string, boolean> }>
 ---@field presets table<string, { provider: string, model?: string, parameters: table, cleared: string[] }>
 
---- What frontmatter may select under a configuration: the providers (with the models
---- each accepts) and the presets, resolved. Computed in Neovim (flemma.switch and
---- flemma.models are not in the frontmatter's interpreter) and handed to it as data.
----@param config flemma.Config
----@return flemma.opt.Selection
-function M.selection(config)
-  local models = require("flemma.core.models")
-  local presets_out = {}
-  local ok_switch, switch = pcall(require, "flemma.provider.switch")
-  for name in pairs(config.presets or {}) do
-    local ok, p = false, nil
-    if ok_switch then
-      ok, p = pcall(switch.preset, name, config)
-    end
-    if ok and type(p) == "table" then
-      local params, cleared = {}, {}
-      for k, v in pairs(p.parameters or {}) do
-        if v == vim.NIL then
-          cleared[#cleared + 1] = k
-        elseif type(v) == "table" then
-          params[k] = {}
-          for sk, sv in pairs(v) do
-            if sv == vim.NIL then
-              cleared[#cleared + 1] = k .. "." .. sk
-            else
-              params[k][sk] = sv
-            end
-          end
-        else
-          params[k] = v
-        end
-      end
-      table.sort(cleared)
-      presets_out[name] = { provider = p.provider, model = p.model, parameters = params, cleared = cleared }
-    end
-  end
-  local providers = {}
-  for name, entry in pairs(config.providers or {}) do
-    if type(entry) == "table" and type(entry.kind) == "string" then
-      local table_of_kind = models.by_kind[entry.kind]
-      local accepted = {}
-      for m in pairs(table_of_kind or {}) do
-        accepted[m] = true
-      end
-      local default = entry.model or models.defaults[name] or models.defaults[entry.kind]
-      for _, m in ipairs({ entry.model or false, default or false, name == config.provider and config.model or false }) do
-        if m then
-          accepted[m] = true
-        end
-      end
-      for _, p in pairs(presets_out) do
-        if p.provider == name and p.model then
-          accepted[p.model] = true
-        end
-      end
-      -- OpenAI-compatible servers (ollama, llama.cpp, ...) serve models of the
-      -- user's choosing: any name is theirs to judge.
-      local any = entry.kind == "openai_chat" or table_of_kind == nil
-      providers[name] =
-        { kind = entry.kind, default_model = default, any_model = any, models = not any and accepted or nil }
-    end
-  end
-  return { provider = config.provider, model = config.model, providers = providers, presets = presets_out }
+-- Where flemma.opt.new() without arguments gets the configuration and the tools:
+-- flemma.chat.frontmatter fills it when it loads (it sits above this module).
+H.context = nil
+
+--- Sets the function that gives the configuration (with its `selection`) and the
+--- tool registry for flemma.opt.new() called without them.
+---@param fn fun(): table, table
+function M.set_context(fn)
+  H.context = fn
 end
 
 function H.sorted_keys(t)
@@ -522,14 +416,18 @@ end
 ---@field parameters_cleared? string[] parameters a preset cleared (`key=`), dotted
 
 --- A fresh `flemma.opt` object and a function that collects what the frontmatter set.
----@param config? flemma.Config the active configuration (default: config.get())
+---@param config? table the configuration as data: tools, parameters, selection (default: the context's)
+---@param tools? table the tool registry { list, get?, is_ready? } (default: the context's)
 ---@return table opt, fun(): flemma.opt.Result collect
-function M.new(config)
-  config = config or require("flemma.core.config").get()
+function M.new(config, tools)
+  if config == nil and H.context then
+    config, tools = H.context()
+  end
+  config = config or {}
   local tools_cfg = config.tools or {}
   local params_cfg = config.parameters or {}
   local user_presets = tools_cfg.presets
-  local known = M.known_tools()
+  local known = M.known_tools(tools)
 
   local S = {
     tools_touched = false,
@@ -545,7 +443,8 @@ function M.new(config)
     model = nil,
     model_line = nil,
   }
-  local sel = config.selection or M.selection(config)
+  local sel = config.selection
+    or { provider = config.provider or "anthropic", model = config.model, providers = {}, presets = {} }
   local select_provider -- defined below, with the other provider helpers
 
   local function check_tool(what)
@@ -629,16 +528,11 @@ function M.new(config)
     end,
   })
 
-  local function check_param(path, checker, v)
-    if v == nil then
-      return
-    end
-    if type(v) == "number" and (v ~= v or v == math.huge or v == -math.huge) then
-      M.fail(("`%s` should be a finite number, not %s"):format(path, v ~= v and "nan" or (v > 0 and "inf" or "-inf")))
-    end
-    local problem = checker(v)
-    if problem then
-      M.fail(("`%s` %s, not %s"):format(path, problem, type(v) == "string" and ("%q"):format(v) or tostring(v)))
+  -- A bad value: the option schema's message, naming what the frontmatter set.
+  local function check_param(label, name, v)
+    local msg = schema.message("parameters." .. name, v, label)
+    if msg then
+      M.fail(msg)
     end
   end
 
@@ -667,7 +561,7 @@ function M.new(config)
       end,
       __newindex = function(_, k, v)
         lookup(k)
-        check_param(prefix .. k, specs[k], v)
+        check_param(prefix .. k, provider .. "." .. k, v)
         S.provider[provider][k] = v
         S.cleared[provider .. "." .. k] = nil
       end,
@@ -849,7 +743,7 @@ function M.new(config)
         end
         S.model_set, S.model, S.model_line = true, v, M.line()
       elseif H.params[k] then
-        check_param("flemma.opt." .. k, H.params[k], v)
+        check_param("flemma.opt." .. k, k, v)
         S.params[k] = v
         S.cleared[k] = nil
       elseif H.TRANSPORT_KEYS[k] then

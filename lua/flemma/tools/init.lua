@@ -1166,7 +1166,7 @@ end
 
 -- The policy presets (below this layer) ask tools' risk levels through this lookup.
 require("flemma.isolated.presets").set_risk_lookup(M.risk)
--- Frontmatter tells its interpreter which tool names exist.
-require("flemma.chat.frontmatter").set_tool_names(M.registered)
+-- Frontmatter checks tool names against this registry and tells its interpreter them.
+require("flemma.chat.frontmatter").set_tools(M)
 
 return M
