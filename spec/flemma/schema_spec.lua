@@ -127,6 +127,18 @@ describe("the option schema", function()
       assert.is_nil(o.doc:find("\n", 1, true), o.path)
     end
     assert.same(schema.defaults(), config.defaults())
+    -- an option without a default is absent (nil has a meaning: `mcp.include` nil keeps all)
+    local d = config.defaults()
+    for _, path in ipairs({ "model", "mcp.include", "mcp.exclude", "tools.bash.env", "sandbox.policy.rw_paths" }) do
+      local head, tail = path:match("^(.-)%.?([^.]+)$")
+      local parent = d
+      for part in head:gmatch("[^.]+") do
+        parent = parent[part]
+      end
+      assert.is_nil(parent[tail], path)
+    end
+    assert.same({}, d.parameters.anthropic)
+    assert.equals("global", d.parameters.vertex.location)
     assert.same(schema.paths(), config.option_paths())
     -- every key of the defaults is an option
     local function walk(t, prefix)

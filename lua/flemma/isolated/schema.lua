@@ -173,6 +173,7 @@ M.OPTIONS = {
 }
 
 H.by_path = {}
+H.subtree = {}
 for _, o in ipairs(M.OPTIONS) do
   H.by_path[o.path] = o
 end
@@ -220,6 +221,14 @@ end
 function M.defaults()
   local root = {}
   for _, o in ipairs(M.OPTIONS) do
+    -- A subtree (an option below it exists) is a table; a table-valued option without
+    -- a default stays nil (`mcp.include`: nil means all).
+    local parent_path = o.path:match("^(.*)%.[^.]+$")
+    if parent_path then
+      H.subtree[parent_path] = true
+    end
+  end
+  for _, o in ipairs(M.OPTIONS) do
     local parent, name = root, nil
     for part in o.path:gmatch("[^.]+") do
       if name then
@@ -230,7 +239,7 @@ function M.defaults()
     end
     if o.default ~= nil then
       parent[name] = H.copy(o.default)
-    elseif o.type == "table" and not o.keys then
+    elseif H.subtree[o.path] then
       parent[name] = parent[name] or {}
     end
   end
