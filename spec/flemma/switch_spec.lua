@@ -200,6 +200,15 @@ describe(":Flemma switch", function()
     assert.same({ "gpt-5.4", "gpt-5.4-mini", "gpt-5.4-nano", "gpt-5.4-pro" }, complete("switch openai gpt-5.4"))
     assert.same({ "temperature=" }, complete("switch openai gpt-5.4 temp"))
     assert.same({ "thinking=high" }, complete("switch $fast thinking=h"))
+    -- the allowed values are the option schema's
+    local schema = require("flemma.isolated.schema")
+    for _, key in ipairs({ "thinking", "cache_retention", "thinking_foreign", "openai.reasoning" }) do
+      local want = vim.tbl_map(function(v)
+        return key .. "=" .. v
+      end, schema.values("parameters." .. key))
+      table.sort(want)
+      assert.same(want, complete("switch openai " .. key .. "="))
+    end
   end)
 
   it("is a layer of :Flemma status", function()

@@ -10,7 +10,7 @@ local H = {}
 -- The defaults come from the option schema (one doc line per option there).
 H.defaults = schema.defaults()
 
-H.kinds = { "anthropic", "openai_chat", "openai", "vertex" }
+H.kinds = schema.PROVIDER_KINDS
 H.provider_fields =
   { kind = "string", endpoint = "string", api_key_env = "string", model = "string", headers = "table" }
 

@@ -19,12 +19,16 @@ local H = {}
 ---@field unit? string what the number counts ("bytes"), named in the message
 ---@field what? string the description of a good value, when the above cannot say it
 ---@field valid? fun(v: any): boolean a further test of a value of the right type
+---@field values? string[] the values to offer (completion) when `enum` does not list them
 ---@field keys? "open"|"user" a table whose keys are free ("user": the keys are names the user chooses)
 ---@field frontmatter? boolean settable through flemma.opt (parameters)
 ---@field transport? boolean part of where requests go: never from frontmatter
 ---@field doc string one line
 
 local THINKING = { "minimal", "low", "medium", "high", "max" }
+
+--- The API a `providers` entry speaks (its `kind`).
+M.PROVIDER_KINDS = { "anthropic", "openai_chat", "openai", "vertex" }
 
 -- stylua: ignore
 M.OPTIONS = {
@@ -36,6 +40,7 @@ M.OPTIONS = {
   { path = "parameters.temperature", type = "number", min = 0, max = 2, frontmatter = true, doc = "sampling temperature" },
   { path = "parameters.thinking", type = { "string", "boolean", "number" }, frontmatter = true,
     what = '"minimal", "low", "medium", "high", "max", false, or a token budget',
+    values = { "false", THINKING[1], THINKING[2], THINKING[3], THINKING[4], THINKING[5] },
     valid = function(v)
       if type(v) == "number" then
         return v >= 0 and v == math.floor(v)
@@ -355,6 +360,24 @@ end
 function M.message(path, value, label)
   local problem = M.problem(path, value)
   return problem and ("`%s` %s"):format(label or path, problem) or nil
+end
+
+--- The values to offer for an option, as text (`key=value` completion): its allowed
+--- strings, or true and false for a boolean; nil when any value of its type goes.
+---@param path string
+---@return string[]|nil
+function M.values(path)
+  local o = H.by_path[path]
+  if not o then
+    return nil
+  end
+  if o.enum or o.values then
+    return H.copy(o.enum or o.values)
+  end
+  if o.type == "boolean" then
+    return { "true", "false" }
+  end
+  return nil
 end
 
 --- The parameters frontmatter sets through flemma.opt: { general = { name = true },

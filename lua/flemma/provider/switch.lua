@@ -4,6 +4,7 @@
 --- a provider or model keeps it (flemma.frontmatter.config): the switch says so.
 local util = require("flemma.core.util")
 local selection = require("flemma.core.selection")
+local schema = require("flemma.isolated.schema")
 
 local M = {}
 local H = {}
@@ -251,12 +252,8 @@ function M.complete(arglead, args)
     end
     local key = arglead:match("^([%w_.]+)=")
     if key then
-      local values = ({
-        thinking = { "false", "minimal", "low", "medium", "high", "max" },
-        cache_retention = { "none", "short", "long" },
-        thinking_foreign = { "text", "preserve", "drop" },
-        ["openai.reasoning"] = { "none", "minimal", "low", "medium", "high" },
-      })[key] or {}
+      -- The allowed values come from the option schema.
+      local values = schema.values("parameters." .. key) or {}
       for _, v in ipairs(values) do
         out[#out + 1] = key .. "=" .. v
       end
