@@ -418,10 +418,6 @@ function M.search(opts, on_events, on_exit)
   return handle
 end
 
---- The stream decoders `spawn` accepts as `decoder` (STREAM_API.md); `flemma.send`
---- streams answers once this lists the provider kinds.
-M.decoders = { anthropic = true, openai_chat = true }
-
 --- Handles of the processes still running.
 ---@return flemma.process.Handle[]
 function M.running()

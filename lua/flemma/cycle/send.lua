@@ -7,8 +7,7 @@ local H = {}
 
 M.ns = vim.api.nvim_create_namespace("flemma.cycle.send")
 
----@alias flemma.send.Result { status: "completed"|"cancelled"|"error", usage?: table, error?: string, notified?: boolean }
----@alias flemma.send.Handler fun(bufnr: integer, request: table, done: fun(result: flemma.send.Result))
+---@alias flemma.send.Handler fun(bufnr: integer, request: table, done: fun(result: flemma.provider.Result))
 
 ---@type flemma.send.Handler|nil
 H.handler = nil
@@ -18,20 +17,6 @@ H.handler = nil
 ---@param handler flemma.send.Handler|nil
 function M.set_handler(handler)
   H.handler = handler
-end
-
---- Whether the process manager decodes provider streams (STREAM_API.md).
-function M.can_stream()
-  local decoders = require("flemma.core.process").decoders
-  return type(decoders) == "table" and decoders.anthropic == true
-end
-
---- The default handler: the providers, once the process manager decodes streams.
-function H.default_handler()
-  if not M.can_stream() then
-    return nil
-  end
-  return require("flemma.provider").send
 end
 
 H.pending_ready = {}
@@ -303,27 +288,16 @@ function M.send(bufnr, opts)
 
   H.warn_size(bufnr)
   H.event("FlemmaRequestSending", { bufnr = bufnr })
-  local handler = H.handler or H.default_handler()
-  if not handler then
-    util.warn(
-      "no provider is available in this build of Flemma (the native core cannot decode streams): the conversation is valid but was not sent, and the buffer is unchanged"
-    )
-    H.event("FlemmaRequestFinished", { bufnr = bufnr, status = "error", error = "no provider" })
-    return false
-  end
+  local handler = H.handler or require("flemma.provider").send
   local finished = false
   -- The providers read the document itself (and encode only what changed); other
   -- handlers get the provider-neutral conversation.
   local request = H.handler and document.to_messages(doc) or nil
-  local ok, err = pcall(handler, bufnr, request, function(result, legacy_err)
+  local ok, err = pcall(handler, bufnr, request, function(result)
     if finished then
       return
     end
     finished = true
-    -- Older handlers call done(ok, err).
-    if type(result) ~= "table" then
-      result = { status = result and "completed" or "error", error = legacy_err }
-    end
     local function report()
       H.event("FlemmaRequestFinished", {
         bufnr = bufnr,

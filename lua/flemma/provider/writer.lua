@@ -449,7 +449,7 @@ function Writer:open_block(index, kind)
   return b
 end
 
---- Applies one decoded stream event (see STREAM_API.md).
+--- Applies one decoded stream event (the shapes of flemma_stream_event in flemma.h).
 ---@param ev table
 function Writer:apply(ev)
   local t = ev.type

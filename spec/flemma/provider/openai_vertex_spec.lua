@@ -376,31 +376,3 @@ describe("a conversation switched between providers", function()
     end
   end)
 end)
-
-describe("sending a kind the native decoder cannot read", function()
-  it("is refused with a message, starting nothing", function()
-    local native = require("flemma.native")
-    local saved = native.stream_new
-    native.stream_new = function(kind)
-      if kind == "openai" then
-        return nil, "stream: unknown kind `openai`"
-      end
-      return saved(kind)
-    end
-    require("flemma").setup({ provider = "openai" })
-    local buf = vim.api.nvim_create_buf(true, false)
-    local res
-    provider.send(buf, { messages = { { role = "user", parts = { { kind = "text", text = "hi" } } } } }, function(r)
-      res = r
-    end)
-    native.stream_new = saved
-    require("flemma").setup({})
-    assert.equals("error", res.status)
-    assert.equals(
-      "openai: this build of Flemma cannot read openai streams yet (the native stream decoder has no `openai` kind): nothing was sent; `:Flemma switch` to another provider",
-      res.error
-    )
-    assert.is_nil(provider.active(buf))
-    vim.api.nvim_buf_delete(buf, { force = true })
-  end)
-end)
