@@ -1,6 +1,8 @@
 --- The .chat document model: parsing (in the native core), a per-buffer cache,
 --- writers for tool blocks, the provider-neutral conversation, and the checks
 --- run before a buffer is sent. See `:help flemma-format`.
+local events = require("flemma.core.events")
+local session = require("flemma.core.session")
 local native = require("flemma.native")
 local util = require("flemma.core.util")
 
@@ -127,7 +129,7 @@ end
 ---@field doc_version? integer
 ---@field broken? boolean an edit failed: rebuild before use
 
-H.live = {} ---@type table<integer, flemma.document.Live>
+-- H.live: the `live` field of each buffer's session record (flemma.core.session).
 
 -- Lazy tool inputs: the raw JSON sits in the part's own metatable (so copies
 -- made by vim.deepcopy keep it); the first read of `input` or `input_error`
@@ -261,7 +263,7 @@ function H.load_file(bufnr, idoc)
 end
 
 function H.forget(bufnr)
-  H.live[bufnr] = nil
+  session.set(bufnr, "live", nil)
 end
 
 --- Whether the rows on_bytes applied still hold the text it read for them, where
@@ -294,7 +296,7 @@ end
 ---@param version integer
 ---@return boolean
 function M.lagged_since(bufnr, version)
-  local L = H.live[bufnr]
+  local L = session.field(bufnr, "live")
   if not L or L.broken or not L.idoc then
     return true
   end
@@ -304,21 +306,21 @@ end
 --- The live state of a buffer, attached on first use.
 ---@return flemma.document.Live
 function H.live_of(bufnr)
-  local L = H.live[bufnr]
+  local L = session.field(bufnr, "live")
   if L and not L.broken then
     return L
   end
   L = L or {}
   H.load(bufnr, L)
-  if not H.live[bufnr] then
-    H.live[bufnr] = L
+  if not session.field(bufnr, "live") then
+    session.get(bufnr).live = L
     local attached = vim.api.nvim_buf_attach(bufnr, false, {
       -- A change reaches on_bytes before Neovim updates the folds of the windows
       -- (whose expression reads this document), on_lines only after: the document
       -- follows on_bytes, so it never lags behind the folds; on_lines applies what
       -- no on_bytes did.
       on_bytes = function(_, buf, tick, row, col, _, old_rows, old_col, _, new_rows, new_col)
-        if H.live[buf] ~= L then
+        if session.field(buf, "live") ~= L then
           return true
         end
         if L.broken then
@@ -352,7 +354,7 @@ function H.live_of(bufnr)
         L.bytes_row, L.bytes_lines = row, lines
       end,
       on_lines = function(_, buf, tick, first, last_old, last_new)
-        local cur = H.live[buf]
+        local cur = session.field(buf, "live")
         if cur ~= L then
           return true -- detach: a new state took over
         end
@@ -388,23 +390,21 @@ function H.live_of(bufnr)
             L.lag_version = (native.idoc_info(L.idoc))
           end
         end
-        if M.on_change then
-          M.on_change(buf)
-        end
+        events.emit("changed", buf)
       end,
       on_reload = function(_, buf)
-        if H.live[buf] == L then
+        if session.field(buf, "live") == L then
           L.broken = true
         end
       end,
       on_detach = function(_, buf)
-        if H.live[buf] == L then
+        if session.field(buf, "live") == L then
           H.forget(buf)
         end
       end,
     })
     if not attached then
-      H.live[bufnr] = nil
+      session.set(bufnr, "live", nil)
       L.detached = true
     end
   end
@@ -526,7 +526,7 @@ end
 -- Model -> the live state it was assembled from. Weak values too: the live
 -- state holds its model (L.doc), and LuaJIT's weak keys are not ephemerons, so
 -- with weak keys alone the entry kept both (and the native document) alive
--- after the buffer was wiped. The live state itself lives in H.live.
+-- after the buffer was wiped. The live state itself lives in the buffer's session record (`live`).
 H.owner = setmetatable({}, { __mode = "kv" })
 
 --- Assembles the model of the live state's version from the previous one: the

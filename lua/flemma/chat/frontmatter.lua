@@ -9,6 +9,7 @@
 --- auto_approve function stays in the interpreter, called with plain copies of each
 --- tool call. Results are cached per buffer by b:changedtick; each evaluation starts
 --- from the defaults.
+local session = require("flemma.core.session")
 local opt = require("flemma.isolated.opt")
 
 local M = {}
@@ -301,7 +302,7 @@ end
 ---------------------------------------------------------------------------------------
 
 -- Per buffer: { tick, config, tools, opts, err }.
-H.cache = {}
+-- H.cache: the `frontmatter` field of each buffer's session record (flemma.core.session).
 
 function H.defaults()
   return { tools = nil, auto_approve = nil, auto_approve_excluded = {}, parameters = {} }
@@ -365,7 +366,7 @@ function M.get(bufnr)
   local tick = vim.api.nvim_buf_get_changedtick(bufnr)
   local config = require("flemma.core.config").get()
   local tools = table.concat(H.known_tools().enabled, ",")
-  local c = H.cache[bufnr]
+  local c = session.field(bufnr, "frontmatter")
   if not (c and c.tick == tick and c.config == config and c.tools == tools) then
     local opts, err, limit
     local fm, ferr = H.extract(bufnr)
@@ -376,13 +377,13 @@ function M.get(bufnr)
     else
       opts, err, limit = M.evaluate(fm.code, fm.lang, fm.first_line or 1, config)
     end
-    if H.cache[bufnr] then
-      M.release(H.cache[bufnr].opts)
+    if session.field(bufnr, "frontmatter") then
+      M.release(session.field(bufnr, "frontmatter").opts)
     end
     c = { tick = tick, config = config, tools = tools, opts = opts, err = err }
     -- Stopped because the action's budget was spent: not kept, the next action
     -- evaluates it again.
-    H.cache[bufnr] = limit ~= "budget" and c or nil
+    session.get(bufnr).frontmatter = limit ~= "budget" and c or nil
     H.watch()
   end
   if c.err then
@@ -397,11 +398,13 @@ function M.invalidate(bufnr)
   local dropped = {}
   if bufnr then
     bufnr = H.resolve_buf(bufnr)
-    dropped[1] = H.cache[bufnr]
-    H.cache[bufnr] = nil
+    dropped[1] = session.field(bufnr, "frontmatter")
+    session.set(bufnr, "frontmatter", nil)
   else
-    dropped = vim.tbl_values(H.cache)
-    H.cache = {}
+    for b, c in session.each("frontmatter") do
+      dropped[#dropped + 1] = c
+      session.set(b, "frontmatter", nil)
+    end
   end
   for _, c in ipairs(dropped) do
     M.release(c.opts)
@@ -414,18 +417,18 @@ function H.watch()
   end
   H.watching = true
   local group = vim.api.nvim_create_augroup("flemma.chat.frontmatter", { clear = true })
-  vim.api.nvim_create_autocmd({ "BufWipeout", "BufDelete" }, {
-    group = group,
-    callback = function(ev)
-      M.invalidate(ev.buf)
-    end,
-  })
+  session.on("wipe", "frontmatter", function(bufnr)
+    M.invalidate(bufnr)
+  end)
+  session.on("unload", "frontmatter", function(bufnr)
+    M.invalidate(bufnr)
+  end)
   -- A hidden or unloaded chat keeps its options, not its interpreter: the one of its
   -- auto_approve function is made again by the next call (flemma.isolate).
   vim.api.nvim_create_autocmd({ "BufHidden", "BufUnload" }, {
     group = group,
     callback = function(ev)
-      local c = H.cache[ev.buf]
+      local c = session.field(ev.buf, "frontmatter")
       local box = c and c.opts and H.boxes[c.opts.auto_approve]
       if box and box.interp then
         box.interp:unload()
@@ -487,7 +490,7 @@ function M.config(bufnr)
   if not opts then
     return nil, err
   end
-  local c = H.cache[bufnr]
+  local c = session.field(bufnr, "frontmatter")
   local config = require("flemma.core.config").get()
   if c and c.effective and c.effective_config == config then
     return c.effective

@@ -5,6 +5,7 @@
 ---     and stays as a diagnostic on its line until the frontmatter is fixed;
 ---   - a frontmatter that widens the approval policy is asked about once
 ---     (flemma.trust) before the cycle goes on.
+local session = require("flemma.core.session")
 local util = require("flemma.core.util")
 
 local M = {}
@@ -15,7 +16,7 @@ M.ns = vim.api.nvim_create_namespace("flemma.chat.frontmatter")
 -- Per buffer, while its frontmatter fails: { key = error .. text, text = frontmatter
 -- lines, notified = key of the last notification }.
 ---@type table<integer, { key: string, text: string, notified: string|nil }>
-H.failing = {}
+-- H.failing: the `gate_failing` field of each buffer's session record (flemma.core.session).
 
 -- The lines of the buffer up to and including the frontmatter's closing fence (or
 -- the whole of an unclosed one): what a change must touch to change the frontmatter.
@@ -49,8 +50,8 @@ function H.set_diagnostic(bufnr, err)
 end
 
 function H.clear(bufnr)
-  if H.failing[bufnr] then
-    H.failing[bufnr] = nil
+  if session.field(bufnr, "gate_failing") then
+    session.set(bufnr, "gate_failing", nil)
     if vim.api.nvim_buf_is_valid(bufnr) then
       vim.diagnostic.reset(M.ns, bufnr)
     end
@@ -73,7 +74,7 @@ end
 -- changed, evaluate it again; fixed, the diagnostic goes; still failing, the
 -- diagnostic follows the new error (the message waits for the next key press).
 function H.recheck(bufnr)
-  local f = H.failing[bufnr]
+  local f = session.field(bufnr, "gate_failing")
   if not f or not vim.api.nvim_buf_is_valid(bufnr) then
     return true -- drop the autocmd
   end
@@ -94,10 +95,10 @@ end
 function H.report(bufnr, err)
   local text = H.frontmatter_text(bufnr)
   local key = err .. "\0" .. text
-  local f = H.failing[bufnr]
+  local f = session.field(bufnr, "gate_failing")
   if not f then
     f = {}
-    H.failing[bufnr] = f
+    session.get(bufnr).gate_failing = f
     vim.api.nvim_create_autocmd({ "TextChanged", "InsertLeave" }, {
       group = vim.api.nvim_create_augroup("flemma.gate." .. bufnr, { clear = true }),
       buffer = bufnr,

@@ -10,6 +10,7 @@
 --- exits: nothing is written, and nothing carries over to a file it is saved as.
 --- Entries of the older store, keyed by the text alone, no longer grant trust and are
 --- dropped at the next write.
+local session = require("flemma.core.session")
 local util = require("flemma.core.util")
 
 local M = {}
@@ -25,9 +26,9 @@ H.session = {}
 -- The store as last read: { mtime, size, entries = path -> { state, hash } }.
 H.store = nil
 -- Per buffer: the frontmatter hash whose ignored widenings were reported, and which.
-H.noticed = {}
+-- H.noticed: the `trust_noticed` field of each buffer's session record (flemma.core.session).
 -- Buffers with a prompt open.
-H.asking = {}
+-- H.asking: the `trust_asking` field of each buffer's session record (flemma.core.session).
 
 --- The file the answers are kept in.
 ---@return string
@@ -221,8 +222,8 @@ function M.set(bufnr, state)
   else
     H.session[key.id] = state -- a buffer without a file: this buffer, this session
   end
-  H.noticed[bufnr] = nil
-  H.asking[bufnr] = nil -- an answer given by command ends a prompt left open
+  session.set(bufnr, "trust_noticed", nil)
+  session.set(bufnr, "trust_asking", nil) -- an answer given by command ends a prompt left open
   return key.hash
 end
 
@@ -297,10 +298,10 @@ function M.ignored(bufnr, tool_name)
   bufnr = H.bufnr(bufnr)
   local key = H.key(bufnr)
   local id = key and key.id or ""
-  local n = H.noticed[bufnr]
+  local n = session.field(bufnr, "trust_noticed")
   if not n or n.id ~= id then
     n = { id = id, tools = {} }
-    H.noticed[bufnr] = n
+    session.get(bufnr).trust_noticed = n
   end
   if n.tools[tool_name] then
     return
@@ -334,7 +335,7 @@ function M.settle(bufnr, opts, resume)
   if not w or M.state(bufnr) ~= nil then
     return true
   end
-  if H.asking[bufnr] then
+  if session.field(bufnr, "trust_asking") then
     util.notify("answer whether to trust this frontmatter first (or use :Flemma trust / :Flemma untrust)")
     return false
   end
@@ -342,7 +343,7 @@ function M.settle(bufnr, opts, resume)
     return true -- not asked: the widening is ignored (M.ignored says so)
   end
   local key = H.key(bufnr)
-  H.asking[bufnr] = true
+  session.get(bufnr).trust_asking = true
   local prompt = ("The frontmatter of %s %s. Trust it?"):format(util.buffer_name(bufnr), H.describe(w))
   local answered = false
   local ok, err = pcall(vim.ui.select, M.CHOICES, { prompt = prompt, kind = "flemma.trust" }, function(choice)
@@ -351,7 +352,7 @@ function M.settle(bufnr, opts, resume)
     end
     answered = true
     vim.schedule(function()
-      H.asking[bufnr] = nil
+      session.set(bufnr, "trust_asking", nil)
       local now = vim.api.nvim_buf_is_valid(bufnr) and H.key(bufnr) or nil
       if not now or not key or now.id ~= key.id then
         return -- the frontmatter or the file changed meanwhile: the answer was about another
@@ -373,7 +374,7 @@ function M.settle(bufnr, opts, resume)
     end)
   end)
   if not ok then
-    H.asking[bufnr] = nil
+    session.set(bufnr, "trust_asking", nil)
     util.warn("cannot ask whether to trust the frontmatter: " .. util.message(err))
     return true
   end

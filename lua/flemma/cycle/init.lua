@@ -6,6 +6,7 @@
 ---   3. send: once every tool use has its result, the conversation is sent.
 --- Results are written where their placeholder is found again by tool id at the time
 --- they arrive, never at a line number remembered from before.
+local session = require("flemma.core.session")
 local util = require("flemma.core.util")
 
 local M = {}
@@ -19,23 +20,23 @@ local H = {}
 ---@field turns integer automatic sends since the user last pressed the key
 ---@field autopilot boolean|nil per-buffer override
 
----@type table<integer, flemma.cycle.BufState>
-H.state = {}
+-- Each buffer's state is the `cycle` field of its session record (flemma.core.session);
+-- unloading or wiping the buffer detaches it (M.detach).
 
+---@param bufnr integer
+---@return flemma.cycle.BufState
 function H.get_state(bufnr)
-  local s = H.state[bufnr]
-  if not s then
-    s = { running = {}, queue = {}, locked = false, saved_modifiable = true, turns = 0 }
-    H.state[bufnr] = s
-    vim.api.nvim_create_autocmd({ "BufWipeout", "BufUnload", "BufDelete" }, {
-      buffer = bufnr,
-      once = true,
-      callback = function()
-        M.detach(bufnr)
-      end,
-    })
+  local r = session.get(bufnr)
+  if not r.cycle then
+    r.cycle = { running = {}, queue = {}, locked = false, saved_modifiable = true, turns = 0 }
   end
-  return s
+  return r.cycle
+end
+
+---@param bufnr integer
+---@return flemma.cycle.BufState|nil
+function H.state_of(bufnr)
+  return session.field(bufnr, "cycle")
 end
 
 function H.doc(bufnr)
@@ -48,7 +49,7 @@ end
 
 --- The autopilot setting of a buffer (per-buffer toggle, else config).
 function M.autopilot_enabled(bufnr)
-  local s = H.state[bufnr]
+  local s = H.state_of(bufnr)
   if s and s.autopilot ~= nil then
     return s.autopilot
   end
@@ -132,7 +133,7 @@ function H.lock(bufnr)
 end
 
 function H.unlock(bufnr)
-  local s = H.state[bufnr]
+  local s = H.state_of(bufnr)
   if s and s.locked then
     s.locked = false
     if vim.api.nvim_buf_is_valid(bufnr) then
@@ -147,7 +148,7 @@ function H.tool_status(bufnr)
   if not vim.api.nvim_buf_is_valid(bufnr) then
     return
   end
-  local s = H.state[bufnr]
+  local s = H.state_of(bufnr)
   local names = {}
   for _, r in pairs(s and s.running or {}) do
     names[#names + 1] = r.name
@@ -473,7 +474,7 @@ function H.resolve_static_all(bufnr, parts)
 end
 
 function H.all_done(bufnr)
-  local s = H.state[bufnr]
+  local s = H.state_of(bufnr)
   return not s or (next(s.running) == nil and #s.queue == 0)
 end
 
@@ -520,7 +521,7 @@ end
 --- link for one to ~/.ssh) between the check that approved it (decided again as it
 --- starts, H.run) and its reads and writes.
 function H.start_next(bufnr)
-  local s = H.state[bufnr]
+  local s = H.state_of(bufnr)
   if not s then
     return
   end
@@ -547,7 +548,7 @@ function H.start_next(bufnr)
 end
 
 function H.finish(bufnr, job, result)
-  local s = H.state[bufnr]
+  local s = H.state_of(bufnr)
   if not s or not s.running[job.id] then
     return -- already finished (e.g. a tool calling back twice) or buffer gone
   end
@@ -622,7 +623,7 @@ function H.run(bufnr, job)
     local ok, err = xpcall(H.finish, debug.traceback, bufnr, job, result or { success = false, error = "no result" })
     if not ok then
       util.notify("writing the result of `" .. job.id .. "` failed: " .. tostring(err), vim.log.levels.ERROR)
-      local st = H.state[bufnr]
+      local st = H.state_of(bufnr)
       if st then
         st.running[job.id] = nil
         H.start_next(bufnr)
@@ -824,7 +825,7 @@ function M.advance(bufnr, opts)
   if not opts.auto then
     s.turns = 0
   end
-  if next(s.running) ~= nil and next(H.nested[bufnr] or {}) ~= nil then
+  if next(s.running) ~= nil and next(H.nested(bufnr) or {}) ~= nil then
     M.focus_pending(bufnr)
     util.notify("a running tool waits for its nested call: :Flemma tool:approve or tool:reject")
     return
@@ -956,7 +957,7 @@ end
 ---@return integer how many were cancelled
 function M.cancel(bufnr, id)
   bufnr = (bufnr == nil or bufnr == 0) and vim.api.nvim_get_current_buf() or bufnr
-  local s = H.state[bufnr]
+  local s = H.state_of(bufnr)
   if not s then
     return 0
   end
@@ -1002,7 +1003,7 @@ end
 
 --- Running tools of a buffer: list of { id, name }.
 function M.running(bufnr)
-  local s = H.state[bufnr]
+  local s = H.state_of(bufnr)
   local out = {}
   for id, run in pairs(s and s.running or {}) do
     out[#out + 1] = { id = id, name = run.name }
@@ -1015,11 +1016,11 @@ end
 
 --- Forgets a buffer that is being closed: cancels its tools without writing.
 function M.detach(bufnr)
-  local s = H.state[bufnr]
+  local s = H.state_of(bufnr)
   if not s then
     return
   end
-  H.state[bufnr] = nil
+  session.peek(bufnr).cycle = nil
   s.queue = {}
   -- An unloaded (:bunload, :bdelete) buffer keeps its options: unlock it, or it comes
   -- back non-modifiable when it is loaded again.
@@ -1040,8 +1041,11 @@ end
 -- Nested calls (tools.call from a running tool) that wait for the user
 -- ---------------------------------------------------------------------------
 
--- bufnr -> id -> { parent, name, decide }: nested calls whose placeholder is pending.
-H.nested = {}
+-- The `nested_calls` field of a buffer's session record: id -> { parent, name, decide },
+-- the nested calls whose placeholder is pending.
+function H.nested(bufnr)
+  return session.field(bufnr, "nested_calls")
+end
 
 --- Puts the pending placeholder of a nested call right below its parent's block
 --- (after the blocks of earlier nested calls of that parent); the user decides it
@@ -1069,8 +1073,9 @@ function H.nested_pending(bufnr, parent_id, id, name, args, decide)
       end
     end
   end
-  H.nested[bufnr] = H.nested[bufnr] or {}
-  H.nested[bufnr][id] = { parent = parent_id, name = name, decide = decide }
+  local rec = session.get(bufnr)
+  rec.nested_calls = rec.nested_calls or {}
+  rec.nested_calls[id] = { parent = parent_id, name = name, decide = decide }
   local block = { "" }
   vim.list_extend(block, require("flemma.chat.document").render_placeholder(id, "pending"))
   H.set_lines(bufnr, last, last, block)
@@ -1083,7 +1088,8 @@ end
 
 --- Decides a pending nested call from the status of its placeholder.
 function H.nested_decided(bufnr, id)
-  local entry = H.nested[bufnr] and H.nested[bufnr][id]
+  local nested = H.nested(bufnr)
+  local entry = nested and nested[id]
   if not entry then
     return false
   end
@@ -1091,7 +1097,7 @@ function H.nested_decided(bufnr, id)
   if not part or part.status == "pending" then
     return true
   end
-  H.nested[bufnr][id] = nil
+  nested[id] = nil
   if part.status == "approved" then
     entry.decide("approved")
   else
@@ -1114,9 +1120,10 @@ end
 --- grouped into the parent's result); one still pending is rejected.
 function H.nested_settle(bufnr, parent_id)
   local prefix = parent_id .. "."
-  for id, entry in pairs(H.nested[bufnr] or {}) do
+  local nested = H.nested(bufnr) or {}
+  for id, entry in pairs(nested) do
     if id:sub(1, #prefix) == prefix then
-      H.nested[bufnr][id] = nil
+      nested[id] = nil
       pcall(entry.decide, "rejected", ("`%s` ended before this call was decided"):format(parent_id))
     end
   end
@@ -1147,7 +1154,8 @@ end
 
 --- Whether `id` is a nested call waiting for the user.
 function H.is_nested_pending(bufnr, id)
-  return H.nested[bufnr] ~= nil and H.nested[bufnr][id] ~= nil
+  local nested = H.nested(bufnr)
+  return nested ~= nil and nested[id] ~= nil
 end
 
 require("flemma.tools").set_call_host({
@@ -1161,5 +1169,13 @@ require("flemma.tools").set_call_host({
 
 M._scan = H.scan
 M._placeholders = H.placeholders
+
+-- Unloading (:bunload, :bdelete, :e) or wiping a buffer stops its tools.
+session.on("unload", "cycle", function(bufnr)
+  M.detach(bufnr)
+end)
+session.on("wipe", "cycle", function(bufnr)
+  M.detach(bufnr)
+end)
 
 return M

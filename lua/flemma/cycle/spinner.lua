@@ -1,5 +1,6 @@
 --- Running-tool indicators: a spinner on each running placeholder and the last line of
 --- its live output, as extmarks (never buffer text). One timer per buffer.
+local session = require("flemma.core.session")
 local M = {}
 local H = {}
 
@@ -8,7 +9,7 @@ M.frames = { "⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "⠧", "⠇", "⠏
 M.interval = 100
 
 ---@type table<integer, { timer: uv.uv_timer_t, frame: integer, items: table<string, table> }>
-H.buffers = {}
+-- H.buffers: the `spinner` field of each buffer's session record (flemma.core.session).
 
 function H.render(bufnr, item, frame)
   if not vim.api.nvim_buf_is_valid(bufnr) then
@@ -31,7 +32,7 @@ function H.render(bufnr, item, frame)
 end
 
 function H.tick(bufnr)
-  local b = H.buffers[bufnr]
+  local b = session.field(bufnr, "spinner")
   if not b then
     return
   end
@@ -51,10 +52,10 @@ end
 ---@param name string
 ---@param row integer 0-based line of the placeholder's fence
 function M.start(bufnr, id, name, row)
-  local b = H.buffers[bufnr]
+  local b = session.field(bufnr, "spinner")
   if not b then
     b = { timer = vim.uv.new_timer(), frame = 1, items = {} }
-    H.buffers[bufnr] = b
+    session.get(bufnr).spinner = b
     b.timer:start(
       M.interval,
       M.interval,
@@ -71,7 +72,7 @@ end
 
 --- Current 0-based row of tool id's spinner, or nil.
 function M.row(bufnr, id)
-  local b = H.buffers[bufnr]
+  local b = session.field(bufnr, "spinner")
   local item = b and b.items[id]
   if not item or not vim.api.nvim_buf_is_valid(bufnr) then
     return nil
@@ -82,7 +83,7 @@ end
 
 --- Shows the last line of live output under the spinner of tool id.
 function M.progress(bufnr, id, last_line)
-  local b = H.buffers[bufnr]
+  local b = session.field(bufnr, "spinner")
   local item = b and b.items[id]
   if item then
     item.last_line = last_line
@@ -91,7 +92,7 @@ function M.progress(bufnr, id, last_line)
 end
 
 function M.stop(bufnr, id)
-  local b = H.buffers[bufnr]
+  local b = session.field(bufnr, "spinner")
   if not b then
     return
   end
@@ -106,11 +107,11 @@ function M.stop(bufnr, id)
 end
 
 function M.stop_all(bufnr)
-  local b = H.buffers[bufnr]
+  local b = session.field(bufnr, "spinner")
   if not b then
     return
   end
-  H.buffers[bufnr] = nil
+  session.set(bufnr, "spinner", nil)
   b.timer:stop()
   b.timer:close()
   if vim.api.nvim_buf_is_valid(bufnr) then

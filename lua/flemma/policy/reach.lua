@@ -7,13 +7,14 @@
 --- (flemma.secret_paths: ~/.ssh, ~/.aws, `.env*`, `*.pem`...) asks the same way even
 --- inside the project. A confirmed path stays allowed for the buffer until Neovim
 --- exits. Without a UI to ask, nothing is sent.
+local session = require("flemma.core.session")
 local M = {}
 local H = {}
 
 ---@type table<integer, table<string, true>> real paths the user allowed, per buffer
-H.allowed = {}
+-- H.allowed: the `reach_allowed` field of each buffer's session record (flemma.core.session).
 ---@type table<integer, { real: string, shown: string }[]> paths refused since the last take
-H.wanted = {}
+-- H.wanted: the `reach_wanted` field of each buffer's session record (flemma.core.session).
 
 --- The project roots of a buffer, symlinks resolved.
 ---@param bufnr integer|nil
@@ -39,7 +40,7 @@ end
 ---@return string|nil err
 function M.check(bufnr, abs, shown)
   local real = vim.uv.fs_realpath(abs) or vim.fs.normalize(abs)
-  if bufnr and H.allowed[bufnr] and H.allowed[bufnr][real] then
+  if bufnr and session.field(bufnr, "reach_allowed") and session.field(bufnr, "reach_allowed")[real] then
     return true
   end
   local secret = require("flemma.policy.secret_paths").check(abs, real)
@@ -53,8 +54,8 @@ function M.check(bufnr, abs, shown)
     end
   end
   if bufnr then
-    local list = H.wanted[bufnr] or {}
-    H.wanted[bufnr] = list
+    local list = session.field(bufnr, "reach_wanted") or {}
+    session.get(bufnr).reach_wanted = list
     local known = false
     for _, w in ipairs(list) do
       known = known or w.real == real
@@ -91,8 +92,8 @@ end
 ---@param bufnr integer
 ---@return { real: string, shown: string }[]
 function M.take_wanted(bufnr)
-  local list = H.wanted[bufnr] or {}
-  H.wanted[bufnr] = nil
+  local list = session.field(bufnr, "reach_wanted") or {}
+  session.set(bufnr, "reach_wanted", nil)
   return list
 end
 
@@ -100,9 +101,9 @@ end
 ---@param bufnr integer
 ---@param reals string[]
 function M.allow(bufnr, reals)
-  H.allowed[bufnr] = H.allowed[bufnr] or {}
+  session.get(bufnr).reach_allowed = session.field(bufnr, "reach_allowed") or {}
   for _, r in ipairs(reals) do
-    H.allowed[bufnr][r] = true
+    session.field(bufnr, "reach_allowed")[r] = true
   end
 end
 
@@ -110,9 +111,13 @@ end
 ---@param bufnr? integer
 function M.reset(bufnr)
   if bufnr then
-    H.allowed[bufnr], H.wanted[bufnr] = nil, nil
+    session.set(bufnr, "reach_allowed", nil)
+    session.set(bufnr, "reach_wanted", nil)
   else
-    H.allowed, H.wanted = {}, {}
+    for _, b in ipairs(session.buffers()) do
+      session.set(b, "reach_allowed", nil)
+      session.set(b, "reach_wanted", nil)
+    end
   end
 end
 

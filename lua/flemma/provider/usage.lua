@@ -1,5 +1,6 @@
 --- Token usage and cost: the last request of each buffer, per-buffer totals and the
 --- session's totals (all buffers since Neovim started).
+local session = require("flemma.core.session")
 local models = require("flemma.core.models")
 
 local M = {}
@@ -30,7 +31,7 @@ function H.zero()
   }
 end
 
-H.buffers = {} ---@type table<integer, { last: flemma.Usage, total: flemma.Usage }>
+-- H.buffers: the `usage` field of each buffer's session record (flemma.core.session).
 H.session = H.zero()
 H.models = {} ---@type table<string, flemma.Usage> session totals per provider and model
 H.last = nil ---@type flemma.Usage|nil the last response of any buffer
@@ -68,10 +69,10 @@ end
 ---@param bufnr integer
 ---@param u flemma.Usage
 function M.add(bufnr, u)
-  local b = H.buffers[bufnr]
+  local b = session.field(bufnr, "usage")
   if not b then
     b = { total = H.zero() }
-    H.buffers[bufnr] = b
+    session.get(bufnr).usage = b
   end
   b.last = u
   H.add(b.total, u)
@@ -184,7 +185,7 @@ function M.get(bufnr)
   if bufnr == nil or bufnr == 0 then
     bufnr = vim.api.nvim_get_current_buf()
   end
-  local b = H.buffers[bufnr]
+  local b = session.field(bufnr, "usage")
   return vim.deepcopy({
     last = b and b.last or nil,
     buffer = b and b.total or H.zero(),
@@ -252,11 +253,13 @@ end
 
 --- Forgets a buffer's numbers (the session totals stay).
 function M.forget(bufnr)
-  H.buffers[bufnr] = nil
+  session.set(bufnr, "usage", nil)
 end
 
 function M._reset()
-  H.buffers = {}
+  for b in session.each("usage") do
+    session.set(b, "usage", nil)
+  end
   H.session = H.zero()
   H.models = {}
   H.last = nil

@@ -25,21 +25,6 @@ local H = {}
 -- The message shown in a buffer whose send waits for async sources.
 M.WAITING_MESSAGE = "Waiting for tool definitions to load..."
 
--- The built-in tools registered by setup(), by module.
-H.builtins = {
-  "bash",
-  "calculator",
-  "calculator_async",
-  "delete",
-  "edit",
-  "find",
-  "glob",
-  "grep",
-  "ls",
-  "move",
-  "read",
-  "write",
-}
 
 H.defs = {} ---@type table<string, flemma.tools.Definition>
 H.sources = {} -- async sources not done yet (set)
@@ -64,8 +49,9 @@ H.optional = {
 -- Risk levels (`:help flemma-risk`), least to most.
 M.RISKS = { "safe", "medium", "dangerous", "destructive" }
 
--- The risk of the built-in tools (and of those by the same name other modules add),
--- when their definition does not say.
+-- The built-in tools (setup() registers each from flemma.tools.builtin.<name>) and
+-- their risk, which also applies to a tool of the same name another module adds when
+-- its definition does not say.
 H.RISK = {
   bash = "dangerous",
   read = "safe",
@@ -1141,12 +1127,13 @@ function M.preview(name, input, max_length, bufnr)
   return summary
 end
 
---- Registers the built-in tools (bash, read, write, edit, grep, glob, find, ls, calculator,
---- calculator_async).
+--- Registers the built-in tools (those of H.RISK, in name order).
 ---@param config? flemma.Config
 function M.setup(config)
   local _ = config
-  for _, tool in ipairs(H.builtins) do
+  local names = vim.tbl_keys(H.RISK)
+  table.sort(names)
+  for _, tool in ipairs(names) do
     H.add(nil, require("flemma.tools.builtin." .. tool))
   end
 end

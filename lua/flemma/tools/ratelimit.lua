@@ -1,10 +1,11 @@
 --- The rate limit of tool calls per buffer (`tools.rate_limit`): a token bucket that
 --- holds up to `burst` calls and refills at `per_second`. Each call takes one token;
 --- a call finding none is refused with the time until the next token.
+local session = require("flemma.core.session")
 local M = {}
 local H = {}
 
-H.buckets = {} -- bufnr -> { tokens, at (seconds), burst, rate }
+-- H.buckets: the `ratelimit` field of each buffer's session record (flemma.core.session).
 
 function H.now()
   return vim.uv.hrtime() / 1e9
@@ -22,10 +23,10 @@ function M.take(bufnr)
   end
   local burst, rate = cfg.burst or 20, cfg.per_second or 2
   local now = H.now()
-  local b = H.buckets[bufnr]
+  local b = session.field(bufnr, "ratelimit")
   if not b or b.burst ~= burst or b.rate ~= rate then
     b = { tokens = burst, at = now, burst = burst, rate = rate }
-    H.buckets[bufnr] = b
+    session.get(bufnr).ratelimit = b
   end
   b.tokens = math.min(burst, b.tokens + (now - b.at) * rate)
   b.at = now
@@ -39,9 +40,11 @@ end
 --- Forgets a buffer's bucket (a wiped buffer; tests).
 function M.forget(bufnr)
   if bufnr == nil then
-    H.buckets = {}
+    for b in session.each("ratelimit") do
+      session.set(b, "ratelimit", nil)
+    end
   else
-    H.buckets[bufnr] = nil
+    session.set(bufnr, "ratelimit", nil)
   end
 end
 

@@ -5,6 +5,7 @@
 --- line when Neovim asks in order); after a change the folds of the segments it
 --- touched are computed again once the document has caught up. Completed tool
 --- results and thinking blocks start closed (`ui.fold_completed`).
+local session = require("flemma.core.session")
 local lines = require("flemma.ui.lines")
 
 local M = {}
@@ -152,7 +153,7 @@ function M.setup_window(win)
   local wo = vim.wo[win][0]
   local buf = vim.api.nvim_win_get_buf(win)
   if wo.foldmethod == "expr" and wo.foldexpr == M.EXPR then
-    H.folding[buf] = true
+    session.get(buf).fold_folding = true
     return
   end
   -- Neovim computes the fold level of every line when 'foldmethod' becomes "expr"
@@ -168,16 +169,16 @@ function M.setup_window(win)
   wo.foldtext = M.TEXT
   wo.foldlevel = 99
   wo.foldmethod = "expr"
-  H.folding[buf] = true
+  session.get(buf).fold_folding = true
 end
 
 -- Buffers a window was set up to fold: changes of the others (a chat too large
 -- to fold, written to chunk after chunk) cost nothing here.
-H.folding = {}
+-- H.folding: the `fold_folding` field of each buffer's session record (flemma.core.session).
 
 -- Per buffer: the pending range of lines to fold again (0-based [top, bot)) and
 -- the document version the last update saw.
-H.pending = {}
+-- H.pending: the `fold_pending` field of each buffer's session record (flemma.core.session).
 
 --- Windows of bufnr that fold with our expression.
 function H.windows(bufnr)
@@ -207,8 +208,8 @@ function M.update(bufnr, top, bot, budget)
     return
   end
   local native = require("flemma.native")
-  local p = H.pending[bufnr] or {}
-  H.pending[bufnr] = p
+  local p = session.field(bufnr, "fold_pending") or {}
+  session.get(bufnr).fold_pending = p
   local _, _, count = native.idoc_info(idoc)
   local ranges = { { top, bot } }
   local verify = false
@@ -407,7 +408,7 @@ H.no_repair = {}
 -- unless the buffer changed meanwhile (then the flush of that change computes
 -- it all again from the last complete update).
 function H.resume(bufnr, budget)
-  local p = H.pending[bufnr]
+  local p = session.field(bufnr, "fold_pending")
   local job = p and p.rest
   if not job or not vim.api.nvim_buf_is_valid(bufnr) then
     return
@@ -518,7 +519,7 @@ function H.merge(ranges)
 end
 
 function H.flush(bufnr, budget)
-  local p = H.pending[bufnr]
+  local p = session.field(bufnr, "fold_pending")
   if not p or not p.top then
     return
   end
@@ -552,13 +553,13 @@ end
 --- Records a change of lines first .. last_new - 1 (0-based) and schedules the
 --- update of their folds.
 function M.changed(bufnr, first, last_new)
-  if not H.folding[bufnr] then
+  if not session.field(bufnr, "fold_folding") then
     return
   end
-  local p = H.pending[bufnr]
+  local p = session.field(bufnr, "fold_pending")
   if not p then
     p = {}
-    H.pending[bufnr] = p
+    session.get(bufnr).fold_pending = p
   end
   if p.top then
     p.top, p.bot = math.min(p.top, first), math.max(p.bot, last_new)
@@ -575,15 +576,15 @@ end
 --- Remembers the document version folds reflect now (after a full computation).
 function M.mark_current(bufnr)
   local idoc, version = lines.idoc(bufnr)
-  local p = H.pending[bufnr] or {}
+  local p = session.field(bufnr, "fold_pending") or {}
   p.version, p.idoc = version, idoc
   p.count = idoc and select(3, require("flemma.native").idoc_info(idoc)) or nil
-  H.pending[bufnr] = p
+  session.get(bufnr).fold_pending = p
 end
 
 function M.forget(bufnr)
-  H.pending[bufnr] = nil
-  H.folding[bufnr] = nil
+  session.set(bufnr, "fold_pending", nil)
+  session.set(bufnr, "fold_folding", nil)
   for _, per_buf in pairs(H.folded) do
     per_buf[bufnr] = nil -- the blocks closed once in each window
   end

@@ -5,11 +5,12 @@
 --- is. Also: statuslines are redrawn when a request or a tool starts or ends, so
 --- b:flemma_status and flemma.statusline() show it at once, not on the next
 --- cursor move.
+local session = require("flemma.core.session")
 local M = {}
 local H = {}
 
 -- Per buffer while a request streams: { wins = { [win] = { line = n|nil } | false }, queued }.
-H.state = {}
+-- H.state: the `follow` field of each buffer's session record (flemma.core.session).
 
 --- One `redrawstatus!` on the next turn of the loop, however many asked. Only with
 --- a UI attached: without one there is no statusline to show, and a screen update
@@ -45,8 +46,8 @@ function M.start(buf)
       away = away or win == vim.api.nvim_get_current_win()
     end
   end
-  local fresh = H.state[buf] == nil
-  H.state[buf] = { wins = wins }
+  local fresh = session.field(buf, "follow") == nil
+  session.get(buf).follow = { wins = wins }
   if away then
     require("flemma.core.util").notify(
       ("the answer streams in below line %d: G goes there"):format(vim.api.nvim_buf_line_count(buf))
@@ -55,7 +56,7 @@ function M.start(buf)
   if fresh then
     vim.api.nvim_buf_attach(buf, false, {
       on_lines = function(_, b)
-        local st = H.state[b]
+        local st = session.field(b, "follow")
         if not st then
           return true -- detach: the request ended
         end
@@ -63,7 +64,7 @@ function M.start(buf)
           st.queued = true
           vim.schedule(function()
             st.queued = false
-            if H.state[b] == st then
+            if session.field(b, "follow") == st then
               H.step(b, st)
             end
           end)
@@ -77,7 +78,7 @@ end
 --- where the last step put it (the user moved: it follows no more).
 function H.step(buf, st)
   if not vim.api.nvim_buf_is_valid(buf) then
-    H.state[buf] = nil
+    session.set(buf, "follow", nil)
     return
   end
   local last = vim.api.nvim_buf_line_count(buf)
@@ -99,11 +100,11 @@ end
 --- The request of buf ended: the windows follow its last lines once more, then no more.
 ---@param buf integer
 function M.finish(buf)
-  local st = H.state[buf]
+  local st = session.field(buf, "follow")
   if not st then
     return
   end
-  H.state[buf] = nil
+  session.set(buf, "follow", nil)
   if vim.api.nvim_buf_is_valid(buf) then
     H.step(buf, st)
   end

@@ -5,6 +5,7 @@
 --- Only drawn lines cost anything: nothing is computed for the rest of the chat,
 --- and nothing is stored. Markdown underneath comes from tree-sitter (the
 --- `markdown` parser, when Neovim has it) or from syntax/chat.vim.
+local session = require("flemma.core.session")
 local lines = require("flemma.ui.lines")
 
 local M = {}
@@ -22,7 +23,7 @@ M.STATUS_GROUPS = {
   rejected = "FlemmaPlaceholderRejected",
 }
 
-H.enabled = {} ---@type table<integer, boolean>
+-- H.enabled: the `highlight_enabled` field of each buffer's session record (flemma.core.session).
 
 function H.mark(buf, row, col, end_col, group)
   vim.api.nvim_buf_set_extmark(buf, M.ns, row, col, {
@@ -157,20 +158,24 @@ function M.spans(buf, lnum)
   return out
 end
 
-H.ensure_scheduled = {}
+-- H.ensure_scheduled: the `highlight_scheduled` field of each buffer's session record (flemma.core.session).
 
 function H.on_win(_, win, buf, toprow, botrow)
-  if H.enabled[buf] ~= true then
+  if session.field(buf, "highlight_enabled") ~= true then
     return false
   end
   -- Rulers and signs of the messages in view are placed when first drawn (after
   -- this redraw: extmarks set now would not be drawn by it).
   local ok, lo = pcall(require("flemma.ui.marks").missing, buf, toprow + 1, botrow + 1)
-  if ok and lo and not H.ensure_scheduled[buf] then
-    H.ensure_scheduled[buf] = true
+  if ok and lo and not session.field(buf, "highlight_scheduled") then
+    session.get(buf).highlight_scheduled = true
     vim.schedule(function()
-      H.ensure_scheduled[buf] = nil
-      if H.enabled[buf] and vim.api.nvim_win_is_valid(win) and vim.api.nvim_win_get_buf(win) == buf then
+      session.set(buf, "highlight_scheduled", nil)
+      if
+        session.field(buf, "highlight_enabled")
+        and vim.api.nvim_win_is_valid(win)
+        and vim.api.nvim_win_get_buf(win) == buf
+      then
         pcall(require("flemma.ui.marks").ensure, buf, toprow + 1, botrow + 1)
       end
     end)
@@ -192,7 +197,7 @@ end
 
 --- Highlights buffer buf in every window that shows it.
 function M.attach(buf)
-  H.enabled[buf] = true
+  session.get(buf).highlight_enabled = true
   if not H.provider then
     H.provider = true
     vim.api.nvim_set_decoration_provider(M.ns, { on_win = H.on_win, on_line = H.on_line })
@@ -200,7 +205,7 @@ function M.attach(buf)
 end
 
 function M.detach(buf)
-  H.enabled[buf] = nil
+  session.set(buf, "highlight_enabled", nil)
 end
 
 return M

@@ -1,10 +1,11 @@
 --- Buffer-local keys and autocmds of chat buffers.
+local session = require("flemma.core.session")
 local M = {}
 local H = {}
 
 M.group = vim.api.nvim_create_augroup("flemma.chat", { clear = true })
 
-H.attached = {} ---@type table<integer, true> buffers attached (read on every change)
+-- H.attached: the `keymaps_attached` field of each buffer's session record (flemma.core.session).
 -- A TextChanged this soon after the previous one is part of a burst of changes.
 H.BURST_NS = 8e6
 
@@ -55,6 +56,13 @@ function H.map_moving(bufnr, km)
   end, "Flemma: a message", true)
   H.map(bufnr, "n", km.goto_file, H.guard(nav("goto_file"), "gf"), "Flemma: edit the file reference under the cursor")
   H.map(bufnr, "n", km.goto_pair, H.guard(nav("goto_pair"), "gd"), "Flemma: tool use <-> tool result")
+end
+
+-- A change of a chat buffer (the live document's on_lines, flemma.core.events "changed").
+function H.on_change(buf)
+  if session.field(buf, "keymaps_attached") and not require("flemma.cycle.send").is_active(buf) then
+    require("flemma.ui.preview").schedule(buf)
+  end
 end
 
 --- Attaches Flemma to a chat buffer: keys (when keymaps.enabled) and preview refresh.
@@ -118,17 +126,11 @@ function M.attach(bufnr)
 
   -- Changes that fire no TextChanged (another window, a plugin writing into
   -- a hidden buffer) reach the previews through the document's on_lines.
-  H.attached[bufnr] = true
-  local document = require("flemma.chat.document")
-  document.on_change = document.on_change
-    or function(buf)
-      if H.attached[buf] and not require("flemma.cycle.send").is_active(buf) then
-        require("flemma.ui.preview").schedule(buf)
-      end
-    end
+  session.get(bufnr).keymaps_attached = true
+  require("flemma.core.events").on("changed", H.on_change)
   local refresh = function()
     if not vim.api.nvim_buf_is_valid(bufnr) then
-      H.attached[bufnr] = nil
+      session.set(bufnr, "keymaps_attached", nil)
       return true
     end
     if not require("flemma.native").usable() then

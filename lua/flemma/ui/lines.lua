@@ -3,13 +3,14 @@
 --- texts) is built once per segment id and kept while the segment is unchanged,
 --- and the segment of the last question is remembered: asking for the lines of
 --- a window in order costs O(1) per line, whatever the size of the chat.
+local session = require("flemma.core.session")
 local document = require("flemma.chat.document")
 local native = require("flemma.native")
 
 local M = {}
 local H = {}
 
-H.state = {} ---@type table<integer, table>
+-- H.state: the `lines` field of each buffer's session record (flemma.core.session).
 -- Outlines kept per buffer before the cache starts over (a long session of edits
 -- leaves the outlines of replaced segments behind).
 H.MAX_OUTLINES = 4096
@@ -18,17 +19,17 @@ H.BLOCKS = { thinking = true, tool_use = true, tool_result = true }
 M.BLOCKS = H.BLOCKS
 
 function H.state_of(bufnr)
-  local st = H.state[bufnr]
+  local st = session.field(bufnr, "lines")
   if not st then
     st = { outlines = {}, count = 0 }
-    H.state[bufnr] = st
+    session.get(bufnr).lines = st
   end
   return st
 end
 
 --- Drops what is known about a buffer (it was wiped).
 function M.forget(bufnr)
-  H.state[bufnr] = nil
+  session.set(bufnr, "lines", nil)
 end
 
 --- The live document of a buffer, or nil while it lags behind the buffer (a
@@ -39,7 +40,7 @@ end
 ---@return table|nil idoc, integer version, boolean|nil stale
 function M.idoc(bufnr, loose)
   local tick = vim.api.nvim_buf_get_changedtick(bufnr)
-  local st = H.state[bufnr]
+  local st = session.field(bufnr, "lines")
   if not (st and st.tick == tick) then
     st = H.state_of(bufnr)
     local ok, idoc = pcall(document.idoc, bufnr)
@@ -59,7 +60,7 @@ end
 
 --- The buffer changed: the next M.idoc checks the document again.
 function M.invalidate(bufnr)
-  local st = H.state[bufnr]
+  local st = session.field(bufnr, "lines")
   if st then
     st.tick = nil
   end
@@ -158,7 +159,7 @@ function H.shift(bufnr, lnum, idoc, stale)
   if not stale then
     return 0
   end
-  local st = H.state[bufnr]
+  local st = session.field(bufnr, "lines")
   local delta = vim.api.nvim_buf_line_count(bufnr) - st.nlines
   local m = st.map
   if not m or m.tick ~= st.tick or m.delta ~= delta then

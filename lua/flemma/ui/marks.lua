@@ -5,6 +5,7 @@
 --- draws their message (highlight's decoration provider asks M.missing); after
 --- a change the marks of the segments that changed, and of their neighbours,
 --- are taken away and placed again when drawn.
+local session = require("flemma.core.session")
 local lines = require("flemma.ui.lines")
 local native = require("flemma.native")
 
@@ -89,13 +90,13 @@ end
 
 -- Per buffer: ids of the segments whose marks are placed, and the document
 -- version the placed marks reflect.
-H.placed = {} ---@type table<integer, { ids: table<integer, boolean>, count: integer, version: integer }>
+-- H.placed: the `marks` field of each buffer's session record (flemma.core.session).
 
 function H.placed_of(buf, version)
-  local p = H.placed[buf]
+  local p = session.field(buf, "marks")
   if not p or p.count > 65536 then
     p = { ids = {}, count = 0, version = version }
-    H.placed[buf] = p
+    session.get(buf).marks = p
   end
   return p
 end
@@ -141,7 +142,7 @@ function M.missing(buf, top, bot)
   if not idoc then
     return nil
   end
-  local p = H.placed[buf]
+  local p = session.field(buf, "marks")
   if p and p.version ~= version then
     return nil -- a change is being taken in: M.update comes first
   end
@@ -203,7 +204,7 @@ function M.update(buf)
   if not idoc then
     return
   end
-  local p = H.placed[buf]
+  local p = session.field(buf, "marks")
   if not p then
     return
   end
@@ -213,7 +214,7 @@ function M.update(buf)
   local exact, lo, hi = native.idoc_changes(idoc, p.version)
   if not exact then
     vim.api.nvim_buf_clear_namespace(buf, M.ns, 0, -1)
-    H.placed[buf] = { ids = {}, count = 0, version = version }
+    session.get(buf).marks = { ids = {}, count = 0, version = version }
     return
   end
   M.invalidate(buf, lo - 1, hi + 1)
@@ -240,7 +241,7 @@ function M.redraw(buf)
 end
 
 function M.forget(buf)
-  H.placed[buf] = nil
+  session.set(buf, "marks", nil)
 end
 
 return M

@@ -1,5 +1,6 @@
 --- Tool previews: a virtual line inside each empty pending placeholder showing
 --- `name: summary`, so the user sees what a tool will do without scrolling up.
+local session = require("flemma.core.session")
 local M = {}
 local H = {}
 
@@ -83,7 +84,7 @@ end
 -- changed since (and the one after them, whose placeholders may answer a
 -- changed tool use); a large change draws the visible ones at once and the
 -- rest a moment later, off the keystroke.
-H.state = {} ---@type table<integer, { version: integer, width: integer, eol: string, timer?: boolean, partial?: table }>
+-- H.state: the `preview` field of each buffer's session record (flemma.core.session).
 H.SPAN_NOW = 32 -- changed messages drawn at once; beyond, only the visible ones
 H.DEFER_MS = 20
 H.SLICE_MS = 0.4 -- the longest slice of drawing done later, off the keystroke
@@ -159,7 +160,7 @@ function M.update(bufnr, opts)
   -- What the previews were drawn for, cheap to read: the window's width and 'listchars'.
   local win_width = win ~= -1 and vim.api.nvim_win_get_width(win) or vim.o.columns
   local lcs = vim.api.nvim_get_option_value("listchars", { win = win ~= -1 and win or 0 })
-  local st0 = H.state[bufnr]
+  local st0 = session.field(bufnr, "preview")
   if
     st0
     and st0.version >= 0
@@ -173,7 +174,7 @@ function M.update(bufnr, opts)
   end
   local width = M.text_width(bufnr)
   local eol = H.eol_char(win ~= -1 and win or nil)
-  local st = H.state[bufnr]
+  local st = session.field(bufnr, "preview")
   local lo, hi
   local full = not st or st.width ~= width or st.eol ~= eol
   if full then
@@ -203,7 +204,7 @@ function M.update(bufnr, opts)
     end
     M.schedule(bufnr)
     if not st then
-      H.state[bufnr] = { version = -1, width = -1, eol = eol }
+      session.get(bufnr).preview = { version = -1, width = -1, eol = eol }
     end
     return
   end
@@ -230,14 +231,14 @@ function M.update(bufnr, opts)
     if deadline and i + 1 < hi and vim.uv.hrtime() >= deadline then
       if not st then
         st = { version = -1, width = -1, eol = eol }
-        H.state[bufnr] = st
+        session.get(bufnr).preview = st
       end
       st.partial = { version = L.version, width = width, eol = eol, lo = lo, hi = hi, next = i + 1 }
       M.schedule(bufnr, 1)
       return
     end
   end
-  H.state[bufnr] =
+  session.get(bufnr).preview =
     { version = L.version, width = width, eol = eol, timer = st and st.timer, win_width = win_width, lcs = lcs }
 end
 
@@ -292,17 +293,17 @@ end
 ---@param bufnr integer
 ---@param delay? integer ms (default 20)
 function M.schedule(bufnr, delay)
-  local st = H.state[bufnr]
+  local st = session.field(bufnr, "preview")
   if not st then
     st = { version = -1, width = -1, eol = "" }
-    H.state[bufnr] = st
+    session.get(bufnr).preview = st
   end
   if st.timer then
     return
   end
   st.timer = true
   vim.defer_fn(function()
-    local cur = H.state[bufnr]
+    local cur = session.field(bufnr, "preview")
     if cur then
       cur.timer = false
     end
@@ -312,14 +313,14 @@ function M.schedule(bufnr, delay)
         require("flemma.core.util").warn("tool previews failed: " .. require("flemma.core.util").message(err))
       end
     else
-      H.state[bufnr] = nil
+      session.set(bufnr, "preview", nil)
     end
   end, delay or H.DEFER_MS)
 end
 
 --- Forgets the preview state of a buffer (its next update draws everything).
 function M.forget(bufnr)
-  H.state[bufnr] = nil
+  session.set(bufnr, "preview", nil)
 end
 
 --- Redraws the previews of every empty pending placeholder of bufnr. Without
@@ -333,7 +334,7 @@ function M.refresh(bufnr, doc)
   if doc == nil and vim.api.nvim_buf_is_loaded(bufnr) then
     return M.update(bufnr)
   end
-  H.state[bufnr] = nil
+  session.set(bufnr, "preview", nil)
   vim.api.nvim_buf_clear_namespace(bufnr, M.ns, 0, -1)
   doc = doc or require("flemma.chat.document").get(bufnr)
   local uses = {}

@@ -48,28 +48,9 @@ function H.show(v)
   return vim.inspect(v, { newline = " ", indent = "" })
 end
 
---- The status tree of a buffer as a list of { text, layer? } rows (depth in `indent`).
----@param bufnr integer
----@return { indent: integer, text: string, layer?: string }[]
-function M.tree(bufnr)
-  local rows = {}
-  local function row(indent, text, layer)
-    rows[#rows + 1] = { indent = indent, text = text, layer = layer }
-  end
-  local config = require("flemma.core.config").get()
-  local fm_opts, fm_err
-  do
-    local ok, a, b = pcall(function()
-      return require("flemma.chat.frontmatter").get(bufnr)
-    end)
-    if ok then
-      fm_opts, fm_err = a, b
-    else
-      fm_err = util.message(a)
-    end
-  end
-  fm_opts = fm_opts or {}
+-- The sections of M.tree: each adds its rows through row(indent, text, layer).
 
+function H.tree_provider(row, bufnr, config, fm_opts)
   -- Provider, model and transport: the frontmatter's selection wins.
   local sel_config = config
   if fm_opts.provider or fm_opts.model then
@@ -120,7 +101,9 @@ function M.tree(bufnr)
   else
     row(1, "unusable: " .. util.message(ok_p and perr or spec))
   end
+end
 
+function H.tree_parameters(row, config, fm_opts)
   -- Parameters: every key of the merged table, frontmatter overrides marked.
   row(0, "parameters:")
   local fm_params = fm_opts.parameters or {}
@@ -168,7 +151,9 @@ function M.tree(bufnr)
       row(1, ("%s: %s"):format(k, H.show(v)), H.config_layer("parameters." .. k))
     end
   end
+end
 
+function H.tree_sandbox(row, config)
   -- Sandbox.
   local sandbox = require("flemma.policy.sandbox")
   local enabled = sandbox.is_enabled()
@@ -189,7 +174,9 @@ function M.tree(bufnr)
     "writable roots: " .. (config.sandbox.policy.rw_paths and H.show(config.sandbox.policy.rw_paths) or "the defaults"),
     H.config_layer("sandbox.policy.rw_paths")
   )
+end
 
+function H.tree_tools(row, bufnr, config, fm_opts)
   -- Tools and approval.
   local tools = require("flemma.tools")
   if fm_opts.tools then
@@ -254,7 +241,34 @@ function M.tree(bufnr)
     resolvers[#resolvers + 1] = labels[r.name] or ("your resolver `%s` (priority %d)"):format(r.name, r.priority or 0)
   end
   row(1, "asked in turn: " .. table.concat(resolvers, ", ") .. "; then you are asked")
+end
 
+--- The status tree of a buffer as a list of { text, layer? } rows (depth in `indent`).
+---@param bufnr integer
+---@return { indent: integer, text: string, layer?: string }[]
+function M.tree(bufnr)
+  local rows = {}
+  local function row(indent, text, layer)
+    rows[#rows + 1] = { indent = indent, text = text, layer = layer }
+  end
+  local config = require("flemma.core.config").get()
+  local fm_opts, fm_err
+  do
+    local ok, a, b = pcall(function()
+      return require("flemma.chat.frontmatter").get(bufnr)
+    end)
+    if ok then
+      fm_opts, fm_err = a, b
+    else
+      fm_err = util.message(a)
+    end
+  end
+  fm_opts = fm_opts or {}
+
+  H.tree_provider(row, bufnr, config, fm_opts)
+  H.tree_parameters(row, config, fm_opts)
+  H.tree_sandbox(row, config)
+  H.tree_tools(row, bufnr, config, fm_opts)
   -- Autopilot.
   local cycle = require("flemma.cycle")
   local on = cycle.autopilot_enabled(bufnr)

@@ -1,6 +1,7 @@
 --- How a chat buffer looks: highlights (flemma.ui.highlight), folds
 --- (flemma.ui.fold), rulers and signs (flemma.ui.marks). attach() is called by
 --- ftplugin/chat.lua; work after a change is proportional to what changed.
+local session = require("flemma.core.session")
 local after = require("flemma.ui.after")
 local fold = require("flemma.ui.fold")
 local follow = require("flemma.ui.follow")
@@ -11,8 +12,8 @@ local marks = require("flemma.ui.marks")
 local M = {}
 local H = {}
 
-H.attached = {} ---@type table<integer, boolean>
-H.request_version = {} ---@type table<integer, integer> document version when a request started
+-- H.attached: the `view_attached` field of each buffer's session record (flemma.core.session).
+-- H.request_version: the `view_request_version` field of each buffer's session record (flemma.core.session).
 H.BURST_MS = 16
 
 function H.cfg()
@@ -43,7 +44,7 @@ function M.close_completed(buf, win)
     fold.close_completed(win)
     return
   end
-  local since = H.request_version[buf]
+  local since = session.field(buf, "view_request_version")
   if not since then
     return
   end
@@ -108,10 +109,10 @@ function M.attach(buf)
   fold.setup_window(vim.api.nvim_get_current_win())
   highlight.attach(buf)
   H.global()
-  if H.attached[buf] then
+  if session.field(buf, "view_attached") then
     return
   end
-  H.attached[buf] = true
+  session.get(buf).view_attached = true
   -- The marks of what changed are updated on a later turn of the loop (after its
   -- folds: flemma.ui.after), or, when changes come in a burst (chunk after
   -- chunk), once per H.BURST_MS for all of them.
@@ -119,7 +120,7 @@ function M.attach(buf)
   local function update_marks()
     scheduled = false
     last_run = vim.uv.hrtime()
-    if H.attached[buf] and vim.api.nvim_buf_is_valid(buf) then
+    if session.field(buf, "view_attached") and vim.api.nvim_buf_is_valid(buf) then
       H.safe(marks.update, buf)
       H.safe(marks.redraw, buf)
       H.safe(H.fence_warnings, buf)
@@ -128,7 +129,7 @@ function M.attach(buf)
   end
   vim.api.nvim_buf_attach(buf, false, {
     on_lines = function(_, b, _, first, _, last_new)
-      if not H.attached[b] then
+      if not session.field(b, "view_attached") then
         return true
       end
       lines.invalidate(b)
@@ -164,13 +165,6 @@ function M.attach(buf)
       end)
     end,
   })
-  vim.api.nvim_create_autocmd({ "BufWipeout", "BufUnload" }, {
-    group = group,
-    buffer = buf,
-    callback = function()
-      M.detach(buf)
-    end,
-  })
   local win = vim.api.nvim_get_current_win()
   vim.schedule(function()
     if vim.api.nvim_win_is_valid(win) and vim.api.nvim_buf_is_valid(buf) then
@@ -185,7 +179,7 @@ end
 -- opening line while it does; set only when the warnings change (every
 -- DiagnosticChanged redraws the screen).
 M.fence_ns = vim.api.nvim_create_namespace("flemma.fence")
-H.fence_shown = {} ---@type table<integer, string>
+-- H.fence_shown: the `view_fence_shown` field of each buffer's session record (flemma.core.session).
 
 function H.fence_warnings(buf)
   local idoc = lines.idoc(buf)
@@ -201,10 +195,10 @@ function H.fence_warnings(buf)
     end
   end
   local key = table.concat(keys, "\n")
-  if key == (H.fence_shown[buf] or "") then
+  if key == (session.field(buf, "view_fence_shown") or "") then
     return
   end
-  H.fence_shown[buf] = key
+  session.get(buf).view_fence_shown = key
   if #out == 0 then
     vim.diagnostic.reset(M.fence_ns, buf)
   else
@@ -215,23 +209,27 @@ end
 ---@param buf integer
 ---@return boolean
 function M.attached(buf)
-  return H.attached[buf] == true
+  return session.field(buf, "view_attached") == true
 end
 
 function M.detach(buf)
-  if not H.attached[buf] then
+  if not session.field(buf, "view_attached") then
     return
   end
-  H.attached[buf] = nil
+  session.set(buf, "view_attached", nil)
   highlight.detach(buf)
   lines.forget(buf)
   marks.forget(buf)
   fold.forget(buf)
-  H.request_version[buf] = nil
-  if H.fence_shown[buf] and H.fence_shown[buf] ~= "" and vim.api.nvim_buf_is_valid(buf) then
+  session.set(buf, "view_request_version", nil)
+  if
+    session.field(buf, "view_fence_shown")
+    and session.field(buf, "view_fence_shown") ~= ""
+    and vim.api.nvim_buf_is_valid(buf)
+  then
     vim.diagnostic.reset(M.fence_ns, buf)
   end
-  H.fence_shown[buf] = nil
+  session.set(buf, "view_fence_shown", nil)
   pcall(vim.api.nvim_del_augroup_by_name, "flemma.view." .. buf)
   if vim.api.nvim_buf_is_valid(buf) then
     pcall(vim.api.nvim_buf_clear_namespace, buf, marks.ns, 0, -1)
@@ -265,10 +263,10 @@ function H.global()
     callback = function(ev)
       local buf = ev.data and ev.data.bufnr
       follow.redraw_status()
-      if buf and H.attached[buf] then
+      if buf and session.field(buf, "view_attached") then
         H.safe(follow.start, buf)
         local _, version = lines.idoc(buf)
-        H.request_version[buf] = version
+        session.get(buf).view_request_version = version
         vim.schedule(function()
           H.safe(marks.refresh_tail, buf)
         end)
@@ -284,22 +282,22 @@ function H.global()
       if buf and ev.match == "FlemmaRequestFinished" then
         H.safe(follow.finish, buf)
       end
-      if buf and H.attached[buf] and ev.match == "FlemmaToolFinished" and ev.data.line then
+      if buf and session.field(buf, "view_attached") and ev.match == "FlemmaToolFinished" and ev.data.line then
         -- The result a tool wrote is folded as a reopened chat's results are.
         local line = ev.data.line
         vim.schedule(function()
           H.safe(M.close_result, buf, line)
         end)
       end
-      if buf and H.attached[buf] then
+      if buf and session.field(buf, "view_attached") then
         local request = ev.match == "FlemmaRequestFinished"
         -- After the writes of this tick have reached the document.
         vim.schedule(function()
-          if H.attached[buf] and vim.api.nvim_buf_is_valid(buf) then
+          if session.field(buf, "view_attached") and vim.api.nvim_buf_is_valid(buf) then
             H.safe(marks.refresh_tail, buf)
             if request then
               H.safe(M.close_completed, buf)
-              H.request_version[buf] = nil
+              session.set(buf, "view_request_version", nil)
             end
           end
         end)
@@ -307,5 +305,9 @@ function H.global()
     end,
   })
 end
+
+-- Unloading (`:e` reads the file again into a fresh view) or wiping a buffer detaches it.
+session.on("unload", "view", M.detach)
+session.on("wipe", "view", M.detach)
 
 return M
