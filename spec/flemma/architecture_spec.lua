@@ -5,10 +5,6 @@
 local helpers = require("spec.support.helpers")
 local layers = require("spec.support.layers")
 
--- Edges still pointing up while the option schema lands (issue 25); each one listed
--- here must exist (a fixed edge must leave the list), and the list only shrinks.
-local PENDING = {}
-
 describe("the Lua layers", function()
   local graph = layers.graph(helpers.root)
 
@@ -17,48 +13,10 @@ describe("the Lua layers", function()
   end)
 
   it("have no edge that points up", function()
-    local pending = {}
-    for _, e in ipairs(PENDING) do
-      pending[e] = true
-    end
-    local up, still = {}, {}
-    for _, e in ipairs(layers.upward(graph)) do
-      if pending[e] then
-        still[e] = true
-      else
-        up[#up + 1] = e
-      end
-    end
-    assert.same({}, up)
-    local fixed = {}
-    for _, e in ipairs(PENDING) do
-      if not still[e] then
-        fixed[#fixed + 1] = e
-      end
-    end
-    assert.same({}, fixed, "fixed edges: remove them from PENDING")
+    assert.same({}, layers.upward(graph))
   end)
 
   it("have no cycle", function()
-    if #PENDING > 0 then
-      -- the pending upward edges close cycles; with them gone, none may remain
-      local g = { modules = graph.modules, edges = {} }
-      for from, tos in pairs(graph.edges) do
-        g.edges[from] = {}
-        for to in pairs(tos) do
-          local e = ("%s (%s) -> %s (%s)"):format(
-            from,
-            layers.LAYERS[layers.layer_of(from)].name,
-            to,
-            layers.LAYERS[layers.layer_of(to)].name
-          )
-          if not vim.tbl_contains(PENDING, e) then
-            g.edges[from][to] = true
-          end
-        end
-      end
-      graph = g
-    end
     local named = {}
     for _, c in ipairs(layers.cycles(graph)) do
       named[#named + 1] = table.concat(c, " <-> ")

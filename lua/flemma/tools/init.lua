@@ -25,7 +25,6 @@ local H = {}
 -- The message shown in a buffer whose send waits for async sources.
 M.WAITING_MESSAGE = "Waiting for tool definitions to load..."
 
-
 H.defs = {} ---@type table<string, flemma.tools.Definition>
 H.sources = {} -- async sources not done yet (set)
 H.source_log = {} -- every async source started: { label, state, error?, tools }
