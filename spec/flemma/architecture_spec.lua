@@ -24,6 +24,26 @@ describe("the Lua layers", function()
     assert.same({}, named)
   end)
 
+  it("have no module that defines one of its functions twice (no wrapping and redefining)", function()
+    local twice = {}
+    for name, path in pairs(graph.modules) do
+      for _, key in ipairs(layers.redefined(path)) do
+        twice[#twice + 1] = name .. ": " .. key
+      end
+    end
+    table.sort(twice)
+    assert.same({}, twice)
+  end)
+
+  it("find a function defined again, also by assignment", function()
+    local path = helpers.tmpdir() .. "/m.lua"
+    helpers.write_file(
+      path,
+      "function M.send() end\nlocal send = M.send\nM.send = function() send() end\nM.x = 1\nM.x = 2\nfunction H.Handle:cancel() end\n"
+    )
+    assert.same({ "M.send" }, layers.redefined(path))
+  end)
+
   it("keep the isolated modules off Neovim's API", function()
     for name, path in pairs(graph.modules) do
       if layers.layer_of(name) == 1 then

@@ -212,6 +212,25 @@ function M.upward(g)
   return out
 end
 
+--- The functions a file defines at its top level more than once (`function M.f`, then
+--- `M.f = ...` or `function M.f` again): the names, in order.
+---@param path string
+---@return string[]
+function M.redefined(path)
+  local seen, twice = {}, {}
+  for line in io.lines(path) do
+    local fn = line:match("^function ([%w_%.:]+)%(")
+    local key = fn or line:match("^([MH]%.[%w_%.]+) = ")
+    if key then
+      if seen[key] and (fn or seen[key] == "function") then
+        twice[#twice + 1] = key
+      end
+      seen[key] = (fn or line:match("= function")) and "function" or "value"
+    end
+  end
+  return twice
+end
+
 --- Modules no layer claims.
 function M.unplaced(g)
   local out = {}
