@@ -1,5 +1,6 @@
 --- Small helpers shared by every module: errors, notifications, safe callbacks.
 local M = {}
+local H = {}
 
 local PREFIX = "(flemma) "
 
@@ -130,6 +131,12 @@ end
 
 --- Notifies the user with the plugin's prefix, secrets redacted (M.redact). Safe to
 --- call from fast callbacks.
+---
+--- With Neovim's own vim.notify (messages in the command line, where a text longer
+--- than `v:echospace` or of several lines waits for <Enter>), what is shown is one
+--- line that fits, cut with "…", and the whole text goes first into the message
+--- history (`:messages`). A vim.notify of the user's (a notification plugin, which
+--- shows long texts without waiting) receives the whole text.
 ---@param msg string
 ---@param level? integer vim.log.levels.*
 function M.notify(msg, level)
@@ -137,11 +144,105 @@ function M.notify(msg, level)
   msg = M.redact(type(msg) == "string" and msg or tostring(msg))
   if vim.in_fast_event() then
     vim.schedule(function()
-      vim.notify(PREFIX .. msg, level)
+      H.show(PREFIX .. msg, level)
     end)
   else
-    vim.notify(PREFIX .. msg, level)
+    H.show(PREFIX .. msg, level)
   end
+end
+
+--- Whether vim.notify is Neovim's own (its runtime's code, whose debug information
+--- is stripped in some builds), not a function of the user's or a plugin's.
+function H.builtin_notify()
+  local info = debug.getinfo(vim.notify, "S")
+  local src = info and info.source or ""
+  return src == "?" or src == "=[C]" or src:sub(1, 5) == "@vim/" or src:find("/runtime/lua/vim/", 1, true) ~= nil
+end
+
+--- The columns a message line may use without waiting for <Enter>.
+function H.room()
+  local room = tonumber(vim.v.echospace) or 0
+  if room <= 0 then
+    room = vim.o.columns - 12
+  end
+  return math.max(20, room - 1)
+end
+
+--- The first line of `text` cut to `room` display columns, ending in "…" when cut.
+---@param text string
+---@param room integer
+---@return string
+function M.fit(text, room)
+  local first = text:match("^[^\n]*")
+  if first == text and vim.fn.strdisplaywidth(text) <= room then
+    return text
+  end
+  first = first:gsub("%s+$", "")
+  local keep = room - 1
+  if vim.fn.strdisplaywidth(first) > keep then
+    -- Whole characters (never half of a multibyte one), by display width.
+    local n = vim.fn.strchars(first)
+    local lo, hi = 0, n
+    while lo < hi do
+      local mid = math.floor((lo + hi + 1) / 2)
+      if vim.fn.strdisplaywidth(vim.fn.strcharpart(first, 0, mid)) <= keep then
+        lo = mid
+      else
+        hi = mid - 1
+      end
+    end
+    first = vim.fn.strcharpart(first, 0, lo):gsub("%s+$", "")
+  end
+  return first .. "…"
+end
+
+H.pending = {}
+
+function H.show(text, level)
+  if not H.builtin_notify() then
+    return vim.notify(text, level)
+  end
+  local short = M.fit(text, H.room())
+  if short == text then
+    return vim.notify(text, level)
+  end
+  if vim.fn.mode():sub(1, 1) == "c" then
+    -- While a command line is being typed: after it (the lines would cover it).
+    H.pending[#H.pending + 1] = { text, level }
+    if #H.pending == 1 then
+      vim.api.nvim_create_autocmd("CmdlineLeave", {
+        once = true,
+        callback = function()
+          vim.schedule(function()
+            local queued = H.pending
+            H.pending = {}
+            for _, q in ipairs(queued) do
+              H.show(q[1], q[2])
+            end
+          end)
+        end,
+      })
+    end
+    return
+  end
+  local hl = level >= vim.log.levels.ERROR and "ErrorMsg" or level == vim.log.levels.WARN and "WarningMsg" or "None"
+  -- The whole text (its lines joined) into the message history with :echomsg, which
+  -- keeps it whole there and shows it cut to one line ('shortmess' "T")...
+  local sm = vim.go.shortmess
+  if not sm:find("T", 1, true) then
+    pcall(vim.cmd, "noautocmd set shortmess+=T")
+  end
+  local ok, err =
+    pcall(vim.cmd, ("echohl %s | echomsg %s | echohl None"):format(hl, vim.fn.string((text:gsub("\n", " · ")))))
+  if vim.go.shortmess ~= sm then
+    pcall(vim.cmd, "noautocmd let &shortmess = " .. vim.fn.string(sm))
+  end
+  if not ok then
+    return vim.notify(text .. " (" .. tostring(err) .. ")", level)
+  end
+  -- ...then over that line the short one, as Neovim's vim.notify shows a message
+  -- (an error through nvim_err_writeln would start a second line and wait).
+  vim.api.nvim_echo({ { short, hl } }, true, {})
 end
 
 function M.warn(msg)
