@@ -122,7 +122,7 @@ function M.fetch(name, o)
       pcall(w, models, c.error)
     end
   end
-  local provider = require("flemma.provider")
+  local provider = require("flemma.provider.resolve")
   provider.resolve_key(spec, function(key, kerr)
     if kerr then
       return finish(nil, util.message(kerr))
