@@ -240,7 +240,7 @@ describe(":Flemma switch with an OpenAI-compatible server", function()
       { id = "bad id with spaces", object = "model" },
     },
   })
-  local orig
+  local orig, saved_openai
   before_each(function()
     orig = vim.notify
     vim.notify = function() end
@@ -248,6 +248,8 @@ describe(":Flemma switch with an OpenAI-compatible server", function()
     server = require("spec.support.llm_server").start()
     server:script({ { body = LIST } })
     vim.env.FLEMMA_SPEC_MODELS_KEY = "sk-served-spec-1234567890"
+    saved_openai = vim.env.OPENAI_API_KEY
+    vim.env.OPENAI_API_KEY = "sk-openai-spec-1234567890"
     require("flemma").setup({
       providers = {
         mine = {
@@ -257,6 +259,9 @@ describe(":Flemma switch with an OpenAI-compatible server", function()
         },
         local_one = { kind = "openai_chat", endpoint = server:url("/v2/chat/completions") },
         elsewhere = { kind = "openai_chat", endpoint = "http://127.0.0.1:9/v1/chat/completions" },
+        -- The built-in entry moved to this server: its variable ($OPENAI_API_KEY)
+        -- goes to api.openai.com only.
+        openai_chat = { endpoint = server:url("/v3/chat/completions") },
       },
     })
   end)
@@ -264,6 +269,7 @@ describe(":Flemma switch with an OpenAI-compatible server", function()
     vim.notify = orig
     server:stop()
     vim.env.FLEMMA_SPEC_MODELS_KEY = nil
+    vim.env.OPENAI_API_KEY = saved_openai
     served.clear()
   end)
 
@@ -304,6 +310,17 @@ describe(":Flemma switch with an OpenAI-compatible server", function()
     assert.equals(1, #r)
     assert.equals("/v2/models", r[1].path)
     assert.is_nil(r[1].headers.authorization)
+    -- A variable that is not the entry's own to send here: no key either.
+    assert.equals("OPENAI_API_KEY", config.get_setup().providers.openai_chat.api_key_env)
+    assert.same({}, models_of(complete("switch openai_chat ")))
+    helpers.wait_for(function()
+      return served.state("openai_chat") == "ok"
+    end, 15000, "the model list was not fetched")
+    assert.same({ "llama3.1:8b", "qwen2.5-coder:7b" }, models_of(complete("switch openai_chat ")))
+    r = server:requests()
+    assert.equals(2, #r)
+    assert.equals("/v3/models", r[2].path)
+    assert.is_nil(r[2].headers.authorization)
     -- A server that is not there: nothing offered, not another vendor's models.
     assert.same({}, models_of(complete("switch elsewhere ")))
     helpers.wait_for(function()
@@ -311,6 +328,24 @@ describe(":Flemma switch with an OpenAI-compatible server", function()
     end, 15000, "the fetch did not fail")
     assert.same({}, models_of(complete("switch elsewhere ")))
     assert.falsy(vim.tbl_contains(complete("switch elsewhere "), "deepseek-chat"))
+  end)
+
+  it("picks a model from the server's list without arguments", function()
+    local orig_select = vim.ui.select
+    local asked = {}
+    vim.ui.select = function(items, opts, cb)
+      asked[#asked + 1] = { items = items, prompt = opts.prompt }
+      cb(opts.prompt == "Provider" and "mine" or "qwen2.5-coder:7b")
+    end
+    vim.cmd("Flemma switch")
+    helpers.wait_for(function()
+      return #asked == 2
+    end, 15000, "no model list was offered")
+    vim.ui.select = orig_select
+    assert.equals("Model of mine", asked[2].prompt)
+    assert.same({ "llama3.1:8b", "qwen2.5-coder:7b" }, asked[2].items)
+    assert.equals("mine", config.get().provider)
+    assert.equals("qwen2.5-coder:7b", config.get().model)
   end)
 
   it("fetches a failed list again on :Flemma switch, and bounds the answer", function()
