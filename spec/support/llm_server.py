@@ -17,7 +17,8 @@ A script entry:
   synth         {"kind": "anthropic", "bytes": N, "delta": n}: a generated text stream;
                 {"kind": "anthropic_tool", "bytes": N, "delta": n}: one `write` tool use whose
                 input {"path": "big.txt", "content": "..."} is N bytes of JSON on one line,
-                in input_json_delta pieces of n bytes
+                in input_json_delta pieces of n bytes ("piece": s: the content is s repeated,
+                s being JSON string text, escapes allowed)
   gen           {"head": s, "piece": p, "count": N, "tail": t}: a generated body: s, then p
                 N times (count omitted: without end, as fast as the client reads, until
                 it goes away), then t; "{n}" in p is replaced by the piece's number (0-based)
@@ -84,13 +85,18 @@ def synth_anthropic(total, delta):
     return "".join(out).encode()
 
 
-def synth_anthropic_tool(total, delta):
+def synth_anthropic_tool(total, delta, piece=None):
     def ev(name, obj):
         return "event: %s\ndata: %s\n\n" % (name, json.dumps(obj, separators=(",", ":")))
 
     head = '{"path": "big.txt", "content": "'
     tail = '"}'
-    body = ("0123456789abcdef" * (total // 16 + 1))[: max(0, total - len(head) - len(tail))]
+    room = max(0, total - len(head) - len(tail))
+    if piece:
+        # Whole pieces only (a piece holds JSON escapes that must not be cut).
+        body = piece * (room // len(piece))
+    else:
+        body = ("0123456789abcdef" * (total // 16 + 1))[:room]
     text = head + body + tail
     out = [
         ev("message_start", {"type": "message_start", "message": {"id": "msg_synth_tool", "type": "message",
@@ -141,8 +147,10 @@ class Handler(BaseHTTPRequestHandler):
             return self.answer_gen(e, status)
         elif "synth" in e:
             s = e["synth"]
-            synth = synth_anthropic_tool if s.get("kind") == "anthropic_tool" else synth_anthropic
-            data = synth(int(s.get("bytes", 1000)), int(s.get("delta", 64)))
+            if s.get("kind") == "anthropic_tool":
+                data = synth_anthropic_tool(int(s.get("bytes", 1000)), int(s.get("delta", 64)), s.get("piece"))
+            else:
+                data = synth_anthropic(int(s.get("bytes", 1000)), int(s.get("delta", 64)))
             ctype = "text/event-stream"
         else:
             data = e.get("body", "").encode()

@@ -180,10 +180,47 @@ end
 -- Pending text and flushing
 -- ---------------------------------------------------------------------------
 
+--- Queues text to write. A line longer than `max_flush` becomes a queue entry of its
+--- own (split off here, where the text arrives), so that `take` hands it to Neovim
+--- as it is.
 function Writer:push(s)
   if s == "" then
     return
   end
+  local limit = M.max_flush
+  if #s > limit then
+    local find, sub = string.find, string.sub
+    local at, from, parts = 1, 1, nil
+    while true do
+      local nl = find(s, "\n", at, true)
+      local stop = nl or (#s + 1)
+      if stop - at > limit and (at > 1 or nl) then
+        parts = parts or {}
+        if at > from then
+          parts[#parts + 1] = sub(s, from, at - 1)
+        end
+        parts[#parts + 1] = sub(s, at, stop - 1)
+        from = stop
+      end
+      if not nl then
+        break
+      end
+      at = nl + 1
+    end
+    if parts then
+      if from <= #s then
+        parts[#parts + 1] = sub(s, from)
+      end
+      for _, part in ipairs(parts) do
+        self:queue(part)
+      end
+      return
+    end
+  end
+  self:queue(s)
+end
+
+function Writer:queue(s)
   self.tail = self.tail + 1
   self.pending[self.tail] = s
   self.pending_bytes = self.pending_bytes + #s
@@ -256,94 +293,91 @@ function Writer:edit(fn)
   end)
 end
 
---- The last newline of text within its first `limit` bytes, or nil. Linear in
---- `limit` (a scan back from it); a pattern that looked for the last newline was
---- quadratic in the length of a line, and a line over the limit held Neovim for
---- minutes.
-function H.cut(text, limit)
-  local byte = string.byte
-  for i = math.min(limit, #text), 1, -1 do
-    if byte(text, i) == 10 then
-      return i
-    end
-  end
-  return nil
-end
-
---- The length of text's first `n` lines with the newline ending them, or nil when
---- text has at most n line breaks.
-function H.first_lines(text, n)
-  local pos = 0
-  for _ = 1, n do
-    pos = text:find("\n", pos + 1, true)
-    if not pos then
-      return nil
-    end
-  end
-  return pos
-end
-
---- Takes the text to write now from the front of the queue: whole lines of at most
---- `limit` bytes (up to the last newline within the limit), else all of it. A line
---- longer than the limit is taken whole, to its newline (or the end of the queue):
---- Neovim copies a line on each change to it, so writing a long line in pieces cost
---- its length again for every piece. Only what is taken is joined and copied,
---- however much waits behind it. At most `max_flush_lines` lines are taken.
+--- Takes the text to write now from the front of the queue, as the lines of one
+--- nvim_buf_set_text (the first continues the current line, the last is the start
+--- of an unfinished line, "" after a newline): whole lines of at most `limit` bytes,
+--- else all of it. A line longer than the limit is taken whole, to its newline (or
+--- the end of the queue), and alone: Neovim copies a line on each change to it, so
+--- writing a long line in pieces cost its length again for every piece, and what
+--- follows it waits for the next flush, so that one turn of the loop holds only the
+--- long line's change. A line that is one queue entry (a tool input, see `push`) is
+--- handed on as that same string, never joined or copied in Lua: each copy of a
+--- 10 MB line cost a few milliseconds of new memory. At most `max_flush_lines` lines
+--- are taken.
+---@return string[] lines, integer bytes
 function Writer:take(limit)
-  local q, i, n = self.pending, self.head, 0
-  local parts = {}
-  while i <= self.tail and n < limit do
-    parts[#parts + 1] = q[i]
-    n = n + #q[i]
-    q[i] = nil
+  local q, tail = self.pending, self.tail
+  local max_lines = limit ~= math.huge and M.max_flush_lines or math.huge
+  local find, sub = string.find, string.sub
+  local lines, n, bytes = {}, 0, 0
+  local acc, accn = {}, 0 -- the pieces of the line being gathered
+  local function gathered(last)
+    if last then
+      acc[#acc + 1] = last
+    end
+    local k = #acc
+    local line = k == 0 and "" or k == 1 and acc[1] or table.concat(acc)
+    acc, accn = {}, 0
+    return line
+  end
+  -- Where the line being gathered starts (entry, byte): what is not taken goes
+  -- back from there; entries are removed only once taken.
+  local li, lpos = self.head, 1
+  local stopped = false
+  local i = self.head
+  while i <= tail and not stopped do
+    local s = q[i]
+    local pos = 1
+    while true do
+      local nl = find(s, "\n", pos, true)
+      if not nl then
+        break
+      end
+      local len = accn + (nl - pos)
+      if n > 0 and (bytes + len + 1 > limit or n >= max_lines) then
+        stopped = true
+        break
+      end
+      n = n + 1
+      lines[n] = gathered(nl > pos and sub(s, pos, nl - 1) or nil)
+      bytes = bytes + len + 1
+      pos = nl + 1
+      li, lpos = i, pos
+    end
+    if not stopped and pos <= #s then
+      local rest = pos == 1 and s or sub(s, pos)
+      if n > 0 and bytes + accn + #rest > limit then
+        -- An unfinished line going past the limit waits for the next flush.
+        stopped = true
+      else
+        acc[#acc + 1] = rest
+        accn = accn + #rest
+      end
+    end
     i = i + 1
   end
-  local text = table.concat(parts)
-  local put_back = false
-  if n > limit then
-    local at = H.cut(text, limit) or text:find("\n", limit + 1, true)
-    if not at then
-      -- The rest of the long line, from the parts behind it.
-      local more, len = { text }, #text
-      while i <= self.tail do
-        local s = q[i]
-        q[i] = nil
-        i = i + 1
-        more[#more + 1] = s
-        local nl = s:find("\n", 1, true)
-        if nl then
-          at = len + nl
-          break
-        end
-        len = len + #s
-      end
-      text = table.concat(more)
-      at = at or #text
+  if stopped then
+    if lpos > #q[li] then
+      li, lpos = li + 1, 1
     end
-    if at < #text then
-      -- What follows goes back to the front of the queue.
-      i = i - 1
-      q[i] = text:sub(at + 1)
-      text = text:sub(1, at)
-      put_back = true
+    for k = self.head, li - 1 do
+      q[k] = nil
     end
-  end
-  local lines_at = limit ~= math.huge and H.first_lines(text, M.max_flush_lines) or nil
-  if lines_at and lines_at < #text then
-    if put_back then
-      q[i] = text:sub(lines_at + 1) .. q[i]
-    else
-      i = i - 1
-      q[i] = text:sub(lines_at + 1)
+    if lpos > 1 then
+      q[li] = sub(q[li], lpos)
     end
-    text = text:sub(1, lines_at)
-  end
-  self.head = i
-  if i > self.tail then
+    self.head = li
+    lines[n + 1] = ""
+  else
+    bytes = bytes + accn
+    lines[n + 1] = gathered()
     self.pending, self.head, self.tail = {}, 1, 0
   end
-  self.pending_bytes = math.max(0, self.pending_bytes - #text)
-  return text
+  if self.head > self.tail then
+    self.pending, self.head, self.tail = {}, 1, 0
+  end
+  self.pending_bytes = math.max(0, self.pending_bytes - bytes)
+  return lines, bytes
 end
 
 --- Writes the pending text into the buffer (one change). With `all` unset, at most
@@ -353,8 +387,7 @@ function Writer:flush(all)
   if not self:has_pending() or not vim.api.nvim_buf_is_valid(self.bufnr) then
     return
   end
-  local text = self:take(all and math.huge or M.max_flush)
-  local lines = vim.split(text, "\n", { plain = true })
+  local lines = self:take(all and math.huge or M.max_flush)
   self.pending_nl = self.pending_nl - (#lines - 1)
   local row, col = self.row, self.col
   self:edit(function()
@@ -528,11 +561,18 @@ function Writer:write_tool(tool)
     -- Invalid or long JSON: written as it came (the parser checks it natively; the
     -- cycle denies an invalid one with the reason). Decoding and encoding a long
     -- input here held the main loop in one piece.
+    -- The input is queued as its own string (never joined with the lines around it:
+    -- a 10 MB input was copied twice more here).
     local fence = document.fence_for(json)
-    lines = { ("**Tool Use:** `%s` (`%s`)"):format(name, id), "", fence .. "json", json, fence }
+    self:separate()
+    self:push(("**Tool Use:** `%s` (`%s`)\n\n%sjson\n"):format(name, id, fence))
+    self:push(json)
+    self:push("\n" .. fence)
   end
-  self:separate()
-  self:push(table.concat(lines, "\n"))
+  if input then
+    self:separate()
+    self:push(table.concat(lines, "\n"))
+  end
   self.tool_count = (self.tool_count or 0) + 1
   if self.max_tool_calls and self.tool_count > self.max_tool_calls then
     self.over_cap[#self.over_cap + 1] = id

@@ -232,11 +232,18 @@ function M.refresh_tail(buf)
   M.redraw(buf)
 end
 
---- The windows showing buf get the missing marks of what they show now.
+--- The windows showing buf get the missing marks of what they show now, or will
+--- show at the next redraw: the lines around the cursor, two window heights either
+--- side (Neovim keeps the cursor in view). Read without making Neovim validate the
+--- window (line("w0"), line("w$") and getwininfo() do): that measures the screen
+--- rows of the lines around the cursor, and a 10 MB line among them took 30-90 ms.
+--- Lines a redraw shows beyond these (closed folds hide many) get their marks from
+--- the decoration provider (flemma.ui.highlight).
 function M.redraw(buf)
   for _, win in ipairs(vim.fn.win_findbuf(buf)) do
-    local top, bot = vim.fn.line("w0", win), vim.fn.line("w$", win)
-    M.ensure(buf, top, bot)
+    local span = 2 * math.max(vim.api.nvim_win_get_height(win), 1)
+    local cur = vim.api.nvim_win_get_cursor(win)[1]
+    M.ensure(buf, math.max(cur - span, 1), cur + span)
   end
 end
 

@@ -102,6 +102,82 @@ describe("flemma.provider.writer", function()
     assert.equals(string.rep("ü", 5000), lines[5 + n])
   end)
 
+  it("writes lines longer than max_flush each by itself, whole, and the text around them exactly", function()
+    local saved = writer.max_flush
+    writer.max_flush = 1000
+    local buf = chat({ "@You:", "Go." })
+    local w = writer.new(buf)
+    local calls = {}
+    local set_text = vim.api.nvim_buf_set_text
+    vim.api.nvim_buf_set_text = function(b, r1, c1, r2, c2, repl)
+      calls[#calls + 1] = vim.tbl_map(function(l)
+        return #l
+      end, repl)
+      return set_text(b, r1, c1, r2, c2, repl)
+    end
+    -- A long text line streamed in small pieces, short lines, then a tool input
+    -- written as it came (invalid, over max_input_normalized): long and short lines.
+    local long = string.rep("x", 5000)
+    for i = 1, #long, 300 do
+      w:apply({ type = "text", index = 0, text = long:sub(i, i + 299) })
+    end
+    w:apply({ type = "text", index = 0, text = "\nshort one\nshort two\n" })
+    local json = "{\n" .. string.rep("a", 3000) .. "\n" .. string.rep("b", 70 * 1024) .. "\n}\n```\n@You:\n"
+    feed(w, {
+      { type = "tool_use_start", index = 1, id = "toolu_L", name = "echo" },
+      { type = "tool_input_delta", index = 1, json = json },
+      { type = "tool_use_stop", index = 1 },
+    })
+    helpers.wait_for(function()
+      return not w:has_pending()
+    end, 5000)
+    vim.api.nvim_buf_set_text = set_text
+    w:finish("completed")
+    writer.max_flush = saved
+    -- Each long line went into the buffer in one change of its own.
+    for _, want in ipairs({ 5000, 3000, 70 * 1024 }) do
+      local alone = false
+      for _, c in ipairs(calls) do
+        alone = alone or (c[1] == want and (#c == 1 or (#c == 2 and c[2] == 0)))
+      end
+      assert.is_true(alone, ("the %d-byte line was not written by itself: %s"):format(want, vim.inspect(calls)))
+    end
+    local lines = helpers.lines(buf)
+    local fence = "````"
+    assert.same({
+      "@You:",
+      "Go.",
+      "",
+      "@Assistant:",
+      long,
+      "short one",
+      "short two",
+      "",
+      "",
+      "**Tool Use:** `echo` (`toolu_L`)",
+      "",
+      fence .. "json",
+      "{",
+      string.rep("a", 3000),
+      string.rep("b", 70 * 1024),
+      "}",
+      "```",
+      "@You:",
+      "",
+      fence,
+      "",
+      "@You:",
+      "",
+    }, lines)
+    local doc = require("flemma.chat.document").parse(lines)
+    assert.same(
+      { "user", "assistant", "user" },
+      vim.tbl_map(function(m)
+        return m.role
+      end, doc.messages)
+    )
+  end)
+
   it("when_drained waits until the pending text is in the buffer, written slice by slice", function()
     local saved = writer.max_flush
     writer.max_flush = 1024
