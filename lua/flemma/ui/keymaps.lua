@@ -65,65 +65,61 @@ function H.on_change(buf)
   end
 end
 
---- Attaches Flemma to a chat buffer: keys (when keymaps.enabled) and preview refresh.
----@param bufnr integer
-function M.attach(bufnr)
-  if vim.b[bufnr].flemma_attached then
-    return
-  end
-  vim.b[bufnr].flemma_attached = true
-  local config = require("flemma.core.config").get()
-  local km = config.keymaps
-  if km.enabled then
-    H.map(
-      bufnr,
-      "n",
-      km.send,
-      H.safe(function()
+-- The cycle's keys of a chat buffer (keymaps.send, execute, cancel) and the moving ones.
+function H.map_keys(bufnr, km)
+  H.map(
+    bufnr,
+    "n",
+    km.send,
+    H.safe(function()
+      require("flemma.cycle").advance(bufnr)
+    end, "<C-]>"),
+    "Flemma: next step of the tool cycle / send"
+  )
+  H.map(
+    bufnr,
+    "i",
+    km.send,
+    H.safe(function()
+      vim.cmd("stopinsert")
+      vim.schedule(function()
         require("flemma.cycle").advance(bufnr)
-      end, "<C-]>"),
-      "Flemma: next step of the tool cycle / send"
-    )
-    H.map(
-      bufnr,
-      "i",
-      km.send,
-      H.safe(function()
-        vim.cmd("stopinsert")
-        vim.schedule(function()
-          require("flemma.cycle").advance(bufnr)
-        end)
-      end, "<C-]>"),
-      "Flemma: next step of the tool cycle / send"
-    )
-    H.map(
-      bufnr,
-      "n",
-      km.execute,
-      H.safe(function()
-        require("flemma.cycle").execute_at_cursor(bufnr)
-      end, "<M-CR>"),
-      "Flemma: execute or resolve the tool block under the cursor"
-    )
-    H.map(
-      bufnr,
-      "n",
-      km.cancel,
-      H.safe(function()
-        if require("flemma.cycle.send").cancel(bufnr) then
-          require("flemma.core.util").notify("request cancelled")
-          return
-        end
-        local n = require("flemma.cycle").cancel(bufnr)
-        if n > 0 then
-          require("flemma.core.util").notify(("cancelled %d tool(s)"):format(n))
-        end
-      end, "<C-c>"),
-      "Flemma: cancel the request or the running tools"
-    )
-    H.map_moving(bufnr, km)
-  end
+      end)
+    end, "<C-]>"),
+    "Flemma: next step of the tool cycle / send"
+  )
+  H.map(
+    bufnr,
+    "n",
+    km.execute,
+    H.safe(function()
+      require("flemma.cycle").execute_at_cursor(bufnr)
+    end, "<M-CR>"),
+    "Flemma: execute or resolve the tool block under the cursor"
+  )
+  H.map(
+    bufnr,
+    "n",
+    km.cancel,
+    H.safe(function()
+      if require("flemma.cycle.send").cancel(bufnr) then
+        require("flemma.core.util").notify("request cancelled")
+        return
+      end
+      local n = require("flemma.cycle").cancel(bufnr)
+      if n > 0 then
+        require("flemma.core.util").notify(("cancelled %d tool(s)"):format(n))
+      end
+    end, "<C-c>"),
+    "Flemma: cancel the request or the running tools"
+  )
+  H.map_moving(bufnr, km)
+end
 
+-- Keeps the tool previews of a chat buffer current: after insert mode, on entering a
+-- window, after changes (TextChanged, and the document's on_lines for changes that
+-- fire none) and when windows resize.
+function H.watch_previews(bufnr)
   -- Changes that fire no TextChanged (another window, a plugin writing into
   -- a hidden buffer) reach the previews through the document's on_lines.
   session.get(bufnr).keymaps_attached = true
@@ -186,6 +182,20 @@ function M.attach(bufnr)
     end,
   })
   vim.schedule(refresh)
+end
+
+--- Attaches Flemma to a chat buffer: keys (when keymaps.enabled) and preview refresh.
+---@param bufnr integer
+function M.attach(bufnr)
+  if vim.b[bufnr].flemma_attached then
+    return
+  end
+  vim.b[bufnr].flemma_attached = true
+  local km = require("flemma.core.config").get().keymaps
+  if km.enabled then
+    H.map_keys(bufnr, km)
+  end
+  H.watch_previews(bufnr)
 end
 
 return M
