@@ -415,38 +415,13 @@ end
 ---@field preset? string the `$preset` it selected through `flemma.opt.provider`
 ---@field parameters_cleared? string[] parameters a preset cleared (`key=`), dotted
 
---- A fresh `flemma.opt` object and a function that collects what the frontmatter set.
----@param config? table the configuration as data: tools, parameters, selection (default: the context's)
----@param tools? table the tool registry { list, get?, is_ready? } (default: the context's)
----@return table opt, fun(): flemma.opt.Result collect
-function M.new(config, tools)
-  if config == nil and H.context then
-    config, tools = H.context()
-  end
-  config = config or {}
-  local tools_cfg = config.tools or {}
-  local params_cfg = config.parameters or {}
-  local user_presets = tools_cfg.presets
-  local known = M.known_tools(tools)
+-- The pieces of M.new. B is the object being built: the frontmatter's state (B.S), the
+-- configuration it reads (B.config, B.params_cfg, B.sel), the known tools (B.known)
+-- and the lists and proxies made from them.
 
-  local S = {
-    tools_touched = false,
-    aa_touched = false,
-    aa_fn = nil,
-    params = {},
-    provider = { anthropic = {}, openai = {}, vertex = {} },
-    cleared = {}, -- dotted parameter names a preset cleared
-    selected = nil, -- the provider frontmatter selected
-    selected_line = nil,
-    preset = nil,
-    model_set = false, -- the model was chosen (by flemma.opt.model or a preset)
-    model = nil,
-    model_line = nil,
-  }
-  local sel = config.selection
-    or { provider = config.provider or "anthropic", model = config.model, providers = {}, presets = {} }
-  local select_provider -- defined below, with the other provider helpers
-
+-- Checks of tool names in flemma.opt.tools and its auto_approve: B.check_selected, B.check_aa.
+function H.tool_checks(B)
+  local known, user_presets = B.known, B.user_presets
   local function check_tool(what)
     return function(name)
       if type(name) ~= "string" then
@@ -466,10 +441,10 @@ function M.new(config, tools)
     end
   end
 
-  local check_selected = check_tool("flemma.opt.tools")
+  B.check_selected = check_tool("flemma.opt.tools")
   local check_aa_tool = check_tool("flemma.opt.tools.auto_approve")
   local all_presets = presets.all(user_presets)
-  local function check_aa(name)
+  function B.check_aa(name)
     if presets.is_preset(name) then
       if not all_presets[name] then
         M.fail(presets.unknown_message(name, user_presets) .. " in flemma.opt.tools.auto_approve")
@@ -484,7 +459,12 @@ function M.new(config, tools)
     end
     check_aa_tool(name)
   end
+end
 
+-- flemma.opt.tools and flemma.opt.tools.auto_approve: B.tools_list, B.aa_list.
+function H.tool_lists(B)
+  local S, tools_cfg, known = B.S, B.config.tools or {}, B.known
+  local check_aa, check_selected = B.check_aa, B.check_selected
   local aa_default = {}
   if type(tools_cfg.auto_approve) == "table" then
     aa_default = vim.deepcopy(tools_cfg.auto_approve)
@@ -527,15 +507,20 @@ function M.new(config, tools)
       M.fail(H.unknown(k, { "auto_approve" }, "flemma.opt.tools."))
     end,
   })
+  B.aa_list, B.tools_list = aa_list, tools_list
+end
 
-  -- A bad value: the option schema's message, naming what the frontmatter set.
-  local function check_param(label, name, v)
-    local msg = schema.message("parameters." .. name, v, label)
-    if msg then
-      M.fail(msg)
-    end
+-- A bad value: the option schema's message, naming what the frontmatter set.
+function H.check_param(label, name, v)
+  local msg = schema.message("parameters." .. name, v, label)
+  if msg then
+    M.fail(msg)
   end
+end
 
+-- The tables flemma.opt.<provider> (anthropic, openai, vertex): B.proxies.
+function H.provider_proxies(B)
+  local S, params_cfg, check_param = B.S, B.params_cfg, H.check_param
   local provider_proxies = {}
   for provider, specs in pairs(H.provider_params) do
     local names = vim.tbl_keys(specs)
@@ -567,132 +552,140 @@ function M.new(config, tools)
       end,
     })
   end
+  B.proxies = provider_proxies
+end
 
-  -- The model a request of the buffer would use (nil: the configured one when the
-  -- provider is the configured one, else none is known).
-  local function effective_model()
-    local name = S.selected or sel.provider
-    local p = sel.providers[name]
-    if S.model_set then
-      return S.model or (p and p.default_model)
-    end
-    if name == sel.provider then
-      return sel.model or (p and p.default_model)
-    end
-    return p and p.default_model
+-- The model a request of the buffer would use (nil: the configured one when the
+-- provider is the configured one, else none is known).
+function H.effective_model(B)
+  local S, sel = B.S, B.sel
+  local name = S.selected or sel.provider
+  local p = sel.providers[name]
+  if S.model_set then
+    return S.model or (p and p.default_model)
   end
-
-  local function provider_names()
-    local names = H.sorted_keys(sel.providers)
-    return names
+  if name == sel.provider then
+    return sel.model or (p and p.default_model)
   end
+  return p and p.default_model
+end
 
-  -- flemma.opt.provider = "name" | "$preset": a preset sets provider, model and
-  -- parameters as `:Flemma switch $preset` does; what the code sets after it wins.
-  function select_provider(v)
-    if type(v) ~= "string" or v == "" then
-      M.fail(
-        ("`flemma.opt.provider` should be a provider name or a $preset, not %s"):format(v == "" and '""' or show(v))
-      )
-    end
-    if presets.is_preset(v) then
-      local p = sel.presets[v]
-      if not p then
-        local names = H.sorted_keys(sel.presets)
-        local close = presets.suggest(v, names)
-        M.fail(
-          ("`flemma.opt.provider`: unknown preset `%s`%s%s"):format(
-            v,
-            close and ("; did you mean `%s`?"):format(close) or "",
-            #names > 0 and (" (presets: " .. table.concat(names, ", ") .. ")")
-              or " (none is defined: add `presets` in setup())"
-          )
-        )
-      end
-      S.selected, S.selected_line, S.preset = p.provider, M.line(), v
-      S.model_set, S.model, S.model_line = true, p.model, M.line()
-      for k, value in pairs(p.parameters or {}) do
-        if type(value) == "table" then
-          S.provider[k] = S.provider[k] or {}
-          for sk, sv in pairs(value) do
-            S.provider[k][sk] = sv
-            S.cleared[k .. "." .. sk] = nil
-          end
-        else
-          S.params[k] = value
-          S.cleared[k] = nil
-        end
-      end
-      for _, path in ipairs(p.cleared or {}) do
-        local head, tail = path:match("^([^.]+)%.(.+)$")
-        if head then
-          if S.provider[head] then
-            S.provider[head][tail] = nil
-          end
-        else
-          S.params[path] = nil
-        end
-        S.cleared[path] = true
-      end
-      return
-    end
-    if not sel.providers[v] then
-      local names = provider_names()
+function H.provider_names(B)
+  local sel = B.sel
+  local names = H.sorted_keys(sel.providers)
+  return names
+end
+
+-- flemma.opt.provider = "name" | "$preset": a preset sets provider, model and
+-- parameters as `:Flemma switch $preset` does; what the code sets after it wins.
+function H.select_provider(B, v)
+  local S, sel = B.S, B.sel
+  if type(v) ~= "string" or v == "" then
+    M.fail(("`flemma.opt.provider` should be a provider name or a $preset, not %s"):format(v == "" and '""' or show(v)))
+  end
+  if presets.is_preset(v) then
+    local p = sel.presets[v]
+    if not p then
+      local names = H.sorted_keys(sel.presets)
       local close = presets.suggest(v, names)
       M.fail(
-        ("`flemma.opt.provider`: unknown provider `%s`%s (providers: %s)"):format(
+        ("`flemma.opt.provider`: unknown preset `%s`%s%s"):format(
           v,
           close and ("; did you mean `%s`?"):format(close) or "",
-          table.concat(names, ", ")
+          #names > 0 and (" (presets: " .. table.concat(names, ", ") .. ")")
+            or " (none is defined: add `presets` in setup())"
         )
       )
     end
-    S.selected, S.selected_line = v, M.line()
-  end
-
-  -- Raises "frontmatter:LINE: msg" for a line recorded earlier (or msg alone).
-  local function fail_at(line, msg)
-    if line then
-      error(("%s:%d: %s"):format(M.SOURCE_PREFIX, line, msg), 0)
+    S.selected, S.selected_line, S.preset = p.provider, M.line(), v
+    S.model_set, S.model, S.model_line = true, p.model, M.line()
+    for k, value in pairs(p.parameters or {}) do
+      if type(value) == "table" then
+        S.provider[k] = S.provider[k] or {}
+        for sk, sv in pairs(value) do
+          S.provider[k][sk] = sv
+          S.cleared[k .. "." .. sk] = nil
+        end
+      else
+        S.params[k] = value
+        S.cleared[k] = nil
+      end
     end
-    error(msg, 0)
-  end
-
-  -- The provider and model the frontmatter selects, checked once it has run (the
-  -- model may be set before the provider it belongs to).
-  local function selection_result()
-    if not S.selected and not S.model_set then
-      return nil, nil
+    for _, path in ipairs(p.cleared or {}) do
+      local head, tail = path:match("^([^.]+)%.(.+)$")
+      if head then
+        if S.provider[head] then
+          S.provider[head][tail] = nil
+        end
+      else
+        S.params[path] = nil
+      end
+      S.cleared[path] = true
     end
-    local name = S.selected or sel.provider
-    local p = sel.providers[name]
-    local model = effective_model()
-    if not model then
-      fail_at(
-        S.selected_line,
-        ("`flemma.opt.provider`: %s has no default model: set `flemma.opt.model` too (a name from the server's model list)"):format(
-          name
-        )
+    return
+  end
+  if not sel.providers[v] then
+    local names = H.provider_names(B)
+    local close = presets.suggest(v, names)
+    M.fail(
+      ("`flemma.opt.provider`: unknown provider `%s`%s (providers: %s)"):format(
+        v,
+        close and ("; did you mean `%s`?"):format(close) or "",
+        table.concat(names, ", ")
       )
-    end
-    if S.model_set and S.model ~= nil and p and not p.any_model and not p.models[S.model] then
-      local names = H.sorted_keys(p.models)
-      local close = presets.suggest(S.model, names)
-      fail_at(
-        S.model_line,
-        ("`flemma.opt.model`: unknown model `%s` for %s%s (models: %s); a model newer than Flemma's table: set `providers.%s.model` in setup()"):format(
-          S.model,
-          name,
-          close and ("; did you mean `%s`?"):format(close) or "",
-          table.concat(names, ", "),
-          name
-        )
-      )
-    end
-    return S.selected, model
+    )
   end
+  S.selected, S.selected_line = v, M.line()
+end
 
-  local opt = setmetatable({}, {
+-- Raises "frontmatter:LINE: msg" for a line recorded earlier (or msg alone).
+function H.fail_at(line, msg)
+  if line then
+    error(("%s:%d: %s"):format(M.SOURCE_PREFIX, line, msg), 0)
+  end
+  error(msg, 0)
+end
+
+-- The provider and model the frontmatter selects, checked once it has run (the
+-- model may be set before the provider it belongs to).
+function H.selection_result(B)
+  local S, sel = B.S, B.sel
+  if not S.selected and not S.model_set then
+    return nil, nil
+  end
+  local name = S.selected or sel.provider
+  local p = sel.providers[name]
+  local model = H.effective_model(B)
+  if not model then
+    H.fail_at(
+      S.selected_line,
+      ("`flemma.opt.provider`: %s has no default model: set `flemma.opt.model` too (a name from the server's model list)"):format(
+        name
+      )
+    )
+  end
+  if S.model_set and S.model ~= nil and p and not p.any_model and not p.models[S.model] then
+    local names = H.sorted_keys(p.models)
+    local close = presets.suggest(S.model, names)
+    H.fail_at(
+      S.model_line,
+      ("`flemma.opt.model`: unknown model `%s` for %s%s (models: %s); a model newer than Flemma's table: set `providers.%s.model` in setup()"):format(
+        S.model,
+        name,
+        close and ("; did you mean `%s`?"):format(close) or "",
+        table.concat(names, ", "),
+        name
+      )
+    )
+  end
+  return S.selected, model
+end
+
+-- The flemma.opt object itself.
+function H.opt_object(B)
+  local S, sel, params_cfg = B.S, B.sel, B.params_cfg
+  local tools_list, provider_proxies, check_param = B.tools_list, B.proxies, H.check_param
+  return setmetatable({}, {
     __metatable = "flemma.opt",
     __index = function(_, k)
       if k == "tools" then
@@ -702,7 +695,7 @@ function M.new(config, tools)
       elseif k == "provider" then
         return S.selected or sel.provider
       elseif k == "model" then
-        return effective_model()
+        return H.effective_model(B)
       elseif H.params[k] then
         local v = S.params[k]
         if v == nil and not S.cleared[k] then
@@ -736,7 +729,7 @@ function M.new(config, tools)
           proxy[key] = value
         end
       elseif k == "provider" then
-        select_provider(v)
+        H.select_provider(B, v)
       elseif k == "model" then
         if v ~= nil and (type(v) ~= "string" or v == "") then
           M.fail(("`flemma.opt.model` should be a model name, not %s"):format(v == "" and '""' or show(v)))
@@ -753,36 +746,80 @@ function M.new(config, tools)
       end
     end,
   })
+end
 
-  local function collect()
-    local parameters = vim.deepcopy(S.params)
-    for provider, values in pairs(S.provider) do
-      if next(values) ~= nil then
-        parameters[provider] = vim.deepcopy(values)
-      end
+-- What the frontmatter set, once it has run.
+function H.collect(B)
+  local S, aa_list, tools_list = B.S, B.aa_list, B.tools_list
+  local parameters = vim.deepcopy(S.params)
+  for provider, values in pairs(S.provider) do
+    if next(values) ~= nil then
+      parameters[provider] = vim.deepcopy(values)
     end
-    local aa_state = H.lists[aa_list]
-    local auto_approve
-    if S.aa_fn then
-      auto_approve = S.aa_fn
-    elseif S.aa_touched then
-      auto_approve = vim.deepcopy(aa_state.items)
-    end
-    local provider, model = selection_result()
-    local cleared = H.sorted_keys(S.cleared)
-    return {
-      tools = S.tools_touched and tools_list:get() or nil,
-      auto_approve = auto_approve,
-      auto_approve_excluded = (S.aa_touched and not S.aa_fn) and vim.deepcopy(aa_state.excluded) or {},
-      parameters = parameters,
-      provider = provider,
-      model = model,
-      preset = S.preset,
-      parameters_cleared = #cleared > 0 and cleared or nil,
-    }
   end
+  local aa_state = H.lists[aa_list]
+  local auto_approve
+  if S.aa_fn then
+    auto_approve = S.aa_fn
+  elseif S.aa_touched then
+    auto_approve = vim.deepcopy(aa_state.items)
+  end
+  local provider, model = H.selection_result(B)
+  local cleared = H.sorted_keys(S.cleared)
+  return {
+    tools = S.tools_touched and tools_list:get() or nil,
+    auto_approve = auto_approve,
+    auto_approve_excluded = (S.aa_touched and not S.aa_fn) and vim.deepcopy(aa_state.excluded) or {},
+    parameters = parameters,
+    provider = provider,
+    model = model,
+    preset = S.preset,
+    parameters_cleared = #cleared > 0 and cleared or nil,
+  }
+end
 
-  return opt, collect
+--- A fresh `flemma.opt` object and a function that collects what the frontmatter set.
+---@param config? table the configuration as data: tools, parameters, selection (default: the context's)
+---@param tools? table the tool registry { list, get?, is_ready? } (default: the context's)
+---@return table opt, fun(): flemma.opt.Result collect
+function M.new(config, tools)
+  if config == nil and H.context then
+    config, tools = H.context()
+  end
+  config = config or {}
+  local tools_cfg = config.tools or {}
+  local params_cfg = config.parameters or {}
+  local user_presets = tools_cfg.presets
+  local known = M.known_tools(tools)
+
+  local B = {
+    config = config,
+    params_cfg = params_cfg,
+    known = known,
+    user_presets = user_presets,
+  }
+  B.S = {
+    tools_touched = false,
+    aa_touched = false,
+    aa_fn = nil,
+    params = {},
+    provider = { anthropic = {}, openai = {}, vertex = {} },
+    cleared = {}, -- dotted parameter names a preset cleared
+    selected = nil, -- the provider frontmatter selected
+    selected_line = nil,
+    preset = nil,
+    model_set = false, -- the model was chosen (by flemma.opt.model or a preset)
+    model = nil,
+    model_line = nil,
+  }
+  B.sel = config.selection
+    or { provider = config.provider or "anthropic", model = config.model, providers = {}, presets = {} }
+  H.tool_checks(B)
+  H.tool_lists(B)
+  H.provider_proxies(B)
+  return H.opt_object(B), function()
+    return H.collect(B)
+  end
 end
 
 --- Names of the options frontmatter can set on flemma.opt (for JSON frontmatter).
