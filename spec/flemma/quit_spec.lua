@@ -66,7 +66,8 @@ describe("quitting while an answer streams", function()
     helpers.cleanup()
   end)
 
-  it("refuses :wq, and :wq! cancels the request and saves the marker and @You:", function()
+  --- Neovim in tmux on a chat streaming a six-second answer.
+  local function start_streaming(tag)
     if vim.fn.executable("tmux") ~= 1 then
       error("tmux is required for the screen test: run `make deps`")
     end
@@ -90,7 +91,7 @@ describe("quitting while an answer streams", function()
       ]]):format(helpers.root, server:url("/v1/messages"))
     )
     child = helpers.tmux_nvim({
-      socket = "flemma-spec-quit-" .. vim.fn.getpid(),
+      socket = "flemma-spec-quit-" .. tag .. vim.fn.getpid(),
       args = { "--clean", "-n", "-u", init, file },
       width = 100,
       height = 30,
@@ -102,13 +103,12 @@ describe("quitting while an answer streams", function()
     })
     child.tmux({ "send-keys", "-t", "flemma", "C-]" })
     child.wait_screen("answer line 2", 8000)
-    child.tmux({ "send-keys", "-t", "flemma", ":wq", "Enter" })
-    local s = child.wait_screen("quit.chat is still receiving: <C-c> stops it, :wq! stops and quits", 5000)
-    assert.truthy(s:find("E37: No write since last change", 1, true), s)
-    -- Neovim is still there, and the request goes on.
-    child.tmux({ "send-keys", "-t", "flemma", "Enter" })
-    child.wait_screen("answer line 12", 8000)
-    child.tmux({ "send-keys", "-t", "flemma", ":wq!", "Enter" })
+    return file
+  end
+
+  --- The file as quitting with `cmd!` saved it (Neovim exited 0 by itself).
+  local function quit_saved(file, cmd)
+    child.tmux({ "send-keys", "-t", "flemma", ":" .. cmd .. "!", "Enter" })
     -- Neovim exits by itself: stop() finds it ended and checks it exited 0.
     local c = child
     child = nil
@@ -119,7 +119,31 @@ describe("quitting while an answer streams", function()
     assert.truthy(saved:find("answer line 2", 1, true), saved)
     assert.truthy(saved:find("\n<!-- flemma: cancelled -->\n\n@You:\n", 1, true), saved)
     assert.truthy(saved:find("@You:\n*$"), saved)
+    return saved
+  end
+
+  it("refuses :wq without writing anything, and :wq! cancels the request and saves the marker and @You:", function()
+    local file = start_streaming("wq")
+    child.tmux({ "send-keys", "-t", "flemma", ":wq", "Enter" })
+    local s = child.wait_screen("E37: quit.chat still receiving, not written (<C-c> stops it, :wq! quits)", 5000)
+    -- Nothing was written: the file holds the question only.
+    assert.equals("@You:\nTell me a long story.\n", helpers.read_file(file))
+    -- Neovim is still there, and the request goes on.
+    child.wait_screen("answer line 12", 8000)
+    assert.equals("@You:\nTell me a long story.\n", helpers.read_file(file))
+    quit_saved(file, "wq")
     assert.is_nil(s:find("THE END", 1, true))
+  end)
+
+  it("refuses :x and :wqa without writing, and :xa! saves the marker", function()
+    local file = start_streaming("xa")
+    child.tmux({ "send-keys", "-t", "flemma", ":x", "Enter" })
+    child.wait_screen("E37: quit.chat still receiving, not written (<C-c> stops it, :x! quits)", 5000)
+    child.tmux({ "send-keys", "-t", "flemma", ":wqa", "Enter" })
+    child.wait_screen("E37: quit.chat still receiving, not written (<C-c> stops it, :wqa! quits)", 5000)
+    assert.equals("@You:\nTell me a long story.\n", helpers.read_file(file))
+    child.wait_screen("answer line 12", 8000)
+    quit_saved(file, "xa")
   end)
 end)
 

@@ -1,9 +1,11 @@
---- Quitting while a request streams. A plain `:q`, `:wq` or `:x` is refused as
---- `:q` refuses a modified buffer (the streaming buffer is marked modified again,
---- even right after `:wq` wrote it), with one line on what to do; when Neovim quits
---- anyway (`:wq!`, `:q!`, `:qa!`), the request is cancelled first, so the buffer
---- gets the cancelled marker and a fresh `@You:`, and a buffer that `:wq!` or
---- `:x!` just wrote is written again with them.
+--- Quitting while a request streams. A typed `:wq`, `:x`, `:wqa` or `:xa` that
+--- would end Neovim is stopped before it runs (CmdlineLeave: QuitPre comes after the
+--- write), so nothing is written, with one E37-like line naming the chat; with `!`
+--- the requests are cancelled first, so the marker and `@You:` are in the buffer
+--- before it is written. A plain `:q` is refused as `:q` refuses a modified buffer
+--- (the streaming buffer is marked modified again); when Neovim quits anyway
+--- (`:q!`, `:qa!`, or a `:wq` run from a mapping or script), the request is
+--- cancelled first and a buffer that was just written is written again with them.
 local M = {}
 local H = {}
 
@@ -57,6 +59,55 @@ function H.quit_pre()
   )
 end
 
+-- The commands that write and quit (full names, as nvim_parse_cmd gives them).
+H.write_quit = { wq = "one", xit = "one", exit = "one", wqall = "all", xall = "all" }
+
+--- Whether quitting the current window ends Neovim.
+function H.last_window()
+  return #vim.api.nvim_list_tabpages() == 1 and vim.fn.winnr("$") == 1
+end
+
+--- A typed command line about to run: a write-and-quit that would end Neovim while
+--- requests stream is refused (nothing written) or, with `!`, cancels them first.
+function H.cmdline_leave()
+  local ev = vim.v.event
+  if vim.fn.expand("<afile>") ~= ":" or (ev and ev.abort) then
+    return
+  end
+  local line = vim.fn.getcmdline()
+  if line == "" or not line:find("[wx]") then
+    return
+  end
+  local ok, cmd = pcall(vim.api.nvim_parse_cmd, line, {})
+  local kind = ok and H.write_quit[cmd.cmd]
+  if not kind or (kind == "one" and not H.last_window()) then
+    return
+  end
+  local bufs = H.streaming()
+  if #bufs == 0 then
+    return
+  end
+  local send = package.loaded["flemma.cycle.send"]
+  if cmd.bang then
+    for _, buf in ipairs(bufs) do
+      pcall(send.cancel, buf)
+    end
+    return
+  end
+  vim.cmd("let v:event.abort = v:true")
+  local name = vim.fn.fnamemodify(vim.api.nvim_buf_get_name(bufs[1]), ":t")
+  local bang = line:gsub("^%s*:*%s*", ""):match("^%a+") or "wq"
+  vim.schedule(function()
+    require("flemma.core.util").notify(
+      ("E37: %s still receiving, not written (<C-c> stops it, :%s! quits)"):format(
+        name ~= "" and name or "the chat",
+        bang
+      ),
+      vim.log.levels.WARN
+    )
+  end)
+end
+
 function H.leave()
   local send = package.loaded["flemma.cycle.send"]
   for _, buf in ipairs(H.streaming()) do
@@ -92,6 +143,7 @@ function M.setup()
       end
     end,
   })
+  vim.api.nvim_create_autocmd("CmdlineLeave", { group = group, callback = H.cmdline_leave })
   vim.api.nvim_create_autocmd("QuitPre", { group = group, callback = H.quit_pre })
   vim.api.nvim_create_autocmd("VimLeavePre", { group = group, callback = H.leave })
 end
