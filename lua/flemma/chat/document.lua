@@ -935,9 +935,39 @@ end
 ---@param doc flemma.document.Doc
 ---@return boolean ok
 ---@return { line: integer, message: string }[] problems ordered by line
+--- Whether diagnostic `d` only says a tool use's input is not valid JSON, and that
+--- tool use has an error result (so it is sent with `{}` and the error).
+function H.bad_input_sent(doc, d)
+  if d.severity ~= "error" or not (d.message or ""):find("^the input of tool use `") then
+    return false
+  end
+  local results = {}
+  local hit
+  for _, msg in ipairs(doc.messages) do
+    for _, part in ipairs(msg.parts) do
+      if part.kind == "tool_result" then
+        results[part.id] = part.is_error == true
+      elseif
+        part.kind == "tool_use"
+        and not hit
+        and d.line >= part.first_line
+        and d.line <= (part.last_line or part.first_line)
+      then
+        hit = part
+      end
+    end
+  end
+  return hit ~= nil and hit.input == nil and results[hit.id] == true
+end
+
 function M.validate_for_send(doc)
   local problems = {}
   for i, d in ipairs(doc.diagnostics) do
+    if H.bad_input_sent(doc, d) then
+      -- A tool use whose (closed) input is not valid JSON goes as `{}` with its error
+      -- result (phase 1 gives one): a cut or broken call never blocks the chat.
+      d = { severity = "ignored" }
+    end
     if d.severity == "error" or (d.severity == "warning" and H.swallows_role(doc, d)) then
       problems[#problems + 1] = { line = d.line, message = d.message, group = 0, order = i }
     end

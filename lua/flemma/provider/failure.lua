@@ -72,6 +72,22 @@ function M.describe(spec, params, a)
     end
     return ("%s: %s%s%s"):format(where, what, detail ~= "" and (": " .. detail) or "", hint and ("\n" .. hint) or "")
   end
+  -- An HTML page (a web server or another program on that port): not the API.
+  local ctype = a.headers and a.headers["content-type"] or ""
+  if
+    a.status
+    and (a.status >= 400 or (a.status < 300 and not a.sse))
+    and not a.error_message
+    and (ctype:find("text/html", 1, true) or (a.body or ""):match("^%s*<"))
+  then
+    local title = (a.body or ""):match("<[Tt][Ii][Tt][Ll][Ee]>%s*(.-)%s*</") or ""
+    return ("%s: HTTP %d: the server returned an HTML page%s: is this the right endpoint? (%s)"):format(
+      where,
+      a.status,
+      title ~= "" and (' ("' .. title:sub(1, 80) .. '")') or "",
+      spec.endpoint
+    )
+  end
   if a.status and a.status >= 400 then
     local msg = a.error_message
     if not msg and a.body and a.body:match("^%s*{") then

@@ -309,8 +309,21 @@ function H.on_exit(req, a, result)
   end
   local name = req.spec.name
   local ok_http = a.status and a.status >= 200 and a.status < 300
+  local at_limit = a.stop_reason == "max_tokens" or a.stop_reason == "length"
+  if ok_http and a.complete and not a.error_message and at_limit and req.writer:cut_tool() then
+    -- The output limit cut a tool call's input: the call is dropped (never written
+    -- broken), the text stays with a line saying which limit to raise.
+    return H.finish(
+      req,
+      "error",
+      ("%s: the answer hit the output limit inside a tool call: the call was dropped; raise parameters.max_tokens"):format(
+        name
+      ),
+      { note = "<!-- flemma: stopped: the answer hit the output limit; raise parameters.max_tokens -->" }
+    )
+  end
   if ok_http and a.complete and not a.error_message then
-    if a.stop_reason == "max_tokens" or a.stop_reason == "length" then
+    if at_limit then
       util.warn(("%s: the response stopped at the output limit (parameters.max_tokens)"):format(name))
     elseif a.stop_reason == "refusal" then
       util.warn(("%s: the model refused to answer"):format(name))
@@ -318,8 +331,18 @@ function H.on_exit(req, a, result)
     -- The rest of a fast answer goes in at the writer's pace, then the request ends.
     req.writer:push_tail()
     return req.writer:when_drained(function()
+      if not req.writer:has_content() then
+        -- Nothing at all: the empty `@Assistant:` goes, as after an error.
+        return H.finish(req, "error", ("%s: the provider sent an empty answer"):format(name))
+      end
       H.finish(req, "completed")
     end)
+  end
+  if a.curl_code == 28 and req.writer:has_content() then
+    -- Timed out while streaming: what arrived stays, marked as a cancel is.
+    return H.finish(req, "error", failure.describe(req.spec, req.ctx.parameters, a), {
+      note = ("<!-- flemma: timed out after %ss -->"):format(tostring(req.ctx.parameters.timeout)),
+    })
   end
   local streamed = req.state == "streaming"
   -- A key from the keyring or another cached resolver that the provider refused:

@@ -486,6 +486,10 @@ end
 ---@param ev table
 function Writer:apply(ev)
   local t = ev.type
+  if self.held then
+    -- Something came after the tool use with invalid input: it was not cut, write it.
+    self:release_held()
+  end
   if t == "text" then
     if ev.text ~= "" then
       self:open_block(ev.index or 0, "text")
@@ -535,8 +539,25 @@ function Writer:apply(ev)
   end
 end
 
---- Writes a complete tool use block.
-function Writer:write_tool(tool)
+--- Writes a tool use held back because its input is not valid JSON.
+function Writer:release_held()
+  local tool = self.held
+  self.held = nil
+  if tool then
+    self:write_tool(tool, true)
+  end
+end
+
+--- Whether the answer ends in a tool use whose input is incomplete: one still open or
+--- one held back (invalid JSON, the stream's last event), e.g. cut by the output limit.
+function Writer:cut_tool()
+  return self.held ~= nil or next(self.tools) ~= nil
+end
+
+--- Writes a complete tool use block. One whose input is not valid JSON is held back
+--- (unless `now`) until the next event: a stream cut by the output limit ends with it,
+--- and it is then dropped as a cancel drops an open one.
+function Writer:write_tool(tool, now)
   local json = table.concat(tool.json)
   local input
   if not json:find("%S") then
@@ -544,6 +565,10 @@ function Writer:write_tool(tool)
   elseif #json <= M.max_input_normalized then
     local ok, value = pcall(vim.json.decode, json, { luanil = { object = true } })
     input = ok and type(value) == "table" and value or nil
+    if not input and not now then
+      self.held = tool
+      return
+    end
   end
   local id = tostring(tool.id or ""):gsub("[`\n]", "_")
   local name = tostring(tool.name or ""):gsub("[`\n]", "_")
@@ -619,6 +644,7 @@ end
 --- their error results (thousands of them): `@You:` and the results go in at the
 --- writer's pace, and `finish` then only closes the response. A no-op otherwise.
 function Writer:push_tail()
+  self:release_held()
   local results = not self.closed and not self.tail_row and self:over_cap_results() or nil
   if not results then
     return
@@ -641,6 +667,11 @@ end
 function Writer:finish(status, note)
   if self.closed then
     return nil
+  end
+  if status == "cancelled" then
+    self.held = nil
+  else
+    self:release_held()
   end
   self.tools = {}
   self:close_block()
@@ -721,7 +752,7 @@ end
 
 --- Whether anything of the response reached the writer (text, thinking, tool uses).
 function Writer:has_content()
-  return self.wrote or next(self.tools) ~= nil
+  return self.wrote or self.held ~= nil or next(self.tools) ~= nil
 end
 
 return M
