@@ -280,6 +280,10 @@ bool Incremental::edit_within(int32_t first, int32_t last, const std::vector<sv>
   // text + "\n" has the lines [f, l) at [A, B). The new lines are copied into
   // place (no copy of them first: a 10 MB line cost a few ms of new memory).
   std::string removed;
+  // Room to grow: a segment that just took a long line (a 10 MB tool input) would
+  // otherwise be copied whole again by the next few bytes appended to it.
+  const size_t grown = text.size() + 1 + added_bytes - std::min(B - A, text.size() + 1);
+  if (grown > text.capacity()) text.reserve(grown + grown / 4 + 4096);
   text.push_back('\n');
   try {
     removed = text.substr(A, B - A);

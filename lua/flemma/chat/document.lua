@@ -303,6 +303,20 @@ function M.lagged_since(bufnr, version)
   return L.lag_version ~= nil and L.lag_version > version
 end
 
+--- Says that the caller changes bufnr through nvim_buf_set_text or
+--- nvim_buf_set_lines until it calls again with `on` false: Neovim calls on_bytes
+--- after such a change (only `:s` under Neovim 0.10 calls it before), so on_lines
+--- need not read the changed rows again to check what on_bytes read (a 10 MB line
+--- written by the response writer: a millisecond or more each time).
+---@param bufnr integer
+---@param on boolean
+function M.api_change(bufnr, on)
+  local L = session.field(bufnr, "live")
+  if L then
+    L.api_change = on or nil
+  end
+end
+
 --- The live state of a buffer, attached on first use.
 ---@return flemma.document.Live
 function H.live_of(bufnr)
@@ -352,6 +366,7 @@ function H.live_of(bufnr)
         end
         L.bytes_tick = tick -- the change's on_lines comes with the next tick
         L.bytes_row, L.bytes_lines = row, lines
+        L.bytes_api = L.api_change
       end,
       on_lines = function(_, buf, tick, first, last_old, last_new)
         local cur = session.field(buf, "live")
@@ -368,7 +383,8 @@ function H.live_of(bufnr)
             -- on_bytes applied this very change (a streamed chunk, x, dd), unless it
             -- read the lines before Neovim replaced them (:s under Neovim 0.10 calls
             -- on_bytes first): then the rows are applied again with their text now.
-            if not H.same_rows(L, buf, first, last_new) then
+            -- A change through the API (M.api_change) had its lines read after it.
+            if not L.bytes_api and not H.same_rows(L, buf, first, last_new) then
               edit_last = last_new
             end
           elseif nlines == count - (last_new - last_old) then
@@ -379,7 +395,7 @@ function H.live_of(bufnr)
           else
             L.broken = true
           end
-          L.bytes_tick, L.bytes_lines = nil, nil
+          L.bytes_tick, L.bytes_lines, L.bytes_api = nil, nil, nil
           if edit_last and (edit_last > first or last_new > first) then
             local ok =
               pcall(native.idoc_edit, L.idoc, first, edit_last, vim.api.nvim_buf_get_lines(buf, first, last_new, false))

@@ -390,9 +390,14 @@ function Writer:flush(all)
   local lines = self:take(all and math.huge or M.max_flush)
   self.pending_nl = self.pending_nl - (#lines - 1)
   local row, col = self.row, self.col
-  self:edit(function()
+  document.api_change(self.bufnr, true)
+  local ok, err = pcall(self.edit, self, function()
     vim.api.nvim_buf_set_text(self.bufnr, row, col, row, col, lines)
   end)
+  document.api_change(self.bufnr, false)
+  if not ok then
+    error(err, 0)
+  end
   if #lines == 1 then
     self.col = col + #lines[1]
   else
