@@ -67,6 +67,12 @@ end
 
 -- The cycle's keys of a chat buffer (keymaps.send, execute, cancel) and the moving ones.
 function H.map_keys(bufnr, km)
+  if vim.fn.maparg("ZZ", "n") == "" then
+    -- `:x` from Normal mode: refused while an answer streams, as a typed `:x` is.
+    H.map(bufnr, "n", "ZZ", function()
+      require("flemma.ui.quit").zz()
+    end, "Flemma: ZZ, refused while an answer streams")
+  end
   H.map(
     bufnr,
     "n",

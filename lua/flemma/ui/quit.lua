@@ -83,29 +83,47 @@ function H.cmdline_leave()
   if not kind or (kind == "one" and not H.last_window()) then
     return
   end
+  local typed = line:gsub("^%s*:*%s*", ""):match("^%a+") or "wq"
+  if H.stop_write_quit(cmd.bang, typed) then
+    vim.cmd("let v:event.abort = v:true")
+  end
+end
+
+--- A write-and-quit (`typed`, e.g. "wq") that would end Neovim: with `bang` the
+--- streaming requests are cancelled (the buffers get the marker before the write);
+--- without, it is refused with one line. Returns true when refused.
+function H.stop_write_quit(bang, typed)
   local bufs = H.streaming()
   if #bufs == 0 then
-    return
+    return false
   end
   local send = package.loaded["flemma.cycle.send"]
-  if cmd.bang then
+  if bang then
     for _, buf in ipairs(bufs) do
       pcall(send.cancel, buf)
     end
-    return
+    return false
   end
-  vim.cmd("let v:event.abort = v:true")
   local name = vim.fn.fnamemodify(vim.api.nvim_buf_get_name(bufs[1]), ":t")
-  local bang = line:gsub("^%s*:*%s*", ""):match("^%a+") or "wq"
   vim.schedule(function()
     require("flemma.core.util").notify(
       ("E37: %s still receiving, not written (<C-c> stops it, :%s! quits)"):format(
         name ~= "" and name or "the chat",
-        bang
+        typed
       ),
       vim.log.levels.WARN
     )
   end)
+  return true
+end
+
+--- `ZZ` in a chat (`:x` from Normal mode, which no command line shows): refused
+--- while a request streams when it would end Neovim, as a typed `:x` is.
+function M.zz()
+  if H.last_window() and H.stop_write_quit(false, "x") then
+    return
+  end
+  vim.cmd("normal! ZZ")
 end
 
 function H.leave()
