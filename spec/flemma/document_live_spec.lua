@@ -103,6 +103,35 @@ describe("flemma.document.get (live model)", function()
     assert.is_true(steps >= 3000)
   end)
 
+  it("takes the lines of an announced nvim_buf_set_text only when the rows hold just them", function()
+    local buf = chat_buffer({ "@You:", "hi", "", "@Assistant:", "tail text", "" })
+    document.get(buf)
+    local function set_text(row, col, lines, told)
+      document.api_change(buf, told or { row = row, col = col, lines = lines })
+      vim.api.nvim_buf_set_text(buf, row, col, row, col, lines)
+      document.api_change(buf, false)
+      local all = vim.api.nvim_buf_get_lines(buf, 0, -1, false)
+      assert.same(plain(document.parse(all)), plain(document.get(buf)), table.concat(all, "\n"))
+    end
+    -- Inserted before text on its row: the row is not just the line.
+    set_text(4, 0, { "@You:", "x" })
+    -- Announced wrongly (another column): read from the buffer.
+    set_text(1, 2, { " there" }, { row = 1, col = 0, lines = { " there" } })
+    -- At the end, each row just its line: taken as told.
+    local n = vim.api.nvim_buf_line_count(buf)
+    set_text(n - 1, 0, { "**Tool Use:** `bash` (`t9`)", "", "```json", "" })
+    n = vim.api.nvim_buf_line_count(buf)
+    set_text(n - 1, 0, { '{"command": "' .. string.rep("a", 200000) .. '"}', "" })
+    n = vim.api.nvim_buf_line_count(buf)
+    set_text(n - 1, 0, { "```" })
+    local msgs = document.get(buf).messages
+    local parts = msgs[#msgs].parts
+    local use = parts[#parts]
+    assert.equals("tool_use", use.kind)
+    assert.equals(200000, #use.input.command)
+    vim.api.nvim_buf_delete(buf, { force = true })
+  end)
+
   it("moves the messages after an edit that inserts or deletes lines, also those a reader placed meanwhile", function()
     local lines = {}
     for i = 1, 40 do

@@ -390,7 +390,7 @@ function Writer:flush(all)
   local lines = self:take(all and math.huge or M.max_flush)
   self.pending_nl = self.pending_nl - (#lines - 1)
   local row, col = self.row, self.col
-  document.api_change(self.bufnr, true)
+  document.api_change(self.bufnr, { row = row, col = col, lines = lines })
   local ok, err = pcall(self.edit, self, function()
     vim.api.nvim_buf_set_text(self.bufnr, row, col, row, col, lines)
   end)
