@@ -5,7 +5,7 @@
 -- stages; "crossing FFI" is the share spent handing the lines to the native
 -- parser and reading its items back into Lua tables.
 local document = require("flemma.chat.document")
-local native = require("flemma.native")
+local native = require("flemma.core.native")
 
 local H = {}
 

@@ -1,5 +1,5 @@
 -- format_size through the FFI: the first vertical slice of the native core.
-local native = require("flemma.native")
+local native = require("flemma.core.native")
 
 local N = 200000
 return {

@@ -6,7 +6,7 @@
 --                        FFI on slices of one buffer; the events are counted)
 --   stream_decode_lua    native.stream_new():feed(), events as Lua tables
 local ffi = require("ffi")
-local native = require("flemma.native")
+local native = require("flemma.core.native")
 
 local H = {}
 local SIZE = 50 * 1024 * 1024

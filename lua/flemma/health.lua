@@ -205,7 +205,7 @@ function M.check()
   end
 
   vim.health.start("flemma: native library")
-  local native = require("flemma.native")
+  local native = require("flemma.core.native")
   native.reset()
   local path = native.library_path()
   local ok, err = native.available()

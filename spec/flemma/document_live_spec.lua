@@ -228,7 +228,7 @@ describe("flemma.document.get (live model)", function()
     local buf = chat_buffer({ "@You:", "Explain.", "", "@Assistant:", "start", "" })
     document.get(buf)
     local L = document.live(buf)
-    local version = require("flemma.native").idoc_info(L.idoc)
+    local version = require("flemma.core.native").idoc_info(L.idoc)
     -- As the provider's writer streams: whole lines put before the empty last line.
     vim.api.nvim_buf_set_text(buf, 5, 0, 5, 0, { "line a", "line b", "" })
     assert.is_false(document.lagged_since(buf, version))
@@ -254,7 +254,7 @@ describe("flemma.document.get (live model)", function()
     document.get(buf)
     local lags = 0
     _G.flemma_spec_fold = function()
-      local _, nlines = require("flemma.native").idoc_info(document.live(buf).idoc)
+      local _, nlines = require("flemma.core.native").idoc_info(document.live(buf).idoc)
       if nlines ~= vim.api.nvim_buf_line_count(buf) then
         lags = lags + 1
       end

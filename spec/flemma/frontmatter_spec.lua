@@ -406,9 +406,12 @@ describe("flemma.chat.frontmatter", function()
     end)
 
     it("reads the frontmatter without flemma.document (fallback extractor)", function()
-      -- A copy of the plugin without document.lua: the small extractor takes over.
+      -- A copy of the plugin without document.lua: the small extractor takes over. The
+      -- native binding reads its declarations from the header, shipped with the plugin.
       local dir = helpers.tmpdir()
       vim.fn.system({ "cp", "-r", helpers.root .. "/lua", dir })
+      vim.fn.mkdir(dir .. "/native/include/flemma", "p")
+      vim.fn.system({ "cp", helpers.root .. "/native/include/flemma/flemma.h", dir .. "/native/include/flemma/" })
       os.remove(dir .. "/lua/flemma/document.lua")
       os.remove(dir .. "/lua/flemma/chat/document.lua")
       local out = dir .. "/out.txt"
@@ -430,7 +433,7 @@ describe("flemma.chat.frontmatter", function()
           try({ "```json", '{ "tools": ["edit"] }', "```" })
           try({ "@You:", "```lua", "flemma.opt.tools = {}", "```" })
           vim.fn.writefile(results, %q)
-        ]=]):format(require("flemma.native").library_path(), dir, dir, out),
+        ]=]):format(require("flemma.core.native").library_path(), dir, dir, out),
       })
       assert.equals(0, res.code, res.stderr)
       assert.same({

@@ -45,7 +45,7 @@ describe("without the markdown tree-sitter parser", function()
           report[#report + 1] = "gf " .. vim.fn.fnamemodify(vim.api.nvim_buf_get_name(0), ":t") .. " syntax " .. vim.bo.syntax
           report[#report + 1] = "errors " .. #errors .. " " .. table.concat(errors, " | "):sub(1, 300)
           vim.fn.writefile(report, %q)
-        ]=]):format(require("flemma.native").library_path(), dir .. "/p.chat", out),
+        ]=]):format(require("flemma.core.native").library_path(), dir .. "/p.chat", out),
       })
       local lines = vim.split(helpers.read_file(out) or "", "\n", { trimempty = true })
       assert.same({

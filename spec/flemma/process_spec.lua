@@ -290,7 +290,7 @@ describe("flemma.core.process", function()
           local h = require("flemma.core.process").spawn({ cmd = { "bash", "-c", "sleep 100 & wait" } }, function() end)
           local f = io.open(%q, "w"); f:write(tostring(h.pid)); f:close()
           vim.wait(300)
-        ]]):format(require("flemma.native").library_path(), pidfile),
+        ]]):format(require("flemma.core.native").library_path(), pidfile),
       })
       assert.equal(0, res.code, res.stderr)
       local pid = tonumber(helpers.read_file(pidfile))
@@ -379,7 +379,7 @@ describe("flemma.core.process", function()
           local f = io.open(%q, "w"); f:write(tostring(done and done.code)); f:close()
           %s
         ]]):format(
-          require("flemma.native").library_path(),
+          require("flemma.core.native").library_path(),
           script(dir, "true"),
           dir .. "/code",
           how == "SIGKILL" and "vim.wait(60000, function() return false end)" or ""

@@ -143,7 +143,7 @@ describe("flemma.policy.sandbox", function()
     end)
 
     it("writes a sandbox-exec profile with the same policy", function()
-      local native = require("flemma.native")
+      local native = require("flemma.core.native")
       local dir = project()
       local argv = native.sandbox_wrap(
         "sandbox-exec",

@@ -135,7 +135,7 @@ describe("two chats each running a read, then :qall!", function()
           report[#report + 1] = "quitting"
           vim.fn.writefile(report, out)
           vim.cmd("qall!")
-        ]=]):format(require("flemma.native").library_path(), dir, out),
+        ]=]):format(require("flemma.core.native").library_path(), dir, out),
       })
       assert.equals(0, res.code)
       assert.equals("chat 1 read true\nchat 2 read true\nquitting\n", helpers.read_file(out))

@@ -1,4 +1,4 @@
-local native = require("flemma.native")
+local native = require("flemma.core.native")
 local helpers = require("spec.support.helpers")
 
 local FIXTURES = FLEMMA_ROOT .. "/spec/fixtures/stream/"
@@ -36,7 +36,7 @@ local function of_type(events, t)
   end, events)
 end
 
-describe("flemma.native stream", function()
+describe("flemma.core.native stream", function()
   describe("stream_new", function()
     it("returns nil and a message naming the known kinds for an unknown kind", function()
       local dec, err = native.stream_new("gemini")

@@ -17,7 +17,7 @@ M.LAYERS = {
   {
     name = "core",
     what = "util, log, config, the native binding, processes, files, the interpreter's host",
-    modules = { "flemma.core.", "flemma.native" },
+    modules = { "flemma.core." },
   },
   {
     name = "policy",

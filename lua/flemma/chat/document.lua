@@ -3,7 +3,7 @@
 --- run before a buffer is sent. See `:help flemma-format`.
 local events = require("flemma.core.events")
 local session = require("flemma.core.session")
-local native = require("flemma.native")
+local native = require("flemma.core.native")
 local util = require("flemma.core.util")
 
 local M = {}

@@ -598,7 +598,11 @@ function M.preview_lines(bufnr)
     out[#out + 1] = H.MARKERS[msg.role] or ("@" .. tostring(msg.role) .. ":")
     for _, p in ipairs(msg.parts) do
       if p.kind == "file" then
-        out[#out + 1] = ("[attached: %s, %s, %s]"):format(p.path, p.mime, require("flemma.native").format_size(p.size))
+        out[#out + 1] = ("[attached: %s, %s, %s]"):format(
+          p.path,
+          p.mime,
+          require("flemma.core.native").format_size(p.size)
+        )
       elseif p.expanded or p.attached then
         vim.list_extend(out, vim.split(p.text, "\n", { plain = true }))
       else

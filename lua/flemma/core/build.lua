@@ -3,7 +3,7 @@
 --- of its output as it goes, and loads the library when it is done: the chats already
 --- open get their decorations without a restart.
 local util = require("flemma.core.util")
-local native = require("flemma.native")
+local native = require("flemma.core.native")
 
 local M = {}
 local H = {}

@@ -6,7 +6,7 @@
 --- file behind a lease, a hung mount) gives an error instead of a frozen editor.
 --- M.open_regular opens a file for a read on the main thread without waiting for a
 --- FIFO's writer.
-local native = require("flemma.native")
+local native = require("flemma.core.native")
 local util = require("flemma.core.util")
 
 local M = {}

@@ -131,7 +131,7 @@ end
 -- Frees the native interpreter (it is made again by the next call unless closed).
 function H.drop(self)
   if self.handle then
-    require("flemma.native").isolate_free(self.handle)
+    require("flemma.core.native").isolate_free(self.handle)
     self.handle = nil
   end
   H.live[self] = nil
@@ -140,7 +140,7 @@ end
 --- The memory (bytes) it holds now (0 when freed).
 ---@return integer
 function Interp:memory()
-  return self.handle and require("flemma.native").isolate_peak(self.handle) or 0
+  return self.handle and require("flemma.core.native").isolate_peak(self.handle) or 0
 end
 
 --- Frees the native interpreter now (its buffer was hidden); the next call makes it
@@ -185,7 +185,7 @@ function H.timed(self, fn, args)
   if cpu <= 0 or wall <= 0 then
     return H.refused()
   end
-  local native = require("flemma.native")
+  local native = require("flemma.core.native")
   local t0 = vim.uv.hrtime()
   local res = native.isolate_call(self.handle, fn, args, cpu, wall)
   H.spend(native.isolate_cpu_ms(self.handle), (vim.uv.hrtime() - t0) / 1e6)
@@ -202,7 +202,7 @@ function H.make(self)
   local memory = math.min(M.MAX_MEMORY, opts.max_memory)
   H.make_room(self, memory, opts.max_memory)
   self.limit = memory
-  local native = require("flemma.native")
+  local native = require("flemma.core.native")
   local t0 = vim.uv.hrtime()
   local ok, handle, err =
     pcall(native.isolate_new, require("flemma.core.util").module_sources_json(self.modules), self.main, memory)

@@ -4,7 +4,7 @@
 --- and cancel that end the whole group (SIGTERM, then SIGKILL after a grace period).
 --- A native worker thread watches the children; this module drains its events on
 --- the main thread and calls back through vim.schedule.
-local native = require("flemma.native")
+local native = require("flemma.core.native")
 local util = require("flemma.core.util")
 
 local M = {}

@@ -1,6 +1,6 @@
 --- Truncation of tool output: head and tail windows by lines and bytes, never
 --- splitting a UTF-8 code point. This is `ctx.truncate` for tools.
-local native = require("flemma.native")
+local native = require("flemma.core.native")
 local util = require("flemma.core.util")
 
 local M = {}

@@ -3,7 +3,7 @@
 --- Enabled by `sandbox.enabled` or at runtime with :Flemma sandbox:enable. When
 --- the sandbox is on but its backend cannot run, wrapping fails: a command is
 --- never run unsandboxed behind the user's back. This is `ctx.sandbox` for tools.
-local native = require("flemma.native")
+local native = require("flemma.core.native")
 local util = require("flemma.core.util")
 
 local M = {}

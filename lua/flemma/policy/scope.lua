@@ -120,7 +120,7 @@ function H.project(bufnr)
   if c and c.key == key then
     return c
   end
-  local native = require("flemma.native")
+  local native = require("flemma.core.native")
   local roots = M.roots(bufnr)
   local resolved = {}
   for _, r in ipairs(roots) do
@@ -225,7 +225,7 @@ function M.outside(bufnr, def, input)
     return {}
   end
   bufnr = H.bufnr(bufnr)
-  local native = require("flemma.native")
+  local native = require("flemma.core.native")
   local out = {}
   for _, use in ipairs(uses) do
     local checked, reason = pcall(function()

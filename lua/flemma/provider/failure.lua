@@ -153,7 +153,7 @@ end
 function M.limit(spec, params, ev)
   local name = spec.name
   if ev.error_type == "response_too_large" then
-    local size = require("flemma.native").format_size(tonumber(params.max_response_bytes) or 0)
+    local size = require("flemma.core.native").format_size(tonumber(params.max_response_bytes) or 0)
     return ("%s: the response passed parameters.max_response_bytes (%s): the request was stopped\nraise the limit if the answer is expected to be that long"):format(
       name,
       size

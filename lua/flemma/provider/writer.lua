@@ -10,7 +10,7 @@
 --- leaves open is closed before the writer's own structure (a tool use, a thinking
 --- block, `@You:`) follows, so that structure is never read as text.
 local document = require("flemma.chat.document")
-local native = require("flemma.native")
+local native = require("flemma.core.native")
 
 local M = {}
 local H = {}

@@ -104,7 +104,7 @@ function H.lazy.truncate()
   return {
     MAX_LINES = 2000,
     MAX_BYTES = 51200,
-    format_size = require("flemma.native").format_size,
+    format_size = require("flemma.core.native").format_size,
   }
 end
 

@@ -79,7 +79,7 @@ function H.tool_name(bufnr, id)
   if not idoc then
     return nil
   end
-  local si, ii = require("flemma.native").idoc_find_tool_use(idoc, id)
+  local si, ii = require("flemma.core.native").idoc_find_tool_use(idoc, id)
   if not si then
     return nil
   end
@@ -207,7 +207,7 @@ function M.update(bufnr, top, bot, budget)
   if not idoc then
     return
   end
-  local native = require("flemma.native")
+  local native = require("flemma.core.native")
   local p = session.field(bufnr, "fold_pending") or {}
   session.get(bufnr).fold_pending = p
   local _, _, count = native.idoc_info(idoc)
@@ -441,7 +441,7 @@ H.WHOLE_BUFFER_LINES = 1200
 
 -- Widens range r (0-based lines [r[1], r[2])) to the messages holding its ends.
 function H.whole_messages(idoc, r)
-  local native = require("flemma.native")
+  local native = require("flemma.core.native")
   local _, nlines = native.idoc_info(idoc)
   if nlines == 0 then
     return
@@ -464,7 +464,7 @@ end
 -- H.WHOLE_BUFFER_LINES lines is folded again in full (in slices); `ranges`
 -- becomes the whole document.
 function H.small_chat(idoc, ranges)
-  local _, nlines = require("flemma.native").idoc_info(idoc)
+  local _, nlines = require("flemma.core.native").idoc_info(idoc)
   if nlines <= H.WHOLE_BUFFER_LINES then
     for k = #ranges, 2, -1 do
       ranges[k] = nil
@@ -479,7 +479,7 @@ function H.prev_message(idoc, r)
   if r[1] <= 0 then
     return
   end
-  local native = require("flemma.native")
+  local native = require("flemma.core.native")
   local i = native.idoc_segment_at(idoc, r[1])
   if i then
     r[1] = math.min(r[1], native.idoc_segment_raw(idoc, i).first_line - 1)
@@ -489,7 +489,7 @@ end
 -- Extends range r (0-based lines [r[1], r[2])) to the end of the message
 -- after it.
 function H.next_message(idoc, r)
-  local native = require("flemma.native")
+  local native = require("flemma.core.native")
   local _, nlines = native.idoc_info(idoc)
   if r[2] >= nlines then
     return
@@ -578,7 +578,7 @@ function M.mark_current(bufnr)
   local idoc, version = lines.idoc(bufnr)
   local p = session.field(bufnr, "fold_pending") or {}
   p.version, p.idoc = version, idoc
-  p.count = idoc and select(3, require("flemma.native").idoc_info(idoc)) or nil
+  p.count = idoc and select(3, require("flemma.core.native").idoc_info(idoc)) or nil
   session.get(bufnr).fold_pending = p
 end
 
@@ -619,7 +619,7 @@ function M.close_completed(win, lo, hi, kinds)
   if not idoc then
     return
   end
-  local _, _, count = require("flemma.native").idoc_info(idoc)
+  local _, _, count = require("flemma.core.native").idoc_info(idoc)
   lo, hi = lo or 0, math.min(hi or count, count)
   H.folded[win] = H.folded[win] or {}
   local seen = H.folded[win][bufnr] or {}

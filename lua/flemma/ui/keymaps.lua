@@ -18,7 +18,7 @@ end
 
 function H.safe(fn, what)
   return function()
-    if not require("flemma.native").usable() then
+    if not require("flemma.core.native").usable() then
       return
     end
     local ok, err = xpcall(fn, debug.traceback)
@@ -135,7 +135,7 @@ function H.watch_previews(bufnr)
       session.set(bufnr, "keymaps_attached", nil)
       return true
     end
-    if not require("flemma.native").usable() then
+    if not require("flemma.core.native").usable() then
       return
     end
     if require("flemma.cycle.send").is_active(bufnr) then

@@ -5,7 +5,7 @@
 --- a window in order costs O(1) per line, whatever the size of the chat.
 local session = require("flemma.core.session")
 local document = require("flemma.chat.document")
-local native = require("flemma.native")
+local native = require("flemma.core.native")
 
 local M = {}
 local H = {}

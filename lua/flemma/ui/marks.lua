@@ -7,7 +7,7 @@
 --- are taken away and placed again when drawn.
 local session = require("flemma.core.session")
 local lines = require("flemma.ui.lines")
-local native = require("flemma.native")
+local native = require("flemma.core.native")
 
 local M = {}
 local H = {}

@@ -16,24 +16,24 @@ local api = vim.api
 
 --- The live state of bufnr, or nil when the native library is not usable.
 function H.live(bufnr)
-  if not require("flemma.native").usable() then
+  if not require("flemma.core.native").usable() then
     return nil
   end
   return require("flemma.chat.document").live(bufnr)
 end
 
 function H.segments(L)
-  local _, _, count = require("flemma.native").idoc_info(L.idoc)
+  local _, _, count = require("flemma.core.native").idoc_info(L.idoc)
   return count
 end
 
 function H.message(L, i)
-  return require("flemma.native").idoc_message(L.idoc, i)
+  return require("flemma.core.native").idoc_message(L.idoc, i)
 end
 
 --- The segment (0-based) holding line, clamped to the document.
 function H.segment_at(L, line, count)
-  local i = require("flemma.native").idoc_segment_at(L.idoc, line)
+  local i = require("flemma.core.native").idoc_segment_at(L.idoc, line)
   if i then
     return i
   end
@@ -273,7 +273,7 @@ end
 --- The tool use or tool result part at line, with its segment index.
 function H.tool_part_at(L, line)
   local n = H.segments(L)
-  local i = n > 0 and require("flemma.native").idoc_segment_at(L.idoc, line)
+  local i = n > 0 and require("flemma.core.native").idoc_segment_at(L.idoc, line)
   if not i then
     return nil
   end
@@ -307,7 +307,7 @@ function H.pair(L, p, i)
     end
     return nil
   end
-  local seg = require("flemma.native").idoc_find_tool_use(L.idoc, p.id)
+  local seg = require("flemma.core.native").idoc_find_tool_use(L.idoc, p.id)
   if not seg then
     return nil
   end

@@ -91,7 +91,7 @@ H.SLICE_MS = 0.4 -- the longest slice of drawing done later, off the keystroke
 H.TAIL = 2 -- the last segments drawn at once with the visible ones
 
 function H.find_use(L, id)
-  local native = require("flemma.native")
+  local native = require("flemma.core.native")
   local seg = native.idoc_find_tool_use(L.idoc, id)
   if not seg then
     return nil
@@ -109,7 +109,7 @@ end
 -- Redraws the previews of segment i (0-based) of the live state L (`cleared`:
 -- its lines hold no preview).
 function H.draw_segment(bufnr, L, i, width, eol, cleared)
-  local native = require("flemma.native")
+  local native = require("flemma.core.native")
   if not cleared then
     local raw = native.idoc_segment_raw(L.idoc, i)
     local first, count = raw.first_line, raw.line_count
@@ -190,7 +190,7 @@ function M.update(bufnr, opts)
   end
   if opts and opts.visible_only and hi - lo > H.SPAN_NOW and win ~= -1 then
     local top, bot = vim.fn.line("w0", win), vim.fn.line("w$", win)
-    local native = require("flemma.native")
+    local native = require("flemma.core.native")
     local a = math.max(lo, native.idoc_segment_at(L.idoc, top) or lo)
     local b = math.min(hi, (native.idoc_segment_at(L.idoc, bot) or hi - 1) + 1)
     for i = a, b - 1 do
@@ -220,7 +220,7 @@ function M.update(bufnr, opts)
   for i = start, hi - 1 do
     local cleared = full
     if rows and rows[r] then
-      local raw = require("flemma.native").idoc_segment_raw(L.idoc, i)
+      local raw = require("flemma.core.native").idoc_segment_raw(L.idoc, i)
       local stop = raw.first_line - 1 + raw.line_count
       cleared = rows[r] >= stop
       while rows[r] and rows[r] < stop do
@@ -247,7 +247,7 @@ function H.preview_rows(bufnr, lo, hi, L)
   if lo >= hi then
     return nil
   end
-  local native = require("flemma.native")
+  local native = require("flemma.core.native")
   local first = native.idoc_segment_raw(L.idoc, lo).first_line - 1
   local last = native.idoc_segment_raw(L.idoc, hi - 1)
   local stop = last.first_line - 1 + last.line_count
@@ -263,7 +263,7 @@ end
 --- and the window's text width (costly to read) is not needed.
 function H.nothing_to_draw(bufnr, L, version)
   local document = require("flemma.chat.document")
-  local native = require("flemma.native")
+  local native = require("flemma.core.native")
   local _, lo, hi = document.changed_since(L, version)
   if lo >= hi then
     return true

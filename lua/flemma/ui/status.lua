@@ -305,7 +305,7 @@ function M.lines(bufnr)
       name ~= "" and (" (" .. vim.fn.fnamemodify(name, ":~:.") .. ")") or ""
     ),
   }
-  local native = require("flemma.native")
+  local native = require("flemma.core.native")
   native.reset()
   local ok, err = native.available()
   out[#out + 1] = ok

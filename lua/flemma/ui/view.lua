@@ -48,7 +48,7 @@ function M.close_completed(buf, win)
   if not since then
     return
   end
-  local exact, lo, hi = require("flemma.native").idoc_changes(idoc, since)
+  local exact, lo, hi = require("flemma.core.native").idoc_changes(idoc, since)
   if not exact then
     lo, hi = nil, nil
   end
@@ -68,7 +68,7 @@ function M.close_result(buf, line)
     return
   end
   fold.flush(buf)
-  local seg = require("flemma.native").idoc_segment_at(idoc, line)
+  local seg = require("flemma.core.native").idoc_segment_at(idoc, line)
   if not seg then
     return
   end
@@ -187,7 +187,7 @@ function H.fence_warnings(buf)
     return
   end
   local out, keys = {}, {}
-  for _, d in ipairs(require("flemma.native").idoc_diagnostics(idoc)) do
+  for _, d in ipairs(require("flemma.core.native").idoc_diagnostics(idoc)) do
     if d.message:find("this fence is not closed: ", 1, true) == 1 then
       out[#out + 1] =
         { lnum = d.line - 1, col = 0, severity = vim.diagnostic.severity.WARN, message = d.message, source = "flemma" }

@@ -10,9 +10,10 @@
  *  - No C++ exception ever crosses this boundary.
  *  - Ownership is written beside each function. Memory returned by the library
  *    is released by its matching flemma_*_free function, never by free().
- *  - This header must stay parseable by LuaJIT's ffi.cdef once the preprocessor
- *    lines are removed: lua/flemma/native.lua declares the same functions, and a
- *    spec checks that the two agree.
+ *  - This header must stay parseable by LuaJIT's ffi.cdef once comments,
+ *    preprocessor lines and FLEMMA_API are removed: lua/flemma/core/native/init.lua
+ *    reads it at load time and declares it as it is (integer macros become
+ *    `static const int`); the Lua binding names the enum constants, never numbers.
  */
 #ifndef FLEMMA_FLEMMA_H
 #define FLEMMA_FLEMMA_H
@@ -63,6 +64,9 @@ FLEMMA_API const char *flemma_last_error(void);
  * NUL-terminated, truncated to cap - 1 bytes. Returns the full length of the
  * text (excluding the NUL), like snprintf; negative on error. The caller owns buf. */
 FLEMMA_API int flemma_format_size(int64_t bytes, char *buf, size_t cap);
+
+/* Why a text was cut: truncated_by of a truncation result, cut_by of a file read. */
+enum flemma_cut_by { FLEMMA_CUT_NONE = 0, FLEMMA_CUT_BY_LINES = 1, FLEMMA_CUT_BY_BYTES = 2 };
 
 /* The result of flemma_truncate_head / flemma_truncate_tail. `content` points
  * into the result (content_len bytes, NUL-terminated) and lives until the result
@@ -387,6 +391,13 @@ typedef struct flemma_spawn_opts {
   int64_t max_stdout_bytes;
 } flemma_spawn_opts;
 
+/* The kind of a flemma_proc_event. */
+enum flemma_proc_event_kind {
+  FLEMMA_PROC_PROGRESS = 1,
+  FLEMMA_PROC_EXIT = 2,
+  FLEMMA_PROC_STREAM = 3
+};
+
 /* An event. kind 1: progress (bytes, lines, last_line); kind 2: exit (every
  * field); kind 3: decoded stream events of stdout (stream_events; consecutive
  * text, thinking and tool input deltas of one block are merged), all of them
@@ -622,6 +633,9 @@ FLEMMA_API int flemma_freader_running(const flemma_freader *reader);
  * Backends: 1 bubblewrap (Linux), 2 sandbox-exec (macOS). */
 typedef struct flemma_sandbox_policy flemma_sandbox_policy;
 
+/* The backend argument of flemma_sandbox_wrap. */
+enum flemma_sandbox_backend { FLEMMA_SANDBOX_BWRAP = 1, FLEMMA_SANDBOX_EXEC = 2 };
+
 /* A list of strings owned by the library: items[0 .. count-1], each
  * NUL-terminated. Free it with flemma_strv_free. */
 typedef struct flemma_strv {
@@ -710,6 +724,15 @@ enum flemma_stream_event_type {
       16, /* a = path, usage[0] = mtime (s), usage[1] = size, status 1 file / 2 dir */
   FLEMMA_STREAM_SEARCH_SUMMARY = 17 /* usage: found, searched, binary, unreadable, files with a
                                        match; a = an error ("" none) */
+};
+
+/* The status and flag values of the events that have them (see above). */
+enum flemma_stream_event_values {
+  FLEMMA_STREAM_END_COMPLETE = 1,    /* END status: the stream ended complete */
+  FLEMMA_STREAM_END_F_BODY = 1,      /* END flags bit: a = the kept body */
+  FLEMMA_STREAM_SEARCH_CONTEXT = 2,  /* SEARCH_MATCH status of a context line (1: a match) */
+  FLEMMA_STREAM_SEARCH_F_CUT = 1,    /* SEARCH_MATCH flags bit: the line was cut */
+  FLEMMA_STREAM_SEARCH_DIRECTORY = 2 /* SEARCH_FILE status of a directory (1: a file) */
 };
 
 /* Indices into flemma_stream_event.usage. */

@@ -240,7 +240,7 @@ describe("a hostile server", function()
         f:close()
         vim.cmd("qa!")
       ]]):format(
-        require("flemma.native").library_path(),
+        require("flemma.core.native").library_path(),
         server:url("/v1/messages"),
         dir .. "/q.chat",
         dir .. "/quitting"

@@ -174,7 +174,7 @@ end
 
 -- Each segment's items (kind and absolute lines) of a document, one string.
 local function outline(d)
-  local native = require("flemma.native")
+  local native = require("flemma.core.native")
   local _, _, count = native.idoc_info(d)
   local out = {}
   for i = 0, count - 1 do
@@ -189,7 +189,7 @@ end
 -- How the live document differs from the buffer's text or from a fresh parse
 -- of it, or nil (a difference there is the document's, not the folds').
 local function document_difference(buf)
-  local native = require("flemma.native")
+  local native = require("flemma.core.native")
   local live = require("flemma.ui.lines").idoc(buf)
   if not live then
     return "the live document lags behind the buffer after the next tick"

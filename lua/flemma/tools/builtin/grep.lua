@@ -218,7 +218,7 @@ return {
     return preview.with_comment(s, input.label)
   end,
   execute = function(input, ctx, callback)
-    local native = require("flemma.native")
+    local native = require("flemma.core.native")
     if type(input.pattern) ~= "string" or input.pattern == "" then
       callback({ success = false, error = "`pattern` should be a non-empty string" })
       return

@@ -24,7 +24,7 @@ return {
     return { { path = input.path, write = true } }
   end,
   format_preview = function(input)
-    local size = require("flemma.native").format_size(#(input.content or ""))
+    local size = require("flemma.core.native").format_size(#(input.content or ""))
     return preview.with_comment(("%s (%s)"):format(input.path or "?", size), input.label)
   end,
   execute = function(input, ctx)

@@ -1,0 +1,197 @@
+--- The process manager (the header's "Process manager" section): children spawned
+--- and watched by a native worker; their events taken as Lua tables.
+local ffi = require("ffi")
+local util = require("flemma.core.util")
+local cdata = require("flemma.core.native.cdata")
+
+local S = {}
+local H = {}
+local N -- flemma.core.native, bound when it loads
+
+function S.__bind(native)
+  N = native
+end
+
+H.procmgr = nil
+
+--- The process manager (created on first use, freed when collected).
+---@return ffi.cdata*
+function S.procmgr()
+  if H.procmgr then
+    return H.procmgr
+  end
+  local lib = N.lib()
+  local mgr = lib.flemma_procmgr_new()
+  if mgr == nil then
+    util.error("cannot start the process manager: " .. N.last_error())
+  end
+  H.procmgr = ffi.gc(mgr, lib.flemma_procmgr_free)
+  return H.procmgr
+end
+
+--- The descriptor that becomes readable when process events wait.
+---@return integer
+function S.proc_fd()
+  return N.lib().flemma_procmgr_fd(S.procmgr())
+end
+
+--- Spawns a child; raises on a bad request.
+---@param o { argv: string[], cwd?: string, env?: string[], stdin?: string, stdin_mode: integer, merge_output: boolean, progress: boolean, timeout_ms: integer, kill_grace_ms: integer, max_lines: integer, max_bytes: integer, decoder?: string, max_stdout_bytes?: integer }
+---@return integer id
+---@return integer pid
+function S.proc_spawn(o)
+  local lib = N.lib()
+  local mgr = S.procmgr()
+  local opts = ffi.new("flemma_spawn_opts")
+  local argv = cdata.cstrings(o.argv) -- anchored until the call returns
+  local env = o.env and cdata.cstrings(o.env) or nil
+  opts.argv = argv
+  opts.cwd = o.cwd
+  opts.env = env
+  if o.stdin then
+    opts.stdin_data = o.stdin
+    opts.stdin_len = #o.stdin
+  end
+  opts.stdin_mode = o.stdin_mode
+  opts.merge_output = o.merge_output and 1 or 0
+  opts.progress = o.progress and 1 or 0
+  opts.timeout_ms = o.timeout_ms or 0
+  opts.kill_grace_ms = o.kill_grace_ms or -1
+  opts.max_lines = o.max_lines or 0
+  opts.max_bytes = o.max_bytes or 0
+  opts.decoder = o.decoder
+  opts.max_stdout_bytes = o.max_stdout_bytes or 0
+  local id = ffi.new("int64_t[1]")
+  local pid = ffi.new("int64_t[1]")
+  if lib.flemma_procmgr_spawn(mgr, opts, id, pid) ~= 0 then
+    util.error(N.last_error())
+  end
+  return tonumber(id[0]), tonumber(pid[0])
+end
+
+function S.proc_write(id, data)
+  N.lib().flemma_procmgr_write(S.procmgr(), id, data, #data)
+end
+
+function S.proc_close_stdin(id)
+  N.lib().flemma_procmgr_close_stdin(S.procmgr(), id)
+end
+
+function S.proc_cancel(id)
+  N.lib().flemma_procmgr_cancel(S.procmgr(), id)
+end
+
+--- Stops (true) or resumes reading a child's stdout.
+---@param id integer
+---@param paused boolean
+function S.proc_pause(id, paused)
+  N.lib().flemma_procmgr_pause(S.procmgr(), id, paused and 1 or 0)
+end
+
+--- SIGKILL to every group the library started (also without a manager).
+function S.proc_kill_all()
+  if N.loaded() then
+    N.lib().flemma_procmgr_kill_all(H.procmgr)
+  end
+end
+
+---@return integer
+function S.proc_running()
+  return H.procmgr and N.lib().flemma_procmgr_running(H.procmgr) or 0
+end
+
+-- The output of one stream of an exit event (prefix "out" or "err").
+function H.output(e, prefix)
+  return {
+    tail = ffi.string(e[prefix .. "_tail"], e[prefix .. "_tail_len"]),
+    truncated = e[prefix .. "_truncated"] ~= 0,
+    binary = e[prefix .. "_binary"] ~= 0,
+    total_bytes = tonumber(e[prefix .. "_total_bytes"]),
+    total_lines = tonumber(e[prefix .. "_total_lines"]),
+    path = cdata.opt_string(e[prefix .. "_path"]),
+  }
+end
+
+-- A progress or exit event as a Lua table.
+function H.event(e, C)
+  local exit = e.kind == C.FLEMMA_PROC_EXIT
+  local ev = {
+    id = tonumber(e.id),
+    kind = exit and "exit" or "progress",
+    bytes = tonumber(e.bytes),
+    lines = tonumber(e.lines),
+    last_line = ffi.string(e.last_line, e.last_line_len),
+  }
+  if exit then
+    ev.code = e.signal == 0 and e.exit_code or nil
+    ev.signal = e.signal ~= 0 and e.signal or nil
+    ev.timed_out = e.timed_out ~= 0
+    ev.cancelled = e.cancelled ~= 0
+    ev.out = H.output(e, "out")
+    ev.err = H.output(e, "err")
+  end
+  return ev
+end
+
+-- A batch of decoded stream events (kind FLEMMA_PROC_STREAM), from event i (byte
+-- `off` of its text) on: all of them, or (with max_bytes) those the budget allows;
+-- an event not taken whole is kept for the next call.
+function H.stream(e, i, off, budget, max_bytes, lib)
+  local count = tonumber(e.stream_event_count)
+  local out
+  if max_bytes then
+    out, i, off, budget = N.stream_slice(e.stream_events, count, i, off, budget)
+  else
+    out, i = N.stream_events(e.stream_events, count), count
+  end
+  local ev = { id = tonumber(e.id), kind = "stream", events = out }
+  if i < count then
+    H.partial_event, H.partial_i, H.partial_off = e, i, off
+  else
+    lib.flemma_proc_event_free(e)
+  end
+  return ev, budget
+end
+
+--- Resets the descriptor and returns the waiting events as Lua tables: all of
+--- them, or once about `max_bytes` of decoded stream events were taken (their
+--- text, and 64 bytes for each event), those so far and `more` = true (others
+--- may wait: call again; the descriptor was reset). A batch of decoded events, or
+--- a long text in one, is split where the budget ends and continued at the next
+--- call (see stream_slice).
+---@param max_bytes? integer
+---@return table[] events
+---@return boolean more
+function S.proc_events(max_bytes)
+  if not H.procmgr then
+    return {}, false
+  end
+  local lib, C = N.lib(), N.C
+  local mgr = H.procmgr
+  lib.flemma_procmgr_ack(mgr)
+  local events = {}
+  local budget = max_bytes or math.huge
+  while true do
+    if budget <= 0 then
+      return events, true
+    end
+    local e, i, off = H.partial_event, H.partial_i, H.partial_off
+    if e ~= nil then
+      H.partial_event = nil
+    else
+      e, i, off = lib.flemma_procmgr_next_event(mgr), 0, 0
+      if e == nil then
+        break
+      end
+    end
+    if e.kind == C.FLEMMA_PROC_STREAM then
+      events[#events + 1], budget = H.stream(e, i, off, budget, max_bytes, lib)
+    else
+      events[#events + 1] = H.event(e, C)
+      lib.flemma_proc_event_free(e)
+    end
+  end
+  return events, false
+end
+
+return S
