@@ -30,8 +30,9 @@ function H.bufnr(bufnr)
   return bufnr
 end
 
---- The project roots of a buffer: the sandbox's writable roots while the sandbox is
---- on, else the cwd and the directory of the chat file (if it has one).
+--- The project roots of a buffer: the cwd and the directory of the chat file (if it
+--- has one); while the sandbox is on with `sandbox.policy.rw_paths` set, those roots.
+--- The sandbox's default roots /tmp and $TMPDIR are never the project.
 ---@param bufnr? integer
 ---@return string[]
 function M.roots(bufnr)
@@ -44,9 +45,15 @@ function M.roots(bufnr)
   end
   local candidates
   local sandbox = require("flemma.policy.sandbox")
-  if sandbox.is_enabled() then
+  local configured = sandbox.is_enabled()
+    and ((require("flemma.core.config").get().sandbox or {}).policy or {}).rw_paths
+  if configured then
+    -- Roots the user named: the project is what the sandbox may write.
     candidates = sandbox.policy(bufnr).rw_paths
   else
+    -- The cwd and the chat's directory, sandbox or not: the sandbox's default roots
+    -- add only the shared temporary directories (/tmp, $TMPDIR), where anyone's
+    -- files lie, and those are not the project (a reference to one asks).
     candidates = { cwd }
     if dir then
       candidates[2] = dir

@@ -65,6 +65,36 @@ M.HOME_ENTRIES = {
   "Library/Safari",
   "Library/Cookies",
   "Library/Keychains",
+  -- Shell and REPL histories: tokens pasted on a command line stay there.
+  ".bash_history",
+  ".zsh_history",
+  ".zhistory",
+  ".histfile",
+  ".local/share/fish/fish_history",
+  ".python_history",
+  ".psql_history",
+  ".mysql_history",
+  ".sqlite_history",
+  ".rediscli_history",
+  ".node_repl_history",
+  ".lesshst",
+}
+
+--- Variables that move a secret place elsewhere (each names a file or a directory;
+--- a `:`-separated list for KUBECONFIG): what they name is secret as well.
+M.ENV_ENTRIES = {
+  "GNUPGHOME",
+  "AWS_SHARED_CREDENTIALS_FILE",
+  "AWS_CONFIG_FILE",
+  "KUBECONFIG",
+  "DOCKER_CONFIG",
+  "CLOUDSDK_CONFIG",
+  "GOOGLE_APPLICATION_CREDENTIALS",
+  "AZURE_CONFIG_DIR",
+  "PASSWORD_STORE_DIR",
+  "GH_CONFIG_DIR",
+  "NETRC",
+  "HISTFILE",
 }
 
 -- Files that hold a token only when their content says so: read up to this size.
@@ -109,7 +139,8 @@ H.XDG = { { ".config/", "XDG_CONFIG_HOME" }, { ".local/share/", "XDG_DATA_HOME" 
 
 --- The absolute secret places: $HOME's entries (M.HOME_ENTRIES; those below
 --- ~/.config and ~/.local/share also below $XDG_CONFIG_HOME and $XDG_DATA_HOME when
---- these are set elsewhere) and Neovim's own data and state directories, as written
+--- these are set elsewhere), what the variables of M.ENV_ENTRIES name (absolute
+--- paths only) and Neovim's own data and state directories, as written
 --- (not resolved; missing ones included), each once.
 ---@return string[]
 function M.paths()
@@ -132,6 +163,16 @@ function M.paths()
       end
     end
   end
+  for _, name in ipairs(M.ENV_ENTRIES) do
+    local value = vim.env[name]
+    if type(value) == "string" then
+      for p in value:gmatch("[^:]+") do
+        if p:sub(1, 1) == "/" and p ~= "/" then
+          add(vim.fs.normalize(p))
+        end
+      end
+    end
+  end
   for _, dir in ipairs(M.nvim_dirs()) do
     add(dir)
   end
@@ -151,6 +192,9 @@ function H.places()
     vim.env.XDG_DATA_HOME or "",
     vim.env.XDG_STATE_HOME or "",
   }, "\0")
+  for _, name in ipairs(M.ENV_ENTRIES) do
+    key = key .. "\0" .. (vim.env[name] or "")
+  end
   if H.cache and H.cache.key == key then
     return H.cache.places
   end
