@@ -68,12 +68,12 @@ function M.ensure()
   end
   vim.fn.delete(M.DIR, "rf")
   local ok, err = pcall(function()
-    local plain, needle, regex = {}, nil, nil
+    local plain = {}
     for k = 1, 8 do
       plain[k] = body(k * 7919, M.SIZE)
     end
-    needle = body(4242, M.SIZE, "  /* " .. M.NEEDLE .. " here */")
-    regex = body(5353, M.SIZE, "void fn_1234_handler(int x);")
+    local needle = body(4242, M.SIZE, "  /* " .. M.NEEDLE .. " here */")
+    local regex = body(5353, M.SIZE, "void fn_1234_handler(int x);")
     for i = 0, M.FILES - 1 do
       local dir = ("%s/d%03d/s%02d"):format(M.DIR, math.floor(i / 1000), math.floor(i / 100) % 10)
       if i % 100 == 0 then

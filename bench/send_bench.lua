@@ -58,6 +58,7 @@ end
 -- 300,000 line strings held by the bench would make every garbage collection
 -- during the stream longer than Flemma's own data does.
 local server, buf, base_count, base_last
+local loaded = false -- the 10 MB chat is in buf
 local last = {}
 
 local function setup()
@@ -86,7 +87,6 @@ local function teardown()
   end
 end
 
-local loaded = false
 --- Back to the 10 MB chat: loaded once, later runs remove only what a run added
 --- (an edit at the end, as after a real answer), so unchanged messages stay unchanged.
 local function reset_buffer(edit)

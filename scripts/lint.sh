@@ -5,22 +5,26 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 STYLUA=${STYLUA:-$(ls .deps/npm/node_modules/.bin/stylua 2>/dev/null || command -v stylua)}
 CLANG_FORMAT=${CLANG_FORMAT:-$(command -v clang-format-14 || command -v clang-format)}
+LUACHECK=${LUACHECK:-$(command -v luacheck)}
 LUA_DIRS=(lua plugin ftplugin ftdetect spec bench scripts)
 NATIVE=(native/src/*.cpp native/src/*.hpp native/include/flemma/*.h native/reaper/*.cpp tests/*.cpp fuzz/*.cpp)
 failed=0
 check() {
   local name=$1; shift
-  local out
+  local out hint=${HINT:-}
   if out=$("$@" 2>&1); then
     echo "[lint] $name: ok"
   else
     echo "$out" | tail -n 40
-    echo "[lint] $name: FAILED (make format fixes layout)"
+    echo "[lint] $name: FAILED${hint:+ ($hint)}"
     failed=1
   fi
 }
 if [ -z "$STYLUA" ]; then echo "[lint] stylua: not found (make deps installs it)"; failed=1
-else check "stylua (Lua layout)" "$STYLUA" --check "${LUA_DIRS[@]}"; fi
+else HINT="make format fixes layout" check "stylua (Lua layout)" "$STYLUA" --check "${LUA_DIRS[@]}"; fi
 if [ -z "$CLANG_FORMAT" ]; then echo "[lint] clang-format: not found (make deps installs it)"; failed=1
-else check "clang-format (native layout)" "$CLANG_FORMAT" --dry-run -Werror "${NATIVE[@]}"; fi
+else HINT="make format fixes layout" check "clang-format (native layout)" "$CLANG_FORMAT" --dry-run -Werror "${NATIVE[@]}"; fi
+# luacheck reads .luacheckrc (globals, the busted specs, the isolate's runtime files).
+if [ -z "$LUACHECK" ]; then echo "[lint] luacheck: not found (make deps installs it)"; failed=1
+else check "luacheck (Lua)" "$LUACHECK" --quiet --formatter plain --codes "${LUA_DIRS[@]}"; fi
 exit $failed

@@ -162,9 +162,9 @@ describe("make demo", function()
         )
       end,
     })
-    local s = child.wait_screen("Show me how tools work in Flemma.", 120000)
+    child.wait_screen("Show me how tools work in Flemma.", 120000)
     -- Each line of the welcome shows whole on one row (no wrap) on the first screen.
-    s = child.wait_screen("Welcome to Flemma. This file is the whole conversation: edit it like any\n", 10000)
+    local s = child.wait_screen("Welcome to Flemma. This file is the whole conversation: edit it like any\n", 10000)
     assert.matches("allows it, and one key moves everything forward: press Ctrl-] in normal mode\n", s, 1, true)
     child.tmux({ "send-keys", "-t", "flemma", ":help flemma", "Enter" })
     s = child.wait_screen("flemma.txt", 10000)

@@ -95,14 +95,14 @@ describe("the answer", function()
 
   it("is followed by a window that showed the end of the chat", function()
     start("G")
-    local s = child.wait_screen("question line 50")
+    child.wait_screen("question line 50")
     server:script({
       { body = lines_stream(60), content_type = "text/event-stream", chunk_seed = 1, max_chunk = 200, delay_ms = 20 },
     })
     child.tmux({ "send-keys", "-t", "flemma", "C-]" })
     -- Midway, the latest text is in view.
-    s = child.wait_screen("answer line 30", 8000)
-    s = child.wait_screen("THE END", 8000)
+    child.wait_screen("answer line 30", 8000)
+    local s = child.wait_screen("THE END", 8000)
     assert.is_nil(s:find("question line 50", 1, true), s)
     -- The request ended: the statusline says so without a key pressed.
     local ok = vim.wait(3000, function()

@@ -235,7 +235,7 @@ describe("flemma.chat.frontmatter", function()
         assert.equals(rep, string.rep)
         assert.equals(insert, table.insert)
         assert.equals(floor, math.floor)
-        assert.is_nil(string.evil)
+        assert.is_nil(string.evil) -- luacheck: ignore 143 (the field the isolate's code tried to add)
       end)
 
       it("lets strings use methods but hides the real string table behind getmetatable", function()

@@ -3,7 +3,7 @@
 local helpers = require("spec.support.helpers")
 
 -- Runs a child `nvim --headless --clean <args>` with the Lua; returns what it wrote with out().
-local function child(args, lua)
+local function run_child(args, lua)
   local out = helpers.tmpdir() .. "/out.txt"
   local prelude = ("local function out(s) local f = io.open(%q, 'a'); f:write(s, '\\n'); f:close() end\n"):format(out)
   -- run_nvim fails the test when the child crashes, exits non-zero or raises.
@@ -18,7 +18,7 @@ describe("filetype detection", function()
     -- lazy.nvim sources ftdetect/ of a plugin lazy-loaded on `ft` at startup, inside
     -- the filetypedetect group, and loads plugin/ only on the FileType event.
     local chat = helpers.tmpdir() .. "/notes.chat"
-    local text = child(
+    local text = run_child(
       {
         "--clean",
         "--cmd",
@@ -44,7 +44,7 @@ describe("filetype detection", function()
     vim.fn.mkdir(pack .. "/pack/u/opt", "p")
     vim.uv.fs_symlink(helpers.root, pack .. "/pack/t/start/flemma")
     local chat = helpers.tmpdir() .. "/notes.chat"
-    local text = child(
+    local text = run_child(
       { "--clean", "--cmd", "set packpath^=" .. vim.fn.fnameescape(pack) },
       ([[
       vim.cmd.edit(%q)
@@ -56,7 +56,7 @@ describe("filetype detection", function()
 
     vim.fn.delete(pack .. "/pack/t/start/flemma")
     vim.uv.fs_symlink(helpers.root, pack .. "/pack/u/opt/flemma")
-    text = child(
+    text = run_child(
       { "--clean", "--cmd", "set packpath^=" .. vim.fn.fnameescape(pack) },
       ([[
       vim.cmd.edit(%q)
@@ -181,14 +181,14 @@ describe(":Flemma build", function()
     keys(child, "j", "k", "G")
     vim.wait(300)
     keys(child, ":Flemma build", "Enter")
-    s = child.wait_screen("(flemma) make: ", 20000)
+    child.wait_screen("(flemma) make: ", 20000)
     -- Neovim answers while make runs: the library is not there yet.
     -- (In the winbar, which the build's progress messages do not overwrite.)
     keys(child, ":setlocal winbar=typing\\ while\\ it\\ builds", "Enter")
-    s = child.wait_screen("typing while it builds", 120000)
+    child.wait_screen("typing while it builds", 120000)
     assert.is_nil(vim.uv.fs_stat(dir .. "/build/libflemma_core.so"), "the build was over before Neovim answered")
     -- The progress is make's last line: a file being compiled.
-    s = child.wait_screen("(flemma) make: [flemma] [", BUILD_TIMEOUT)
+    child.wait_screen("(flemma) make: [flemma] [", BUILD_TIMEOUT)
     s = child.wait_screen("(flemma) native library built and loaded", BUILD_TIMEOUT)
     assert_quiet(s)
     assert.is_not_nil(vim.uv.fs_stat(dir .. "/build/libflemma_core.so"))
@@ -349,7 +349,7 @@ describe("a chat opened before the native library is built", function()
     })
     local chat = helpers.tmpdir() .. "/notes.chat"
     helpers.write_file(chat, "@You:\nhello\n")
-    local text = child(
+    local text = run_child(
       { "--clean", "--cmd", "set rtp^=" .. vim.fn.fnameescape(dir) },
       ([[
       local seen = {}

@@ -18,11 +18,6 @@ local function alive_in_group(pgid)
   return n
 end
 
-local function pid_alive(pid)
-  local stat = helpers.read_file("/proc/" .. pid .. "/stat")
-  return stat ~= nil and stat:match("%) (%S)") ~= "Z"
-end
-
 -- Runs opts to completion and returns the result (and the handle).
 local function run(opts, timeout)
   local result

@@ -465,7 +465,7 @@ describe("flemma.policy.sandbox", function()
         assert.is_truthy(out:find("registry.npmjs.org", 1, true), out)
         assert.is_truthy(out:find("project-readme", 1, true), out)
         -- On disk they are unchanged, and the command cannot replace them.
-        res = bash("echo x > .env; rm -f id_rsa; true")
+        bash("echo x > .env; rm -f id_rsa; true")
         assert.equal("CONTENT-1-END\n", helpers.read_file(project_dir .. "/.env"))
         assert.equal("CONTENT-12-END\n", helpers.read_file(project_dir .. "/id_rsa"))
       end

@@ -1,6 +1,6 @@
 local helpers = require("spec.support.helpers")
 local config = require("flemma.core.config")
-local switch = require("flemma.provider.switch")
+require("flemma.provider.switch") -- registers :Flemma switch
 local provider = require("flemma.provider")
 
 local notes, orig_notify, orig_select
@@ -181,7 +181,7 @@ describe(":Flemma switch", function()
     assert.equals("vertex", config.get().provider)
     assert.equals("gemini-2.5-flash", config.get().model)
     -- cancelling the model list changes nothing
-    vim.ui.select = function(items, opts, cb)
+    vim.ui.select = function(_items, opts, cb)
       cb(opts.prompt == "Provider" and "openai" or nil)
     end
     vim.cmd("Flemma switch")
@@ -273,9 +273,6 @@ describe(":Flemma switch with an OpenAI-compatible server", function()
     served.clear()
   end)
 
-  local function complete(line)
-    return vim.fn.getcompletion("Flemma " .. line, "cmdline")
-  end
   local function models_of(c)
     return vim.tbl_filter(function(m)
       return not m:find("=", 1, true)
@@ -331,7 +328,7 @@ describe(":Flemma switch with an OpenAI-compatible server", function()
   end)
 
   it("picks a model from the server's list without arguments", function()
-    local orig_select = vim.ui.select
+    local saved_select = vim.ui.select
     local asked = {}
     vim.ui.select = function(items, opts, cb)
       asked[#asked + 1] = { items = items, prompt = opts.prompt }
@@ -341,7 +338,7 @@ describe(":Flemma switch with an OpenAI-compatible server", function()
     helpers.wait_for(function()
       return #asked == 2
     end, 15000, "no model list was offered")
-    vim.ui.select = orig_select
+    vim.ui.select = saved_select
     assert.equals("Model of mine", asked[2].prompt)
     assert.same({ "llama3.1:8b", "qwen2.5-coder:7b" }, asked[2].items)
     assert.equals("mine", config.get().provider)

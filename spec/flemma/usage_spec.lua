@@ -302,26 +302,23 @@ end)
 
 describe("usage.format_fit", function()
   local u = require("flemma.provider.usage")
-  local usage = u.record(
-    { input_tokens = 1200, output_tokens = 42, cache_read_tokens = 900, cache_write_tokens = 300 },
-    {
-      kind = "anthropic",
-      provider = "anthropic",
-      model = "claude-sonnet-4-6",
-    }
-  )
+  local rec = u.record({ input_tokens = 1200, output_tokens = 42, cache_read_tokens = 900, cache_write_tokens = 300 }, {
+    kind = "anthropic",
+    provider = "anthropic",
+    model = "claude-sonnet-4-6",
+  })
   local labels = { "anthropic claude-sonnet-4-6", "claude-sonnet-4-6" }
 
   it("gives the whole line when it fits", function()
-    assert.equals("anthropic claude-sonnet-4-6: " .. u.format(usage), u.format_fit(usage, labels, 200))
+    assert.equals("anthropic claude-sonnet-4-6: " .. u.format(rec), u.format_fit(rec, labels, 200))
   end)
 
   it("drops details, then the label, then cuts, so the line always fits the width", function()
     for width = 10, 120 do
-      local line = u.format_fit(usage, labels, width)
+      local line = u.format_fit(rec, labels, width)
       assert.is_true(vim.fn.strdisplaywidth(line) <= width, ("%d: %s"):format(width, line))
     end
-    assert.matches("^claude%-sonnet%-4%-6: 1,200 in · 42 out · %$", u.format_fit(usage, labels, 50))
-    assert.matches("^1,200 in · 42 out · %$", u.format_fit(usage, labels, 30))
+    assert.matches("^claude%-sonnet%-4%-6: 1,200 in · 42 out · %$", u.format_fit(rec, labels, 50))
+    assert.matches("^1,200 in · 42 out · %$", u.format_fit(rec, labels, 30))
   end)
 end)

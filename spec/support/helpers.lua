@@ -276,9 +276,9 @@ function M.tmux_nvim(opts)
       end, 50)
     end
     tmux({ "kill-server" })
-    local res = ended() or { code = 124, signal = 0, stderr = "(it did not exit after :qa!)" }
-    res.stdout = screen
-    return M.check_exit(res, "the Neovim in tmux")
+    local exit = ended() or { code = 124, signal = 0, stderr = "(it did not exit after :qa!)" }
+    exit.stdout = screen
+    return M.check_exit(exit, "the Neovim in tmux")
   end
   return t
 end

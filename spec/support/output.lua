@@ -34,7 +34,7 @@ return function(options)
     return nil, true
   end)
 
-  handler.testEnd = function(element, parent, status)
+  handler.testEnd = function(_element, _parent, status)
     if status == "success" then
       write(".")
     elseif status == "pending" then

@@ -528,9 +528,9 @@ function H.load(abs, ref, max_bytes, bufnr)
   if cached and cached.stamp == stamp and cached.forced == ref.type then
     return cached.file
   end
-  local content, rerr = H.read_all(abs, max_bytes)
+  local content, read_err = H.read_all(abs, max_bytes)
   if not content then
-    return nil, ("file %s cannot be read (%s): %s"):format(display, abs, tostring(rerr))
+    return nil, ("file %s cannot be read (%s): %s"):format(display, abs, tostring(read_err))
   end
   if #content > max_bytes then
     return nil,

@@ -749,7 +749,7 @@ end
 ---@return string[]
 function M.render_result(id, output, is_error)
   H.check_id(id, "render_result")
-  local info, content = "", nil
+  local info, content = "" -- every branch below sets content
   if type(output) == "table" then
     info, content = "json", H.encode(output)
   elseif type(output) == "string" then

@@ -13,7 +13,6 @@ local session = require("flemma.core.session")
 local opt = require("flemma.isolated.opt")
 
 local M = {}
-local util = require("flemma.core.util")
 local H = {}
 
 ---@class flemma.frontmatter.Options

@@ -329,7 +329,7 @@ end
 
 --- The approval of a call under `opts.requires_approval` and `handlers.prompt_condition`:
 --- "require_approval", "approve", or nil (no opinion: Flemma's policy decides).
-function H.approval(tool, name, input)
+function H.approval(tool, input)
   local opts = tool.opts or {}
   local req = opts.requires_approval
   if req == nil then
@@ -400,7 +400,7 @@ function M.adapt(tool)
       if tool_name ~= name then
         return nil
       end
-      return H.approval(tool, name, input)
+      return H.approval(tool, input)
     end,
   })
   local remove = handle.remove

@@ -903,7 +903,7 @@ function M.execute_at_cursor(bufnr)
     if scan.assistant ~= nil and vim.tbl_contains(scan.uses, use) then
       M.categorize(bufnr)
       doc = H.doc(bufnr)
-      use, result = H.find(doc, target.id)
+      result = select(2, H.find(doc, target.id))
     end
     if not result then
       util.warn(("`%s` is not part of the last assistant message"):format(target.id))
@@ -927,7 +927,7 @@ function M.execute_at_cursor(bufnr)
   if result.status == "pending" then
     M.set_status(bufnr, target.id, "approved")
     doc = H.doc(bufnr)
-    use, result = H.find(doc, target.id)
+    result = select(2, H.find(doc, target.id))
   end
   if result and result.status == "approved" then
     H.get_state(bufnr).single = true -- a single tool: do not chain into a send

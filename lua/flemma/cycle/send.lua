@@ -234,8 +234,8 @@ function M.send(bufnr, opts)
 
   local document = require("flemma.chat.document")
   local doc = document.get(bufnr)
-  local ok, problems = document.validate_for_send(doc)
-  if not ok then
+  local valid, problems = document.validate_for_send(doc)
+  if not valid then
     M.show_problems(bufnr, problems)
     H.watch(bufnr)
     return false

@@ -338,7 +338,8 @@ function M.problem(path, value)
     if (o.integer and value ~= math.floor(value)) or (o.min and value < o.min) or (o.max and value > o.max) then
       bad = true
     end
-    if o.above and not (value > o.above) then
+    -- not (value > o.above), not value <= o.above: NaN is refused too.
+    if o.above and not (value > o.above) then -- luacheck: ignore 581
       bad = true
     end
   end

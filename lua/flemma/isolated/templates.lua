@@ -153,7 +153,7 @@ function H.include_fn(stack)
     else
       abs = H.normalize(stack[#stack].dir .. "/" .. path)
     end
-    for i, s in ipairs(stack) do
+    for _, s in ipairs(stack) do
       if s.path == abs then
         local chain = {}
         for j = 1, #stack do

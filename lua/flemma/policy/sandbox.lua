@@ -87,7 +87,7 @@ end
 ---@return boolean ok
 ---@return string|nil err
 function M.is_available(backend)
-  local name, err = backend, nil
+  local name, err = backend
   if name == nil then
     name, err = M.backend()
     if not name then

@@ -73,11 +73,11 @@ function H.messages(request, params, files)
           end
           content[#content + 1] = H.file_part(p, files)
         elseif p.kind == "tool_result" then
-          local content = p.content or ""
+          local text = p.content or ""
           if p.is_error then
-            content = M.error_prefix .. content
+            text = M.error_prefix .. text
           end
-          out[#out + 1] = { role = "tool", tool_call_id = p.id, content = content }
+          out[#out + 1] = { role = "tool", tool_call_id = p.id, content = text }
         elseif p.kind == "text" and p.text:find("%S") then
           texts[#texts + 1] = p.text
         end

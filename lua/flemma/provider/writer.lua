@@ -13,7 +13,6 @@ local document = require("flemma.chat.document")
 local native = require("flemma.core.native")
 
 local M = {}
-local H = {}
 
 M.ns = vim.api.nvim_create_namespace("flemma.response")
 M.interval = 16

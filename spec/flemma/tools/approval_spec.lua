@@ -296,7 +296,7 @@ describe("flemma.tools.approval", function()
       setup({ tools = { require_approval = false } })
       approval.register("my_plugin:security_policy", {
         description = "Block dangerous bash commands",
-        resolve = function(tool_name, input, context)
+        resolve = function(tool_name, input, _context)
           if tool_name == "bash" and input.command:match("rm %-rf") then
             return "deny"
           end
@@ -350,7 +350,7 @@ describe("flemma.tools.approval", function()
     it('takes a function returning true, false or "deny"', function()
       setup({
         tools = {
-          auto_approve = function(tool_name, input, ctx)
+          auto_approve = function(tool_name, input, _ctx)
             if tool_name == "lookup" then
               return true
             end

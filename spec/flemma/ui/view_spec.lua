@@ -190,7 +190,7 @@ describe("flemma.ui (chat buffers)", function()
 
   describe("folds", function()
     it("are level 1 per message, level 2 per block, with completed blocks closed", function()
-      local buf = open_chat(CHAT)
+      open_chat(CHAT)
       assert.equals("expr", vim.wo.foldmethod)
       assert.same({ 2, 2, 2, 1 }, levels(1, 4)) -- frontmatter
       assert.same({ 1, 1, 1, 1, 1, 1, 1 }, levels(5, 11))

@@ -8,7 +8,6 @@ local process = require("flemma.core.process")
 local util = require("flemma.core.util")
 
 local M = {}
-local H = {}
 
 -- The protocol versions this client speaks, newest first.
 M.PROTOCOL_VERSIONS = { "2025-06-18", "2025-03-26", "2024-11-05" }
