@@ -6,13 +6,14 @@
 --- (the streaming buffer is marked modified again); when Neovim quits anyway
 --- (`:q!`, `:qa!`, or a `:wq` run from a mapping or script), the request is
 --- cancelled first and a buffer that was just written is written again with them.
+local session = require("flemma.core.session")
+
 local M = {}
 local H = {}
 
--- Buffers with a running request written by the command being run (`:wq`, `:x`).
-H.written = {}
--- Of those, the ones a quit was asked for after the write.
-H.quit_written = {}
+-- In each chat's session record (flemma.core.session): `quit_wrote`, set while the
+-- command being run (`:wq`, `:x`) wrote it with a request running, and, of those,
+-- `quit_rewrite` when a quit was asked for after the write.
 
 function H.streaming()
   local send = package.loaded["flemma.cycle.send"]
@@ -34,15 +35,17 @@ function H.quit_pre()
     return
   end
   for _, buf in ipairs(bufs) do
-    if H.written[buf] then
-      H.quit_written[buf] = true
+    if session.field(buf, "quit_wrote") then
+      session.get(buf).quit_rewrite = true
     end
     -- A quit without ! stops at it: "No write since last change".
     vim.bo[buf].modified = true
   end
   vim.schedule(function()
     -- Still running: the quit was refused.
-    H.quit_written = {}
+    for b in session.each("quit_rewrite") do
+      session.set(b, "quit_rewrite", nil)
+    end
   end)
   -- Said only when this quit may end Neovim or closes a streaming chat (not for a
   -- split of another file closed meanwhile).
@@ -133,7 +136,7 @@ function H.leave()
   end
   -- Neovim unloads the buffers before VimLeavePre (BufUnload), which already
   -- cancelled their requests: a buffer `:wq!` wrote is written again with the marker.
-  for buf in pairs(H.quit_written) do
+  for buf in session.each("quit_rewrite") do
     if vim.api.nvim_buf_is_valid(buf) and vim.bo[buf].modified and vim.api.nvim_buf_get_name(buf) ~= "" then
       pcall(vim.api.nvim_buf_call, buf, function()
         vim.cmd("silent keepalt write!")
@@ -154,9 +157,9 @@ function M.setup()
     callback = function(ev)
       local send = package.loaded["flemma.cycle.send"]
       if send and send.is_active(ev.buf) then
-        H.written[ev.buf] = true
+        session.get(ev.buf).quit_wrote = true
         vim.schedule(function()
-          H.written[ev.buf] = nil
+          session.set(ev.buf, "quit_wrote", nil)
         end)
       end
     end,
