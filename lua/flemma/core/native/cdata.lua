@@ -14,6 +14,33 @@ function S.__bind(native)
   N = native
 end
 
+--- A handle of the library made on first use (`lib[new]()`, raising "cannot start
+--- <what>: <error>" when it fails) and freed with `lib[free]` once collected. Returns
+--- `get` (makes it when missing) and `peek` (the handle, or nil before the first get).
+---@param new string
+---@param free string
+---@param what string
+---@return fun(): ffi.cdata* get
+---@return fun(): ffi.cdata*|nil peek
+function S.lazy_handle(new, free, what)
+  local handle
+  local function get()
+    if handle then
+      return handle
+    end
+    local lib = N.lib()
+    local h = lib[new]()
+    if h == nil then
+      util.error(("cannot start %s: %s"):format(what, N.last_error()))
+    end
+    handle = ffi.gc(h, lib[free])
+    return handle
+  end
+  return get, function()
+    return handle
+  end
+end
+
 -- LuaJIT's preallocating table constructor (plain {} where it is missing).
 S.table_new = (function()
   local ok, new = pcall(require, "table.new")

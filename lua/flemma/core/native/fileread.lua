@@ -1,7 +1,7 @@
 --- The file reader (the header's "File reader" section): files read on native threads
 --- so that the main loop never blocks on one.
 local ffi = require("ffi")
-local util = require("flemma.core.util")
+local cdata = require("flemma.core.native.cdata")
 
 local S = {}
 local H = {}
@@ -11,22 +11,9 @@ function S.__bind(native)
   N = native
 end
 
-H.freader = nil
-
 --- The file reader (created on first use, freed when collected).
 ---@return ffi.cdata*
-function S.freader()
-  if H.freader then
-    return H.freader
-  end
-  local lib = N.lib()
-  local r = lib.flemma_freader_new()
-  if r == nil then
-    util.error("cannot start the file reader: " .. N.last_error())
-  end
-  H.freader = ffi.gc(r, lib.flemma_freader_free)
-  return H.freader
-end
+S.freader, H.peek = cdata.lazy_handle("flemma_freader_new", "flemma_freader_free", "the file reader")
 
 --- The descriptor that becomes readable when file reads finished.
 ---@return integer
@@ -58,8 +45,8 @@ end
 --- Drops the result of a read.
 ---@param id integer
 function S.fread_cancel(id)
-  if H.freader then
-    N.lib().flemma_freader_cancel(H.freader, id)
+  if H.peek() then
+    N.lib().flemma_freader_cancel(H.peek(), id)
   end
 end
 
@@ -86,15 +73,15 @@ end
 --- cut_by, long_line }; cut_by is FLEMMA_CUT_*: 0 none, 1 by lines, 2 by bytes).
 ---@return table[]
 function S.fread_results()
-  if not H.freader then
+  if not H.peek() then
     return {}
   end
   local lib = N.lib()
   local types = H.type_names(N.C)
-  lib.flemma_freader_ack(H.freader)
+  lib.flemma_freader_ack(H.peek())
   local out = {}
   while true do
-    local r = lib.flemma_freader_next(H.freader)
+    local r = lib.flemma_freader_next(H.peek())
     if r == nil then
       break
     end
@@ -120,7 +107,7 @@ end
 --- Reads started whose result was not taken or dropped yet.
 ---@return integer
 function S.fread_running()
-  return H.freader and N.lib().flemma_freader_running(H.freader) or 0
+  return H.peek() and N.lib().flemma_freader_running(H.peek()) or 0
 end
 
 return S

@@ -12,22 +12,9 @@ function S.__bind(native)
   N = native
 end
 
-H.procmgr = nil
-
 --- The process manager (created on first use, freed when collected).
 ---@return ffi.cdata*
-function S.procmgr()
-  if H.procmgr then
-    return H.procmgr
-  end
-  local lib = N.lib()
-  local mgr = lib.flemma_procmgr_new()
-  if mgr == nil then
-    util.error("cannot start the process manager: " .. N.last_error())
-  end
-  H.procmgr = ffi.gc(mgr, lib.flemma_procmgr_free)
-  return H.procmgr
-end
+S.procmgr, H.peek = cdata.lazy_handle("flemma_procmgr_new", "flemma_procmgr_free", "the process manager")
 
 --- The descriptor that becomes readable when process events wait.
 ---@return integer
@@ -91,13 +78,13 @@ end
 --- SIGKILL to every group the library started (also without a manager).
 function S.proc_kill_all()
   if N.loaded() then
-    N.lib().flemma_procmgr_kill_all(H.procmgr)
+    N.lib().flemma_procmgr_kill_all(H.peek())
   end
 end
 
 ---@return integer
 function S.proc_running()
-  return H.procmgr and N.lib().flemma_procmgr_running(H.procmgr) or 0
+  return H.peek() and N.lib().flemma_procmgr_running(H.peek()) or 0
 end
 
 -- The output of one stream of an exit event (prefix "out" or "err").
@@ -163,11 +150,11 @@ end
 ---@return table[] events
 ---@return boolean more
 function S.proc_events(max_bytes)
-  if not H.procmgr then
+  if not H.peek() then
     return {}, false
   end
   local lib, C = N.lib(), N.C
-  local mgr = H.procmgr
+  local mgr = H.peek()
   lib.flemma_procmgr_ack(mgr)
   local events = {}
   local budget = max_bytes or math.huge
