@@ -71,6 +71,50 @@ local function stream_once()
   return gap
 end
 
+-- The text of the closed fold of a tool use whose input is one 10 MB line (what
+-- Neovim asks for on every redraw of that fold): read from a prefix of the line. It
+-- took 331 ms when the preview trimmed the whole line; what is left is mostly
+-- Neovim's own nvim_buf_get_text of a prefix of that line (2-4 ms at load 10).
+local fold_buf, fold_line
+local function fold_setup()
+  require("flemma").setup({ tools = { autopilot = { enabled = false } } })
+  fold_buf = vim.api.nvim_create_buf(true, false)
+  vim.api.nvim_buf_set_name(fold_buf, vim.fn.tempname() .. ".chat")
+  vim.api.nvim_set_current_buf(fold_buf)
+  vim.bo[fold_buf].filetype = "chat"
+  local input = '{"path":"big.txt","content":"' .. string.rep("x", BYTES) .. '"}'
+  vim.api.nvim_buf_set_lines(fold_buf, 0, -1, false, {
+    "@You:",
+    "Write it.",
+    "",
+    "@Assistant:",
+    "**Tool Use:** `write` (`toolu_big`)",
+    "",
+    "```json",
+    input,
+    "```",
+  })
+  fold_line = 5
+  vim.wait(200)
+  local text = require("flemma.ui.fold").describe(fold_buf, fold_line, 9)
+  assert(text:find("Tool Use: write", 1, true), "no fold text of the tool use: " .. tostring(text))
+end
+
+local function fold_text_once()
+  local fold = require("flemma.ui.fold")
+  local t0 = vim.uv.hrtime()
+  for _ = 1, 10 do
+    fold.describe(fold_buf, fold_line, 9)
+  end
+  return (vim.uv.hrtime() - t0) / 1e6 / 10
+end
+
+local function fold_teardown()
+  if fold_buf and vim.api.nvim_buf_is_valid(fold_buf) then
+    vim.api.nvim_buf_delete(fold_buf, { force = true })
+  end
+end
+
 return {
   {
     name = "send_tool_input_10mb_line_gap",
@@ -85,5 +129,16 @@ return {
     note = function()
       return ("last total %.0f ms"):format(last.total or -1)
     end,
+  },
+  {
+    name = "fold_text_10mb_line",
+    unit = "ms",
+    target = 5,
+    op = "<=",
+    runs = 5,
+    warmup = 1,
+    setup = fold_setup,
+    teardown = fold_teardown,
+    run = fold_text_once,
   },
 }

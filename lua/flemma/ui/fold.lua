@@ -55,10 +55,19 @@ end
 
 H.PREVIEW_WIDTH = 60
 
+-- Bytes of a line a preview reads: enough for PREVIEW_WIDTH characters after some
+-- indentation; a 10 MB line (a tool input) is never copied whole for a fold's text.
+H.PREVIEW_BYTES = 4 * H.PREVIEW_WIDTH + 256
+
 function H.preview(bufnr, from, to)
-  to = math.min(to, from + 50) -- a preview never reads more than a few lines
-  for _, l in ipairs(vim.api.nvim_buf_get_lines(bufnr, from - 1, to, false)) do
+  to = math.min(to, from + 50, vim.api.nvim_buf_line_count(bufnr)) -- never more than a few lines
+  for row = from - 1, to - 1 do
+    local l = vim.api.nvim_buf_get_text(bufnr, row, 0, row, H.PREVIEW_BYTES, {})[1] or ""
     local t = vim.trim(l)
+    if #l == H.PREVIEW_BYTES and t ~= "" then
+      -- cut: drop the last character, which the cut may have split
+      t = vim.fn.strcharpart(t, 0, vim.fn.strchars(t) - 1) .. "…"
+    end
     if t ~= "" and not t:match("^```") and not t:match("^~~~") then
       if vim.fn.strchars(t) > H.PREVIEW_WIDTH then
         t = vim.fn.strcharpart(t, 0, H.PREVIEW_WIDTH - 1) .. "…"

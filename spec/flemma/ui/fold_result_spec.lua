@@ -66,3 +66,31 @@ describe("a tool result written in the session", function()
     assert.equals(-1, vim.fn.foldclosed(line_of(buf, "**Tool Result:** `t1`")))
   end)
 end)
+
+describe("the text of a closed tool use fold", function()
+  after_each(function()
+    vim.cmd("silent! %bwipeout!")
+    helpers.cleanup()
+  end)
+
+  it("shows the start of a 2 MB input line, cut on a whole character", function()
+    require("flemma").setup({})
+    -- "é" (2 bytes) everywhere: the byte prefix the preview reads ends inside one.
+    local input = '{"content":"' .. string.rep("é", 1024 * 1024) .. '"}'
+    local buf = helpers.edit(helpers.tmpdir() .. "/big.chat", {
+      "@You:",
+      "Write.",
+      "",
+      "@Assistant:",
+      "**Tool Use:** `write` (`t_big`)",
+      "",
+      "```json",
+      input,
+      "```",
+    })
+    helpers.settle()
+    local text = require("flemma.ui.fold").describe(buf, 5, 9)
+    local expected = '{"content":"' .. string.rep("é", 59 - 12) .. "…"
+    assert.equals("Tool Use: write (t_big): " .. expected .. " · 5 lines", text)
+  end)
+end)
