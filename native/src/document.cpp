@@ -239,7 +239,7 @@ bool fast_literal(const unsigned char*& p, const unsigned char* e, sv word) {
 bool fast_json_object(sv body) {
   const auto* p = reinterpret_cast<const unsigned char*>(body.data());
   const auto* e = p + body.size();
-  char stack[kFastDepth];  // '{' or '['
+  unsigned char stack[kFastDepth];  // '{' or '['
   int depth = 0;
   auto ws = [&] {
     while (p < e && json_ws(*p)) ++p;
@@ -253,12 +253,13 @@ bool fast_json_object(sv body) {
   for (;;) {
     ws();
     if (p >= e) return false;
-    char top = stack[depth - 1];
-    if (first && *p == (top == '{' ? '}' : ']')) {
+    const unsigned char top = stack[depth - 1];
+    const unsigned char close = top == '{' ? '}' : ']';
+    if (first && *p == close) {
       ++p;
     } else {
       if (!first) {
-        if (*p == (top == '{' ? '}' : ']')) {
+        if (*p == close) {
           ++p;
           goto closed;
         }
@@ -282,7 +283,7 @@ bool fast_json_object(sv body) {
         case '{':
         case '[':
           if (depth == kFastDepth) return false;
-          stack[depth++] = static_cast<char>(*p);
+          stack[depth++] = *p;
           ++p;
           first = true;
           continue;
@@ -1237,7 +1238,7 @@ class Parser {
 
   void check_ids() {
     check_id_refs(use_ids_, result_ids_,
-                  [&](int32_t line, int sev, std::string msg) { diag(line - 1, sev, msg); });
+                  [&](int32_t line, int sev, const std::string& msg) { diag(line - 1, sev, msg); });
   }
 
   Document finish() {

@@ -790,7 +790,7 @@ const std::vector<flemma_doc_diag>& Incremental::diagnostics() {
     auto by_line = [](const IdLine& x, const IdLine& y) { return x.line < y.line; };
     std::sort(uses.begin(), uses.end(), by_line);
     std::sort(results.begin(), results.end(), by_line);
-    check_ids(uses, results, [&](int32_t line, int sev, std::string msg) {
+    check_ids(uses, results, [&](int32_t line, int sev, const std::string& msg) {
       diags_.push_back({line, sev, keep(msg)});
     });
   }

@@ -35,7 +35,8 @@ const char* const kEntryKey = "flemma.isolate.entry";
 class LocaleGuard {
  public:
   LocaleGuard() {
-    c_ = newlocale(LC_ALL_MASK, "C", static_cast<locale_t>(0));
+    c_ = newlocale(LC_ALL_MASK, "C",
+                   static_cast<locale_t>(0));  // NOLINT(modernize-use-nullptr): POSIX's "no locale"
     if (c_) prev_ = uselocale(c_);
   }
   ~LocaleGuard() {
@@ -48,8 +49,8 @@ class LocaleGuard {
   LocaleGuard& operator=(const LocaleGuard&) = delete;
 
  private:
-  locale_t c_ = static_cast<locale_t>(0);
-  locale_t prev_ = static_cast<locale_t>(0);
+  locale_t c_ = static_cast<locale_t>(0);     // NOLINT(modernize-use-nullptr): POSIX's "no locale"
+  locale_t prev_ = static_cast<locale_t>(0);  // NOLINT(modernize-use-nullptr): POSIX's "no locale"
 };
 
 void* alloc_fn(void* ud, void* ptr, size_t osize, size_t nsize) {
@@ -452,8 +453,7 @@ bool Arena::admit(size_t bytes, size_t n) {
         "memory");
     return false;
   }
-  if (owner_.time_up()) return false;
-  return true;
+  return !owner_.time_up();
 }
 
 namespace {

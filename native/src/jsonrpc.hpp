@@ -34,7 +34,7 @@ class Decoder {
   // MessageKind; a: the method of a request or notification; b: the message as
   // compact JSON) or Type::Error (a: "line_too_long", "invalid_json",
   // "too_deep" or "not_jsonrpc"; b: one line saying what was wrong).
-  void feed(std::string_view bytes, std::vector<stream::Event>& out);
+  void feed(std::string_view in, std::vector<stream::Event>& out);
   // Ends the stream: a last line without newline is decoded; then the End event
   // (status 1). Feeding after finish is flemma::Error (FLEMMA_E_STATE).
   void finish(std::vector<stream::Event>& out);

@@ -34,7 +34,8 @@
 #include "reaper.hpp"
 #include "truncate.hpp"
 
-extern char** environ;
+// unistd.h declares it only on some systems (with _GNU_SOURCE on glibc; not on macOS).
+extern char** environ;  // NOLINT(readability-redundant-declaration)
 
 namespace flemma::process {
 

@@ -763,6 +763,7 @@ std::string seatbelt_profile(const Policy& policy, const std::string& cwd) {
   auto hidden = existing_hidden(policy, cwd);
   if (!hidden.empty()) {
     std::vector<std::pair<std::string, std::string>> rules;  // path, rule
+    rules.reserve(hidden.size() + roots.size());
     for (const auto& h : hidden)
       rules.push_back({h.path, "(deny file-read* " +
                                    std::string(h.dir ? "(subpath " : "(literal ") +

@@ -1426,8 +1426,9 @@ std::optional<OutputDecoder::Kind> OutputDecoder::kind_from_name(std::string_vie
   return std::nullopt;
 }
 
-OutputDecoder::OutputDecoder(Kind kind, int64_t max_results, std::string cwd, std::string glob,
-                             bool name_only, std::vector<std::string> skip_dirs, bool hidden)
+OutputDecoder::OutputDecoder(Kind kind, int64_t max_results, std::string cwd,
+                             const std::string& glob, bool name_only,
+                             std::vector<std::string> skip_dirs, bool hidden)
     : kind_(kind),
       max_(std::max<int64_t>(max_results, 0)),
       cwd_(std::move(cwd)),

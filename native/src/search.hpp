@@ -170,7 +170,7 @@ class OutputDecoder {
   // their modification time), `glob` filters them ("" none; name_only: their
   // file name), and the newest max_results are reported at finish().
   // Paths below a hidden folder (or hidden themselves) are left out unless `hidden`.
-  OutputDecoder(Kind kind, int64_t max_results, std::string cwd = {}, std::string glob = {},
+  OutputDecoder(Kind kind, int64_t max_results, std::string cwd = {}, const std::string& glob = {},
                 bool name_only = false, std::vector<std::string> skip_dirs = {},
                 bool hidden = false);
   ~OutputDecoder();

@@ -83,7 +83,7 @@ class Decoder {
   Decoder& operator=(const Decoder&) = delete;
 
   // Decodes bytes and appends the events to out.
-  void feed(std::string_view bytes, std::vector<Event>& out);
+  void feed(std::string_view in, std::vector<Event>& out);
   // Ends the stream: flushes, reports a kept body, and appends the `end` event.
   // Feeding after finish is an error (flemma::Error, FLEMMA_E_STATE).
   void finish(std::vector<Event>& out);
