@@ -131,6 +131,65 @@ describe("a tool result holding the API key", function()
   end)
 end)
 
+-- A truncated output is kept whole in a file the result names ("Full output: PATH"):
+-- the key a command prints lands there as well, and the model can ask to read it.
+describe("the file holding a truncated tool output", function()
+  local h, server, saved, project
+
+  before_each(function()
+    h = helpers.send_harness({ key = KEY })
+    server = h.server
+    saved = { cwd = vim.fn.getcwd() }
+    project = vim.fs.normalize(assert(vim.uv.fs_realpath(assert(vim.uv.fs_mkdtemp("/var/tmp/flemma-attack-XXXXXX")))))
+    helpers.write_file(project .. "/deploy.sh", "KEY='" .. KEY .. "' ./run\n")
+    vim.cmd.cd(project)
+  end)
+
+  after_each(function()
+    h.teardown()
+    vim.cmd.cd(saved.cwd)
+    vim.fn.delete(project, "rf")
+  end)
+
+  it("is redacted as the result in the buffer is, a key split between two pieces included", function()
+    require("flemma").setup({
+      provider = "test",
+      providers = {
+        test = { kind = "anthropic", endpoint = server:url("/v1/messages"), api_key_env = "FLEMMA_SPEC_KEY" },
+      },
+      parameters = { max_retries = 0, cache_retention = "none", timeout = 30 },
+      tools = { autopilot = { enabled = true }, auto_approve = { "bash" } },
+    })
+    -- The key at the start, then across the 1 MiB mark (where the file is read in
+    -- pieces), then in 3,000 lines (more than the output keeps).
+    local line = "KEY='" .. KEY .. "' ./run\n"
+    local command = "cat deploy.sh; head -c "
+      .. tostring(1024 * 1024 - #line - 5 - 10)
+      .. " /dev/zero | tr '\\0' x; cat deploy.sh; for i in $(seq 3000); do cat deploy.sh; done"
+    local use = { id = "toolu_big", name = "bash", input = { command = command } }
+    server:script({
+      { body = anthropic_answer("Let me look.", { use }), content_type = "text/event-stream" },
+      { body = anthropic_answer("Thanks."), content_type = "text/event-stream" },
+    })
+    local buf = helpers.edit(project .. "/talk.chat", { "@You:", "Hi" })
+    helpers.press("<C-]>")
+    assert.equals("completed", h.wait_finished(2, 60000).status)
+    helpers.settle()
+    local text = helpers.text(buf)
+    assert.is_nil(text:find(KEY, 1, true), "the key is in the chat:\n" .. text)
+    local path = text:match("Full output: (/[^%s`%]]+)")
+    assert.truthy(path, "the result names no file:\n" .. text)
+    local full = assert(helpers.read_file(path))
+    os.remove(path)
+    assert.truthy(#full > 1024 * 1024, "the whole output is not in the file")
+    assert.is_nil(full:find(KEY, 1, true), "the key is in " .. path)
+    assert.is_nil(full:find(KEY:sub(1, 20), 1, true), "a part of the key is in " .. path)
+    assert.is_nil(full:find(KEY:sub(-12), 1, true), "a part of the key is in " .. path)
+    local _, n = full:gsub("KEY='%[redacted%]' %./run\n", "")
+    assert.equals(3002, n)
+  end)
+end)
+
 -- A call is approved for where its path leads when the answer arrives (phase 1) and
 -- runs later (phase 3): calls that run before it may change where it leads. With the
 -- sandbox on, bash is auto-approved and may make a link to a file it cannot read

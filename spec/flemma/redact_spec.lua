@@ -151,4 +151,54 @@ describe("a key echoed by the server", function()
     assert.truthy(seen.messages:find("bad key [redacted]", 1, true), seen.messages)
     assert_clean(buf)
   end)
+
+  it("a key echoed split between two text deltas, at every offset: the trace log has no part of it", function()
+    vim.cmd("Flemma logging:enable trace")
+    local function data(t)
+      return "event: " .. t.type .. "\ndata: " .. vim.json.encode(t) .. "\n\n"
+    end
+    local function delta(piece)
+      return data({ type = "content_block_delta", index = 0, delta = { type = "text_delta", text = piece } })
+    end
+    local out = {
+      data({
+        type = "message_start",
+        message = {
+          id = "msg_s",
+          type = "message",
+          role = "assistant",
+          model = "m",
+          content = {},
+          usage = { input_tokens = 1, output_tokens = 1 },
+        },
+      }),
+      data({ type = "content_block_start", index = 0, content_block = { type = "text", text = "" } }),
+    }
+    for i = 1, #key - 1 do
+      out[#out + 1] = delta(("offset %d: "):format(i))
+      out[#out + 1] = delta(key:sub(1, i))
+      out[#out + 1] = delta(key:sub(i + 1))
+      out[#out + 1] = delta("\n")
+    end
+    vim.list_extend(out, {
+      data({ type = "content_block_stop", index = 0 }),
+      data({ type = "message_delta", delta = { stop_reason = "end_turn" }, usage = { output_tokens = 9 } }),
+      data({ type = "message_stop" }),
+    })
+    -- Each event its own chunk, 5 ms apart: each delta reaches Neovim as an event of
+    -- its own (deltas read together are joined before they are logged).
+    server:script({ { status = 200, content_type = "text/event-stream", pieces = out, delay_ms = 5 } })
+    send_and_wait("split")
+    assert.equals("completed", finished[1].status)
+    local log = helpers.read_file(require("flemma.core.log").path()) or ""
+    -- The deltas were logged (the trace level was on) ...
+    assert.truthy(log:find("offset 17: ", 1, true), log)
+    -- ... and no 12 bytes in a row of the key are in it (its 8-byte prefix is not
+    -- random: every window reaches into the random part).
+    for i = 1, #key - 11 do
+      local part = key:sub(i, i + 11)
+      assert.is_nil(log:find(part, 1, true), ("a part of the key (%q) is in the log:\n%s"):format(part, log))
+    end
+    assert.truthy(log:find("[redacted]", 1, true), log)
+  end)
 end)

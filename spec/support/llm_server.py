@@ -25,6 +25,8 @@ A script entry:
   content_type  (text/event-stream for fixtures and synth, else application/json)
   chunk_seed    split the body at random boundaries (seeded), one write + flush each
   max_chunk     largest random chunk (64)
+  pieces        the body as a list of strings, each sent as one chunk (one write +
+                flush; with delay_ms, each its own read on the client's side)
   delay_ms      sleep between chunks
   truncate_at   send only this many body bytes, then drop the connection
   hang_ms       after the body (or the truncation point), keep the connection this long
@@ -152,6 +154,9 @@ class Handler(BaseHTTPRequestHandler):
             else:
                 data = synth_anthropic(int(s.get("bytes", 1000)), int(s.get("delta", 64)))
             ctype = "text/event-stream"
+        elif "pieces" in e:
+            data = "".join(e["pieces"]).encode()
+            ctype = "text/event-stream"
         else:
             data = e.get("body", "").encode()
             ctype = "application/json"
@@ -172,7 +177,9 @@ class Handler(BaseHTTPRequestHandler):
         limit = e.get("truncate_at")
         if limit is not None:
             data = data[: int(limit)]
-        if "chunk_seed" in e:
+        if "pieces" in e and limit is None:
+            pieces = [p.encode() for p in e["pieces"]]
+        elif "chunk_seed" in e:
             rng = random.Random(e["chunk_seed"])
             biggest = int(e.get("max_chunk", 64))
             pieces, i = [], 0

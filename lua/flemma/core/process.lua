@@ -285,8 +285,57 @@ function H.drain()
   end)
 end
 
+--- The whole output kept on disk (a truncated or binary output) is redacted as the
+--- output in the buffer is (util.redact: every key Flemma resolved, secret-looking
+--- environment values but those of `tools.env_passthrough`), a piece at a time, so
+--- that a key split between two pieces goes as well. The file is rewritten in
+--- place (a new private file renamed over it); if that fails it is removed.
+---@param path string|nil
+function H.redact_file(path)
+  if not path or path == "" then
+    return
+  end
+  local except = {}
+  for _, n in ipairs((require("flemma.core.config").get().tools or {}).env_passthrough or {}) do
+    except[n] = true
+  end
+  local r = util.redactor(except)
+  local tmp = path .. ".redacted"
+  local ok = pcall(function()
+    local src = assert(io.open(path, "rb"))
+    local fd = assert(vim.uv.fs_open(tmp, "wx", 384)) -- 0600, never an existing file
+    local function put(text)
+      if text ~= "" then
+        assert(vim.uv.fs_write(fd, text, -1))
+      end
+    end
+    local good = pcall(function()
+      while true do
+        local piece = src:read(1024 * 1024)
+        if not piece then
+          break
+        end
+        put(r.push(piece))
+      end
+      put(r.flush())
+    end)
+    src:close()
+    vim.uv.fs_close(fd)
+    assert(good)
+    assert(vim.uv.fs_rename(tmp, path))
+  end)
+  if not ok then
+    os.remove(tmp)
+    os.remove(path)
+  end
+end
+
 function H.result(ev, merged)
   local out, err = ev.out, ev.err
+  H.redact_file(out.path)
+  if not merged then
+    H.redact_file(err.path)
+  end
   local binary = out.binary or (not merged and err.binary) or false
   local r = {
     code = ev.code,

@@ -83,6 +83,25 @@ local function replace_all(text, value)
   return table.concat(parts)
 end
 
+--- The values M.redact removes (but the header rule), longest first.
+---@param env_except? table<string, true>
+---@return string[]
+local function redact_values(env_except)
+  if not secret_sorted then
+    secret_sorted = vim.tbl_keys(secret_forms)
+    table.sort(secret_sorted, function(a, b)
+      return #a > #b
+    end)
+  end
+  local values = {}
+  env_secrets(values, env_except)
+  vim.list_extend(values, secret_sorted)
+  table.sort(values, function(a, b)
+    return #a > #b
+  end)
+  return values
+end
+
 --- A text without secrets: each registered secret (M.add_secret: every key Flemma
 --- resolved) and each value of a secret-looking environment variable, longest first,
 --- becomes `[redacted]`, as does the value of an authentication header
@@ -96,19 +115,7 @@ function M.redact(text, env_except)
   if type(text) ~= "string" then
     return text
   end
-  if not secret_sorted then
-    secret_sorted = vim.tbl_keys(secret_forms)
-    table.sort(secret_sorted, function(a, b)
-      return #a > #b
-    end)
-  end
-  local values = {}
-  env_secrets(values, env_except)
-  vim.list_extend(values, secret_sorted)
-  table.sort(values, function(a, b)
-    return #a > #b
-  end)
-  for _, value in ipairs(values) do
+  for _, value in ipairs(redact_values(env_except)) do
     text = replace_all(text, value)
   end
   local function header(name)
@@ -120,6 +127,57 @@ function M.redact(text, env_except)
   header("[Aa][Uu][Tt][Hh][Oo][Rr][Ii][Zz][Aa][Tt][Ii][Oo][Nn]")
   header("[Xx]%-[Gg][Oo][Oo][Gg]%-[Aa][Pp][Ii]%-[Kk][Ee][Yy]")
   return text
+end
+
+--- A redactor of a stream given in pieces: a secret split between two pieces is
+--- removed all the same. `push(piece)` returns the redacted text that is safe to
+--- show now; what could be the start of a secret (at most the longest secret's
+--- length less one byte, or a whole secret crossing that point) is held back until
+--- the next piece, and `flush()` returns the rest. Work is linear in the pieces'
+--- length times the number of secrets.
+---@param env_except? table<string, true>
+---@return { push: fun(piece: string): string, flush: fun(): string }
+function M.redactor(env_except)
+  local carry = ""
+  local r = {}
+  function r.push(piece)
+    local s = carry .. (piece or "")
+    local values = redact_values(env_except)
+    local longest = values[1] and #values[1] or 0
+    local cut = #s - math.max(longest - 1, 0)
+    -- A secret crossing the cut moves the cut before it (until none does).
+    local moved = true
+    while moved and cut > 0 do
+      moved = false
+      for _, v in ipairs(values) do
+        local from = math.max(1, cut - #v + 2)
+        while true do
+          local a, b = s:find(v, from, true)
+          if not a or a > cut then
+            break
+          end
+          if b > cut then
+            cut = a - 1
+            moved = true
+            break
+          end
+          from = a + 1
+        end
+      end
+    end
+    if cut <= 0 then
+      carry = s
+      return ""
+    end
+    carry = s:sub(cut + 1)
+    return M.redact(s:sub(1, cut), env_except)
+  end
+  function r.flush()
+    local rest = carry
+    carry = ""
+    return M.redact(rest, env_except)
+  end
+  return r
 end
 
 --- The secret values registered (M.add_secret) this session, as given: what a tool's

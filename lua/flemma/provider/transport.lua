@@ -271,10 +271,35 @@ function M.start(o)
   end
   local on_events = o.on_events
   if log.enabled("debug") then
+    -- The deltas are logged as one stream per kind: a key a server echoes split
+    -- between two deltas is redacted over the joined text (util.redactor holds back
+    -- what could be the start of one until the next delta).
+    local streams = {}
+    local function delta(ev, field)
+      local key = ev.type .. "." .. field
+      streams[key] = streams[key] or util.redactor()
+      local copy = vim.deepcopy(ev)
+      copy[field] = streams[key].push(ev[field])
+      return copy
+    end
+    local function flush()
+      for key, r in pairs(streams) do
+        local rest = r.flush()
+        if rest ~= "" then
+          log.trace("response %s (held back) %s", key, rest)
+        end
+      end
+      streams = {}
+    end
     on_events = function(events)
       for _, ev in ipairs(events) do
         if ev.type == "http" or ev.type == "error" or ev.type == "end" or ev.type == "stop" or ev.type == "usage" then
+          flush()
           log.debug("response %s", ev)
+        elseif (ev.type == "text" or ev.type == "thinking") and type(ev.text) == "string" then
+          log.trace("response %s", delta(ev, "text"))
+        elseif ev.type == "tool_input_delta" and type(ev.json) == "string" then
+          log.trace("response %s", delta(ev, "json"))
         else
           log.trace("response %s", ev)
         end
