@@ -170,6 +170,84 @@ function H.check(opts)
   return env
 end
 
+--- Whether an inherited variable's name looks like a secret's (the native side's
+--- rule: KEY, TOKEN, SECRET, PASSWORD, PASSWD, CREDENTIAL, SERVICE_ACCOUNT, PRIVATE,
+--- AUTH but not the word AUTHOR, COOKIE, SESSION, a `_PAT` ending; any case).
+---@param name string
+---@return boolean
+function M.secret_name(name)
+  local up = name:upper()
+  local from = 1
+  while true do
+    local at = up:find("AUTH", from, true)
+    if not at then
+      break
+    end
+    local word_start = at == 1 or up:sub(at - 1, at - 1) == "_"
+    local after = up:sub(at + 6, at + 6)
+    if not (word_start and up:sub(at, at + 5) == "AUTHOR" and (after == "" or after == "_")) then
+      return true
+    end
+    from = at + 1
+  end
+  for _, part in ipairs({
+    "KEY",
+    "TOKEN",
+    "SECRET",
+    "PASSWORD",
+    "PASSWD",
+    "CREDENTIAL",
+    "SERVICE_ACCOUNT",
+    "PRIVATE",
+    "COOKIE",
+    "SESSION",
+  }) do
+    if up:find(part, 1, true) then
+      return true
+    end
+  end
+  return #up > 4 and up:sub(-4) == "_PAT"
+end
+
+--- A text with the password of every URL taken out: `scheme://user:password@host`
+--- becomes `scheme://user@host` (`scheme://:password@host`: `scheme://host`). The
+--- user part ends at the last `@` before the URL's path (`/`, `?`, `#`) or a blank,
+--- so a raw `@` in a password goes as well.
+---@param text string
+---@return string
+function M.strip_url_passwords(text)
+  if not text:find("://", 1, true) then
+    return text
+  end
+  local parts, from = {}, 1
+  while true do
+    local s, e = text:find("[%a][%w+.-]*://", from)
+    if not s then
+      break
+    end
+    local rest_end = (text:find("[/?#%s]", e + 1) or (#text + 1)) - 1
+    -- The next URL inside this one's authority ends it (a list of URLs, a,b).
+    local nxt = text:find("[%a][%w+.-]*://", e + 1)
+    if nxt and nxt <= rest_end then
+      rest_end = nxt - 1
+    end
+    local authority = text:sub(e + 1, rest_end)
+    local at = authority:match(".*()@")
+    local colon = at and authority:find(":", 1, true)
+    parts[#parts + 1] = text:sub(from, e)
+    if colon and colon < at then
+      local user = authority:sub(1, colon - 1)
+      parts[#parts + 1] = user ~= "" and (user .. "@") or ""
+      parts[#parts + 1] = authority:sub(at + 1)
+    else
+      parts[#parts + 1] = authority
+    end
+    from = rest_end + 1
+  end
+  parts[#parts + 1] = text:sub(from)
+  return table.concat(parts)
+end
+
 --- Secrets stay out of children: the native side never passes on an inherited
 --- variable whose name looks like a secret's (KEY, TOKEN, SECRET, PASSWORD, PASSWD,
 --- CREDENTIAL, SERVICE_ACCOUNT, PRIVATE, AUTH, COOKIE, SESSION, `*_PAT`; any case)
@@ -232,6 +310,17 @@ function H.secret_env(env, explicit)
   keys = vim.tbl_filter(function(k)
     return #k >= 8
   end, keys)
+  -- A password inside a URL (DATABASE_URL=postgres://user:pass@host/db, REDIS_URL,
+  -- AMQP_URL, any scheme://user:password@): the variable stays, without the password
+  -- (postgres://user@host/db).
+  for name, value in pairs(vim.fn.environ()) do
+    if type(value) == "string" and not pass[name] and not given(name) and not M.secret_name(name) then
+      local clean = M.strip_url_passwords(value)
+      if clean ~= value then
+        env[#env + 1] = name .. "=" .. clean
+      end
+    end
+  end
   if #keys > 0 then
     for name, value in pairs(vim.fn.environ()) do
       if type(value) == "string" and #value >= 8 then

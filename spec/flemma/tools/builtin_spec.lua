@@ -525,6 +525,65 @@ describe("built-in tools", function()
       assert(ok, err)
     end)
 
+    it("takes the password out of URLs in the environment (DATABASE_URL), unless passed through", function()
+      local vars = {
+        DATABASE_URL = "postgres://app:pg-flemma-pass-spec@db.example:5432/app?sslmode=require",
+        REDIS_URL = "redis://:redis-flemma-pass-spec@cache.example:6379/0",
+        AMQP_URL = "amqp://rabbit:p@ss-flemma-amqp-spec@mq.example/vhost",
+        FLEMMA_SPEC_URLS = "https://u1:one-flemma-spec@a.example,https://u2:two-flemma-spec@b.example/x",
+        FLEMMA_SPEC_SITE = "https://host.example:8443/@someone?a=b:c@d",
+      }
+      local saved = {}
+      for k, v in pairs(vars) do
+        saved[k] = vim.env[k]
+        vim.env[k] = v
+      end
+      local ok, err = pcall(function()
+        local function check(res, passthrough)
+          assert.is_true(res.success, res.error)
+          local out = res.output
+          for _, secret in ipairs({
+            "redis-flemma-pass-spec",
+            "ss-flemma-amqp-spec",
+            "one-flemma-spec",
+            "two-flemma-spec",
+          }) do
+            assert.is_nil(out:find(secret, 1, true), secret .. " reached the command:\n" .. out)
+          end
+          -- The variables stay, without their passwords.
+          for _, line in ipairs({
+            "REDIS_URL=redis://cache.example:6379/0",
+            "AMQP_URL=amqp://rabbit@mq.example/vhost",
+            "FLEMMA_SPEC_URLS=https://u1@a.example,https://u2@b.example/x",
+            -- No password in it: as it was.
+            "FLEMMA_SPEC_SITE=https://host.example:8443/@someone?a=b:c@d",
+          }) do
+            assert.is_truthy(out:find("\n" .. line .. "\n", 1, true), line .. " is missing:\n" .. out)
+          end
+          if passthrough then
+            assert.is_truthy(out:find("\nDATABASE_URL=" .. vars.DATABASE_URL .. "\n", 1, true), out)
+          else
+            assert.is_nil(out:find("pg-flemma-pass-spec", 1, true), out)
+            assert.is_truthy(
+              out:find("\nDATABASE_URL=postgres://app@db.example:5432/app?sslmode=require\n", 1, true),
+              out
+            )
+          end
+        end
+        check(sh("echo; env"), false)
+        config.setup({ sandbox = { enabled = true } })
+        assert.is_true(require("flemma.policy.sandbox").is_enabled())
+        check(sh("echo; env"), false)
+        config.setup({ tools = { env_passthrough = { "DATABASE_URL" } } })
+        check(sh("echo; env"), true)
+      end)
+      for k in pairs(vars) do
+        vim.env[k] = saved[k]
+      end
+      config.setup({})
+      assert(ok, err)
+    end)
+
     it("strips a variable holding a provider's key whatever its name (a dash, a dot)", function()
       -- Names a shell cannot write are still passed on by exec (env(1), systemd,
       -- another program): the child sees them, and `env | curl -d @- ...` sends them.
