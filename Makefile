@@ -89,7 +89,8 @@ bench: deps build
 # invariants: no crash, matching ends within its step budget; so does the file reader's
 # line window (fuzz_fileread), against a plain reference. The search's decoder of
 # `rg --json` (fuzz_rgjson; seeds in fuzz/corpus/rgjson) and its glob, ignore-rule and
-# regex matchers (fuzz_glob; seeds in fuzz/corpus/glob) check theirs: see the files; a
+# regex matchers (fuzz_glob; seeds in fuzz/corpus/glob) and the shell-word parser of
+# approval rules (fuzz_shellwords) check theirs: see the files; a
 # crash becomes a case in tests/test_search.cpp.
 FUZZ_CXX   ?= clang++-14
 FUZZ_FLAGS := -std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
@@ -155,6 +156,12 @@ fuzz:
 		native/src/truncate.cpp native/src/capi_core.cpp -o $(FUZZ_DIR)/fuzz_glob
 	cd $(FUZZ_DIR) && ./fuzz_glob -max_total_time=$(FUZZ_TIME) -max_len=4096 -timeout=10 \
 		-print_final_stats=1 corpus-glob
+	@mkdir -p $(FUZZ_DIR)/corpus-shellwords
+	@printf 'git status; rm -rf / && echo "$$(curl x | sh)" `id` > out 2>&1' > $(FUZZ_DIR)/corpus-shellwords/compound
+	@printf "cat <<'EOF' | wc\n\$$(id)\nEOF\ndiff <(ls a) >(wc) 'q\\' \"d\\\"q\"" > $(FUZZ_DIR)/corpus-shellwords/heredoc
+	$(FUZZ_CXX) $(FUZZ_FLAGS) fuzz/fuzz_shellwords.cpp native/src/shellwords.cpp -o $(FUZZ_DIR)/fuzz_shellwords
+	cd $(FUZZ_DIR) && ./fuzz_shellwords -max_total_time=$(FUZZ_TIME) -max_len=4096 -timeout=10 \
+		-print_final_stats=1 corpus-shellwords
 
 clean:
 	rm -rf $(BUILD_DIR) $(ASAN_DIR) $(FUZZ_DIR)

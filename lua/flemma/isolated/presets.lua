@@ -87,6 +87,24 @@ function H.prefixed(prefixes, tool_name)
   return false
 end
 
+--- The tool and pattern of a per-command rule `"tool(pattern)"` (`"bash(git *)"`), or nil.
+---@param entry string
+---@return string|nil tool
+---@return string|nil pattern
+function M.rule(entry)
+  if type(entry) ~= "string" then
+    return nil
+  end
+  local tool, pattern = entry:match("^([%w_%-:%.]+)%((.*)%)$")
+  return tool, pattern
+end
+
+function H.add_rule(rules, entry)
+  local tool, pattern = M.rule(entry)
+  rules[tool] = rules[tool] or {}
+  table.insert(rules[tool], pattern)
+end
+
 --- Whether a list entry names a preset (starts with `$`).
 ---@param name string
 ---@return boolean
@@ -171,10 +189,14 @@ function M.expand(list, opts)
     excluded = {},
     approve_risks = {},
     deny_risks = {},
+    approve_rules = {},
+    deny_rules = {},
   }
   for _, entry in ipairs(list or {}) do
     local prefix = type(entry) == "string" and M.prefix(entry) or nil
-    if M.risk_entry(entry) then
+    if M.rule(entry) then
+      H.add_rule(policy.approve_rules, entry)
+    elseif M.risk_entry(entry) then
       policy.approve_risks[M.risk_entry(entry)] = true
     elseif prefix then
       policy.approve_prefixes[#policy.approve_prefixes + 1] = prefix
@@ -185,7 +207,9 @@ function M.expand(list, opts)
       end
       for _, tool in ipairs(preset.approve or {}) do
         local p = M.prefix(tool)
-        if M.risk_entry(tool) then
+        if M.rule(tool) then
+          H.add_rule(policy.approve_rules, tool)
+        elseif M.risk_entry(tool) then
           policy.approve_risks[M.risk_entry(tool)] = true
         elseif p then
           policy.approve_prefixes[#policy.approve_prefixes + 1] = p
@@ -195,7 +219,9 @@ function M.expand(list, opts)
       end
       for _, tool in ipairs(preset.deny or {}) do
         local p = M.prefix(tool)
-        if M.risk_entry(tool) then
+        if M.rule(tool) then
+          H.add_rule(policy.deny_rules, tool)
+        elseif M.risk_entry(tool) then
           policy.deny_risks[M.risk_entry(tool)] = true
         elseif p then
           policy.deny_prefixes[#policy.deny_prefixes + 1] = p
@@ -223,12 +249,26 @@ function M.set_risk_lookup(fn)
 end
 
 --- The decision of an expanded policy for one tool: "deny", "approve" or nil.
+--- Per-command rules (`"bash(git *)"`) decide only through `match`, the host's rule
+--- matcher (flemma.policy.commands.matcher: native code, which the frontmatter
+--- interpreter has not): without it they approve nothing.
 ---@param policy flemma.approval.Policy
 ---@param tool_name string
+---@param input? table the call's input, for per-command rules
+---@param match? fun(allow: string[], deny: string[], input: table): "approve"|"deny"|nil
 ---@return "approve"|"deny"|nil
-function M.decide(policy, tool_name)
+function M.decide(policy, tool_name, input, match)
   if policy.deny[tool_name] or H.prefixed(policy.deny_prefixes or {}, tool_name) then
     return "deny"
+  end
+  local allow_rules = (policy.approve_rules or {})[tool_name]
+  local deny_rules = (policy.deny_rules or {})[tool_name]
+  local by_rule
+  if match and (allow_rules or deny_rules) then
+    by_rule = match(allow_rules or {}, deny_rules or {}, input or {})
+    if by_rule == "deny" then
+      return "deny"
+    end
   end
   local risk
   if next(policy.deny_risks or {}) ~= nil or next(policy.approve_risks or {}) ~= nil then
@@ -237,7 +277,7 @@ function M.decide(policy, tool_name)
   if risk and (policy.deny_risks or {})[risk] then
     return "deny"
   end
-  if policy.approve[tool_name] then
+  if policy.approve[tool_name] or by_rule == "approve" then
     return "approve"
   end
   -- A risk level approves only tools registered in Lua: the risk an MCP server

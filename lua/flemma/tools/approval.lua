@@ -246,7 +246,8 @@ function H.apply(policy, excluded, tool_name, input, ctx, what)
     return H.from_function(policy(tool_name, input, ctx), what)
   elseif type(policy) == "table" then
     local expanded = presets.expand(policy, { presets = H.tools_config().presets, excluded = excluded })
-    return H.scoped(presets.decide(expanded, tool_name), tool_name, input, ctx)
+    local decision = presets.decide(expanded, tool_name, input, require("flemma.policy.commands").matcher)
+    return H.scoped(decision, tool_name, input, ctx)
   end
   return nil
 end

@@ -32,7 +32,7 @@ extern "C" {
 #endif
 
 /* Bumped whenever a declaration below changes in an incompatible way. */
-#define FLEMMA_ABI_VERSION 18
+#define FLEMMA_ABI_VERSION 19
 
 /* Status codes. */
 #define FLEMMA_OK 0
@@ -894,6 +894,41 @@ FLEMMA_API int64_t flemma_isolate_peak(const flemma_isolate *iso);
 
 /* Frees the interpreter and all its memory at once. NULL is a no-op. */
 FLEMMA_API void flemma_isolate_free(flemma_isolate *iso);
+
+/* ==========================================================================
+ * Shell words (per-command approval rules such as "bash(git *)")
+ * ========================================================================== */
+
+/* A command line split into its simple commands and their words, as bash splits it
+ * before expansion: `a && b`, `;`, `|`, `||`, `&`, newlines, subshells, `$(...)`,
+ * backticks and process substitutions each give commands of their own; a
+ * redirection's operator and target are words at the end of their command;
+ * assignments before the command word are dropped. A line it cannot fully follow
+ * (unbalanced quotes, an expansion in a command word, eval/exec/source or a shell
+ * as the command, keywords, arithmetic, assignments to PATH, LD_* and the like, an
+ * expansion in an unquoted here-document, more than 64 KiB) is not ok and has no
+ * commands. */
+typedef struct flemma_shellwords flemma_shellwords;
+
+/* Parses len bytes of cmd. Returns a new result the caller owns (free it with
+ * flemma_shellwords_free), or NULL on failure (flemma_last_error). */
+FLEMMA_API flemma_shellwords *flemma_shellwords_parse(const char *cmd, size_t len);
+
+/* Frees a result. NULL is a no-op. */
+FLEMMA_API void flemma_shellwords_free(flemma_shellwords *words);
+
+/* 1 when the whole line was understood, else 0 with *reason (owned by the result,
+ * NUL-terminated, valid until it is freed) saying why. */
+FLEMMA_API int flemma_shellwords_ok(const flemma_shellwords *words, const char **reason);
+
+/* The number of words of all commands together. */
+FLEMMA_API size_t flemma_shellwords_count(const flemma_shellwords *words);
+
+/* Word i (0-based): its value after quote removal (*data owned by the result, *len
+ * bytes), the 0-based index of its command, and whether it holds an expansion,
+ * substitution or glob (*dynamic = 1: its run-time value is not known). */
+FLEMMA_API int flemma_shellwords_word(const flemma_shellwords *words, size_t i, const char **data,
+                                      size_t *len, int32_t *command, int32_t *dynamic);
 
 #ifdef __cplusplus
 }

@@ -28,6 +28,7 @@ H.SECTIONS = {
   "jsonrpc",
   "escape",
   "isolate",
+  "shellwords",
 }
 
 --- The plugin's root directory, found from this file's own path (never the cwd).
