@@ -286,7 +286,7 @@ function M.start(o)
       for key, r in pairs(streams) do
         local rest = r.flush()
         if rest ~= "" then
-          log.trace("response %s (held back) %s", key, rest)
+          log.trace("response %s (held back) %s", key, vim.inspect(rest))
         end
       end
       streams = {}
