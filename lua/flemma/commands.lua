@@ -25,6 +25,7 @@ local modules = {
   "flemma.provider.estimate",
   "flemma.core.build",
   "flemma.tools.mcp",
+  "flemma.policy.audit",
 }
 local loaded = false
 

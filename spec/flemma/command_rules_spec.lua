@@ -129,11 +129,13 @@ describe("per-command rules through <C-]>", function()
     saved_cwd = vim.fn.getcwd()
     vim.cmd("cd " .. vim.fn.fnameescape(project))
     vim.fn.system({ "git", "init", "-q", project })
+    require("flemma.policy.audit").set_path(project .. "/state/audit.jsonl")
     helpers.write_file(project .. "/x", "keep me\n")
     h.server:script({ { fixture = "anthropic_text.sse" }, { fixture = "anthropic_text.sse" } })
   end)
 
   after_each(function()
+    require("flemma.policy.audit").set_path(nil)
     vim.cmd("cd " .. vim.fn.fnameescape(saved_cwd))
     h.teardown()
   end)
@@ -178,5 +180,111 @@ describe("per-command rules through <C-]>", function()
       return text(buf):find("status=denied", 1, true) ~= nil or text(buf):find("(error)", 1, true) ~= nil
     end, 10000, "the call was not denied: " .. text(buf))
     assert.equals("keep me\n", helpers.read_file(project .. "/x"))
+  end)
+end)
+
+describe("the audit log", function()
+  local h, project, saved_cwd, log
+
+  before_each(function()
+    h = helpers.send_harness({ key = "sk-audit-" .. tostring(math.random(1e9)), timeout = 15000 })
+    project = helpers.tmpdir()
+    saved_cwd = vim.fn.getcwd()
+    vim.cmd("cd " .. vim.fn.fnameescape(project))
+    log = project .. "/state/audit.jsonl"
+    require("flemma.policy.audit").set_path(log)
+    require("flemma").setup({
+      provider = "test",
+      providers = {
+        test = { kind = "anthropic", endpoint = h.server:url("/v1/messages"), api_key_env = "FLEMMA_SPEC_KEY" },
+      },
+      parameters = { max_retries = 0, cache_retention = "none", connect_timeout = 5, timeout = 30 },
+      tools = { autopilot = { enabled = false }, auto_approve = { "bash(echo *)" } },
+    })
+    h.server:script({ { fixture = "anthropic_text.sse" }, { fixture = "anthropic_text.sse" } })
+  end)
+
+  after_each(function()
+    require("flemma.policy.audit").set_path(nil)
+    vim.cmd("cd " .. vim.fn.fnameescape(saved_cwd))
+    h.teardown()
+  end)
+
+  local function entries()
+    local out = {}
+    for line in (helpers.read_file(log) or ""):gmatch("[^\n]+") do
+      out[#out + 1] = vim.json.decode(line)
+    end
+    return out
+  end
+
+  it("records each decision and run through <C-]>: rule, resolver, status, digest, duration, time", function()
+    local secret = "TOP-SECRET-INPUT-" .. tostring(math.random(1e9))
+    local buf = helpers.edit(
+      project .. "/talk.chat",
+      chat({ { "toolu_a1", "echo AUDITED " .. secret }, { "toolu_a2", "touch y" } })
+    )
+    press("<C-]>")
+    helpers.wait_for(function()
+      if text(buf):find("status=approved", 1, true) then
+        press("<C-]>")
+      end
+      return text(buf):find("\nAUDITED ", 1, true) ~= nil
+    end, 10000, "the echo did not run: " .. text(buf))
+    vim.wait(5000, function()
+      return #entries() >= 3 and not require("flemma.policy.audit").pending()
+    end, 10)
+    assert.is_true(#entries() >= 3, tostring(helpers.read_file(log)) .. "\n" .. text(buf))
+    local raw = helpers.read_file(log)
+    assert.is_nil(raw:find(secret, 1, true), raw)
+    local by = {}
+    for _, e in ipairs(entries()) do
+      by[e.event .. ":" .. e.id] = e
+      assert.truthy(e.time:match("^%d%d%d%d%-%d%d%-%d%dT%d%d:%d%d:%d%dZ$"), e.time)
+      assert.truthy(e.input_sha256:match("^sha256:%x+$"), vim.inspect(e))
+    end
+    local d1 = by["decision:toolu_a1"]
+    assert.equals("approve", d1.decision)
+    assert.equals("bash(echo *)", d1.rule)
+    assert.equals("urn:flemma:approval:config", d1.resolver)
+    assert.equals(
+      "sha256:" .. vim.fn.sha256('{"command":"echo AUDITED ' .. secret .. '","label":"toolu_a1"}'),
+      d1.input_sha256
+    )
+    local d2 = by["decision:toolu_a2"]
+    assert.equals("require_approval", d2.decision)
+    local r1 = by["run:toolu_a1"]
+    assert.equals("success", r1.status)
+    assert.equals("bash", r1.tool)
+    assert.is_true(type(r1.duration_ms) == "number" and r1.duration_ms >= 0)
+    -- The pending call ran only if the user approved it, and then the log says so.
+    if by["run:toolu_a2"] then
+      assert.equals("user", by["decision:toolu_a2"].resolver)
+    end
+  end)
+
+  it("rotates the file at 10 MB, keeping one .1", function()
+    local audit = require("flemma.policy.audit")
+    vim.fn.mkdir(project .. "/state", "p")
+    helpers.write_file(log, string.rep("x", audit.MAX_BYTES - 10) .. "\n")
+    audit.record({ event = "decision", tool = "bash", id = "toolu_rot", decision = "deny", resolver = "spec" })
+    helpers.wait_for(function()
+      return not audit.pending() and vim.fn.filereadable(log .. ".1") == 1
+    end, 5000, "not rotated")
+    assert.equals(audit.MAX_BYTES - 9, vim.fn.getfsize(log .. ".1"))
+    assert.equals(1, #entries())
+    assert.equals("toolu_rot", entries()[1].id)
+  end)
+
+  it(":Flemma tool:log opens it", function()
+    local audit = require("flemma.policy.audit")
+    audit.record({ event = "decision", tool = "bash", id = "toolu_open", decision = "deny", resolver = "spec" })
+    helpers.wait_for(function()
+      return not audit.pending() and vim.fn.filereadable(log) == 1
+    end, 5000, "not written")
+    vim.cmd("Flemma tool:log")
+    assert.equals(vim.fs.normalize(log), vim.fs.normalize(vim.api.nvim_buf_get_name(0)))
+    assert.truthy(table.concat(vim.api.nvim_buf_get_lines(0, 0, -1, false), "\n"):find("toolu_open", 1, true))
+    vim.cmd("bwipeout!")
   end)
 end)

@@ -40,7 +40,16 @@ describe(":Flemma", function()
     local all = vim.fn.getcompletion("Flemma ", "cmdline")
     assert.same(commands.names(), all)
     assert.same(
-      { "tool:approve", "tool:cancel", "tool:cancel-all", "tool:execute", "tool:list", "tool:reject", "tool:undo" },
+      {
+        "tool:approve",
+        "tool:cancel",
+        "tool:cancel-all",
+        "tool:execute",
+        "tool:list",
+        "tool:log",
+        "tool:reject",
+        "tool:undo",
+      },
       vim.tbl_filter(function(n)
         return n:find("^tool:") ~= nil
       end, vim.fn.getcompletion("Flemma tool:", "cmdline"))

@@ -203,9 +203,20 @@ function H.decide(bufnr, use)
   if use.input == nil then
     return "denied"
   end
-  local ok, decision = pcall(require("flemma.tools.approval").resolve, use.name, use.input, {
+  local approval = require("flemma.tools.approval")
+  local ok, decision = pcall(approval.resolve, use.name, use.input, {
     bufnr = bufnr,
     tool_id = use.id,
+  })
+  local by = ok and approval.last_decider() or {}
+  require("flemma.policy.audit").record({
+    event = "decision",
+    tool = use.name,
+    id = use.id,
+    decision = ok and decision or "error",
+    resolver = by.resolver or "none",
+    rule = by.rule,
+    input = use.input,
   })
   if not ok then
     util.warn("approval failed for `" .. use.id .. "`: " .. util.message(decision))
@@ -552,7 +563,16 @@ function H.finish(bufnr, job, result)
   if not s or not s.running[job.id] then
     return -- already finished (e.g. a tool calling back twice) or buffer gone
   end
+  local started = s.running[job.id].started
   s.running[job.id] = nil
+  require("flemma.policy.audit").record({
+    event = "run",
+    tool = job.name,
+    id = job.id,
+    status = result.success and "success" or "error",
+    duration_ms = started and math.floor(((vim.uv or vim.loop).hrtime() - started) / 1e6 + 0.5) or nil,
+    input = job.input,
+  })
   require("flemma.cycle.spinner").stop(bufnr, job.id)
   H.tool_status(bufnr)
   if result.rate_limited and not s.paused then
@@ -599,6 +619,16 @@ function H.run(bufnr, job)
   end
   -- An automatic approval holds for what the call touches now: the calls that ran
   -- before it may have changed where its paths lead (a link made to a secret file).
+  if not (s.auto and s.auto[job.id]) then
+    require("flemma.policy.audit").record({
+      event = "decision",
+      tool = job.name,
+      id = job.id,
+      decision = "approve",
+      resolver = "user",
+      input = job.input,
+    })
+  end
   if s.auto and s.auto[job.id] then
     s.auto[job.id] = nil
     if H.has_paths(job.name) then
@@ -615,7 +645,7 @@ function H.run(bufnr, job)
     end
   end
   H.lock(bufnr)
-  s.running[job.id] = { name = job.name, alone = job.alone }
+  s.running[job.id] = { name = job.name, alone = job.alone, started = (vim.uv or vim.loop).hrtime() }
   H.tool_status(bufnr)
   require("flemma.cycle.spinner").start(bufnr, job.id, job.name, (part.fence_line or part.first_line) - 1)
   H.event("FlemmaToolExecuting", { bufnr = bufnr, tool_id = job.id, tool_name = job.name })

@@ -257,17 +257,19 @@ end
 ---@param input? table the call's input, for per-command rules
 ---@param match? fun(allow: string[], deny: string[], input: table): "approve"|"deny"|nil
 ---@return "approve"|"deny"|nil
+---@return string|nil rule the per-command rule that decided (`bash(git *)`), if one did
 function M.decide(policy, tool_name, input, match)
   if policy.deny[tool_name] or H.prefixed(policy.deny_prefixes or {}, tool_name) then
     return "deny"
   end
   local allow_rules = (policy.approve_rules or {})[tool_name]
   local deny_rules = (policy.deny_rules or {})[tool_name]
-  local by_rule
+  local by_rule, rule
   if match and (allow_rules or deny_rules) then
-    by_rule = match(allow_rules or {}, deny_rules or {}, input or {})
+    by_rule, rule = match(allow_rules or {}, deny_rules or {}, input or {})
+    rule = rule and ("%s(%s)"):format(tool_name, rule) or nil
     if by_rule == "deny" then
-      return "deny"
+      return "deny", rule
     end
   end
   local risk
@@ -277,8 +279,11 @@ function M.decide(policy, tool_name, input, match)
   if risk and (policy.deny_risks or {})[risk] then
     return "deny"
   end
-  if policy.approve[tool_name] or by_rule == "approve" then
+  if policy.approve[tool_name] then
     return "approve"
+  end
+  if by_rule == "approve" then
+    return "approve", rule
   end
   -- A risk level approves only tools registered in Lua: the risk an MCP server
   -- (`server:tool`) gives its own tools is its own claim.

@@ -80,6 +80,7 @@ end
 ---@param allow string[]
 ---@param deny string[]
 ---@return "approve"|"deny"|nil
+---@return string|nil rule the deny pattern that matched, or the allow patterns that did
 function M.decide(line, allow, deny)
   if type(line) ~= "string" then
     return nil
@@ -97,9 +98,9 @@ function M.decide(line, allow, deny)
   end
   local denies = pats(deny)
   for _, cmd in ipairs(cmds) do
-    for _, p in ipairs(denies) do
+    for j, p in ipairs(denies) do
       if M.match_words(p, cmd) then
-        return "deny"
+        return "deny", deny[j]
       end
     end
   end
@@ -107,11 +108,16 @@ function M.decide(line, allow, deny)
   if #allows == 0 then
     return nil
   end
+  local used, seen = {}, {}
   for _, cmd in ipairs(cmds) do
     local ok = false
-    for _, p in ipairs(allows) do
+    for j, p in ipairs(allows) do
       if M.match_words(p, cmd) then
         ok = true
+        if not seen[j] then
+          seen[j] = true
+          used[#used + 1] = allow[j]
+        end
         break
       end
     end
@@ -119,7 +125,7 @@ function M.decide(line, allow, deny)
       return nil
     end
   end
-  return "approve"
+  return "approve", table.concat(used, ", ")
 end
 
 --- The rule matcher presets.decide takes: the decision of a tool's rules for one call
@@ -128,6 +134,7 @@ end
 ---@param deny string[]
 ---@param input table
 ---@return "approve"|"deny"|nil
+---@return string|nil rule
 function M.matcher(allow, deny, input)
   return M.decide(type(input) == "table" and input.command or nil, allow, deny)
 end

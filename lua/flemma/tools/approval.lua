@@ -114,7 +114,9 @@ function H.chain(tool_name, input, context, fm, warned)
   local saved = H.active
   H.active = fm
   local decision = "require_approval"
+  H.decider = { resolver = nil, rule = nil }
   for _, r in ipairs(H.sorted()) do
+    H.rule = nil
     local ok, result = pcall(r.resolve, tool_name, input or {}, context)
     if not ok and r.name == M.FRONTMATTER then
       -- The buffer's own policy did not evaluate (its function failed or ran out of
@@ -130,6 +132,7 @@ function H.chain(tool_name, input, context, fm, warned)
     elseif result ~= nil then
       if H.DECISIONS[result] then
         decision = result
+        H.decider = { resolver = r.name, rule = H.rule }
         break
       end
       if not warned[r.name] then
@@ -199,6 +202,13 @@ function M.resolve(tool_name, input, ctx)
   return decision
 end
 
+--- Who made the last decision of M.resolve: the resolver's name (nil: none decided)
+--- and the per-command rule that decided, if one did (for the audit log).
+---@return { resolver: string|nil, rule: string|nil }
+function M.last_decider()
+  return vim.deepcopy(H.decider or {})
+end
+
 ---------------------------------------------------------------------------------------
 -- Built-in resolvers
 ---------------------------------------------------------------------------------------
@@ -246,8 +256,10 @@ function H.apply(policy, excluded, tool_name, input, ctx, what)
     return H.from_function(policy(tool_name, input, ctx), what)
   elseif type(policy) == "table" then
     local expanded = presets.expand(policy, { presets = H.tools_config().presets, excluded = excluded })
-    local decision = presets.decide(expanded, tool_name, input, require("flemma.policy.commands").matcher)
-    return H.scoped(decision, tool_name, input, ctx)
+    local decision, rule = presets.decide(expanded, tool_name, input, require("flemma.policy.commands").matcher)
+    decision = H.scoped(decision, tool_name, input, ctx)
+    H.rule = decision and rule or nil
+    return decision
   end
   return nil
 end
