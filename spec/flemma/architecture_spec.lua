@@ -55,26 +55,6 @@ describe("the Lua layers", function()
     end
   end)
 
-  it("let no module define one of its functions twice (M.x or H.x at the top level)", function()
-    local twice = {}
-    for name, path in pairs(graph.modules) do
-      local seen = {}
-      local n = 0
-      for line in io.lines(path) do
-        n = n + 1
-        local def = line:match("^function ([MH]%.[%w_]+)%s*%(") or line:match("^([MH]%.[%w_]+)%s*=[^=]")
-        if def then
-          if seen[def] then
-            twice[#twice + 1] = ("%s: %s (lines %d and %d)"):format(name, def, seen[def], n)
-          end
-          seen[def] = n
-        end
-      end
-    end
-    table.sort(twice)
-    assert.same({}, twice)
-  end)
-
   it("find requires where they hide and skip comments and strings", function()
     local refs = layers.refs(table.concat({
       'local a = require("flemma.one")',

@@ -3,11 +3,17 @@
 --- signatures and redacted thinking sent back as they came, prompt caching) and
 --- reads the provider's error bodies. The decoded stream events are provider-neutral
 --- (native decoder), so this module needs nothing to turn them into a response.
-local M = {}
-local H = {}
+local thinking = require("flemma.provider.thinking")
 local common = require("flemma.provider.common")
 
+local M = {}
+local H = {}
+
 M.kind = "anthropic"
+M.stream = "anthropic"
+M.key = { header = "x-api-key" }
+M.endpoint = common.configured_endpoint
+M.parameters = { "max_tokens", "temperature", "thinking", "thinking_foreign", "cache_retention", "extra", "anthropic" }
 M.version = "2023-06-01"
 
 --- Thinking budgets of the unified `parameters.thinking` levels.
@@ -21,23 +27,23 @@ H.schema = common.schema
 H.input = common.input
 
 --- The thinking budget for a `parameters.thinking` value (nil: thinking off).
----@param thinking any
+---@param value any
 ---@return integer|nil
-function M.budget(thinking)
-  if thinking == nil or thinking == false or thinking == 0 then
+function M.budget(value)
+  if value == nil or value == false or value == 0 then
     return nil
   end
-  if type(thinking) == "number" then
-    return math.max(1024, math.floor(thinking))
+  if type(value) == "number" then
+    return math.max(1024, math.floor(value))
   end
-  if thinking == true then
+  if value == true then
     return M.budgets.medium
   end
-  local b = M.budgets[thinking]
+  local b = M.budgets[value]
   if not b then
     require("flemma.core.util").error(
       ("`parameters.thinking` should be false, a token budget or one of minimal, low, medium, high, max, not %s"):format(
-        vim.inspect(thinking)
+        vim.inspect(value)
       )
     )
   end
@@ -65,7 +71,7 @@ function H.file_block(p)
 end
 
 --- Content blocks of one message.
-function H.blocks(msg)
+function H.blocks(msg, params)
   local out = {}
   for _, p in ipairs(msg.parts) do
     if p.kind == "text" then
@@ -80,9 +86,9 @@ function H.blocks(msg)
       else
         -- Another provider's thinking (or thinking without a signature): as text by
         -- default, never with its signature (parameters.thinking_foreign).
-        local mode = require("flemma.provider.thinking").mode(p, "anthropic", H.params)
+        local mode = thinking.mode(p, "anthropic", params)
         if (mode == "text" or mode == "preserve") and p.text:find("%S") then
-          out[#out + 1] = { type = "text", text = require("flemma.provider.thinking").as_text(p.text) }
+          out[#out + 1] = { type = "text", text = thinking.as_text(p.text) }
         end
       end
     elseif p.kind == "file" then
@@ -103,13 +109,41 @@ function H.blocks(msg)
   return out
 end
 
+--- The conversation: `messages`, turns of content blocks; with caching on, the last
+--- block that is not thinking carries the breakpoint (everything up to it is cached
+--- for the next turn).
+---@type flemma.provider.Conversation
+M.conversation = {
+  field = "messages",
+  items = function(msg, ctx)
+    return H.blocks(msg, ctx.parameters)
+  end,
+  turn = function(role, items)
+    return { role = role, content = items }
+  end,
+  mark = function(ctx)
+    local cache = H.cache_control(ctx.parameters.cache_retention)
+    if not cache then
+      return nil
+    end
+    return function(blocks)
+      for i = #blocks, 1, -1 do
+        local t = blocks[i].type
+        if t ~= "thinking" and t ~= "redacted_thinking" then
+          blocks[i].cache_control = cache
+          break
+        end
+      end
+    end
+  end,
+}
+
 --- The request body and headers.
 ---@param ctx flemma.provider.Context
 ---@return table body
 ---@return table<string, string> headers
 function M.build(ctx)
   local params = ctx.parameters
-  H.params = params
   local info = ctx.model_info
   local body = {
     model = ctx.model,
@@ -136,29 +170,7 @@ function M.build(ctx)
     end
   end
 
-  body.messages = {}
-  for _, msg in ipairs(ctx.request.messages) do
-    local blocks = H.blocks(msg)
-    if #blocks > 0 then
-      local last = body.messages[#body.messages]
-      if last and last.role == msg.role then
-        vim.list_extend(last.content, blocks)
-      else
-        body.messages[#body.messages + 1] = { role = msg.role, content = blocks }
-      end
-    end
-  end
-  local tail = body.messages[#body.messages]
-  if cache and tail then
-    -- The conversation tail: everything up to here is cached for the next turn.
-    for i = #tail.content, 1, -1 do
-      local t = tail.content[i].type
-      if t ~= "thinking" and t ~= "redacted_thinking" then
-        tail.content[i].cache_control = cache
-        break
-      end
-    end
-  end
+  body.messages = common.conversation(M.conversation, ctx)
 
   local budget = M.budget(params.thinking)
   if budget then
@@ -171,173 +183,32 @@ function M.build(ctx)
     body.temperature = params.temperature
   end
 
-  local headers = {
-    ["content-type"] = "application/json",
-    ["accept"] = "text/event-stream",
-    ["anthropic-version"] = M.version,
-  }
-  if ctx.key then
-    headers["x-api-key"] = ctx.key
-  end
+  local headers = common.headers(M.key, ctx.key)
+  headers["anthropic-version"] = M.version
   common.extra(body, ctx)
   return body, headers
 end
 
--- Encoded content blocks of unchanged document messages (the incremental document
--- model hands back the same message table while a message is unchanged), so a send
--- encodes only what changed since the last one.
-H.fragments = setmetatable({}, { __mode = "k" })
-H.seen = setmetatable({}, { __mode = "k" })
-
-function H.fragment(msg)
-  local f = H.fragments[msg]
-  if f == nil then
-    local blocks = H.blocks(msg)
-    f = #blocks > 0 and vim.json.encode(blocks):sub(2, -2) or ""
-    H.fragments[msg] = f
-  end
-  return f
-end
-
-H.SENTINEL = "\1flemma-messages\1"
-
---- The request body as JSON text: the same request as `build`, with the messages of
---- `ctx.doc_messages` (document messages, system included) encoded once per message.
----@param ctx flemma.provider.Context
----@return string body
----@return table<string, string> headers
-function M.encode(ctx)
-  local pieces, headers = M.encode_pieces(ctx)
-  return table.concat(pieces), headers
-end
-
---- The body of M.encode as a list of pieces (their concatenation is the JSON text):
---- the cached encodings of unchanged messages are listed, not copied into one
---- large string (the transport writes the list as it is).
----@param ctx flemma.provider.Context
----@return string[] pieces
----@return table<string, string> headers
-function M.encode_pieces(ctx)
-  local msgs = ctx.doc_messages
-  H.params = ctx.parameters
-  local foreign = ctx.parameters.thinking_foreign or "text"
-  if H.fragments_foreign ~= foreign then
-    -- encoded fragments depend on how foreign thinking is sent
-    H.fragments = setmetatable({}, { __mode = "k" })
-    H.fragments_foreign = foreign
-  end
-  local first = msgs and msgs[1]
-  if first and not H.seen[first] then
-    -- Message tables not seen before (a fresh full parse): one encode of the whole
-    -- request is cheaper than one per message. Per-message encoding pays off once
-    -- the document hands back the same tables for unchanged messages.
-    H.seen[first] = true
-    local full = {}
-    for k, v in pairs(ctx) do
-      full[k] = v
+--- Token counting: POST .../messages/count_tokens takes the request minus what only
+--- shapes the answer.
+---@type flemma.provider.Counter
+M.counter = {
+  endpoint = function(endpoint)
+    local base = endpoint:gsub("[?#].*$", "")
+    if not base:find("/messages$") then
+      return nil, ("cannot derive the token-counting endpoint from %s (it should end in /messages)"):format(endpoint)
     end
-    full.request = require("flemma.chat.document").to_messages({ messages = msgs })
-    msgs = nil
-    ctx = full
-  end
-  if not msgs then
-    local body, headers = M.build(ctx)
-    return { vim.json.encode(body) }, headers
-  end
-  -- The pieces of the messages, in order: a message that starts a conversation
-  -- message opens it, the next one of the same role joins it. One list per buffer
-  -- is kept and rewritten in place from the first message that changed since the
-  -- last encoding (another table at that place): the pieces before it stay, so a
-  -- send after an edit at the end allocates only for the end.
-  local last = H.last
-  if not last or last.bufnr ~= ctx.bufnr or last.fragments ~= H.fragments then
-    last = { bufnr = ctx.bufnr, fragments = H.fragments, msgs = {}, marks = {}, out = {} }
-    H.last = last
-  end
-  local prev, marks, out = last.msgs, last.marks, last.out
-  local same, limit = 0, math.min(#msgs, #prev)
-  while same < limit and msgs[same + 1] == prev[same + 1] do
-    same = same + 1
-  end
-  local n, role, conv_n, last_msg = 1, nil, 0, nil -- role: of the open conversation message
-  if same > 0 then
-    local m = marks[same]
-    n, role, conv_n, last_msg = m[1], m[2], m[3], m[4]
-  end
-  if last.tail_at and last.tail_at <= n then
-    out[last.tail_at] = last.tail_plain -- the cache breakpoint of the last send
-  end
-  last.tail_at = nil
-  for i = same + 1, #msgs do
-    local msg = msgs[i]
-    prev[i] = msg
-    if msg.role ~= "system" then
-      local f = H.fragment(msg)
-      if f ~= "" then
-        if role == msg.role then
-          out[n + 1] = ","
-        else
-          if role then
-            n = n + 1
-            out[n] = "]}"
-          end
-          conv_n = conv_n + 1
-          role = msg.role
-          out[n + 1] = (conv_n > 1 and ',{"role":"' or '{"role":"') .. role .. '","content":['
-        end
-        out[n + 2] = f
-        n = n + 2
-        last_msg = msg
-      end
-    end
-    local m = marks[i]
-    if m then
-      m[1], m[2], m[3], m[4] = n, role, conv_n, last_msg
-    else
-      marks[i] = { n, role, conv_n, last_msg }
-    end
-  end
-  for i = #msgs + 1, #prev do
-    prev[i], marks[i] = nil, nil
-  end
-  local skeleton = {}
-  for k, v in pairs(ctx) do
-    skeleton[k] = v
-  end
-  skeleton.doc_messages = nil
-  skeleton.request = { system = ctx.request.system, messages = {} }
-  local body, headers = M.build(skeleton)
-  local cache = H.cache_control(ctx.parameters.cache_retention)
-  local pieces = out
-  if cache and last_msg then
-    -- The conversation tail carries the breakpoint: its last message encoded afresh
-    -- (out[n] is its fragment; the plain one is put back by the next encoding).
-    local blocks = H.blocks(last_msg)
-    for i = #blocks, 1, -1 do
-      local t = blocks[i].type
-      if t ~= "thinking" and t ~= "redacted_thinking" then
-        blocks[i].cache_control = cache
-        break
-      end
-    end
-    last.tail_at, last.tail_plain = n, out[n]
-    out[n] = vim.json.encode(blocks):sub(2, -2)
-  end
-  body.messages = H.SENTINEL
-  local json = vim.json.encode(body)
-  local quoted = vim.json.encode(H.SENTINEL)
-  local s, e = json:find(quoted, 1, true)
-  pieces[1] = json:sub(1, s - 1) .. "["
-  if role then
-    pieces[n + 1] = "]}"
-    n = n + 1
-  end
-  pieces[n + 1] = "]" .. json:sub(e + 1)
-  for i = n + 2, #pieces do
-    pieces[i] = nil
-  end
-  return pieces, headers
-end
+    return base .. "/count_tokens"
+  end,
+  body = function(body)
+    local out = vim.deepcopy(body)
+    out.stream, out.max_tokens, out.temperature = nil, nil, nil
+    return out
+  end,
+  tokens = function(decoded)
+    return type(decoded) == "table" and tonumber(decoded.input_tokens) or nil
+  end,
+}
 
 --- The message of an error body ({ type = "error", error = { type, message } }).
 ---@param decoded table
@@ -350,5 +221,8 @@ function M.error_message(decoded)
   end
   return nil
 end
+
+--- Usage comes as it is kept (input_tokens without the cached ones).
+M.normalize_usage = common.same_usage
 
 return M

@@ -168,18 +168,6 @@ function M.extra(body, ctx)
   return body
 end
 
---- The headers of a streamed JSON request, with `authorization: Bearer KEY` when
---- there is a key (the OpenAI kinds and vertex).
----@param key string|nil
----@return table<string, string>
-function M.bearer_headers(key)
-  local headers = { ["content-type"] = "application/json", ["accept"] = "text/event-stream" }
-  if key then
-    headers["authorization"] = "Bearer " .. key
-  end
-  return headers
-end
-
 --- A kind's normalize_usage where the input tokens include the cached ones: they are
 --- taken out, as usage keeps them apart.
 ---@param usage table
@@ -248,6 +236,109 @@ function M.local_name(name)
     return name
   end
   return server .. ":" .. tool
+end
+
+--- What the items of a message may look up in the messages before it: `before` is
+--- the index of the message in `messages` (each a table with `parts`); it may be set
+--- again to serve another message of the same list.
+---@param messages table[]
+---@param before integer
+---@return flemma.provider.Refs
+function M.refs(messages, before)
+  local refs = { before = before }
+  function refs.tool_name(id)
+    for j = refs.before - 1, 1, -1 do
+      local parts = messages[j].parts
+      for k = #parts, 1, -1 do
+        local p = parts[k]
+        if p.kind == "tool_use" and p.id == id then
+          return p.name
+        end
+      end
+    end
+    return nil
+  end
+  return refs
+end
+
+--- The conversation of a request (ctx.request.messages, document.to_messages' shape)
+--- as a kind's body holds it: each message's items (conv.items), in turns where the
+--- kind has them (consecutive messages whose turns have one role share one), after
+--- `lead` (items the kind puts first). The last message with items gets conv.mark.
+--- The one builder of every kind's conversation; flemma.provider.encode encodes the
+--- same items once per message.
+---@param conv flemma.provider.Conversation
+---@param ctx flemma.provider.Context
+---@param lead? table[]
+---@return table[]
+function M.conversation(conv, ctx, lead)
+  local out = lead or {}
+  local msgs = ctx.request.messages
+  local encoded, last = {}, nil
+  local refs = M.refs(msgs, 1)
+  for i, msg in ipairs(msgs) do
+    refs.before = i
+    encoded[i] = conv.items(msg, ctx, refs)
+    if #encoded[i] > 0 then
+      last = i
+    end
+  end
+  local mark = last and conv.mark and conv.mark(ctx)
+  if mark then
+    mark(encoded[last])
+  end
+  local open_role, open_items
+  for i, msg in ipairs(msgs) do
+    local items = encoded[i]
+    if #items > 0 then
+      if conv.turn then
+        local role = M.wire_role(conv, msg.role)
+        if role == open_role then
+          vim.list_extend(open_items, items)
+        else
+          open_role, open_items = role, items
+          out[#out + 1] = conv.turn(role, items)
+        end
+      else
+        vim.list_extend(out, items)
+      end
+    end
+  end
+  return out
+end
+
+--- The role of a turn on the wire.
+---@param conv flemma.provider.Conversation
+---@param role string
+---@return string
+function M.wire_role(conv, role)
+  return conv.roles and conv.roles[role] or role
+end
+
+--- The headers of a streamed JSON request with the key as the kind sends it.
+---@param key_spec flemma.provider.KeySpec
+---@param key string|nil
+---@return table<string, string>
+function M.headers(key_spec, key)
+  local headers = { ["content-type"] = "application/json", ["accept"] = "text/event-stream" }
+  if key then
+    headers[key_spec.header] = (key_spec.prefix or "") .. key
+  end
+  return headers
+end
+
+--- A kind's endpoint where the entry names it: the entry's own (no default of the kind).
+---@param configured string|nil
+---@return string|nil
+function M.configured_endpoint(configured)
+  return configured
+end
+
+--- A kind's normalize_usage where usage comes as it is kept.
+---@param usage table
+---@return table usage
+function M.same_usage(usage)
+  return usage
 end
 
 return M

@@ -6,68 +6,6 @@ local util = require("flemma.core.util")
 local M = {}
 local H = {}
 
---- Per kind: the counting endpoint of a request endpoint, the body from a request
---- body, and the token count from the decoded answer.
-M.counters = {
-  anthropic = {
-    endpoint = function(endpoint)
-      local base = endpoint:gsub("[?#].*$", "")
-      if not base:find("/messages$") then
-        return nil, ("cannot derive the token-counting endpoint from %s (it should end in /messages)"):format(endpoint)
-      end
-      return base .. "/count_tokens"
-    end,
-    body = function(body)
-      local out = vim.deepcopy(body)
-      -- count_tokens takes the request minus what only shapes the answer.
-      out.stream, out.max_tokens, out.temperature = nil, nil, nil
-      return out
-    end,
-    tokens = function(decoded)
-      return type(decoded) == "table" and tonumber(decoded.input_tokens) or nil
-    end,
-  },
-}
-
-M.counters.openai = {
-  -- POST /v1/responses/input_tokens takes the request's model, input, instructions and tools.
-  endpoint = function(endpoint)
-    local base = endpoint:gsub("[?#].*$", "")
-    if not base:find("/responses$") then
-      return nil, ("cannot derive the token-counting endpoint from %s (it should end in /responses)"):format(endpoint)
-    end
-    return base .. "/input_tokens"
-  end,
-  body = function(body)
-    local out = {}
-    for _, k in ipairs({ "model", "input", "instructions", "tools", "reasoning" }) do
-      out[k] = body[k]
-    end
-    return out
-  end,
-  tokens = function(decoded)
-    return type(decoded) == "table" and tonumber(decoded.input_tokens) or nil
-  end,
-}
-
-M.counters.vertex = {
-  -- models/{model}:countTokens next to models/{model}:streamGenerateContent.
-  endpoint = function(endpoint)
-    local base, n = endpoint:gsub(":streamGenerateContent[^/]*$", ":countTokens")
-    if n == 0 then
-      return nil,
-        ("cannot derive the token-counting endpoint from %s (it should end in :streamGenerateContent)"):format(endpoint)
-    end
-    return base
-  end,
-  body = function(body)
-    return { contents = body.contents, systemInstruction = body.systemInstruction, tools = body.tools }
-  end,
-  tokens = function(decoded)
-    return type(decoded) == "table" and tonumber(decoded.totalTokens) or nil
-  end,
-}
-
 function H.n(x)
   local s = tostring(math.floor(x))
   return (s:reverse():gsub("(%d%d%d)", "%1,"):reverse():gsub("^,", ""))
@@ -122,7 +60,8 @@ function M.estimate(bufnr, cb)
   if not spec then
     return cb({ error = err and err:find("^frontmatter line") and ("nothing counted: " .. err) or err })
   end
-  local counter = M.counters[spec.kind]
+  local kind = provider.kind(spec.kind)
+  local counter = kind and kind.counter
   if not counter then
     return cb({
       error = ("%s: the %s API has no token-counting endpoint that Flemma knows; nothing was counted"):format(
@@ -198,8 +137,7 @@ function M.estimate(bufnr, cb)
           local status, text = H.split_http(result.output or "")
           local dok, decoded = pcall(vim.json.decode, text)
           if status ~= 200 or not dok then
-            local msg = dok and require("flemma.provider").kind(spec.kind).error_message(decoded)
-              or vim.trim(text:sub(1, 200))
+            local msg = dok and kind.error_message(decoded) or vim.trim(text:sub(1, 200))
             return cb({
               error = ("%s: counting tokens failed: HTTP %s%s"):format(
                 spec.name,

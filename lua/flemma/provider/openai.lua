@@ -11,6 +11,10 @@ local H = {}
 local common = require("flemma.provider.common")
 
 M.kind = "openai"
+M.stream = "openai"
+M.key = { header = "authorization", prefix = "Bearer " }
+M.endpoint = common.configured_endpoint
+M.parameters = { "max_tokens", "temperature", "thinking", "thinking_foreign", "cache_retention", "extra", "openai" }
 
 --- `parameters.thinking` levels as `reasoning.effort`.
 M.efforts = { minimal = "minimal", low = "low", medium = "medium", high = "high", max = "xhigh" }
@@ -60,87 +64,94 @@ function H.file_item(p)
   return { type = "input_text", text = common.file_note(p, "this provider takes images and PDFs only") }
 end
 
---- The `input` items of the conversation.
-function H.items(request, params)
+--- The `input` items of one message.
+function H.items(msg, params)
   local out = {}
-  for _, msg in ipairs(request.messages) do
-    if msg.role == "user" then
-      local texts, content = {}, nil -- content: the input_* list once a file is attached
-      local function flush_texts()
-        if #texts > 0 and content then
-          content[#content + 1] = { type = "input_text", text = table.concat(texts, "\n\n") }
-          texts = {}
-        end
+  if msg.role == "user" then
+    local texts, content = {}, nil -- content: the input_* list once a file is attached
+    local function flush_texts()
+      if #texts > 0 and content then
+        content[#content + 1] = { type = "input_text", text = table.concat(texts, "\n\n") }
+        texts = {}
       end
-      local function flush()
+    end
+    local function flush()
+      flush_texts()
+      if content then
+        out[#out + 1] = { role = "user", content = content }
+      elseif #texts > 0 then
+        out[#out + 1] = { role = "user", content = table.concat(texts, "\n\n") }
+      end
+      texts, content = {}, nil
+    end
+    for _, p in ipairs(msg.parts) do
+      if p.kind == "file" then
+        content = content or {}
         flush_texts()
-        if content then
-          out[#out + 1] = { role = "user", content = content }
-        elseif #texts > 0 then
-          out[#out + 1] = { role = "user", content = table.concat(texts, "\n\n") }
+        content[#content + 1] = H.file_item(p)
+      elseif p.kind == "tool_result" then
+        flush()
+        local output = p.content or ""
+        if p.is_error then
+          output = M.error_prefix .. output
         end
-        texts, content = {}, nil
+        out[#out + 1] = { type = "function_call_output", call_id = p.id, output = output }
+      elseif p.kind == "text" and p.text:find("%S") then
+        texts[#texts + 1] = p.text
       end
-      for _, p in ipairs(msg.parts) do
-        if p.kind == "file" then
-          content = content or {}
-          flush_texts()
-          content[#content + 1] = H.file_item(p)
-        elseif p.kind == "tool_result" then
-          flush()
-          local output = p.content or ""
-          if p.is_error then
-            output = M.error_prefix .. output
-          end
-          out[#out + 1] = { type = "function_call_output", call_id = p.id, output = output }
-        elseif p.kind == "text" and p.text:find("%S") then
-          texts[#texts + 1] = p.text
-        end
-      end
-      flush()
-    else
-      local texts = {}
-      local function flush()
-        if #texts > 0 then
-          out[#out + 1] = { role = "assistant", content = table.concat(texts, "\n\n") }
-          texts = {}
-        end
-      end
-      for _, p in ipairs(msg.parts) do
-        if p.kind == "text" and p.text:find("%S") then
-          texts[#texts + 1] = p.text
-        elseif p.kind == "thinking" then
-          local mode = thinking.mode(p, M.kind, params)
-          if mode == "own" then
-            if p.signature and p.signature ~= "" then
-              flush()
-              local item = { type = "reasoning", summary = {}, encrypted_content = p.signature }
-              if p.text:find("%S") then
-                item.summary[1] = { type = "summary_text", text = p.text }
-              end
-              out[#out + 1] = item
-            end
-            -- a summary without its encrypted item cannot be sent back
-          elseif mode == "text" or mode == "preserve" then
-            if p.text:find("%S") then
-              texts[#texts + 1] = thinking.as_text(p.text)
-            end
-          end
-        elseif p.kind == "tool_use" then
-          flush()
-          out[#out + 1] = {
-            type = "function_call",
-            call_id = p.id,
-            name = common.wire_name(p.name),
-            arguments = H.arguments(p.input),
-          }
-        end
-      end
-      flush()
+    end
+    flush()
+    return out
+  end
+  local texts = {}
+  local function flush()
+    if #texts > 0 then
+      out[#out + 1] = { role = "assistant", content = table.concat(texts, "\n\n") }
+      texts = {}
     end
   end
+  for _, p in ipairs(msg.parts) do
+    if p.kind == "text" and p.text:find("%S") then
+      texts[#texts + 1] = p.text
+    elseif p.kind == "thinking" then
+      local mode = thinking.mode(p, M.kind, params)
+      if mode == "own" then
+        if p.signature and p.signature ~= "" then
+          flush()
+          local item = { type = "reasoning", summary = {}, encrypted_content = p.signature }
+          if p.text:find("%S") then
+            item.summary[1] = { type = "summary_text", text = p.text }
+          end
+          out[#out + 1] = item
+        end
+        -- a summary without its encrypted item cannot be sent back
+      elseif mode == "text" or mode == "preserve" then
+        if p.text:find("%S") then
+          texts[#texts + 1] = thinking.as_text(p.text)
+        end
+      end
+    elseif p.kind == "tool_use" then
+      flush()
+      out[#out + 1] = {
+        type = "function_call",
+        call_id = p.id,
+        name = common.wire_name(p.name),
+        arguments = H.arguments(p.input),
+      }
+    end
+  end
+  flush()
   return out
 end
+
+--- The conversation: `input`, a flat list of items.
+---@type flemma.provider.Conversation
+M.conversation = {
+  field = "input",
+  items = function(msg, ctx)
+    return H.items(msg, ctx.parameters)
+  end,
+}
 
 --- The key that keeps one buffer's requests on the same prompt cache.
 function M.cache_key(bufnr)
@@ -159,10 +170,10 @@ function M.build(ctx)
   local params = ctx.parameters
   local body = {
     model = ctx.model,
-    input = H.items(ctx.request, params),
     stream = true,
     store = false,
   }
+  body.input = common.conversation(M.conversation, ctx)
   if ctx.request.system then
     body.instructions = ctx.request.system
   end
@@ -202,7 +213,7 @@ function M.build(ctx)
     end
   end
   common.extra(body, ctx)
-  return body, common.bearer_headers(ctx.key)
+  return body, common.headers(M.key, ctx.key)
 end
 
 --- The message of an error body ({ error = { message, type, code } }).
@@ -217,6 +228,29 @@ function M.error_message(decoded)
   end
   return nil
 end
+
+--- Token counting: POST .../responses/input_tokens takes the request's model, input,
+--- instructions, tools and reasoning.
+---@type flemma.provider.Counter
+M.counter = {
+  endpoint = function(endpoint)
+    local base = endpoint:gsub("[?#].*$", "")
+    if not base:find("/responses$") then
+      return nil, ("cannot derive the token-counting endpoint from %s (it should end in /responses)"):format(endpoint)
+    end
+    return base .. "/input_tokens"
+  end,
+  body = function(body)
+    local out = {}
+    for _, k in ipairs({ "model", "input", "instructions", "tools", "reasoning" }) do
+      out[k] = body[k]
+    end
+    return out
+  end,
+  tokens = function(decoded)
+    return type(decoded) == "table" and tonumber(decoded.input_tokens) or nil
+  end,
+}
 
 --- input_tokens include the cached ones here; usage keeps them apart.
 M.normalize_usage = common.uncached_input

@@ -2,11 +2,17 @@
 --- OpenAI-compatible servers (Ollama, llama.cpp, vLLM, LM Studio, OpenRouter,
 --- Moonshot, DeepSeek, ...). Tool calls go out as `tool_calls`, results as `tool`
 --- messages; thinking without a signature goes back as `reasoning_content`.
-local M = {}
-local H = {}
+local thinking = require("flemma.provider.thinking")
 local common = require("flemma.provider.common")
 
+local M = {}
+local H = {}
+
 M.kind = "openai_chat"
+M.stream = "openai_chat"
+M.key = { header = "authorization", prefix = "Bearer " }
+M.endpoint = common.configured_endpoint
+M.parameters = { "max_tokens", "temperature", "thinking", "thinking_foreign", "extra" }
 
 --- `parameters.thinking` levels as `reasoning_effort`.
 M.efforts = { minimal = "minimal", low = "low", medium = "medium", high = "high", max = "high" }
@@ -18,17 +24,17 @@ H.schema = common.schema
 
 H.arguments = common.arguments
 
-function H.effort(thinking)
-  if thinking == nil or thinking == false then
+function H.effort(value)
+  if value == nil or value == false then
     return nil
   end
-  if type(thinking) == "number" then
-    if thinking <= 0 then
+  if type(value) == "number" then
+    if value <= 0 then
       return nil
     end
-    return thinking <= 2048 and "low" or thinking <= 16384 and "medium" or "high"
+    return value <= 2048 and "low" or value <= 16384 and "medium" or "high"
   end
-  return M.efforts[thinking] or (type(thinking) == "string" and thinking) or nil
+  return M.efforts[value] or (type(value) == "string" and value) or nil
 end
 
 --- Hosts whose Chat Completions endpoint takes PDFs as `file` parts.
@@ -56,78 +62,89 @@ function H.file_part(p, files)
   }
 end
 
-function H.messages(request, params, files)
+--- The messages of one conversation message: a user message (its text and files),
+--- with a `tool` message before it per result; an assistant message with its text,
+--- reasoning and tool calls.
+function H.messages(msg, params, files)
   local out = {}
-  if request.system then
-    out[1] = { role = "system", content = request.system }
-  end
-  for _, msg in ipairs(request.messages) do
-    if msg.role == "user" then
-      local texts, content = {}, nil -- content: the parts list once a file is attached
-      for _, p in ipairs(msg.parts) do
-        if p.kind == "file" then
-          content = content or {}
-          if #texts > 0 then
-            content[#content + 1] = { type = "text", text = table.concat(texts, "\n\n") }
-            texts = {}
-          end
-          content[#content + 1] = H.file_part(p, files)
-        elseif p.kind == "tool_result" then
-          local text = p.content or ""
-          if p.is_error then
-            text = M.error_prefix .. text
-          end
-          out[#out + 1] = { role = "tool", tool_call_id = p.id, content = text }
-        elseif p.kind == "text" and p.text:find("%S") then
-          texts[#texts + 1] = p.text
-        end
-      end
-      if content then
+  if msg.role == "user" then
+    local texts, content = {}, nil -- content: the parts list once a file is attached
+    for _, p in ipairs(msg.parts) do
+      if p.kind == "file" then
+        content = content or {}
         if #texts > 0 then
           content[#content + 1] = { type = "text", text = table.concat(texts, "\n\n") }
+          texts = {}
         end
-        out[#out + 1] = { role = "user", content = content }
-      elseif #texts > 0 then
-        out[#out + 1] = { role = "user", content = table.concat(texts, "\n\n") }
-      end
-    else
-      local texts, reasoning, calls = {}, {}, {}
-      for _, p in ipairs(msg.parts) do
-        if p.kind == "text" and p.text:find("%S") then
-          texts[#texts + 1] = p.text
-        elseif p.kind == "thinking" and not p.redacted and not p.signature then
-          reasoning[#reasoning + 1] = p.text
-        elseif p.kind == "thinking" and p.text:find("%S") then
-          -- Another provider's signed thinking: as text by default, never with its
-          -- signature (parameters.thinking_foreign).
-          local mode = require("flemma.provider.thinking").mode(p, M.kind, params)
-          if mode == "text" then
-            texts[#texts + 1] = require("flemma.provider.thinking").as_text(p.text)
-          elseif mode == "preserve" then
-            reasoning[#reasoning + 1] = p.text
-          end
-        elseif p.kind == "tool_use" then
-          calls[#calls + 1] = {
-            id = p.id,
-            type = "function",
-            ["function"] = { name = common.wire_name(p.name), arguments = H.arguments(p.input) },
-          }
+        content[#content + 1] = H.file_part(p, files)
+      elseif p.kind == "tool_result" then
+        local result = p.content or ""
+        if p.is_error then
+          result = M.error_prefix .. result
         end
-      end
-      local m = { role = "assistant", content = #texts > 0 and table.concat(texts, "\n\n") or vim.NIL }
-      if #reasoning > 0 then
-        m.reasoning_content = table.concat(reasoning, "\n\n")
-      end
-      if #calls > 0 then
-        m.tool_calls = calls
-      end
-      if m.content ~= vim.NIL or m.tool_calls then
-        out[#out + 1] = m
+        out[#out + 1] = { role = "tool", tool_call_id = p.id, content = result }
+      elseif p.kind == "text" and p.text:find("%S") then
+        texts[#texts + 1] = p.text
       end
     end
+    if content then
+      if #texts > 0 then
+        content[#content + 1] = { type = "text", text = table.concat(texts, "\n\n") }
+      end
+      out[#out + 1] = { role = "user", content = content }
+    elseif #texts > 0 then
+      out[#out + 1] = { role = "user", content = table.concat(texts, "\n\n") }
+    end
+    return out
+  end
+  local texts, reasoning, calls = {}, {}, {}
+  for _, p in ipairs(msg.parts) do
+    if p.kind == "text" and p.text:find("%S") then
+      texts[#texts + 1] = p.text
+    elseif p.kind == "thinking" and not p.redacted and not p.signature then
+      reasoning[#reasoning + 1] = p.text
+    elseif p.kind == "thinking" and p.text:find("%S") then
+      -- Another provider's signed thinking: as text by default, never with its
+      -- signature (parameters.thinking_foreign).
+      local mode = thinking.mode(p, M.kind, params)
+      if mode == "text" then
+        texts[#texts + 1] = thinking.as_text(p.text)
+      elseif mode == "preserve" then
+        reasoning[#reasoning + 1] = p.text
+      end
+    elseif p.kind == "tool_use" then
+      calls[#calls + 1] = {
+        id = p.id,
+        type = "function",
+        ["function"] = { name = common.wire_name(p.name), arguments = H.arguments(p.input) },
+      }
+    end
+  end
+  local m = { role = "assistant", content = #texts > 0 and table.concat(texts, "\n\n") or vim.NIL }
+  if #reasoning > 0 then
+    m.reasoning_content = table.concat(reasoning, "\n\n")
+  end
+  if #calls > 0 then
+    m.tool_calls = calls
+  end
+  if m.content ~= vim.NIL or m.tool_calls then
+    out[#out + 1] = m
   end
   return out
 end
+
+--- The conversation: `messages`, a flat list after the system message. Whether the
+--- endpoint takes PDF files changes a message's items.
+---@type flemma.provider.Conversation
+M.conversation = {
+  field = "messages",
+  items = function(msg, ctx)
+    return H.messages(msg, ctx.parameters, M.takes_files(ctx.spec and ctx.spec.endpoint))
+  end,
+  variant = function(ctx)
+    return M.takes_files(ctx.spec and ctx.spec.endpoint) and "files" or ""
+  end,
+}
 
 --- The request body and headers.
 ---@param ctx flemma.provider.Context
@@ -137,7 +154,11 @@ function M.build(ctx)
   local params = ctx.parameters
   local body = {
     model = ctx.model,
-    messages = H.messages(ctx.request, params, M.takes_files(ctx.spec and ctx.spec.endpoint)),
+    messages = common.conversation(
+      M.conversation,
+      ctx,
+      ctx.request.system and { { role = "system", content = ctx.request.system } } or nil
+    ),
     stream = true,
     stream_options = { include_usage = true },
   }
@@ -165,7 +186,7 @@ function M.build(ctx)
     body.reasoning_effort = effort
   end
   common.extra(body, ctx)
-  return body, common.bearer_headers(ctx.key)
+  return body, common.headers(M.key, ctx.key)
 end
 
 --- The message of an error body ({ error = { message, type, code } }, some servers
@@ -189,6 +210,9 @@ function M.error_message(decoded)
   end
   return nil
 end
+
+--- The Chat Completions API has no token-counting endpoint.
+M.counter = false
 
 --- Prompt tokens include the cached ones here; usage keeps them apart.
 M.normalize_usage = common.uncached_input

@@ -173,7 +173,7 @@ function H.attempting(req, key)
     endpoint = req.spec.endpoint,
     headers = req.headers,
     body = req.body,
-    decoder = req.spec.kind,
+    decoder = kinds.get(req.spec.kind).stream,
     connect_timeout = tonumber(params.connect_timeout),
     timeout = tonumber(params.timeout),
     max_response_bytes = tonumber(params.max_response_bytes),

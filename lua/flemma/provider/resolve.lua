@@ -4,7 +4,6 @@
 local util = require("flemma.core.util")
 
 local M = {}
-local H = {}
 
 ---@class flemma.provider.Spec
 ---@field name string the key in `providers`
@@ -38,11 +37,12 @@ function M.resolve(config)
       )
   end
   local endpoint = entry.endpoint
-  if entry.kind == "vertex" then
-    local verr
-    endpoint, verr = H.vertex_endpoint(entry.endpoint, model, (config.parameters or {}).vertex or {})
-    if not endpoint then
-      return nil, ("%s: %s"):format(name, verr)
+  local kind = require("flemma.provider.kinds").get(entry.kind)
+  if kind then
+    local eerr
+    endpoint, eerr = kind.endpoint(entry.endpoint, model, config.parameters)
+    if eerr then
+      return nil, ("%s: %s"):format(name, eerr)
     end
   end
   if type(endpoint) ~= "string" or endpoint == "" then
@@ -70,26 +70,6 @@ function M.resolve_buffer(bufnr)
     return nil, err
   end
   return M.resolve(config)
-end
-
---- The Vertex AI URL of a model: `providers.<name>.endpoint` (default: Google's, by
---- location) with {project_id}, {location} and {model} filled in from parameters.vertex.
-function H.vertex_endpoint(template, model, vp)
-  local location = vp.location or "global"
-  if not template then
-    local host = location == "global" and "aiplatform.googleapis.com" or (location .. "-aiplatform.googleapis.com")
-    template = "https://"
-      .. host
-      .. "/v1/projects/{project_id}/locations/{location}/publishers/google/models/{model}:streamGenerateContent?alt=sse"
-  end
-  if template:find("{project_id}", 1, true) and (type(vp.project_id) ~= "string" or vp.project_id == "") then
-    return nil,
-      "`parameters.vertex.project_id` is not set (the Google Cloud project to bill), e.g. :Flemma switch vertex vertex.project_id=my-project"
-  end
-  local values = { project_id = vp.project_id, location = location, model = model }
-  return (template:gsub("{([%w_]+)}", function(k)
-    return values[k] and tostring(values[k]) or nil
-  end))
 end
 
 --- Whether an endpoint's host is this machine (a key is optional there).

@@ -170,7 +170,7 @@ describe("flemma.provider.anthropic", function()
         assert.same(vim.json.decode(vim.json.encode(expected)), vim.json.decode((provider.encode(ctx))), retention)
       end
       -- The pieces the send path writes make up the same text.
-      local pieces = require("flemma.provider.anthropic").encode_pieces(ctx)
+      local pieces = require("flemma.provider.encode").pieces(ctx)
       assert.is_true(#pieces > 3)
       assert.equals(provider.encode(ctx), table.concat(pieces))
     end
