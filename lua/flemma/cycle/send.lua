@@ -209,36 +209,57 @@ function H.warn_size(bufnr)
   )
 end
 
---- Sends the buffer's conversation. Returns true when a request was started.
+--- Sends the buffer's conversation. Returns true when a request was started. Three
+--- steps: the tool definitions are there, the conversation may go (checked, asked
+--- about, expanded), and it is handed to the provider.
 ---@param bufnr integer
 ---@param opts? { on_response?: fun() }
 function M.send(bufnr, opts)
   opts = opts or {}
   bufnr = (bufnr == nil or bufnr == 0) and vim.api.nvim_get_current_buf() or bufnr
-  local tools = require("flemma.tools")
-  if not tools.is_ready() then
-    vim.b[bufnr].flemma_status = "Waiting for tool definitions to load..."
-    util.notify("Waiting for tool definitions to load...")
-    if not H.pending_ready[bufnr] then
-      H.pending_ready[bufnr] = true
-      tools.on_ready(function()
-        H.pending_ready[bufnr] = nil
-        if vim.api.nvim_buf_is_valid(bufnr) then
-          vim.b[bufnr].flemma_status = nil
-          M.send(bufnr, opts)
-        end
-      end)
-    end
+  if not H.tools_ready(bufnr, opts) then
     return false
   end
+  local doc = H.sendable(bufnr, opts)
+  if not doc then
+    return false
+  end
+  return H.hand_over(bufnr, doc, opts)
+end
 
+--- Whether the tool definitions are loaded; if not, the send waits for them (once per
+--- buffer) and happens when they are.
+function H.tools_ready(bufnr, opts)
+  local tools = require("flemma.tools")
+  if tools.is_ready() then
+    return true
+  end
+  vim.b[bufnr].flemma_status = "Waiting for tool definitions to load..."
+  util.notify("Waiting for tool definitions to load...")
+  if not H.pending_ready[bufnr] then
+    H.pending_ready[bufnr] = true
+    tools.on_ready(function()
+      H.pending_ready[bufnr] = nil
+      if vim.api.nvim_buf_is_valid(bufnr) then
+        vim.b[bufnr].flemma_status = nil
+        M.send(bufnr, opts)
+      end
+    end)
+  end
+  return false
+end
+
+--- The document as it is sent (templates expanded, files attached), or nil when it
+--- may not go (yet): its problems are shown, or a question is asked and the send
+--- happens again after a yes.
+function H.sendable(bufnr, opts)
   local document = require("flemma.chat.document")
   local doc = document.get(bufnr)
   local valid, problems = document.validate_for_send(doc)
   if not valid then
     M.show_problems(bufnr, problems)
     H.watch(bufnr)
-    return false
+    return nil
   end
   M.clear_problems(bufnr)
 
@@ -247,52 +268,52 @@ function M.send(bufnr, opts)
     local _, err = fm.get(bufnr)
     if err then
       util.notify("not sent: " .. err, vim.log.levels.ERROR)
-      return false
+      return nil
     end
   end
 
+  local function again()
+    M.send(bufnr, opts)
+  end
   -- A provider and model chosen by the frontmatter that cost more than
   -- ui.high_cost_threshold: the first send asks (flemma.cost), and sends after a yes.
-  if not require("flemma.provider.cost").settle(bufnr, function()
-    M.send(bufnr, opts)
-  end) then
-    return false
-  end
-
-  -- A provider chosen by the frontmatter that would send a key to a host neither
-  -- its own service nor the user's own choice sends it to: the first send asks
+  -- A provider chosen by the frontmatter that would send a key to a host neither its
+  -- own service nor the user's own choice sends it to: the first send asks
   -- (flemma.keyhost), and sends after a yes.
-  if not require("flemma.provider.keyhost").settle(bufnr, function()
-    M.send(bufnr, opts)
-  end) then
-    return false
+  if not require("flemma.provider.cost").settle(bufnr, again) then
+    return nil
+  end
+  if not require("flemma.provider.keyhost").settle(bufnr, again) then
+    return nil
   end
 
   -- Templates ({{ }}, {% %}, include()) are expanded in what is sent, never in the buffer.
-  local reach = require("flemma.policy.reach")
-  reach.take_wanted(bufnr)
+  require("flemma.policy.reach").take_wanted(bufnr)
   local expanded, template_problems = require("flemma.chat.templates").expand(bufnr, doc)
   if not expanded then
     H.refused(bufnr, template_problems, opts)
-    return false
+    return nil
   end
-  doc = expanded
-
   -- File references (@./path) attached to what is sent, never written into the buffer.
-  local attached, attach_problems = require("flemma.chat.attachments").expand(bufnr, doc)
+  local attached, attach_problems = require("flemma.chat.attachments").expand(bufnr, expanded)
   if not attached then
     H.refused(bufnr, attach_problems, opts)
-    return false
+    return nil
   end
-  doc = attached
+  return attached
+end
 
+--- Hands the document to the provider (or the handler set in its place), which
+--- reports once: FlemmaRequestFinished fires, previews refresh, an error not shown yet
+--- is, and opts.on_response runs after a completed answer.
+function H.hand_over(bufnr, doc, opts)
   H.warn_size(bufnr)
   H.event("FlemmaRequestSending", { bufnr = bufnr })
   local handler = H.handler or require("flemma.provider").send
   local finished = false
   -- The providers read the document itself (and encode only what changed); other
   -- handlers get the provider-neutral conversation.
-  local request = H.handler and document.to_messages(doc) or nil
+  local request = H.handler and require("flemma.chat.document").to_messages(doc) or nil
   local ok, err = pcall(handler, bufnr, request, function(result)
     if finished then
       return

@@ -120,45 +120,52 @@ function M.estimate(bufnr, cb)
     if not ok then
       return cb({ error = util.message(res) })
     end
-    local params = require("flemma.chat.frontmatter").parameters(bufnr, spec.kind)
-    local started, handle = pcall(require("flemma.provider.transport").start, {
-      endpoint = endpoint,
-      headers = res.headers,
-      body = res.body,
-      connect_timeout = tonumber(params.connect_timeout),
-      timeout = tonumber(params.connect_timeout) and (tonumber(params.connect_timeout) + 30) or 60,
-      on_exit = function(result)
-        vim.schedule(function()
-          if result.code ~= 0 then
-            local what = require("flemma.provider.transport").curl_errors[result.code]
-              or ("curl failed (exit %d)"):format(result.code)
-            return cb({ error = ("%s: counting tokens failed: %s"):format(spec.name, what) })
-          end
-          local status, text = H.split_http(result.output or "")
-          local dok, decoded = pcall(vim.json.decode, text)
-          if status ~= 200 or not dok then
-            local msg = dok and kind.error_message(decoded) or vim.trim(text:sub(1, 200))
-            return cb({
-              error = ("%s: counting tokens failed: HTTP %s%s"):format(
-                spec.name,
-                tostring(status),
-                msg and msg ~= "" and (': "' .. msg .. '"') or ""
-              ),
-            })
-          end
-          local tokens = counter.tokens(decoded)
-          if not tokens then
-            return cb({ error = ("%s: the token count answer has no input_tokens"):format(spec.name) })
-          end
-          local info = require("flemma.core.models").get(spec.kind, spec.model)
-          cb({ tokens = tokens, cost = info and tokens * info.input / 1e6 or nil, message = M.describe(spec, tokens) })
-        end)
-      end,
-    })
-    if not started then
-      cb({ error = ("%s: %s"):format(spec.name, util.message(handle)) })
-    end
+    H.count(bufnr, spec, kind, endpoint, res, cb)
   end)
+end
+
+--- Sends the counting request and reads the answer: cb({ tokens, cost?, message }) or
+--- cb({ error }).
+function H.count(bufnr, spec, kind, endpoint, req, cb)
+  local counter = kind.counter
+  local params = require("flemma.chat.frontmatter").parameters(bufnr, spec.kind)
+  local started, handle = pcall(require("flemma.provider.transport").start, {
+    endpoint = endpoint,
+    headers = req.headers,
+    body = req.body,
+    connect_timeout = tonumber(params.connect_timeout),
+    timeout = tonumber(params.connect_timeout) and (tonumber(params.connect_timeout) + 30) or 60,
+    on_exit = function(result)
+      vim.schedule(function()
+        if result.code ~= 0 then
+          local what = require("flemma.provider.transport").curl_errors[result.code]
+            or ("curl failed (exit %d)"):format(result.code)
+          return cb({ error = ("%s: counting tokens failed: %s"):format(spec.name, what) })
+        end
+        local status, text = H.split_http(result.output or "")
+        local dok, decoded = pcall(vim.json.decode, text)
+        if status ~= 200 or not dok then
+          local msg = dok and kind.error_message(decoded) or vim.trim(text:sub(1, 200))
+          return cb({
+            error = ("%s: counting tokens failed: HTTP %s%s"):format(
+              spec.name,
+              tostring(status),
+              msg and msg ~= "" and (': "' .. msg .. '"') or ""
+            ),
+          })
+        end
+        local tokens = counter.tokens(decoded)
+        if not tokens then
+          return cb({ error = ("%s: the token count answer has no input_tokens"):format(spec.name) })
+        end
+        local info = require("flemma.core.models").get(spec.kind, spec.model)
+        cb({ tokens = tokens, cost = info and tokens * info.input / 1e6 or nil, message = M.describe(spec, tokens) })
+      end)
+    end,
+  })
+  if not started then
+    cb({ error = ("%s: %s"):format(spec.name, util.message(handle)) })
+  end
 end
 
 --- The :Flemma subcommands this module implements (flemma.commands gathers them).
