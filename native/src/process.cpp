@@ -97,6 +97,9 @@ struct Collector {
   bool spilled = false;
   int fd = -1;
   std::string path;
+  int64_t max_file_bytes = 0;  // <= 0: the spill file holds everything
+  int64_t file_bytes = 0;      // bytes written to the spill file
+  bool file_cut = false;       // the file reached max_file_bytes and ends with the note
   const char* prefix = "flemma-output-";
   std::string spill_dir =
       "/tmp";  // $TMPDIR read at spawn, on the host thread (getenv races setenv)
@@ -112,7 +115,26 @@ struct Collector {
     if (fd >= 0) ::close(fd);
   }
 
+  // Writes to the spill file, at most max_file_bytes in all; the first write
+  // past the cap is cut there and the file ends with one line saying so.
   void write_file(const char* p, size_t n) {
+    if (file_cut) return;
+    bool cut = false;
+    if (max_file_bytes > 0 && file_bytes + static_cast<int64_t>(n) > max_file_bytes) {
+      n = static_cast<size_t>(std::max<int64_t>(0, max_file_bytes - file_bytes));
+      cut = true;
+    }
+    write_raw(p, n);
+    file_bytes += static_cast<int64_t>(n);
+    if (cut) {
+      file_cut = true;
+      std::string note = "\n[flemma: output file cut at " + std::to_string(max_file_bytes) +
+                         " bytes; the rest was not kept]\n";
+      write_raw(note.data(), note.size());
+    }
+  }
+
+  void write_raw(const char* p, size_t n) {
     while (n > 0 && !write_failed) {
       ssize_t w = ::write(fd, p, n);
       if (w < 0) {
@@ -1341,6 +1363,7 @@ int64_t Manager::spawn(SpawnOptions opts, pid_t* pid_out) {
 #endif
   p->out.max_lines = p->err.max_lines = opts.max_lines;
   p->out.max_bytes = p->err.max_bytes = opts.max_bytes;
+  p->out.max_file_bytes = p->err.max_file_bytes = opts.max_file_bytes;
   p->err.prefix = "flemma-stderr-";
   if (const char* dir = std::getenv("TMPDIR"); dir && *dir)
     p->out.spill_dir = p->err.spill_dir = dir;

@@ -287,6 +287,37 @@ describe("mcp", function()
     assert.truthy(r.error:find("boom: the spec server crashes now", 1, true), r.error)
   end)
 
+  it("keeps at most 1 MB of a server's stderr in its file; the last lines still reach the error", function()
+    local dir = vim.fn.tempname()
+    vim.fn.mkdir(dir, "p")
+    local tmpdir = vim.env.TMPDIR
+    vim.env.TMPDIR = dir
+    local ok, err = pcall(function()
+      setup({ noisy = spec_server("noisy") })
+      mcp.start()
+      wait_ready()
+      local r = run("noisy:boom", {})(20000)
+      assert.is_false(r.success)
+      assert.truthy(r.error:find("server `noisy` exited (code 3)", 1, true), r.error)
+      assert.truthy(r.error:find("boom: the spec server crashes now", 1, true), r.error)
+      local files = vim.fn.glob(dir .. "/flemma-stderr-*", false, true)
+      assert.is_true(#files >= 1, "no stderr file in " .. dir)
+      local cut = 0
+      for _, f in ipairs(files) do
+        local size = vim.fn.getfsize(f)
+        assert.is_true(size <= 1024 * 1024 + 100, f .. " holds " .. size .. " bytes")
+        local data = helpers.read_file(f)
+        if data:find("\n%[flemma: output file cut at 1048576 bytes; the rest was not kept%]\n$") then
+          cut = cut + 1
+        end
+      end
+      assert.equals(1, cut, "the 8 MB file should end with the note")
+    end)
+    vim.env.TMPDIR = tmpdir
+    vim.fn.delete(dir, "rf")
+    assert(ok, err)
+  end)
+
   it("initialize that never answers times out while Neovim keeps running", function()
     setup({ silent = spec_server("silent") }, { mcp = { timeout = 1 } })
     local ticks = 0
@@ -367,6 +398,47 @@ describe("mcp", function()
     end)
     after_each(function()
       h.teardown()
+    end)
+
+    it('flemma.opt.tools = { "$mcp:everything", "read" } sends that server\'s tools and read only', function()
+      require("flemma").setup({
+        provider = "test",
+        providers = {
+          test = { kind = "anthropic", endpoint = h.server:url("/v1/messages"), api_key_env = "FLEMMA_SPEC_KEY" },
+        },
+        parameters = { max_retries = 0, cache_retention = "none" },
+        tools = { autopilot = { enabled = false } },
+        mcp = { servers = { everything = everything(), plain = spec_server("plain") }, timeout = 20 },
+      })
+      h.server:script({ { body = helpers.sse_body("anthropic_text.http"), content_type = "text/event-stream" } })
+      local buf = helpers.open_chat({
+        "```lua",
+        'flemma.opt.tools = { "$mcp:everything", "read" }',
+        'flemma.opt.tools:remove("everything:get-sum")',
+        "```",
+        "@You:",
+        "Which tools?",
+      })
+      press("<C-]>")
+      h.wait_finished(1, 30000)
+      note_pids()
+      local sent = vim.tbl_map(function(t)
+        return t.name
+      end, h.server:requests()[1].json.tools or {})
+      table.sort(sent)
+      local everything_tools = vim.tbl_filter(function(n)
+        return n:find("^everything__") ~= nil
+      end, sent)
+      assert.truthy(vim.tbl_contains(sent, "everything__echo"), vim.inspect(sent))
+      assert.truthy(vim.tbl_contains(sent, "read"), vim.inspect(sent))
+      assert.is_false(vim.tbl_contains(sent, "everything__get-sum"), vim.inspect(sent))
+      assert.equals(#sent - 1, #everything_tools, vim.inspect(sent))
+      -- The registry's own view of the buffer agrees: the same tools, named server:tool.
+      local names = tools.for_buffer(buf)
+      assert.equals(#sent, #names, vim.inspect(names))
+      assert.truthy(vim.tbl_contains(names, "everything:echo"), vim.inspect(names))
+      assert.is_false(vim.tbl_contains(names, "plain:echo"), vim.inspect(names))
+      assert.is_false(vim.tbl_contains(names, "bash"), vim.inspect(names))
     end)
 
     it("the filesystem server's tool asks first, then its result lands in the buffer", function()

@@ -4,6 +4,7 @@
 //            tool `added` and says so with notifications/tools/list_changed; before
 //            answering it pings the client); tools/list in pages of one tool
 //   crash    tool `boom` writes to stderr and exits with code 3
+//   noisy    as crash, but `boom` first writes 8 MB of lines to stderr
 //   silent   never answers anything (initialize times out)
 //   garbage  before answering initialize writes a line of garbage and a 50 MB line
 // Every line received is appended to $MCP_SPEC_LOG when set.
@@ -24,6 +25,7 @@ const tools = {
     { name: "grow", description: "adds a tool", inputSchema: { type: "object" } },
   ],
   crash: [{ name: "boom", description: "crashes the server", inputSchema: { type: "object" } }],
+  noisy: [{ name: "boom", description: "crashes the server", inputSchema: { type: "object" } }],
   garbage: [{ name: "echo", description: "echoes", inputSchema: { type: "object", properties: { text: { type: "string" } } } }],
 };
 
@@ -49,6 +51,13 @@ function handle(msg) {
   } else if (msg.method === "tools/call") {
     const name = msg.params.name;
     if (name === "boom") {
+      if (mode === "noisy") {
+        // A full pipe queues the writes: exit once the last one is out.
+        const block = "noise: the spec server is chatty on stderr today\n".repeat(1024);
+        for (let i = 0; i < 160; i++) process.stderr.write(block);
+        process.stderr.write("boom: the spec server crashes now\n", () => process.exit(3));
+        return;
+      }
       process.stderr.write("boom: the spec server crashes now\n");
       process.exit(3);
     } else if (name === "grow") {

@@ -17,6 +17,7 @@ local H = {}
 
 ---@class flemma.frontmatter.Options
 ---@field tools string[]|nil selected tools (nil: all enabled tools)
+---@field tools_excluded? string[] tools removed from the selection (kept out of its `$mcp` entries)
 ---@field auto_approve string[]|function|nil the buffer's approval policy (nil: not set)
 ---@field auto_approve_excluded string[] tools removed from presets in the buffer's list
 ---@field parameters table parameter overrides: general keys and provider tables
@@ -240,6 +241,7 @@ function H.evaluate(code, lang, first_line, config)
   end
   local opts = {
     tools = v.tools,
+    tools_excluded = v.tools_excluded,
     auto_approve = v.auto_approve,
     auto_approve_excluded = v.auto_approve_excluded or {},
     parameters = v.parameters or {},

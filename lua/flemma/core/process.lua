@@ -32,6 +32,9 @@ local H = {}
 ---@field on_events? fun(events: table[]) with `decoder`: batches of decoded events, in order, all before on_exit
 ---@field max_stdout_bytes? integer with `decoder`: past this many bytes of stdout the stream fails (an `error`
 --- event of type "response_too_large", then `end` incomplete) and the process is stopped
+---@field max_file_bytes? integer bytes of each full output file (`full_output_path`,
+--- `stderr_full_output_path`): past them the file ends with one line saying the rest was not
+--- kept (the tail in memory still follows the output); nil or 0: no limit
 
 ---@class flemma.process.Result
 ---@field code integer|nil exit code (nil when a signal ended the process)
@@ -147,7 +150,7 @@ function H.check(opts)
   if opts.decoder and opts.merge_output then
     util.error("process.spawn: a `decoder` reads stdout alone: leave `merge_output` unset (or false)")
   end
-  for _, key in ipairs({ "timeout", "kill_grace", "max_lines", "max_bytes", "max_stdout_bytes" }) do
+  for _, key in ipairs({ "timeout", "kill_grace", "max_lines", "max_bytes", "max_stdout_bytes", "max_file_bytes" }) do
     typed(key, "number")
     if opts[key] and opts[key] < 0 then
       util.error(("process.spawn: `%s` should not be negative"):format(key))
@@ -512,6 +515,7 @@ function M.spawn(opts, on_exit)
     max_bytes = opts.max_bytes and math.floor(opts.max_bytes) or 0,
     decoder = opts.decoder,
     max_stdout_bytes = opts.max_stdout_bytes and math.floor(opts.max_stdout_bytes) or 0,
+    max_file_bytes = opts.max_file_bytes and math.floor(opts.max_file_bytes) or 0,
   })
   local handle = setmetatable({
     id = id,

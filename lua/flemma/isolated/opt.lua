@@ -409,6 +409,7 @@ end
 ---@field tools string[]|nil selected tools; nil = all enabled tools
 ---@field auto_approve string[]|function|nil the buffer's policy; nil = not set
 ---@field auto_approve_excluded string[] tools removed from presets in the buffer's list
+---@field tools_excluded? string[] tools removed from `tools` (kept out of its `$mcp` entries)
 ---@field parameters table parameter overrides (general keys and provider tables)
 ---@field provider? string the provider the buffer selects (a name of `providers`)
 ---@field model? string the model it selects (nil: the active one)
@@ -441,7 +442,16 @@ function H.tool_checks(B)
     end
   end
 
-  B.check_selected = check_tool("flemma.opt.tools")
+  local check_selected_tool = check_tool("flemma.opt.tools")
+  -- `$mcp`, `$mcp:NAME` and `NAME:*` select tools by their server, also those whose
+  -- server has not started yet (H.collect expands them with the tools known now and
+  -- keeps them, so that flemma.tools.for_buffer matches tools registered later).
+  function B.check_selected(name)
+    if type(name) == "string" and presets.prefix(name) then
+      return
+    end
+    check_selected_tool(name)
+  end
   local check_aa_tool = check_tool("flemma.opt.tools.auto_approve")
   local all_presets = presets.all(user_presets)
   function B.check_aa(name)
@@ -748,6 +758,33 @@ function H.opt_object(B)
   })
 end
 
+-- The selected tools: the names in order, each `$mcp`, `$mcp:NAME` or `NAME:*` entry
+-- followed by the known tools it matches (but those removed from the list); the
+-- entries themselves stay, for tools their server registers later.
+function H.expand_tools(items, excluded, known)
+  local out, seen, skip = {}, {}, {}
+  for _, n in ipairs(excluded) do
+    skip[n] = true
+  end
+  local function keep(n)
+    if not seen[n] then
+      seen[n] = true
+      out[#out + 1] = n
+    end
+  end
+  for _, item in ipairs(items) do
+    keep(item)
+    if presets.prefix(item) then
+      for _, n in ipairs(known) do
+        if not skip[n] and presets.matches(item, n) then
+          keep(n)
+        end
+      end
+    end
+  end
+  return out
+end
+
 -- What the frontmatter set, once it has run.
 function H.collect(B)
   local S, aa_list, tools_list = B.S, B.aa_list, B.tools_list
@@ -766,8 +803,10 @@ function H.collect(B)
   end
   local provider, model = H.selection_result(B)
   local cleared = H.sorted_keys(S.cleared)
+  local tools_state = H.lists[tools_list]
   return {
-    tools = S.tools_touched and tools_list:get() or nil,
+    tools = S.tools_touched and H.expand_tools(tools_state.items, tools_state.excluded, B.known.enabled) or nil,
+    tools_excluded = S.tools_touched and vim.deepcopy(tools_state.excluded) or nil,
     auto_approve = auto_approve,
     auto_approve_excluded = (S.aa_touched and not S.aa_fn) and vim.deepcopy(aa_state.excluded) or {},
     parameters = parameters,

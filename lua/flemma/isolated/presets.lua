@@ -78,6 +78,15 @@ function M.prefix(entry)
   return server and (server .. ":") or nil
 end
 
+--- Whether tool `name` is one a dynamic entry (`$mcp`, `$mcp:NAME`, `NAME:*`) selects.
+---@param entry string
+---@param name string
+---@return boolean
+function M.matches(entry, name)
+  local prefix = M.prefix(entry)
+  return prefix ~= nil and H.prefixed({ prefix }, name)
+end
+
 function H.prefixed(prefixes, tool_name)
   for _, prefix in ipairs(prefixes) do
     if tool_name:find(":", 1, true) and tool_name:sub(1, #prefix) == prefix then

@@ -173,12 +173,24 @@ end
 --- policy, the global policy (the chain as if it set nothing) is asked first: its
 --- deny always wins, and an approval it would not give holds only when the user
 --- trusts that frontmatter (flemma.trust); a frontmatter that fails to evaluate
---- approves nothing.
+--- approves nothing. A tool whose definition says `asks_user` (the `ask` tool) is
+--- never approved: it waits for the user.
 ---@param tool_name string
 ---@param input table|nil
 ---@param ctx? { bufnr?: integer, tool_id?: string }
 ---@return flemma.approval.Decision
 function M.resolve(tool_name, input, ctx)
+  local decision = H.resolve(tool_name, input, ctx)
+  -- A call that asks the user (the `ask` tool) is never approved on the user's
+  -- behalf: it waits for the user, whatever approved it; a deny still holds.
+  local def = require("flemma.tools").get(tool_name)
+  if decision == "approve" and type(def) == "table" and def.asks_user == true then
+    return "require_approval"
+  end
+  return decision
+end
+
+function H.resolve(tool_name, input, ctx)
   ctx = ctx or {}
   local context = { bufnr = ctx.bufnr, tool_id = ctx.tool_id }
   local fm, fm_err = H.frontmatter(context)

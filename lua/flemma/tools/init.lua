@@ -1,6 +1,7 @@
 --- The tool registry: definitions, async definition sources, input validation and
 --- execution. See `:help flemma-tools-register`.
 local util = require("flemma.core.util")
+local presets = require("flemma.isolated.presets")
 
 local M = {}
 local H = {}
@@ -21,6 +22,8 @@ local H = {}
 ---@field format_preview? fun(input: table, max_length: integer): string
 ---@field execute? fun(input: table, ctx: flemma.tools.Context, callback?: fun(result: flemma.tools.Result)): flemma.tools.Result|function|nil
 ---@field enabled? boolean|fun(): boolean
+---@field asks_user? boolean the call asks the user (the `ask` tool): no resolver approves it, it always waits
+--- as a pending placeholder (a deny still holds), and autopilot stops there
 
 -- The message shown in a buffer whose send waits for async sources.
 M.WAITING_MESSAGE = "Waiting for tool definitions to load..."
@@ -43,6 +46,7 @@ H.optional = {
   enabled = { "boolean", "function" },
   risk = { "string" },
   on_rejected = { "function" },
+  asks_user = { "boolean" },
 }
 
 -- Risk levels (`:help flemma-risk`), least to most.
@@ -64,6 +68,7 @@ H.RISK = {
   move = "medium",
   calculator = "safe",
   calculator_async = "safe",
+  ask = "safe",
 }
 
 --- The risk level of a tool: its definition's `risk`, else the built-in
@@ -395,17 +400,34 @@ function M.for_buffer(bufnr)
   if opts == nil or type(opts.tools) ~= "table" then
     return names, err
   end
-  local selected = {}
+  local selected, dynamic, excluded = {}, {}, {}
   for _, n in ipairs(opts.tools) do
     selected[n] = true
+    if type(n) == "string" and presets.prefix(n) then
+      dynamic[#dynamic + 1] = n
+    end
+  end
+  for _, n in ipairs(opts.tools_excluded or {}) do
+    excluded[n] = true
   end
   local out = {}
   for _, n in ipairs(names) do
-    if selected[n] then
+    if selected[n] or (not excluded[n] and H.any_matches(dynamic, n)) then
       out[#out + 1] = n
     end
   end
   return out, err
+end
+
+-- Whether one of the `$mcp` / `NAME:*` entries selects tool `name` (a tool its server
+-- registered after the frontmatter was read).
+function H.any_matches(entries, name)
+  for _, entry in ipairs(entries) do
+    if presets.matches(entry, name) then
+      return true
+    end
+  end
+  return false
 end
 
 -- Input validation ---------------------------------------------------------------
@@ -1151,7 +1173,7 @@ function M._reset()
 end
 
 -- The policy presets (below this layer) ask tools' risk levels through this lookup.
-require("flemma.isolated.presets").set_risk_lookup(M.risk)
+presets.set_risk_lookup(M.risk)
 -- Frontmatter checks tool names against this registry and tells its interpreter them.
 require("flemma.chat.frontmatter").set_tools(M)
 

@@ -389,6 +389,11 @@ typedef struct flemma_spawn_opts {
    * event of type "response_too_large", then END incomplete) and the child is
    * stopped as by flemma_procmgr_cancel; 0: no limit. */
   int64_t max_stdout_bytes;
+  /* Bytes of each stream's spill file (the whole output once over the limits):
+   * past this many the file ends with one line saying the rest was not kept,
+   * so a long-lived child (an MCP server's stderr) cannot fill the disk; the
+   * tail window in memory still follows the output. 0: no limit. ABI 19. */
+  int64_t max_file_bytes;
 } flemma_spawn_opts;
 
 /* The kind of a flemma_proc_event. */

@@ -331,6 +331,7 @@ describe("flemma.tools", function()
     it("registers the built-in tools with strict schemas", function()
       tools.setup(config.get())
       assert.same({
+        "ask",
         "bash",
         "calculator",
         "calculator_async",

@@ -23,7 +23,7 @@ function S.proc_fd()
 end
 
 --- Spawns a child; raises on a bad request.
----@param o { argv: string[], cwd?: string, env?: string[], stdin?: string, stdin_mode: integer, merge_output: boolean, progress: boolean, timeout_ms: integer, kill_grace_ms: integer, max_lines: integer, max_bytes: integer, decoder?: string, max_stdout_bytes?: integer }
+---@param o { argv: string[], cwd?: string, env?: string[], stdin?: string, stdin_mode: integer, merge_output: boolean, progress: boolean, timeout_ms: integer, kill_grace_ms: integer, max_lines: integer, max_bytes: integer, decoder?: string, max_stdout_bytes?: integer, max_file_bytes?: integer }
 ---@return integer id
 ---@return integer pid
 function S.proc_spawn(o)
@@ -48,6 +48,7 @@ function S.proc_spawn(o)
   opts.max_bytes = o.max_bytes or 0
   opts.decoder = o.decoder
   opts.max_stdout_bytes = o.max_stdout_bytes or 0
+  opts.max_file_bytes = o.max_file_bytes or 0
   local id = ffi.new("int64_t[1]")
   local pid = ffi.new("int64_t[1]")
   if lib.flemma_procmgr_spawn(mgr, opts, id, pid) ~= 0 then

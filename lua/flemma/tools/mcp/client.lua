@@ -13,6 +13,9 @@ local M = {}
 M.PROTOCOL_VERSIONS = { "2025-06-18", "2025-03-26", "2024-11-05" }
 -- Lines of the server's stderr kept for error messages.
 M.STDERR_LINES = 10
+-- Bytes of the server's stderr kept in its spill file (a server runs for hours: its
+-- file ends with a note past this; the last lines above still follow the stream).
+M.STDERR_FILE_BYTES = 1024 * 1024
 
 ---@class flemma.mcp.Client
 ---@field name string
@@ -89,6 +92,7 @@ function Client:start(on_ready)
     merge_output = false,
     max_lines = 200,
     max_bytes = 16384,
+    max_file_bytes = M.STDERR_FILE_BYTES,
     on_events = function(events)
       self:_events(events)
     end,
