@@ -32,7 +32,7 @@ extern "C" {
 #endif
 
 /* Bumped whenever a declaration below changes in an incompatible way. */
-#define FLEMMA_ABI_VERSION 19
+#define FLEMMA_ABI_VERSION 20
 
 /* Status codes. */
 #define FLEMMA_OK 0
@@ -392,7 +392,7 @@ typedef struct flemma_spawn_opts {
   /* Bytes of each stream's spill file (the whole output once over the limits):
    * past this many the file ends with one line saying the rest was not kept,
    * so a long-lived child (an MCP server's stderr) cannot fill the disk; the
-   * tail window in memory still follows the output. 0: no limit. ABI 19. */
+   * tail window in memory still follows the output. 0: no limit. ABI 20. */
   int64_t max_file_bytes;
 } flemma_spawn_opts;
 
