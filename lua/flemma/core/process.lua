@@ -380,12 +380,14 @@ end
 --- The whole output kept on disk (a truncated or binary output) is redacted as the
 --- output in the buffer is (util.redact: every key Flemma resolved, secret-looking
 --- environment values but those of `tools.env_passthrough`), a piece at a time, so
---- that a key split between two pieces goes as well. The file is rewritten in
---- place (a new private file renamed over it); if that fails it is removed.
+--- that a key split between two pieces goes as well. The file is rewritten into a new
+--- private file renamed over it (if that fails it is removed), one piece per turn of
+--- the loop: a 100 MB output never holds Neovim. `done()` runs when it is over.
 ---@param path string|nil
-function H.redact_file(path)
+---@param done fun()
+function H.redact_file(path, done)
   if not path or path == "" then
-    return
+    return done()
   end
   local except = {}
   for _, n in ipairs((require("flemma.core.config").get().tools or {}).env_passthrough or {}) do
@@ -393,41 +395,56 @@ function H.redact_file(path)
   end
   local r = util.redactor(except)
   local tmp = path .. ".redacted"
-  local ok = pcall(function()
-    local src = assert(io.open(path, "rb"))
-    local fd = assert(vim.uv.fs_open(tmp, "wx", 384)) -- 0600, never an existing file
-    local function put(text)
-      if text ~= "" then
-        assert(vim.uv.fs_write(fd, text, -1))
-      end
+  local src, fd
+  local function finish(ok)
+    if src then
+      pcall(src.close, src)
     end
-    local good = pcall(function()
-      while true do
-        local piece = src:read(1024 * 1024)
-        if not piece then
-          break
-        end
-        put(r.push(piece))
+    if fd then
+      pcall(vim.uv.fs_close, fd)
+    end
+    if not (ok and vim.uv.fs_rename(tmp, path)) then
+      os.remove(tmp)
+      os.remove(path)
+    end
+    done()
+  end
+  local function put(text)
+    if text ~= "" then
+      assert(vim.uv.fs_write(fd, text, -1))
+    end
+  end
+  local function step()
+    local ok, more = pcall(function()
+      local piece = src:read(H.REDACT_PIECE)
+      if not piece then
+        put(r.flush())
+        return false
       end
-      put(r.flush())
+      put(r.push(piece))
+      return true
     end)
-    src:close()
-    vim.uv.fs_close(fd)
-    assert(good)
-    assert(vim.uv.fs_rename(tmp, path))
+    if ok and more then
+      vim.schedule(step)
+    else
+      finish(ok)
+    end
+  end
+  local ok = pcall(function()
+    src = assert(io.open(path, "rb"))
+    fd = assert(vim.uv.fs_open(tmp, "wx", 384)) -- 0600, never an existing file
   end)
   if not ok then
-    os.remove(tmp)
-    os.remove(path)
+    return finish(false)
   end
+  step()
 end
+
+-- Bytes of a kept output redacted in one turn of the loop.
+H.REDACT_PIECE = 256 * 1024
 
 function H.result(ev, merged)
   local out, err = ev.out, ev.err
-  H.redact_file(out.path)
-  if not merged then
-    H.redact_file(err.path)
-  end
   local binary = out.binary or (not merged and err.binary) or false
   local r = {
     code = ev.code,
@@ -478,7 +495,12 @@ function H.dispatch(events)
         h._stdin_open = false
         local result = H.result(ev, h._merged)
         result.cancelled = result.cancelled or (h._cancelled and not result.timed_out) or false
-        h._on_exit(result)
+        -- The kept output files are redacted before the result goes on.
+        H.redact_file(ev.out.path, function()
+          H.redact_file(not h._merged and ev.err.path or nil, function()
+            h._on_exit(result)
+          end)
+        end)
       end
     end
   end

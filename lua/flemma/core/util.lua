@@ -118,6 +118,18 @@ function M.redact(text, env_except)
   for _, value in ipairs(redact_values(env_except)) do
     text = replace_all(text, value)
   end
+  -- The header rules only where a header name is (a plain search of the lowercased
+  -- text, fast): their patterns cost ~25 ms per MiB of text that holds none.
+  local lower = text:lower()
+  if
+    not (
+      lower:find("x-api-key", 1, true)
+      or lower:find("authorization", 1, true)
+      or lower:find("x-goog-api-key", 1, true)
+    )
+  then
+    return text
+  end
   local function header(name)
     -- `name: value` and curl config `header = "name: value"`
     text = text:gsub('([Hh][Ee][Aa][Dd][Ee][Rr]%s*=%s*"%s*' .. name .. '%s*:%s*)[^"\n]*', "%1[redacted]")
