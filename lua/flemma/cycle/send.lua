@@ -1,5 +1,6 @@
 --- The send path (phase 3): validates the conversation, waits for tool definitions,
 --- fires FlemmaRequestSending and hands the conversation to the provider.
+local session = require("flemma.core.session")
 local util = require("flemma.core.util")
 
 local M = {}
@@ -19,7 +20,7 @@ function M.set_handler(handler)
   H.handler = handler
 end
 
-H.pending_ready = {}
+-- H.pending_ready: the `send_pending_ready` field of each buffer's session record (flemma.core.session).
 
 function H.diagnostics(problems)
   local diags = {}
@@ -50,33 +51,33 @@ end
 -- is checked: see document.validate_for_send; the templates and files of unchanged
 -- messages are cached), so the diagnostics follow the text: fixed problems go, new
 -- ones appear, none stays stale. A file outside the project is not asked for here.
-H.watching = {} ---@type table<integer, { pending: boolean }>
+-- H.watching: the `send_watching` field of each buffer's session record (flemma.core.session).
 H.RECHECK_MS = 30
 
 function H.watch(bufnr)
-  if H.watching[bufnr] then
+  if session.field(bufnr, "send_watching") then
     return
   end
   local w = { pending = false }
-  H.watching[bufnr] = w
+  session.get(bufnr).send_watching = w
   vim.api.nvim_buf_attach(bufnr, false, {
     on_lines = function(_, buf)
-      if H.watching[buf] ~= w then
+      if session.field(buf, "send_watching") ~= w then
         return true -- detach
       end
       if not w.pending then
         w.pending = true
         vim.defer_fn(function()
           w.pending = false
-          if H.watching[buf] == w then
+          if session.field(buf, "send_watching") == w then
             H.recheck(buf)
           end
         end, H.RECHECK_MS)
       end
     end,
     on_detach = function(_, buf)
-      if H.watching[buf] == w then
-        H.watching[buf] = nil
+      if session.field(buf, "send_watching") == w then
+        session.set(buf, "send_watching", nil)
       end
     end,
   })
@@ -103,7 +104,7 @@ end
 
 function H.recheck(bufnr)
   if not vim.api.nvim_buf_is_valid(bufnr) then
-    H.watching[bufnr] = nil
+    session.set(bufnr, "send_watching", nil)
     return
   end
   local ok_run, ok, problems = pcall(H.check, bufnr)
@@ -135,7 +136,7 @@ end
 --- (issue 10). So only a buffer that shows problems is touched.
 ---@param bufnr integer
 function M.clear_problems(bufnr)
-  H.watching[bufnr] = nil
+  session.set(bufnr, "send_watching", nil)
   if #vim.diagnostic.get(bufnr, { namespace = M.ns }) > 0 then
     vim.diagnostic.reset(M.ns, bufnr)
   end
@@ -236,10 +237,10 @@ function H.tools_ready(bufnr, opts)
   end
   vim.b[bufnr].flemma_status = "Waiting for tool definitions to load..."
   util.notify("Waiting for tool definitions to load...")
-  if not H.pending_ready[bufnr] then
-    H.pending_ready[bufnr] = true
+  if not session.field(bufnr, "send_pending_ready") then
+    session.get(bufnr).send_pending_ready = true
     tools.on_ready(function()
-      H.pending_ready[bufnr] = nil
+      session.set(bufnr, "send_pending_ready", nil)
       if vim.api.nvim_buf_is_valid(bufnr) then
         vim.b[bufnr].flemma_status = nil
         M.send(bufnr, opts)

@@ -14,6 +14,7 @@
 --- from then on it is never retried. `cancel`, unloading the buffer and a broken limit
 --- finish it from any state. Only the current attempt's callbacks act: a stale
 --- attempt's events and exit are ignored.
+local session = require("flemma.core.session")
 local util = require("flemma.core.util")
 local resolve = require("flemma.provider.resolve")
 local encode = require("flemma.provider.encode")
@@ -63,7 +64,7 @@ M.limit_errors = { response_too_large = true, limit_exceeded = true }
 ---@field unload_au? integer
 
 ---@type table<integer, flemma.provider.Request> the unfinished request of each buffer
-H.requests = {}
+-- H.requests: the `request` field of each buffer's session record (flemma.core.session).
 
 --- Starts the request of a buffer: `done` is called once with its result.
 ---@param bufnr integer
@@ -71,7 +72,7 @@ H.requests = {}
 ---@param done fun(result: flemma.provider.Result)
 ---@param doc? flemma.document.Doc the document (templates and files expanded)
 function M.start(bufnr, request, done, doc)
-  if H.requests[bufnr] then
+  if session.field(bufnr, "request") then
     return done({ status = "error", error = "a request of this buffer is already running: <C-c> cancels it" })
   end
   local spec, err = resolve.resolve_buffer(bufnr)
@@ -91,7 +92,7 @@ function M.start(bufnr, request, done, doc)
     usage = {},
     retries = 0,
   }
-  H.requests[bufnr] = req
+  session.get(bufnr).request = req
   -- Unloading the buffer (:bd, :qa!) cancels; removed when the request finishes (left
   -- in place, it kept every finished request of the buffer, its body the whole
   -- conversation, alive until the buffer was unloaded). Cheap however fast the
@@ -428,8 +429,8 @@ function H.finish(req, status, err, o)
   end
   req.state = "finished"
   err = err and util.redact(err)
-  if H.requests[req.bufnr] == req then
-    H.requests[req.bufnr] = nil
+  if session.field(req.bufnr, "request") == req then
+    session.set(req.bufnr, "request", nil)
   end
   if req.unload_au then
     pcall(vim.api.nvim_del_autocmd, req.unload_au)
@@ -524,7 +525,7 @@ end
 ---@param bufnr integer
 ---@return boolean true when a request was running
 function M.cancel(bufnr)
-  local req = H.requests[bufnr]
+  local req = session.field(bufnr, "request")
   if not req then
     return false
   end
@@ -536,7 +537,7 @@ end
 ---@param bufnr integer
 ---@return boolean
 function M.is_active(bufnr)
-  return H.requests[bufnr] ~= nil
+  return session.field(bufnr, "request") ~= nil
 end
 
 --- The running request of a buffer (for specs and :Flemma status): its state, curl's
@@ -544,7 +545,7 @@ end
 ---@param bufnr integer
 ---@return { state: flemma.provider.State, pid?: integer, provider: string, retries: integer }|nil
 function M.info(bufnr)
-  local req = H.requests[bufnr]
+  local req = session.field(bufnr, "request")
   return req and { state = req.state, pid = req.pid, provider = req.spec.name, retries = req.retries } or nil
 end
 
