@@ -273,7 +273,12 @@ describe(":Flemma usage:estimate", function()
     assert.equals("gpt-5.4", req.json.model)
     assert.equals("Be brief.", req.json.instructions)
     assert.same({ { role = "user", content = "Hello" } }, req.json.input)
-    assert.equals("bash", req.json.tools[1].name)
+    -- the buffer's tools, in the registry's order (`ask` and `bash` first)
+    local sent = vim.tbl_map(function(t)
+      return t.name
+    end, req.json.tools)
+    assert.same(require("flemma.tools").list(), sent)
+    assert.is_true(vim.tbl_contains(sent, "bash"))
 
     h.forget_notes()
     vim.cmd("Flemma switch gem gemini-2.5-flash")
@@ -287,7 +292,12 @@ describe(":Flemma usage:estimate", function()
     assert.equals("/v1/models/gemini-2.5-flash:countTokens", req.path)
     assert.same({ parts = { { text = "Be brief." } } }, req.json.systemInstruction)
     assert.same({ { role = "user", parts = { { text = "Hello" } } } }, req.json.contents)
-    assert.equals("bash", req.json.tools[1].functionDeclarations[1].name)
+    assert.same(
+      require("flemma.tools").list(),
+      vim.tbl_map(function(t)
+        return t.name
+      end, req.json.tools[1].functionDeclarations)
+    )
     assert.is_nil(req.json.generationConfig)
   end)
 
