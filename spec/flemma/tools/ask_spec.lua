@@ -10,39 +10,7 @@ local press, text = helpers.press, helpers.text
 
 local KEY = "sk-flemma-spec-" .. tostring(math.random(1e9))
 
---- An Anthropic stream whose answer is one tool call per { name, id, input_json }.
-local function tool_stream(calls)
-  local ev = {}
-  local function add(name, data)
-    ev[#ev + 1] = "event: " .. name .. "\ndata: " .. vim.json.encode(data) .. "\n\n"
-  end
-  add("message_start", {
-    type = "message_start",
-    message = {
-      id = "msg_1",
-      type = "message",
-      role = "assistant",
-      model = "claude-sonnet-4-6",
-      content = {},
-      usage = { input_tokens = 10, output_tokens = 1 },
-    },
-  })
-  for i, c in ipairs(calls) do
-    add("content_block_start", {
-      type = "content_block_start",
-      index = i - 1,
-      content_block = { type = "tool_use", id = c[2], name = c[1], input = vim.empty_dict() },
-    })
-    add(
-      "content_block_delta",
-      { type = "content_block_delta", index = i - 1, delta = { type = "input_json_delta", partial_json = c[3] } }
-    )
-    add("content_block_stop", { type = "content_block_stop", index = i - 1 })
-  end
-  add("message_delta", { type = "message_delta", delta = { stop_reason = "tool_use" }, usage = { output_tokens = 20 } })
-  add("message_stop", { type = "message_stop" })
-  return table.concat(ev)
-end
+local tool_stream = helpers.anthropic_tool_stream
 
 describe("the ask tool", function()
   local h, orig_select, orig_input, asked
