@@ -24,7 +24,7 @@ describe("health", function()
     assert.matches("`bwrap` found: bubblewrap %d", text)
     assert.matches("backend `bwrap` works (probe run passed)", text, 1, true)
     assert.matches(
-      "tools: ask, bash, calculator, calculator_async, delete, edit, find, glob, grep, ls, move, read, write",
+      "tools: ask, bash, calculator, calculator_async, delete, edit, find, glob, grep, ls, move, read, todo, write",
       text,
       1,
       true

@@ -588,8 +588,9 @@ function M.send_harness(opts)
   return h
 end
 
---- An Anthropic stream whose answer is one tool call per { name, id, input_json }.
-function M.anthropic_tool_stream(calls)
+--- An Anthropic stream whose answer is one tool call per { name, id, input_json },
+--- after the text `text` (one text block, streamed in one delta) when given.
+function M.anthropic_tool_stream(calls, text)
   local ev = {}
   local function add(name, data)
     ev[#ev + 1] = "event: " .. name .. "\ndata: " .. vim.json.encode(data) .. "\n\n"
@@ -605,17 +606,30 @@ function M.anthropic_tool_stream(calls)
       usage = { input_tokens = 10, output_tokens = 1 },
     },
   })
+  local base = 0
+  if text then
+    base = 1
+    add(
+      "content_block_start",
+      { type = "content_block_start", index = 0, content_block = { type = "text", text = "" } }
+    )
+    add(
+      "content_block_delta",
+      { type = "content_block_delta", index = 0, delta = { type = "text_delta", text = text } }
+    )
+    add("content_block_stop", { type = "content_block_stop", index = 0 })
+  end
   for i, c in ipairs(calls) do
     add("content_block_start", {
       type = "content_block_start",
-      index = i - 1,
+      index = base + i - 1,
       content_block = { type = "tool_use", id = c[2], name = c[1], input = vim.empty_dict() },
     })
     add(
       "content_block_delta",
-      { type = "content_block_delta", index = i - 1, delta = { type = "input_json_delta", partial_json = c[3] } }
+      { type = "content_block_delta", index = base + i - 1, delta = { type = "input_json_delta", partial_json = c[3] } }
     )
-    add("content_block_stop", { type = "content_block_stop", index = i - 1 })
+    add("content_block_stop", { type = "content_block_stop", index = base + i - 1 })
   end
   add("message_delta", { type = "message_delta", delta = { stop_reason = "tool_use" }, usage = { output_tokens = 20 } })
   add("message_stop", { type = "message_stop" })

@@ -741,15 +741,27 @@ function M.render_placeholder(id, status, content)
   return H.block(("**Tool Result:** `%s`"):format(id), "flemma:tool status=" .. status, content or "")
 end
 
+--- The info strings a real result's block may have besides `json` (a tool's
+--- result says it with `info`): `flemma:todo`, the list of the `todo` tool
+--- (`:help flemma-tools-todo`). No other: a `flemma:tool` one would make a
+--- placeholder of a result.
+M.RESULT_INFOS = { ["flemma:todo"] = true }
+
 --- Lines of a real result. A table output is written as JSON with a `json`
---- info string; a string is written as is (one trailing newline dropped).
+--- info string; a string is written as is (one trailing newline dropped), with
+--- the info string `info` when given (one of M.RESULT_INFOS, not for an error).
 ---@param id string
 ---@param output string|table
 ---@param is_error? boolean writes ` (error)` after the id
+---@param info? string
 ---@return string[]
-function M.render_result(id, output, is_error)
+function M.render_result(id, output, is_error, info)
   H.check_id(id, "render_result")
-  local info, content = "" -- every branch below sets content
+  if info ~= nil and (is_error or type(output) ~= "string" or not M.RESULT_INFOS[info]) then
+    util.error(("render_result: `info` %s is only for a string result that is no error"):format(vim.inspect(info)))
+  end
+  local content -- every branch below sets it
+  info = info or ""
   if type(output) == "table" then
     info, content = "json", H.encode(output)
   elseif type(output) == "string" then

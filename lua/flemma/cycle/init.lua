@@ -354,7 +354,7 @@ end
 
 --- Replaces the placeholder of `id` (found again now, by id) with a result.
 ---@return integer|nil line the 1-based header line of the written result
-function H.write_result(bufnr, id, output, is_error)
+function H.write_result(bufnr, id, output, is_error, info)
   if not vim.api.nvim_buf_is_valid(bufnr) then
     return nil
   end
@@ -364,7 +364,7 @@ function H.write_result(bufnr, id, output, is_error)
     util.warn(("the placeholder of `%s` is gone; its result was not written"):format(id))
     return nil
   end
-  local lines = require("flemma.chat.document").render_result(id, output, is_error)
+  local lines = require("flemma.chat.document").render_result(id, output, is_error, info)
   H.set_lines(bufnr, part.first_line - 1, part.last_line, lines)
   return part.first_line
 end
@@ -583,7 +583,8 @@ function H.finish(bufnr, job, result)
   if vim.api.nvim_buf_is_valid(bufnr) then
     local line
     if result.success then
-      line = H.write_result(bufnr, job.id, result.output == nil and "" or result.output, false)
+      local output = result.output == nil and "" or result.output
+      line = H.write_result(bufnr, job.id, output, false, type(output) == "string" and result.info or nil)
     else
       local msg = result.error or "the tool failed"
       if result.output ~= nil and result.output ~= "" then

@@ -21,8 +21,10 @@ local util = {
 H.builtin = {
   ["$readonly"] = { approve = { "read", "grep", "glob", "find", "ls" } },
   -- The calculators only compute (no files, processes or network): nothing to ask about.
+  -- `todo` changes only the chat's own task list (a result block), never a file; it is
+  -- not in $readonly, whose tools change nothing at all.
   ["$default"] = {
-    approve = { "read", "write", "edit", "grep", "glob", "find", "ls", "calculator", "calculator_async" },
+    approve = { "read", "write", "edit", "grep", "glob", "find", "ls", "calculator", "calculator_async", "todo" },
   },
   -- Every tool whose risk level is safe (`:help flemma-risk`).
   ["$safe"] = { approve = { "risk:safe" } },

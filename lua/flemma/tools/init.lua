@@ -10,6 +10,8 @@ local H = {}
 ---@field success boolean
 ---@field output? string|table
 ---@field error? string
+---@field info? string a success's result block info string: only one of document.RESULT_INFOS
+--- (`flemma:todo`, the list of the `todo` tool); the cycle writes a plain block otherwise
 
 ---@class flemma.tools.Definition
 ---@field name string
@@ -69,6 +71,7 @@ H.RISK = {
   calculator = "safe",
   calculator_async = "safe",
   ask = "safe",
+  todo = "safe",
 }
 
 --- The risk level of a tool: its definition's `risk`, else the built-in
@@ -606,6 +609,9 @@ function H.normalize(name, result)
   end
   local out = { success = result.success == true, output = H.redact(result.output, except, 0), error = result.error }
   out.rate_limited = result.rate_limited == true or nil
+  if out.success and type(result.info) == "string" and require("flemma.chat.document").RESULT_INFOS[result.info] then
+    out.info = result.info
+  end
   if out.error ~= nil and type(out.error) ~= "string" then
     out.error = util.message(out.error)
   end

@@ -77,6 +77,7 @@ function M.setup(config)
   H.set("FlemmaToolSpinner", { link = "DiagnosticInfo" })
   H.set("FlemmaToolOutput", { link = "Comment" })
   H.set("FlemmaToolRisk", { link = "DiagnosticWarn" })
+  H.set("FlemmaTodoCounts", { link = "Comment" })
   for name, link in pairs(M.CHAT_GROUPS) do
     H.set(name, { link = link })
   end

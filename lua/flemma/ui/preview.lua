@@ -107,9 +107,10 @@ function H.find_use(L, id)
 end
 
 -- Redraws the previews of segment i (0-based) of the live state L (`cleared`:
--- its lines hold no preview).
+-- its lines hold no preview), and the counts of its `todo` lists (flemma.ui.todo).
 function H.draw_segment(bufnr, L, i, width, eol, cleared)
   local native = require("flemma.core.native")
+  require("flemma.ui.todo").draw_segment(bufnr, L, i)
   if not cleared then
     local raw = native.idoc_segment_raw(L.idoc, i)
     local first, count = raw.first_line, raw.line_count
@@ -259,8 +260,9 @@ function H.preview_rows(bufnr, lo, hi, L)
 end
 
 --- True when the messages changed since `version` (and the one after them)
---- hold no preview and no empty pending placeholder: then nothing is redrawn,
---- and the window's text width (costly to read) is not needed.
+--- hold no preview, no empty pending placeholder and no `todo` list or its
+--- counts: then nothing is redrawn, and the window's text width (costly to read)
+--- is not needed.
 function H.nothing_to_draw(bufnr, L, version)
   local document = require("flemma.chat.document")
   local native = require("flemma.core.native")
@@ -272,8 +274,9 @@ function H.nothing_to_draw(bufnr, L, version)
   if hi - lo > H.SPAN_NOW then
     return false
   end
+  local todo = require("flemma.ui.todo")
   for i = lo, hi - 1 do
-    if native.idoc_has_empty_pending(L.idoc, i) then
+    if native.idoc_has_empty_pending(L.idoc, i) or todo.involved(bufnr, L, i) then
       return false
     end
     local raw = native.idoc_segment_raw(L.idoc, i)
@@ -337,6 +340,7 @@ function M.refresh(bufnr, doc)
   session.set(bufnr, "preview", nil)
   vim.api.nvim_buf_clear_namespace(bufnr, M.ns, 0, -1)
   doc = doc or require("flemma.chat.document").get(bufnr)
+  require("flemma.ui.todo").draw_doc(bufnr, doc)
   local uses = {}
   for _, msg in ipairs(doc.messages) do
     for _, part in ipairs(msg.parts) do

@@ -14,6 +14,19 @@ describe("flemma.tools.preview", function()
     local cases = {
       { "calculator", { expression = "2 + 2", label = vim.NIL }, "2 + 2" },
       { "calculator", { expression = "2 + 2", label = "sum" }, "2 + 2 # sum" },
+      { "todo", { action = "read", todos = vim.NIL, label = vim.NIL }, "read the list" },
+      {
+        "todo",
+        {
+          action = "write",
+          todos = {
+            { content = "a", status = "pending", id = vim.NIL },
+            { content = "b", status = "completed", id = "b" },
+          },
+          label = "planning",
+        },
+        "write 2 item(s): 1 pending · 0 in progress · 1 done # planning",
+      },
       { "calculator_async", { expression = "sqrt(16)", delay = 500, label = vim.NIL }, "sqrt(16) # 500ms" },
       { "calculator_async", { expression = "sqrt(16)", delay = vim.NIL, label = vim.NIL }, "sqrt(16)" },
       { "calculator_async", { expression = "1", delay = 5, label = "slow" }, "1 # slow, 5ms" },

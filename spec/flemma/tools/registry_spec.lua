@@ -343,6 +343,7 @@ describe("flemma.tools", function()
         "ls",
         "move",
         "read",
+        "todo",
         "write",
       }, tools.list())
       for _, name in ipairs(tools.list()) do

@@ -168,6 +168,27 @@ function S.idoc_has_empty_pending(d, i)
   return false
 end
 
+--- True when segment i holds a tool result whose fence's info string is `info`
+--- (e.g. `flemma:todo`); read without building tables (only labels of that length
+--- become strings).
+---@param info string
+function S.idoc_has_result_info(d, i, info)
+  item.enums()
+  local s = S.idoc_segment_raw(d, i)
+  local items, n = s.items, #info
+  local read
+  for k = 0, s.item_count - 1 do
+    local it = items[k]
+    if item.is_result(it) and it.label.len == n then
+      read = read or item.reader(s.text, s.arena)
+      if read(it.label) == info then
+        return true
+      end
+    end
+  end
+  return false
+end
+
 --- The lines of segment i's message, absolute, read without building tables
 --- (for motions): { role, first (the marker), last (trailing blank lines
 --- excluded), content (first line of its first part, nil when empty),

@@ -195,6 +195,12 @@ function S.is_empty_pending(it)
   return it.kind == TOOL_RESULT and it.status == N.C.FLEMMA_DOC_STATUS_PENDING and it.body.len == 0
 end
 
+--- Whether the item is a tool result (a placeholder or a real one).
+---@return boolean
+function S.is_result(it)
+  return it.kind == TOOL_RESULT
+end
+
 --- The role name of a message item, nil for another item.
 ---@return string|nil
 function S.message_role(it)
