@@ -9,6 +9,7 @@ local M = {}
 ---@field complete? fun(arglead: string, args: string[]): string[]
 ---@field desc? string
 ---@field chat? boolean it reads or writes the conversation of the current buffer: refused unless that buffer's filetype is `chat`
+---@field review? boolean it also runs in the buffers of a diff review (b:flemma_review names their chat and call)
 
 ---@type table<string, flemma.Subcommand>
 local subcommands = {}
@@ -26,6 +27,7 @@ local modules = {
   "flemma.core.build",
   "flemma.tools.mcp",
   "flemma.policy.audit",
+  "flemma.ui.review",
 }
 local loaded = false
 
@@ -91,7 +93,7 @@ function M.run(opts)
     )
     return
   end
-  if sub.chat and vim.bo.filetype ~= "chat" then
+  if sub.chat and vim.bo.filetype ~= "chat" and not (sub.review and vim.b.flemma_review) then
     -- One short line (it fits the message area of an 80-column Neovim).
     util.notify(
       (":Flemma %s: not a chat (filetype %s)"):format(name, vim.bo.filetype == "" and "none" or vim.bo.filetype),

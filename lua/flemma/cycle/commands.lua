@@ -62,36 +62,59 @@ M.commands["tool:execute"] = {
   end,
 }
 
+--- The chat and the call a command decides: in the buffer of a diff review, its chat
+--- and call; in a chat, the placeholder under the cursor, else the first pending one
+--- (nil when there is none).
+---@return integer bufnr
+---@return string|nil id
+local function target_call()
+  local bufnr = vim.api.nvim_get_current_buf()
+  local r = vim.b[bufnr].flemma_review
+  if type(r) == "table" and type(r.chat) == "number" and type(r.id) == "string" then
+    -- Only the buffers of a review that is open for that chat's call.
+    local rec = vim.api.nvim_buf_is_valid(r.chat) and require("flemma.tools.review").get(r.chat, r.id)
+    if not (rec and rec.buf and vim.bo[r.chat].filetype == "chat") then
+      util.error("this diff review is closed")
+    end
+    return r.chat, r.id
+  end
+  local part = target_placeholder(bufnr)
+  return bufnr, part and part.id
+end
+
 M.commands["tool:approve"] = {
   chat = true,
-  desc = "approve the placeholder under the cursor (or the first pending one)",
+  review = true,
+  desc = "approve the placeholder under the cursor (or the first pending one); in a diff review, what it shows",
   run = function()
-    local bufnr = vim.api.nvim_get_current_buf()
+    local bufnr, id = target_call()
     if not require("flemma.chat.gate").check(bufnr) then
       return
     end
-    local part = target_placeholder(bufnr)
-    if not part then
+    if not id then
       util.error("no tool placeholder to approve")
     end
-    cycle().set_status(bufnr, part.id, "approved", "")
+    -- An open diff review of the call: what its proposed side shows is what runs.
+    require("flemma.tools.review").accept(bufnr, id)
+    cycle().set_status(bufnr, id, "approved", "")
   end,
 }
 
 M.commands["tool:reject"] = {
   chat = true,
+  review = true,
   desc = "reject the placeholder under the cursor (or the first pending one), with an optional message",
   run = function(args)
-    local bufnr = vim.api.nvim_get_current_buf()
+    local bufnr, id = target_call()
     if not require("flemma.chat.gate").check(bufnr) then
       return
     end
-    local part = target_placeholder(bufnr)
-    if not part then
+    if not id then
       util.error("no tool placeholder to reject")
     end
+    require("flemma.tools.review").discard(bufnr, id)
     local msg = table.concat(args, " ")
-    cycle().set_status(bufnr, part.id, "rejected", msg ~= "" and msg or nil)
+    cycle().set_status(bufnr, id, "rejected", msg ~= "" and msg or nil)
   end,
 }
 

@@ -621,12 +621,16 @@ function H.run(bufnr, job)
   -- An automatic approval holds for what the call touches now: the calls that ran
   -- before it may have changed where its paths lead (a link made to a secret file).
   if not (s.auto and s.auto[job.id]) then
+    -- Approved in a diff review (flemma.tools.review): whether the user changed it.
+    local reviewed = require("flemma.tools.review").get(bufnr, job.id)
+    reviewed = reviewed and reviewed.accepted and (reviewed.accepted == reviewed.asked and "as asked" or "changed")
     require("flemma.policy.audit").record({
       event = "decision",
       tool = job.name,
       id = job.id,
       decision = "approve",
       resolver = "user",
+      review = reviewed or nil,
       input = job.input,
     })
   end

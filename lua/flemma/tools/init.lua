@@ -26,6 +26,7 @@ local H = {}
 ---@field enabled? boolean|fun(): boolean
 ---@field asks_user? boolean the call asks the user (the `ask` tool): no resolver approves it, it always waits
 --- as a pending placeholder (a deny still holds), and autopilot stops there
+---@field propose? fun(input: table, ctx: flemma.tools.Context, cb: fun(p: flemma.tools.review.Proposal|nil, err: string|nil)) the change a call would make to one file, for the diff review (flemma.tools.review); such a tool writes what the user accepted there (review.take) when the call runs
 
 -- The message shown in a buffer whose send waits for async sources.
 M.WAITING_MESSAGE = "Waiting for tool definitions to load..."
@@ -49,6 +50,7 @@ H.optional = {
   risk = { "string" },
   on_rejected = { "function" },
   asks_user = { "boolean" },
+  propose = { "function" },
 }
 
 -- Risk levels (`:help flemma-risk`), least to most.
@@ -636,6 +638,25 @@ function H.pump()
   end
 end
 
+--- The input a tool's execute (or propose) receives for a call's input: unwrapped
+--- from a `params` object, checked against the schema, JSON nulls left out. nil and
+--- why when it does not match.
+---@param def flemma.tools.Definition
+---@param input any
+---@return table|nil
+---@return string|nil err
+function M.checked_input(def, input)
+  local raw, norm_err = H.normalize_input(def, input)
+  if norm_err then
+    return nil, norm_err
+  end
+  local err = M.validate_input(def, raw)
+  if err then
+    return nil, err
+  end
+  return H.strip_nulls(raw or {})
+end
+
 --- Runs a tool call. `on_done(result)` is called exactly once, on the main thread and
 --- never before execute() returns. Input that does not match the schema becomes an
 --- error result naming the field, and nothing runs. Runs at most
@@ -750,17 +771,11 @@ function M.execute(bufnr, tool_use, on_done, opts)
     })
     return handle
   end
-  local raw, norm_err = H.normalize_input(def, tool_use.input)
-  if norm_err then
-    finish({ success = false, error = ("invalid input for `%s`: %s"):format(name, norm_err) })
-    return handle
-  end
-  local err = M.validate_input(def, raw)
-  if err then
+  local input, err = M.checked_input(def, tool_use.input)
+  if not input then
     finish({ success = false, error = ("invalid input for `%s`: %s"):format(name, err) })
     return handle
   end
-  local input = H.strip_nulls(raw or {})
 
   job.start = function()
     if state.done then

@@ -78,6 +78,8 @@ function H.map_keys(bufnr, km)
     "n",
     km.send,
     H.safe(function()
+      -- A diff review open for a pending call of this chat is accepted first.
+      require("flemma.ui.review").accept_open(bufnr)
       require("flemma.cycle").advance(bufnr)
     end, "<C-]>"),
     "Flemma: next step of the tool cycle / send"
@@ -89,6 +91,7 @@ function H.map_keys(bufnr, km)
     H.safe(function()
       vim.cmd("stopinsert")
       vim.schedule(function()
+        require("flemma.ui.review").accept_open(bufnr)
         require("flemma.cycle").advance(bufnr)
       end)
     end, "<C-]>"),
@@ -99,9 +102,13 @@ function H.map_keys(bufnr, km)
     "n",
     km.execute,
     H.safe(function()
-      require("flemma.cycle").execute_at_cursor(bufnr)
+      -- A pending write or edit opens its diff review; every other block runs or
+      -- resolves as before.
+      if not require("flemma.ui.review").at_cursor(bufnr) then
+        require("flemma.cycle").execute_at_cursor(bufnr)
+      end
     end, "<M-CR>"),
-    "Flemma: execute or resolve the tool block under the cursor"
+    "Flemma: review a pending write/edit, else execute or resolve the tool block under the cursor"
   )
   H.map(
     bufnr,

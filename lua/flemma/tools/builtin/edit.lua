@@ -6,6 +6,7 @@ local backup = require("flemma.tools.builtin.backup")
 local fs = require("flemma.tools.builtin.fs")
 local match = require("flemma.tools.builtin.edit_match")
 local preview = require("flemma.tools.preview")
+local review = require("flemma.tools.review")
 
 local H = {}
 
@@ -145,18 +146,29 @@ function H.check(ctx, path, res)
   return match.lines(content)
 end
 
--- The edit, once the file was read and old_string searched for.
-function H.apply(input, ctx, target, L, strategy, found)
-  local content = L.text
+-- The file's text after the edit, once the file was read and old_string searched
+-- for: { updated, strategy, edits, found }, or nil and the error result.
+function H.compute(input, L, strategy, found)
   local edits
   strategy, edits, found = H.plan(input, L, strategy, found)
   if not strategy then
-    return { success = false, error = edits }
+    return nil, { success = false, error = edits }
   end
   local updated = match.apply(L, edits)
-  if updated == content then
-    return { success = false, error = "the edit changes nothing: the new text is what is there already" }
+  if updated == L.text then
+    return nil, { success = false, error = "the edit changes nothing: the new text is what is there already" }
   end
+  return { updated = updated, strategy = strategy, edits = edits, found = found }
+end
+
+-- The edit, once the file was read and old_string searched for.
+function H.apply(input, ctx, target, L, strategy, found)
+  local plan, err = H.compute(input, L, strategy, found)
+  if not plan then
+    return err
+  end
+  local updated, edits = plan.updated, plan.edits
+  strategy, found = plan.strategy, plan.found
   -- The file as it was is backed up first (flemma.tools.builtin.backup).
   local copy, berr = backup.save(target)
   if not copy then
@@ -194,6 +206,94 @@ function H.apply(input, ctx, target, L, strategy, found)
   }
 end
 
+-- The edit as the user accepted it in a diff review (flemma.tools.review), once the
+-- file was read (res) and found unchanged since the review.
+function H.apply_reviewed(input, ctx, target, res, rec)
+  local current = res.ok and res.text or nil
+  if not res.ok and res.type ~= "missing" then
+    return select(2, H.check(ctx, input.path, res))
+  end
+  local changed = review.changed(rec, current)
+  if changed then
+    return { success = false, error = changed }
+  end
+  if rec.accepted == current then
+    return { success = true, output = review.nothing_written(rec) }
+  end
+  local copy, berr = backup.save(target)
+  if not copy then
+    return { success = false, error = berr .. "; nothing was changed" }
+  end
+  local ok, werr = ctx.sandbox.write_file(target, rec.accepted)
+  if not ok then
+    return { success = false, error = werr }
+  end
+  local summary = ("Edited %s as the user accepted it in a diff review."):format(input.path)
+  backup.record("edit", summary, { { path = target, copy = copy } }, ctx.__filename)
+  return {
+    success = true,
+    output = ("%s\n\n%s\n\n%s\n\n%s"):format(
+      summary,
+      review.outcome(rec, rec.accepted),
+      review.unified(current, rec.accepted, input.path .. " (before)", input.path .. " (after)"),
+      backup.hint()
+    ),
+  }
+end
+
+-- The change of a call, for the diff review: cb(proposal) or cb(nil, err).
+function H.propose(input, ctx, cb)
+  local given = H.precheck(input)
+  if given then
+    return cb(nil, given.error)
+  end
+  local path = ctx.path.resolve(input.path)
+  local target = fs.write_target(path)
+  H.read(ctx, target, function(res)
+    local L, err = H.check(ctx, input.path, res)
+    if not L then
+      return cb(nil, err.error)
+    end
+    local function done(strategy, found)
+      local plan, perr = H.compute(input, L, strategy, found)
+      if not plan then
+        return cb(nil, perr.error)
+      end
+      cb({ path = input.path, target = target, before = L.text, asked = plan.updated })
+    end
+    if H.given(input.start_line) or H.given(input.end_line) or not H.given(input.old_string) then
+      return done()
+    end
+    match.find_async(L, input.old_string, done)
+  end)
+end
+
+-- The error result of an input that can change nothing, or nil.
+function H.precheck(input)
+  if input.old_string == "" then
+    return {
+      success = false,
+      error = "`old_string` is empty: give the text to replace, or use `start_line`/`end_line`",
+    }
+  end
+  if input.old_string == input.new_string then
+    return { success = false, error = "`old_string` and `new_string` are the same: nothing to change" }
+  end
+  return nil
+end
+
+-- Reads the file on a native thread with a deadline (flemma.files): a FIFO or a
+-- device is refused, a file that never answers gives an error instead of a frozen
+-- editor. Returns the cancel function.
+function H.read(ctx, target, cb)
+  return require("flemma.core.files").read(target, {
+    whole = true,
+    max_bytes = H.MAX_BYTES,
+    head_bytes = 8192,
+    timeout_ms = math.floor((ctx.timeout or 30) * 1000),
+  }, cb)
+end
+
 ---@type flemma.tools.Definition
 return {
   name = "edit",
@@ -227,16 +327,14 @@ return {
   format_preview = function(input)
     return preview.with_comment(input.path or "?", input.label)
   end,
+  propose = H.propose,
   async = true,
   execute = function(input, ctx, callback)
-    if input.old_string == "" then
-      return callback({
-        success = false,
-        error = "`old_string` is empty: give the text to replace, or use `start_line`/`end_line`",
-      })
-    end
-    if input.old_string == input.new_string then
-      return callback({ success = false, error = "`old_string` and `new_string` are the same: nothing to change" })
+    -- What the user accepted in a diff review of this call, if any.
+    local reviewed = review.take(ctx)
+    local bad = H.precheck(input)
+    if bad then
+      return callback(bad)
     end
     local path = ctx.path.resolve(input.path)
     local target = fs.write_target(path)
@@ -251,15 +349,11 @@ return {
         })
       end
     end
-    -- Read on a native thread with a deadline (flemma.files): a FIFO or a device is
-    -- refused, a file that never answers gives an error instead of a frozen editor.
     local cancel
-    cancel = require("flemma.core.files").read(target, {
-      whole = true,
-      max_bytes = H.MAX_BYTES,
-      head_bytes = 8192,
-      timeout_ms = math.floor((ctx.timeout or 30) * 1000),
-    }, function(res)
+    cancel = H.read(ctx, target, function(res)
+      if reviewed then
+        return callback(H.apply_reviewed(input, ctx, target, res, reviewed))
+      end
       local L, err = H.check(ctx, path, res)
       if not L then
         return callback(err)

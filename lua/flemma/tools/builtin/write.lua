@@ -3,6 +3,38 @@
 local backup = require("flemma.tools.builtin.backup")
 local fs = require("flemma.tools.builtin.fs")
 local preview = require("flemma.tools.preview")
+local review = require("flemma.tools.review")
+
+local H = {}
+
+--- The file's content for a diff review (flemma.tools.review): cb(text) (nil: there is
+--- no file), or cb(false, err).
+function H.read_before(target, path, timeout, cb)
+  require("flemma.core.files").read(target, {
+    whole = true,
+    max_bytes = review.MAX_BYTES,
+    head_bytes = 0,
+    timeout_ms = math.floor((timeout or 30) * 1000),
+  }, function(res)
+    if res.ok then
+      if res.cut_by ~= 0 then
+        return cb(
+          false,
+          ("%s is over %s: too large for a diff review"):format(
+            path,
+            require("flemma.core.native").format_size(review.MAX_BYTES)
+          )
+        )
+      end
+      return cb(res.text)
+    elseif res.type == "missing" then
+      return cb(nil)
+    elseif res.type == "directory" then
+      return cb(false, path .. " is a directory")
+    end
+    cb(false, res.message)
+  end)
+end
 
 ---@type flemma.tools.Definition
 return {
@@ -27,7 +59,19 @@ return {
     local size = require("flemma.core.native").format_size(#(input.content or ""))
     return preview.with_comment(("%s (%s)"):format(input.path or "?", size), input.label)
   end,
+  propose = function(input, ctx, cb)
+    local path = ctx.path.resolve(input.path)
+    local target = fs.write_target(path)
+    H.read_before(target, input.path, ctx.timeout, function(before, err)
+      if before == false then
+        return cb(nil, err)
+      end
+      cb({ path = input.path, target = target, before = before, asked = input.content })
+    end)
+  end,
   execute = function(input, ctx)
+    -- What the user accepted in a diff review of this call, if any.
+    local reviewed = review.take(ctx)
     local path = ctx.path.resolve(input.path)
     local target = fs.write_target(path)
     -- A FIFO, socket or device is not replaced by a file (nor written to: that blocks).
@@ -52,6 +96,21 @@ return {
         }
       end
     end
+    local content = input.content
+    if reviewed then
+      local current, rerr = review.read_current(target)
+      if current == false then
+        return { success = false, error = rerr .. "; the reviewed text was not written" }
+      end
+      local changed = review.changed(reviewed, current)
+      if changed then
+        return { success = false, error = changed }
+      end
+      content = reviewed.accepted
+      if content == current then
+        return { success = true, output = review.nothing_written(reviewed) }
+      end
+    end
     -- What is replaced is backed up first (flemma.tools.builtin.backup).
     local copy = false
     if existing and existing.type == "file" then
@@ -61,13 +120,13 @@ return {
         return { success = false, error = berr .. "; nothing was written" }
       end
     end
-    local ok, err = ctx.sandbox.write_file(target, input.content)
+    local ok, err = ctx.sandbox.write_file(target, content)
     if not ok then
       return { success = false, error = err }
     end
     local summary = ("Wrote %s (%d lines) to %s"):format(
-      ctx.truncate.format_size(#input.content),
-      fs.count_lines(input.content),
+      ctx.truncate.format_size(#content),
+      fs.count_lines(content),
       input.path
     )
     backup.record("write", summary, { { path = target, copy = copy } }, ctx.__filename)
@@ -75,7 +134,8 @@ return {
       success = true,
       output = summary
         .. (copy and (". The previous content is kept in %s. "):format(copy) or " (a new file). ")
-        .. backup.hint(),
+        .. backup.hint()
+        .. (reviewed and ("\n\n" .. review.outcome(reviewed, content)) or ""),
     }
   end,
 }
