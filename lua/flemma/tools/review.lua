@@ -28,6 +28,7 @@ M.MAX_DIFF_LINES = 200
 ---@field asked string the content the call would leave
 
 ---@class flemma.tools.review.Record: flemma.tools.review.Proposal
+---@field input table the call's input as its execute gets it (tools.checked_input)
 ---@field id string
 ---@field name string the tool
 ---@field hash string M.hash(before), taken when the review opened
@@ -124,6 +125,7 @@ function M.prepare(bufnr, use, cb)
         return cb(nil, p.path .. " holds binary data (NUL bytes): no diff review")
       end
     end
+    p.input = input
     cb(p)
   end)
   if not ok and not done then
@@ -210,10 +212,13 @@ end
 
 --- The accepted review of the call an execution context belongs to, taken (a second
 --- run of the call does what it asks). A review still open, not accepted, is closed
---- and forgotten: the call runs as asked.
+--- and forgotten: the call runs as asked. An accepted review of other input (the
+--- tool use edited since, a hook's change) gives nil and the refusal.
 ---@param ctx flemma.tools.Context
+---@param input table the input the tool's execute got
 ---@return flemma.tools.review.Record|nil
-function M.take(ctx)
+---@return string|nil refusal
+function M.take(ctx, input)
   local id = require("flemma.tools").call_id(ctx)
   if id == nil or type(ctx.bufnr) ~= "number" then
     return nil
@@ -227,15 +232,29 @@ function M.take(ctx)
     H.close(rec)
     return nil
   end
+  if not vim.deep_equal(rec.input, input) then
+    return nil,
+      "refused: the input of this call changed after the user reviewed its change, so nothing was written; "
+        .. "make the change again"
+  end
   return rec
 end
 
 --- nil when `current` (the file's content now; nil: no file) is what the review
---- showed, else the refusal (the tool's error result).
+--- showed, in the file it showed (`target`: where the path leads now), else the
+--- refusal (the tool's error result).
 ---@param rec flemma.tools.review.Record
 ---@param current string|nil
+---@param target string
 ---@return string|nil
-function M.changed(rec, current)
+function M.changed(rec, current, target)
+  if target ~= rec.target then
+    return ("refused: %s leads to another file (%s) than when the user reviewed this change (%s), so the reviewed text was not written"):format(
+      rec.path,
+      target,
+      rec.target
+    )
+  end
   if M.hash(current) == rec.hash then
     return nil
   end
@@ -282,6 +301,18 @@ function M.read_current(path)
   end
   vim.uv.fs_close(fd)
   return table.concat(chunks)
+end
+
+-- A chat unloaded (its text is gone: :e, :bdelete) or wiped out: its reviews go,
+-- the open one closed.
+for _, event in ipairs({ "unload", "wipe" }) do
+  session.on(event, "review", function(_, record)
+    local all = record.reviews or {}
+    record.reviews = nil
+    for _, rec in pairs(all) do
+      H.close(rec)
+    end
+  end)
 end
 
 -- ---------------------------------------------------------------------------

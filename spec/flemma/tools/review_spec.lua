@@ -226,6 +226,44 @@ describe("the diff review", function()
     assert.truthy(t:find("changed on disk after the user reviewed this change (it exists now)", 1, true), t)
   end)
 
+  it("refuses an accepted review when the call's input or where its path leads changed since", function()
+    setup()
+    local chat, dir = ask({
+      body = tool_stream({
+        { "write", "toolu_w7", vim.json.encode(write_input("i.txt", "asked\n")) },
+        { "write", "toolu_w8", vim.json.encode(write_input("link.txt", "asked\n")) },
+      }),
+      content_type = "text/event-stream",
+    })
+    helpers.write_file(dir .. "/i.txt", "old\n")
+    helpers.write_file(dir .. "/a.txt", "same\n")
+    helpers.write_file(dir .. "/b.txt", "same\n")
+    assert(vim.uv.fs_symlink("a.txt", dir .. "/link.txt"))
+    go(chat)
+    open_review(chat)
+    vim.cmd("Flemma tool:approve")
+    local l = line_of(chat, "**Tool Result:** `toolu_w8`")
+    vim.api.nvim_win_set_cursor(0, { l + 2, 0 })
+    open_review(chat)
+    vim.cmd("Flemma tool:approve")
+    -- The first call's input is edited in the chat; the link now points elsewhere
+    -- (to a file with the same content).
+    local json = line_of(chat, "**Tool Use:** `write` (`toolu_w7`)") + 3
+    local old = vim.api.nvim_buf_get_lines(chat, json - 1, json, false)[1]
+    assert.truthy(old:find('"asked\\n"', 1, true), old)
+    vim.api.nvim_buf_set_lines(chat, json - 1, json, false, { (old:gsub('"asked', '"other')) })
+    assert(vim.uv.fs_unlink(dir .. "/link.txt"))
+    assert(vim.uv.fs_symlink("b.txt", dir .. "/link.txt"))
+    press("<C-]>")
+    wait_result(chat, "toolu_w7")
+    local t = wait_result(chat, "toolu_w8")
+    assert.equals("old\n", helpers.read_file(dir .. "/i.txt"))
+    assert.equals("same\n", helpers.read_file(dir .. "/a.txt"))
+    assert.equals("same\n", helpers.read_file(dir .. "/b.txt"))
+    assert.truthy(t:find("refused: the input of this call changed after the user reviewed its change", 1, true), t)
+    assert.truthy(t:find("refused: link.txt leads to another file (" .. dir .. "/b.txt)", 1, true), t)
+  end)
+
   it("the proposed side edited by hand is what is written; the result shows it", function()
     setup()
     local chat, dir = ask(call("write", "toolu_w3", write_input("h.txt", "alpha\nBETA\ngamma\n")))

@@ -213,7 +213,7 @@ function H.apply_reviewed(input, ctx, target, res, rec)
   if not res.ok and res.type ~= "missing" then
     return select(2, H.check(ctx, input.path, res))
   end
-  local changed = review.changed(rec, current)
+  local changed = review.changed(rec, current, target)
   if changed then
     return { success = false, error = changed }
   end
@@ -331,7 +331,10 @@ return {
   async = true,
   execute = function(input, ctx, callback)
     -- What the user accepted in a diff review of this call, if any.
-    local reviewed = review.take(ctx)
+    local reviewed, refused = review.take(ctx, input)
+    if refused then
+      return callback({ success = false, error = refused })
+    end
     local bad = H.precheck(input)
     if bad then
       return callback(bad)

@@ -71,7 +71,10 @@ return {
   end,
   execute = function(input, ctx)
     -- What the user accepted in a diff review of this call, if any.
-    local reviewed = review.take(ctx)
+    local reviewed, refused = review.take(ctx, input)
+    if refused then
+      return { success = false, error = refused }
+    end
     local path = ctx.path.resolve(input.path)
     local target = fs.write_target(path)
     -- A FIFO, socket or device is not replaced by a file (nor written to: that blocks).
@@ -102,7 +105,7 @@ return {
       if current == false then
         return { success = false, error = rerr .. "; the reviewed text was not written" }
       end
-      local changed = review.changed(reviewed, current)
+      local changed = review.changed(reviewed, current, target)
       if changed then
         return { success = false, error = changed }
       end
