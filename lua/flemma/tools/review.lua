@@ -21,6 +21,10 @@ M.MAX_BYTES = 8 * 1024 * 1024
 --- written go into the result.
 M.MAX_DIFF_LINES = 200
 
+--- At most this many hunks are named in each list of the result (left out, changed,
+--- added); the count of the others follows.
+M.MAX_HUNKS = 20
+
 ---@class flemma.tools.review.Proposal
 ---@field path string the path as the call gave it
 ---@field target string the absolute file written (links followed)
@@ -394,23 +398,93 @@ function M.nothing_written(rec)
   )
 end
 
---- A unified diff from `a` to `b` in a fence, with its two file lines, at most
---- MAX_DIFF_LINES lines of it.
+-- Where hunk h ({ start_a, count_a, start_b, count_b }, vim.diff's indices) is in
+-- each text: its first line and the first unchanged line after it (an insertion,
+-- count 0, sits after line start).
+function H.bounds(h)
+  local pa = h[2] == 0 and h[1] + 1 or h[1]
+  local pb = h[4] == 0 and h[3] + 1 or h[3]
+  return pa, pa + h[2], pb, pb + h[4]
+end
+
+-- After a text's last line when the text has no final newline.
+function H.no_eol(out, yes)
+  if yes then
+    out[#out + 1] = "\\ No newline at end of file"
+  end
+end
+
+-- A hunk header's range: "5" (one line), "5,3", "4,0" (none: after line 4).
+function H.range(first, count)
+  if count == 1 then
+    return tostring(first)
+  end
+  return ("%d,%d"):format(count == 0 and first - 1 or first, count)
+end
+
+--- A unified diff from `a` to `b` (one line of context) in a fence, with its two file
+--- lines; the hunks after MAX_DIFF_LINES lines are counted, not shown (and not
+--- formatted: the cost is the line diff's and the split's).
 ---@param a string
 ---@param b string
 ---@param name_a string
 ---@param name_b string
+---@param lines_a? string[] a's lines, when the caller has them
+---@param lines_b? string[]
 ---@return string
-function M.unified(a, b, name_a, name_b)
-  local dl = H.lines(H.diff(a, b, { ctxlen = 1 }))
-  if #dl > M.MAX_DIFF_LINES then
-    local more = #dl - M.MAX_DIFF_LINES
-    dl = vim.list_slice(dl, 1, M.MAX_DIFF_LINES)
-    dl[#dl + 1] = ("... (%d more lines)"):format(more)
+function M.unified(a, b, name_a, name_b, lines_a, lines_b)
+  local hunks = H.diff(a, b, { result_type = "indices" })
+  local al, bl = lines_a or H.lines(a), lines_b or H.lines(b)
+  local out = { "--- " .. name_a, "+++ " .. name_b }
+  local eol_a, eol_b = a == "" or a:sub(-1) == "\n", b == "" or b:sub(-1) == "\n"
+  local CTX = 1
+  local i = 1
+  while i <= #hunks do
+    if #out >= M.MAX_DIFF_LINES then
+      out[#out + 1] = ("... (%d more hunks)"):format(#hunks - i + 1)
+      break
+    end
+    -- Hunks i..j close enough to share their context are one block.
+    local j = i
+    while hunks[j + 1] do
+      local _, qa = H.bounds(hunks[j])
+      local pa_next = H.bounds(hunks[j + 1])
+      if pa_next - qa > 2 * CTX then
+        break
+      end
+      j = j + 1
+    end
+    local pa_i, _, pb_i = H.bounds(hunks[i])
+    local _, qa_j, _, qb_j = H.bounds(hunks[j])
+    local first_a = math.max(1, pa_i - CTX)
+    local last_a = math.min(#al, qa_j - 1 + CTX)
+    local first_b = pb_i - (pa_i - first_a)
+    local last_b = qb_j - 1 + (last_a - (qa_j - 1))
+    local count_a, count_b = last_a - first_a + 1, last_b - first_b + 1
+    out[#out + 1] = ("@@ -%s +%s @@"):format(H.range(first_a, count_a), H.range(first_b, count_b))
+    local at = first_a
+    for k = i, j do
+      local pa, qa, pb, qb = H.bounds(hunks[k])
+      for x = at, pa - 1 do
+        out[#out + 1] = " " .. al[x]
+      end
+      for x = pa, qa - 1 do
+        out[#out + 1] = "-" .. al[x]
+        H.no_eol(out, x == #al and not eol_a)
+      end
+      for x = pb, qb - 1 do
+        out[#out + 1] = "+" .. bl[x]
+        H.no_eol(out, x == #bl and not eol_b)
+      end
+      at = qa
+    end
+    for x = at, last_a do
+      out[#out + 1] = " " .. al[x]
+      H.no_eol(out, x == #al and not eol_a)
+    end
+    i = j + 1
   end
-  table.insert(dl, 1, "--- " .. name_a)
-  table.insert(dl, 2, "+++ " .. name_b)
-  local body = table.concat(dl, "\n")
+  local body = table.concat(out, "\n")
   local longest = 2
   for run in body:gmatch("`+") do
     longest = math.max(longest, #run)
@@ -435,14 +509,25 @@ function M.outcome(rec, written)
   local asked_h = H.diff(before, rec.asked, { result_type = "indices" })
   local written_h = H.diff(before, written, { result_type = "indices" })
   local left, changed, added = {}, {}, {}
+  -- Both lists are in file order and their hunks do not overlap each other: one
+  -- sweep pairs each asked hunk with the written ones over the same lines.
+  local touched = {}
+  local j = 1
   for i, h in ipairs(asked_h) do
-    local hits = {}
-    for _, w in ipairs(written_h) do
-      if H.overlap(h, w) then
-        hits[#hits + 1] = w
-      end
+    local lo, hi = H.span(h)
+    while written_h[j] and select(2, H.span(written_h[j])) < lo do
+      j = j + 1
     end
-    local text = ("hunk %d of %d (%s)"):format(i, #asked_h, H.where(h, bl, al))
+    local hits = {}
+    local k = j
+    while written_h[k] and H.span(written_h[k]) <= hi do
+      if H.overlap(h, written_h[k]) then
+        hits[#hits + 1] = written_h[k]
+        touched[k] = true
+      end
+      k = k + 1
+    end
+    local text = { i, h, al }
     if #hits == 0 then
       left[#left + 1] = text
     else
@@ -457,28 +542,36 @@ function M.outcome(rec, written)
       end
     end
   end
-  for _, w in ipairs(written_h) do
-    local mine = false
-    for _, h in ipairs(asked_h) do
-      mine = mine or H.overlap(h, w)
-    end
-    if not mine then
-      added[#added + 1] = H.where(w, bl, wl)
+  for k, w in ipairs(written_h) do
+    if not touched[k] then
+      added[#added + 1] = { nil, w, wl }
     end
   end
   local out = { "The user reviewed this change in a diff and changed it before it was written." }
-  if #left > 0 then
-    out[#out + 1] = "Left out (not written): " .. table.concat(left, "; ") .. "."
-  end
-  if #changed > 0 then
-    out[#out + 1] = "Changed by the user: " .. table.concat(changed, "; ") .. "."
-  end
-  if #added > 0 then
-    out[#out + 1] = "Added by the user: " .. table.concat(added, "; ") .. "."
+  for _, group in ipairs({
+    { "Left out (not written): ", left },
+    { "Changed by the user: ", changed },
+    { "Added by the user: ", added },
+  }) do
+    local list = group[2]
+    if #list > 0 then
+      -- Only the hunks named are described.
+      local shown = {}
+      for x = 1, math.min(#list, M.MAX_HUNKS) do
+        local e = list[x]
+        local where = H.where(e[2], bl, e[3])
+        shown[x] = e[1] and ("hunk %d of %d (%s)"):format(e[1], #asked_h, where) or where
+      end
+      if #list > M.MAX_HUNKS then
+        shown[#shown + 1] = ("and %d more"):format(#list - M.MAX_HUNKS)
+      end
+      out[#out + 1] = group[1] .. table.concat(shown, "; ") .. "."
+    end
   end
   out[#out + 1] = ""
   out[#out + 1] = "What was written differs from what you asked for:"
-  out[#out + 1] = M.unified(rec.asked, written, rec.path .. " (what you asked for)", rec.path .. " (what was written)")
+  out[#out + 1] =
+    M.unified(rec.asked, written, rec.path .. " (what you asked for)", rec.path .. " (what was written)", al, wl)
   return table.concat(out, "\n")
 end
 

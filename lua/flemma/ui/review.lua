@@ -192,10 +192,8 @@ function H.show(bufnr, chat_win, rec)
     end,
   })
   vim.api.nvim_set_current_win(right_win)
-  util.notify(
-    ("review of `%s` (%s): drop hunks with dp (left) or do (right), or edit the right side; "):format(rec.id, rec.path)
-      .. "<C-]> accepts, :Flemma tool:reject rejects, :tabclose decides nothing"
-  )
+  -- One line that fits the message area; the rest is in :help flemma-review.
+  util.notify("diff review: dp/do drop a hunk, <C-]> accepts (:help flemma-review)")
 end
 
 function H.map_keys(buf, bufnr, id)

@@ -282,12 +282,23 @@ describe("the diff review", function()
     assert.truthy(t:find("+Beta, by hand", 1, true), t)
   end)
 
-  it("rejected from the review: nothing is written, the result is the rejection", function()
+  it("opens with :Flemma tool:diff and <M-CR> on the tool use; rejected there, nothing is written", function()
     setup()
     local chat, dir = ask(call("write", "toolu_w4", write_input("r.txt", "replaced\n")))
     helpers.write_file(dir .. "/r.txt", "original\n")
     go(chat)
+    -- <M-CR> on the tool use block; then closed.
+    vim.api.nvim_win_set_cursor(0, { line_of(chat, "**Tool Use:** `write` (`toolu_w4`)"), 0 })
     open_review(chat)
+    vim.cmd("tabclose")
+    -- :Flemma tool:diff with the cursor on no tool block: the first pending write.
+    vim.api.nvim_win_set_cursor(0, { 1, 0 })
+    vim.cmd("Flemma tool:diff")
+    helpers.wait_for(function()
+      return vim.b.flemma_review ~= nil
+    end, 5000, "no review")
+    assert.equals("toolu_w4", vim.b.flemma_review.id)
+    assert.same({ "replaced" }, helpers.lines(0))
     vim.cmd("Flemma tool:reject not like this")
     assert.equals(1, #vim.api.nvim_list_tabpages())
     assert.truthy(text(chat):find("```flemma:tool status=rejected\nnot like this\n```", 1, true), text(chat))
@@ -325,6 +336,65 @@ describe("the diff review", function()
     press("<C-]>")
     wait_result(chat, "toolu_w6")
     assert.equals("new\n", helpers.read_file(dir .. "/c.txt"))
+  end)
+
+  it("the result names at most 20 hunks a list, in file order, and counts the others", function()
+    local review = require("flemma.tools.review")
+    local n = 3000
+    local before, asked, written = {}, {}, {}
+    for i = 1, n do
+      before[i] = "line " .. i
+      asked[i] = i % 3 == 0 and ("CHANGED " .. i) or before[i]
+      -- Every other asked hunk (lines 6, 12, ...) is left out.
+      written[i] = i % 6 == 0 and before[i] or asked[i]
+    end
+    local function join(t)
+      return table.concat(t, "\n") .. "\n"
+    end
+    local rec = { path = "big.txt", before = join(before), asked = join(asked) }
+    local out = review.outcome(rec, join(written))
+    local left = out:match("Left out %(not written%): ([^\n]*)")
+    assert.truthy(left, out)
+    local names = {}
+    for i in left:gmatch("hunk (%d+) of 1000") do
+      names[#names + 1] = tonumber(i)
+    end
+    local want = {}
+    for i = 1, 20 do
+      want[i] = 2 * i
+    end
+    assert.same(want, names)
+    assert.truthy(left:find('hunk 2 of 1000 (line 6: -"line 6" +"CHANGED 6"); ', 1, true), left)
+    assert.truthy(left:find("; and 480 more.$"), left)
+    assert.is_nil(out:find("Changed by the user", 1, true), out)
+    assert.is_nil(out:find("Added by the user", 1, true), out)
+  end)
+
+  it("the diff in the result is Neovim's unified diff with one line of context (1000 random pairs)", function()
+    local review = require("flemma.tools.review")
+    local diff = (vim.text and vim.text.diff) or vim.diff
+    math.randomseed(27)
+    local function random_text()
+      local t = {}
+      for i = 1, math.random(0, 12) do
+        t[i] = ({ "a", "b", "c", "d" })[math.random(4)]
+      end
+      return #t > 0 and (table.concat(t, "\n") .. (math.random(2) == 1 and "\n" or "")) or ""
+    end
+    local compared = 0
+    for _ = 1, 1000 do
+      local a, b = random_text(), random_text()
+      if a ~= b then
+        compared = compared + 1
+        local lines = vim.split(review.unified(a, b, "x", "y"), "\n", { plain = true })
+        assert.equals("```diff", lines[1])
+        assert.same({ "--- x", "+++ y" }, { lines[2], lines[3] })
+        assert.equals("```", lines[#lines])
+        local body = table.concat(vim.list_slice(lines, 4, #lines - 1), "\n") .. "\n"
+        assert.equals(diff(a, b, { ctxlen = 1 }), body, vim.inspect({ a, b }))
+      end
+    end
+    assert.is_true(compared > 900)
   end)
 
   describe("with the sandbox on", function()
