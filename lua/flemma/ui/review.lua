@@ -231,8 +231,10 @@ function M.accept(bufnr, id, go_on)
   return true
 end
 
---- <C-]> in a chat: accepts the review that is open for one of its pending calls
---- (then the key goes on with the cycle). false when none is open.
+--- <C-]> in a chat: accepts the review that is open for one of its calls (its
+--- placeholder pending, or approved by hand meanwhile); then the key goes on with the
+--- cycle. A review whose placeholder is gone or decided otherwise is dropped. false
+--- when none was accepted.
 ---@param bufnr integer
 ---@return boolean
 function M.accept_open(bufnr)
@@ -241,7 +243,8 @@ function M.accept_open(bufnr)
     return false
   end
   local _, result = H.find(require("flemma.chat.document").get(bufnr), rec.id)
-  if not (result and result.status == "pending") then
+  local status = result and vim.trim(result.content or "") == "" and result.status
+  if status ~= "pending" and status ~= "approved" then
     review.discard(bufnr, rec.id)
     return false
   end
