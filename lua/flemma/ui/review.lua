@@ -201,12 +201,18 @@ function H.map_keys(buf, bufnr, id)
   if not km.enabled or type(km.send) ~= "string" or km.send == "" then
     return
   end
-  vim.keymap.set("n", km.send, function()
+  local function accept()
     local ok, err = xpcall(M.accept, debug.traceback, bufnr, id, true)
     if not ok then
       util.notify("accepting the review failed: " .. tostring(err), vim.log.levels.ERROR)
     end
-  end, { buffer = buf, silent = true, desc = "Flemma: accept the reviewed change and go on" })
+  end
+  local desc = "Flemma: accept the reviewed change and go on"
+  vim.keymap.set("n", km.send, accept, { buffer = buf, silent = true, desc = desc })
+  vim.keymap.set("i", km.send, function()
+    vim.cmd("stopinsert")
+    vim.schedule(accept)
+  end, { buffer = buf, silent = true, desc = desc })
 end
 
 --- Accepts the open review of call `id`: the placeholder becomes approved and the
