@@ -325,6 +325,11 @@ describe("mcp", function()
     timer:start(20, 20, function()
       ticks = ticks + 1
     end)
+    -- Hold the loop for 300 ms first: its cached clock is then that far behind,
+    -- and a timeout counted from it would fire 300 ms early.
+    local spin = vim.uv.hrtime()
+    while vim.uv.hrtime() - spin < 300e6 do
+    end
     local t0 = vim.uv.hrtime()
     mcp.start()
     note_pids()
@@ -573,7 +578,9 @@ describe("mcp", function()
         everything = everything(),
         missing = { command = "flemma-no-such-mcp-server" },
         silent = spec_server("silent"),
-      }, { mcp = { timeout = 1 } })
+        -- 3 s: the everything server (node) must start within the same timeout,
+        -- which took over 1 s at load 14.
+      }, { mcp = { timeout = 3 } })
       mcp.start({ "everything" })
       wait_ready()
       mcp.start({ "silent" })
@@ -584,7 +591,7 @@ describe("mcp", function()
       assert.truthy(report:find("flemma: MCP servers", 1, true), report)
       assert.truthy(report:find("everything: running %(pid %d+%), %d+ tools"), report)
       assert.truthy(report:find("missing: `flemma-no-such-mcp-server` not found in $PATH", 1, true), report)
-      assert.truthy(report:find("silent: failed: initialize failed: initialize timed out after 1s", 1, true), report)
+      assert.truthy(report:find("silent: failed: initialize failed: initialize timed out after 3s", 1, true), report)
     end)
   end)
 

@@ -217,6 +217,9 @@ function Client:request(method, params, cb, opts)
   self.pending[id] = entry
   local timeout = opts.timeout or self.opts.timeout or 60
   entry.timer = vim.uv.new_timer()
+  -- The loop's clock is cached from its last turn, which may be long past after a
+  -- slow spawn: update it, or the timeout fires before its time.
+  vim.uv.update_time()
   entry.timer:start(math.floor(timeout * 1000), 0, function()
     vim.schedule(function()
       if self.pending[id] == entry then
