@@ -239,11 +239,18 @@ function H.evaluate(code, lang, first_line, config)
     return nil,
       type(v) == "table" and v.error or ("frontmatter line %d: the evaluation returned no options"):format(first_line)
   end
+  local bad = H.rule_error(v, first_line)
+  if bad then
+    H.free(box)
+    return nil, bad
+  end
   local opts = {
     tools = v.tools,
     tools_excluded = v.tools_excluded,
     auto_approve = v.auto_approve,
     auto_approve_excluded = v.auto_approve_excluded or {},
+    ask = v.ask,
+    deny = v.deny,
     parameters = v.parameters or {},
     variables = v.variables,
     provider = v.provider,
@@ -258,6 +265,31 @@ function H.evaluate(code, lang, first_line, config)
     H.free(box)
   end
   return opts
+end
+
+-- Whether a tool's rules are path patterns (it declares `paths`).
+function H.is_path_tool(name)
+  local ok, def = pcall(function()
+    return H.tools and H.tools.get and H.tools.get(name)
+  end)
+  return ok and type(def) == "table" and def.paths ~= nil
+end
+
+-- The first rule of the frontmatter's auto_approve, ask or deny list whose pattern
+-- the shell-word parser cannot read (the interpreter checked only their form), as
+-- the frontmatter's error; nil when all can be used.
+function H.rule_error(v, first_line)
+  local commands = require("flemma.policy.commands")
+  for _, key in ipairs({ "auto_approve", "ask", "deny" }) do
+    local list = v[key]
+    for _, entry in ipairs(type(list) == "table" and list or {}) do
+      local problem = type(entry) == "string" and commands.problem(entry, H.is_path_tool)
+      if problem then
+        return ("frontmatter line %d: flemma.opt.tools.%s: the rule %q %s"):format(first_line, key, entry, problem)
+      end
+    end
+  end
+  return nil
 end
 
 -- The interpreter behind each auto_approve function (weak keys: freed with it).

@@ -272,6 +272,17 @@ function M.widening(opts, config)
       out[#out + 1] = tool
     end
   end
+  -- Per-command and per-path rules (`bash(git status)`) the configuration has not.
+  for tool, rules in pairs(mine.approve_rules or {}) do
+    if not mine.deny[tool] and not (global and presets.decide(global, tool) == "approve") then
+      local have = global and global.approve_rules and global.approve_rules[tool] or {}
+      for _, rule in ipairs(rules) do
+        if not vim.tbl_contains(have, rule) then
+          out[#out + 1] = ("%s(%s)"):format(tool, rule)
+        end
+      end
+    end
+  end
   if #out == 0 then
     return nil
   end

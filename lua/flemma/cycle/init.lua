@@ -282,6 +282,10 @@ function M.categorize(bufnr)
     statuses[use.id] = status
     -- Approved without the user: decided again when it runs (H.run).
     state.auto[use.id] = status == "approved" or nil
+    -- Denied by the policy (already in the audit log): a denied placeholder not in
+    -- this set is the user's denial (H.audit_static).
+    state.policy_denied = state.policy_denied or {}
+    state.policy_denied[use.id] = status == "denied" or nil
     counts[status] = counts[status] + 1
     if i > 1 then
       block[#block + 1] = ""
@@ -429,13 +433,38 @@ function H.uses_by_id(doc)
   return uses
 end
 
+--- Records in the audit log the user's decision a placeholder resolved without a run
+--- holds: a rejection (`tool:reject`, status=rejected) or a denial the policy did not
+--- make (status=denied written by the user).
+function H.audit_static(bufnr, part, uses)
+  local s = H.state_of(bufnr)
+  local by_policy = s and s.policy_denied and s.policy_denied[part.id]
+  if s and s.policy_denied then
+    s.policy_denied[part.id] = nil
+  end
+  if part.status ~= "rejected" and not (part.status == "denied" and not by_policy) then
+    return
+  end
+  local use = uses[part.id]
+  require("flemma.policy.audit").record({
+    event = "decision",
+    tool = use and use.name or nil,
+    id = part.id,
+    decision = part.status == "rejected" and "reject" or "deny",
+    resolver = "user",
+    input = use and use.input or nil,
+  })
+end
+
 --- Resolves one placeholder without running anything. Returns true when it wrote a
 --- result.
 function H.resolve_static(bufnr, part)
-  local output, is_error = H.static_result(part, H.uses_by_id(H.doc(bufnr)))
+  local uses = H.uses_by_id(H.doc(bufnr))
+  local output, is_error = H.static_result(part, uses)
   if output == nil then
     return false
   end
+  H.audit_static(bufnr, part, uses)
   H.place_cursor_after(bufnr, H.write_result(bufnr, part.id, output, is_error))
   return true
 end
@@ -455,6 +484,7 @@ function H.resolve_static_all(bufnr, parts)
     if part.status ~= "approved" then
       local output, is_error = H.static_result(part, uses)
       if output ~= nil then
+        H.audit_static(bufnr, part, uses)
         writes[#writes + 1] = { part = part, lines = document.render_result(part.id, output, is_error) }
       end
     end

@@ -455,6 +455,12 @@ function H.tool_checks(B)
   local check_aa_tool = check_tool("flemma.opt.tools.auto_approve")
   local all_presets = presets.all(user_presets)
   function B.check_aa(name)
+    local problem = presets.rule_problem(name)
+    if problem then
+      M.fail(("flemma.opt.tools.auto_approve: the rule %q %s"):format(name, problem))
+    end
+    -- A rule `TOOL(PATTERN)` names its tool.
+    name = presets.rule(name) or name
     if presets.is_preset(name) then
       if not all_presets[name] then
         M.fail(presets.unknown_message(name, user_presets) .. " in flemma.opt.tools.auto_approve")
@@ -470,6 +476,32 @@ function H.tool_checks(B)
     check_aa_tool(name)
   end
 end
+
+-- flemma.opt.tools.ask and .deny: lists that only narrow the policy (they add to
+-- tools.ask and tools.deny); they start empty.
+function H.side_list(B, key)
+  local what = "flemma.opt.tools." .. key
+  return H.new_list({}, {}, {
+    what = what,
+    check = function(name)
+      if type(name) ~= "string" or (presets.is_preset(name) and not presets.prefix(name)) then
+        M.fail(
+          ("%s: expected a tool name, a rule TOOL(PATTERN), risk:LEVEL or NAME:*, not %s"):format(what, show(name))
+        )
+      end
+      local problem = presets.rule_problem(name)
+      if problem then
+        M.fail(("%s: the rule %q %s"):format(what, name, problem))
+      end
+      presets.check_risks({ name }, what)
+    end,
+    on_change = function()
+      B.S[key .. "_touched"] = true
+    end,
+  })
+end
+
+H.TOOLS_KEYS = { "auto_approve", "ask", "deny" }
 
 -- flemma.opt.tools and flemma.opt.tools.auto_approve: B.tools_list, B.aa_list.
 function H.tool_lists(B)
@@ -507,16 +539,23 @@ function H.tool_lists(B)
     index = function(k)
       if k == "auto_approve" then
         return S.aa_fn or aa_list
+      elseif B.side[k] then
+        return B.side[k]
       end
-      M.fail(H.unknown(k, { "auto_approve" }, "flemma.opt.tools."))
+      M.fail(H.unknown(k, H.TOOLS_KEYS, "flemma.opt.tools."))
     end,
     newindex = function(k, v)
       if k == "auto_approve" then
         return set_auto_approve(v)
+      elseif B.side[k] then
+        H.assign(B.side[k], v)
+        S[k .. "_touched"] = true
+        return
       end
-      M.fail(H.unknown(k, { "auto_approve" }, "flemma.opt.tools."))
+      M.fail(H.unknown(k, H.TOOLS_KEYS, "flemma.opt.tools."))
     end,
   })
+  B.side = { ask = H.side_list(B, "ask"), deny = H.side_list(B, "deny") }
   B.aa_list, B.tools_list = aa_list, tools_list
 end
 
@@ -809,6 +848,8 @@ function H.collect(B)
     tools_excluded = S.tools_touched and vim.deepcopy(tools_state.excluded) or nil,
     auto_approve = auto_approve,
     auto_approve_excluded = (S.aa_touched and not S.aa_fn) and vim.deepcopy(aa_state.excluded) or {},
+    ask = S.ask_touched and vim.deepcopy(H.lists[B.side.ask].items) or nil,
+    deny = S.deny_touched and vim.deepcopy(H.lists[B.side.deny].items) or nil,
     parameters = parameters,
     provider = provider,
     model = model,

@@ -110,6 +110,48 @@ function M.rule(entry)
   return tool, pattern
 end
 
+--- Why an entry that looks like a per-command rule (it holds a parenthesis) is not a
+--- well-formed one, or nil: `bash(git *` (unbalanced), `bash()` (empty pattern).
+--- Only the form is checked here (the frontmatter interpreter has no shell parser);
+--- flemma.policy.commands.problem also parses the pattern.
+---@param entry any
+---@return string|nil
+function M.rule_problem(entry)
+  if type(entry) ~= "string" or not entry:find("[()]") then
+    return nil
+  end
+  local tool, pattern = M.rule(entry)
+  if not tool then
+    return "is not a rule TOOL(PATTERN) (unbalanced parentheses?), e.g. bash(git *)"
+  end
+  if pattern:match("^%s*$") then
+    return "has an empty pattern; e.g. bash(git status)"
+  end
+  local depth = 0
+  for c in pattern:gmatch("[()]") do
+    depth = depth + (c == "(" and 1 or -1)
+    if depth < 0 then
+      break
+    end
+  end
+  if depth ~= 0 then
+    return "has unbalanced parentheses in its pattern"
+  end
+  return nil
+end
+
+--- Checks the rule entries of a list; raises naming the first malformed one.
+---@param list any
+---@param where string option path for messages
+function M.check_rules(list, where)
+  for i, entry in ipairs(type(list) == "table" and list or {}) do
+    local problem = M.rule_problem(entry)
+    if problem then
+      util.error(("`%s[%d]`: the rule %q %s"):format(where, i, entry, problem))
+    end
+  end
+end
+
 function H.add_rule(rules, entry)
   local tool, pattern = M.rule(entry)
   rules[tool] = rules[tool] or {}
@@ -155,6 +197,7 @@ function M.validate(presets, where)
         end
         H.check_risk(tool, path .. "." .. key)
       end
+      M.check_rules(list, path .. "." .. key)
     end
   end
 end
@@ -266,7 +309,7 @@ end
 ---@param policy flemma.approval.Policy
 ---@param tool_name string
 ---@param input? table the call's input, for per-command rules
----@param match? fun(allow: string[], deny: string[], input: table): "approve"|"deny"|nil
+---@param match? fun(allow: string[], deny: string[], input: table, tool_name: string): "approve"|"deny"|nil
 ---@return "approve"|"deny"|nil
 ---@return string|nil rule the per-command rule that decided (`bash(git *)`), if one did
 function M.decide(policy, tool_name, input, match)
@@ -277,10 +320,14 @@ function M.decide(policy, tool_name, input, match)
   local deny_rules = (policy.deny_rules or {})[tool_name]
   local by_rule, rule
   if match and (allow_rules or deny_rules) then
-    by_rule, rule = match(allow_rules or {}, deny_rules or {}, input or {})
+    local unsure
+    by_rule, rule, unsure = match(allow_rules or {}, deny_rules or {}, input or {}, tool_name)
     rule = rule and ("%s(%s)"):format(tool_name, rule) or nil
     if by_rule == "deny" then
       return "deny", rule
+    elseif unsure then
+      -- Deny rules the call cannot be checked against: nothing approves it.
+      return nil
     end
   end
   local risk
@@ -310,6 +357,44 @@ function M.decide(policy, tool_name, input, match)
     return "approve"
   end
   return nil
+end
+
+--- Whether a call is named by an ask or deny list (`tools.ask`, `tools.deny`, the
+--- frontmatter's): a tool name, `risk:LEVEL`, `$mcp`, `$mcp:NAME`, `NAME:*`, or a rule
+--- `TOOL(PATTERN)` that matches the call (for a compound command, any one of its
+--- commands). Rules decide only through `match` (the host's matcher, as in M.decide).
+---@param list string[]|nil
+---@param tool_name string
+---@param input? table
+---@param match? fun(allow: string[], deny: string[], input: table, tool_name: string): "approve"|"deny"|nil, string|nil
+---@return boolean
+---@return string|nil entry the entry that named it
+---@return boolean|nil unsure named only because the matcher could not read the call
+function M.listed(list, tool_name, input, match)
+  local rules = {}
+  for _, entry in ipairs(type(list) == "table" and list or {}) do
+    local tool, pattern = M.rule(entry)
+    if tool then
+      if tool == tool_name then
+        rules[#rules + 1] = pattern
+      end
+    elseif entry == tool_name or M.matches(entry, tool_name) then
+      return true, entry
+    elseif M.risk_entry(entry) and H.risk_of and H.risk_of(tool_name) == M.risk_entry(entry) then
+      return true, entry
+    end
+  end
+  if #rules > 0 and match then
+    local decision, rule, unsure = match({}, rules, input or {}, tool_name)
+    if decision == "deny" then
+      return true, ("%s(%s)"):format(tool_name, rule)
+    elseif unsure then
+      -- A call the matcher cannot read (a command line the parser does not follow)
+      -- may hide what a rule names: it counts as named, and `unsure` says so.
+      return true, ("%s(%s)"):format(tool_name, rules[1]), true
+    end
+  end
+  return false
 end
 
 --- "unknown preset `$x`" with a "did you mean" suggestion when one is close.

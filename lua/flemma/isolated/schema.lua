@@ -110,6 +110,8 @@ M.OPTIONS = {
   { path = "tools", type = "table", keys = "open", doc = "tools (per-tool subtrees are read by ctx:get_config())" },
   { path = "tools.require_approval", type = "boolean", default = true, doc = "false approves every tool call" },
   { path = "tools.auto_approve", type = { "table", "function", "string" }, default = { "$default" }, doc = "tool names and $presets to approve, a function(tool_name, input, ctx), or a module path" },
+  { path = "tools.ask", type = "table", default = {}, doc = 'tool names and rules ("bash(git push *)") that always wait for you, whatever approves them' },
+  { path = "tools.deny", type = "table", default = {}, doc = 'tool names and rules ("bash(rm *)") that are always denied' },
   { path = "tools.presets", type = "table", keys = "user", default = {}, doc = 'extra or overriding presets: { ["$name"] = { approve = {...}, deny = {...} } }' },
   { path = "tools.auto_approve_sandboxed", type = "boolean", default = true, doc = "approve tools that may run unasked while the sandbox is on" },
   { path = "tools.default_timeout", type = "number", default = 30, doc = "seconds: ctx.timeout of every tool run and the limit of an async tool source" },

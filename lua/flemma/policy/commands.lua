@@ -81,12 +81,17 @@ end
 ---@param deny string[]
 ---@return "approve"|"deny"|nil
 ---@return string|nil rule the deny pattern that matched, or the allow patterns that did
+---@return boolean|nil unsure true when deny patterns were given and the line is not understood
 function M.decide(line, allow, deny)
   if type(line) ~= "string" then
     return nil
   end
   local cmds = M.split(line)
-  if not cmds or #cmds == 0 then
+  if not cmds then
+    -- Not understood: no rule approves it, and a deny rule may hide in it.
+    return nil, nil, #(deny or {}) > 0
+  end
+  if #cmds == 0 then
     return nil
   end
   local function pats(list)
@@ -126,6 +131,108 @@ function M.decide(line, allow, deny)
     end
   end
   return "approve", table.concat(used, ", ")
+end
+
+-- A path pattern as an anchored Lua pattern: `**` any run of characters, `*` any run
+-- without `/`.
+function H.path_glob(pat)
+  local out = pat:gsub("[%^%$%(%)%%%.%[%]%+%-%?]", "%%%0")
+  out = out:gsub("%*%*", "\1"):gsub("%*", "[^/]*"):gsub("\1", ".*")
+  return "^" .. out .. "$"
+end
+
+--- Whether an absolute path matches one path pattern: an absolute pattern (or `~/...`)
+--- as it is, a relative one below any of `roots` (`src/*` is every file directly in
+--- the project's `src`, `src/**` every file below it).
+---@param path string absolute, normalized
+---@param pattern string
+---@param roots string[] absolute, normalized
+---@return boolean
+function M.match_path(path, pattern, roots)
+  pattern = vim.trim(pattern)
+  if pattern == "" then
+    return false
+  end
+  if pattern:sub(1, 1) == "~" then
+    pattern = vim.fs.normalize(pattern)
+  end
+  if pattern:sub(1, 1) == "/" then
+    return path:find(H.path_glob(pattern)) ~= nil
+  end
+  for _, root in ipairs(roots) do
+    local base = root == "/" and "" or root
+    if path:find(H.path_glob(base .. "/" .. pattern)) then
+      return true
+    end
+  end
+  return false
+end
+
+--- The decision of path patterns for the paths of one call: "deny" when any path
+--- matches a deny pattern, "approve" when each matches an allow pattern, else nil.
+---@param paths string[] absolute, resolved
+---@param roots string[] the project roots, resolved
+---@param allow string[]
+---@param deny string[]
+---@return "approve"|"deny"|nil
+---@return string|nil rule the deny pattern that matched, or the allow patterns that did
+function M.decide_paths(paths, roots, allow, deny)
+  if #paths == 0 then
+    return nil
+  end
+  for _, path in ipairs(paths) do
+    for _, p in ipairs(deny or {}) do
+      if M.match_path(path, p, roots) then
+        return "deny", p
+      end
+    end
+  end
+  if #(allow or {}) == 0 then
+    return nil
+  end
+  local used, seen = {}, {}
+  for _, path in ipairs(paths) do
+    local hit
+    for _, p in ipairs(allow) do
+      if M.match_path(path, p, roots) then
+        hit = p
+        break
+      end
+    end
+    if not hit then
+      return nil
+    end
+    if not seen[hit] then
+      seen[hit] = true
+      used[#used + 1] = hit
+    end
+  end
+  return "approve", table.concat(used, ", ")
+end
+
+--- Why the pattern of a rule `TOOL(PATTERN)` cannot be used, or nil: its form
+--- (flemma.isolated.presets.rule_problem), then the shell-word parser (a pattern is
+--- one simple command).
+--- A rule of a tool that declares `paths` holds a path pattern (`read(src/*)`): only
+--- its form is checked.
+---@param entry string
+---@param is_path? fun(tool: string): boolean whether the rule's tool takes path rules
+---@return string|nil
+function M.problem(entry, is_path)
+  local presets = require("flemma.isolated.presets")
+  local why = presets.rule_problem(entry)
+  if why then
+    return why
+  end
+  local tool, pattern = presets.rule(entry)
+  if not tool or (is_path and is_path(tool)) then
+    return nil
+  end
+  local ok, err = M.pattern(pattern)
+  if not ok then
+    return ("has a pattern the shell-word parser cannot read: %s"):format(err or "?")
+  end
+  return nil
 end
 
 --- The rule matcher presets.decide takes: the decision of a tool's rules for one call

@@ -268,6 +268,30 @@ function M.outside(bufnr, def, input)
   return out
 end
 
+--- Where the paths of a call lead (the tool's `paths`, resolved as it opens them,
+--- symlinks followed), and the project roots resolved the same way: what per-path
+--- rules (`read(src/*)`, flemma.policy.commands.decide_paths) are matched against.
+--- nil when the tool declares no `paths`; raises when a path cannot be resolved.
+---@param bufnr? integer
+---@param def flemma.tools.Definition|nil
+---@param input table|nil
+---@return string[]|nil paths
+---@return string[] roots
+function M.real_paths(bufnr, def, input)
+  local uses = M.uses(def, input)
+  bufnr = H.bufnr(bufnr)
+  local project = H.project(bufnr)
+  if not uses then
+    return nil, project.resolved
+  end
+  local native = require("flemma.core.native")
+  local out = {}
+  for _, use in ipairs(uses) do
+    out[#out + 1] = native.sandbox_resolve(H.target(project, use.path), project.cwd)
+  end
+  return out, project.resolved
+end
+
 --- Whether every path of the call is inside the project (true for tools without
 --- `paths`).
 ---@param bufnr? integer

@@ -25,6 +25,11 @@ M.CONFIG = "urn:flemma:approval:config"
 M.FRONTMATTER = "urn:flemma:approval:frontmatter"
 M.SANDBOX = "urn:flemma:approval:sandbox"
 M.CATCH_ALL = "urn:flemma:approval:catch-all"
+-- Not resolvers of the chain: what the audit log names when `tools.deny` /
+-- `flemma.opt.tools.deny` denied a call before the chain, or `tools.ask` /
+-- `flemma.opt.tools.ask` held back an approval.
+M.DENY_LIST = "urn:flemma:approval:deny"
+M.ASK_LIST = "urn:flemma:approval:ask"
 
 H.DECISIONS = { approve = true, require_approval = true, deny = true }
 
@@ -180,14 +185,82 @@ end
 ---@param ctx? { bufnr?: integer, tool_id?: string }
 ---@return flemma.approval.Decision
 function M.resolve(tool_name, input, ctx)
+  ctx = ctx or {}
+  -- The deny lists come first (over every resolver), then the chain, then the ask
+  -- lists, which hold back any approval.
+  H.decider = {}
+  local lists = H.lists(ctx)
+  local denied, by, unsure = H.in_lists(lists.deny, tool_name, input, ctx)
+  if denied then
+    H.decider = { resolver = M.DENY_LIST, rule = by }
+    -- A command line the deny rules cannot be checked against waits for the user.
+    return unsure and "require_approval" or "deny"
+  end
   local decision = H.resolve(tool_name, input, ctx)
+  if decision ~= "approve" then
+    return decision
+  end
+  local asked
+  asked, by = H.in_lists(lists.ask, tool_name, input, ctx)
+  if asked then
+    H.decider = { resolver = M.ASK_LIST, rule = by }
+    return "require_approval"
+  end
   -- A call that asks the user (the `ask` tool) is never approved on the user's
   -- behalf: it waits for the user, whatever approved it; a deny still holds.
   local def = require("flemma.tools").get(tool_name)
-  if decision == "approve" and type(def) == "table" and def.asks_user == true then
+  if type(def) == "table" and def.asks_user == true then
+    H.decider = { resolver = "asks_user" }
     return "require_approval"
   end
   return decision
+end
+
+-- The ask and deny lists of a call: the configuration's and the buffer's frontmatter's
+-- together (a frontmatter may only add to them: both narrow the policy). A
+-- frontmatter that does not evaluate adds nothing here (the chain then waits).
+function H.lists(ctx)
+  local tools_cfg = H.tools_config()
+  local out = { ask = { tools_cfg.ask }, deny = { tools_cfg.deny } }
+  local fm = H.frontmatter({ bufnr = ctx.bufnr })
+  if type(fm) == "table" then
+    out.ask[2] = fm.ask
+    out.deny[2] = fm.deny
+  end
+  return out
+end
+
+-- Whether any of the lists names the call; the entry that did.
+function H.in_lists(lists, tool_name, input, ctx)
+  for i = 1, 2 do
+    local ok, hit, entry, unsure = pcall(presets.listed, lists[i], tool_name, input or {}, H.matcher(ctx))
+    if not ok then
+      -- A list that cannot be read names the call (the call waits).
+      return true, util.message(hit), true
+    end
+    if hit then
+      return true, entry, unsure
+    end
+  end
+  return false
+end
+
+-- The rule matcher of a call (presets.decide, presets.listed): a tool with a
+-- `command` (bash) is matched by its command line, a tool that declares `paths` by
+-- where they lead (`read(src/*)`), relative to the project roots of the buffer.
+function H.matcher(ctx)
+  local commands = require("flemma.policy.commands")
+  return function(allow, deny, input, tool_name)
+    local def = tool_name and require("flemma.tools").get(tool_name)
+    if type(input) == "table" and type(input.command) ~= "string" and type(def) == "table" and def.paths then
+      local ok, paths, roots = pcall(require("flemma.policy.scope").real_paths, ctx.bufnr, def, input)
+      if not ok or not paths then
+        return nil, nil, #deny > 0
+      end
+      return commands.decide_paths(paths, roots, allow, deny)
+    end
+    return commands.matcher(allow, deny, input)
+  end
 end
 
 function H.resolve(tool_name, input, ctx)
@@ -203,12 +276,15 @@ function H.resolve(tool_name, input, ctx)
     return H.chain(tool_name, input, context, fm or false, warned)
   end
   local global = H.chain(tool_name, input, context, false, warned)
+  local global_decider = H.decider
   if global == "deny" then
     return "deny"
   end
   local decision = H.chain(tool_name, input, context, fm, warned)
   if decision == "approve" and global ~= "approve" and not require("flemma.chat.trust").is_trusted(context.bufnr) then
     require("flemma.chat.trust").ignored(context.bufnr, tool_name)
+    -- The global policy decided: the log names its resolver, not the frontmatter's.
+    H.decider = global_decider
     return global
   end
   return decision
@@ -268,7 +344,7 @@ function H.apply(policy, excluded, tool_name, input, ctx, what)
     return H.from_function(policy(tool_name, input, ctx), what)
   elseif type(policy) == "table" then
     local expanded = presets.expand(policy, { presets = H.tools_config().presets, excluded = excluded })
-    local decision, rule = presets.decide(expanded, tool_name, input, require("flemma.policy.commands").matcher)
+    local decision, rule = presets.decide(expanded, tool_name, input, H.matcher(ctx))
     decision = H.scoped(decision, tool_name, input, ctx)
     H.rule = decision and rule or nil
     return decision
@@ -385,6 +461,23 @@ function H.sandbox_resolver(tool_name, input, ctx)
   return H.scoped("approve", tool_name, input, ctx)
 end
 
+-- Whether a tool's rules are path patterns (it declares `paths` and is not bash).
+function H.is_path_tool(name)
+  local def = require("flemma.tools").get(name)
+  return type(def) == "table" and def.paths ~= nil
+end
+
+-- Raises one line naming the first malformed rule of a list (`bash(git *`, `bash()`,
+-- a pattern the shell-word parser cannot read).
+function H.check_rules(list, where)
+  for i, entry in ipairs(type(list) == "table" and list or {}) do
+    local problem = type(entry) == "string" and require("flemma.policy.commands").problem(entry, H.is_path_tool)
+    if problem then
+      util.error(("`%s[%d]`: the rule %q %s"):format(where, i, entry, problem))
+    end
+  end
+end
+
 --- Registers the built-in resolvers for `config` (replacing those of an earlier setup;
 --- resolvers registered by others stay).
 ---@param config flemma.Config
@@ -393,6 +486,28 @@ function M.setup(config)
   presets.validate(tools_cfg.presets)
   local aa = tools_cfg.auto_approve
   presets.check_risks(type(aa) == "table" and aa or nil, "tools.auto_approve")
+  H.check_rules(type(aa) == "table" and aa or nil, "tools.auto_approve")
+  for name, preset in pairs(type(tools_cfg.presets) == "table" and tools_cfg.presets or {}) do
+    for key, list in pairs(preset) do
+      H.check_rules(list, ("tools.presets[%q].%s"):format(name, key))
+    end
+  end
+  for _, key in ipairs({ "ask", "deny" }) do
+    local list = tools_cfg[key]
+    for i, entry in ipairs(type(list) == "table" and list or {}) do
+      if type(entry) ~= "string" or (presets.is_preset(entry) and not presets.prefix(entry)) then
+        util.error(
+          ("`tools.%s[%d]` should be a tool name, a rule TOOL(PATTERN), risk:LEVEL or NAME:*, not %s"):format(
+            key,
+            i,
+            vim.inspect(entry)
+          )
+        )
+      end
+    end
+    presets.check_risks(list, "tools." .. key)
+    H.check_rules(list, "tools." .. key)
+  end
   if type(aa) == "table" then
     for i, entry in ipairs(aa) do
       if type(entry) ~= "string" then
