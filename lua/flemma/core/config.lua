@@ -384,6 +384,27 @@ function M.set_session(layer)
   H.effective = nil
 end
 
+--- Adds entries to `tools.auto_approve` until the next setup() (the "my configuration"
+--- choice of `:Flemma tool:approve always`); entries already there are not repeated.
+--- Raises when `tools.auto_approve` is a function or a module path.
+---@param entries string[]
+function M.add_auto_approve(entries)
+  local aa = H.current.tools.auto_approve
+  if type(aa) ~= "table" then
+    util.error(
+      ("`tools.auto_approve` is a %s; add the rule to it yourself"):format(
+        type(aa) == "function" and "function" or "module"
+      )
+    )
+  end
+  for _, e in ipairs(entries) do
+    if not vim.tbl_contains(aa, e) then
+      aa[#aa + 1] = e
+    end
+  end
+  H.effective = nil
+end
+
 --- The session layer (a copy) or nil.
 function M.session()
   return H.session and vim.deepcopy(H.session) or nil

@@ -85,9 +85,22 @@ end
 M.commands["tool:approve"] = {
   chat = true,
   review = true,
-  desc = "approve the placeholder under the cursor (or the first pending one); in a diff review, what it shows",
-  run = function()
+  desc = "approve the placeholder under the cursor (or the first pending one); in a diff review, what it shows; `always`: and remember a rule for it",
+  complete = function(arglead, args)
+    if #args > 1 then
+      return {}
+    end
+    return vim.tbl_filter(function(x)
+      return x:sub(1, #arglead) == arglead
+    end, { "always" })
+  end,
+  run = function(args)
     local bufnr, id = target_call()
+    if args and args[1] == "always" then
+      return M.approve_always(bufnr, id)
+    elseif args and args[1] ~= nil then
+      util.error(("tool:approve takes `always` or nothing, not %q"):format(args[1]))
+    end
     if not require("flemma.chat.gate").check(bufnr) then
       return
     end
@@ -99,6 +112,116 @@ M.commands["tool:approve"] = {
     cycle().set_status(bufnr, id, "approved", "")
   end,
 }
+
+M.REMEMBER_CHOICES = { frontmatter = "this chat's frontmatter", config = "my configuration (this session)" }
+
+--- "Approve and remember": approves the pending placeholder under the cursor (or the
+--- first pending one) and adds the narrowest allow rule for its call
+--- (flemma.tools.remember) where the user picks with vim.ui.select: this chat's
+--- frontmatter or the configuration for this session. One line says what was added.
+--- Nothing changes when the user picks nothing or no rule can be made.
+--- With a diff review of the call open, what the review shows is what runs.
+---@param bufnr integer the chat
+---@param id? string the call (default: the placeholder under the cursor, else the first pending one)
+function M.approve_always(bufnr, id)
+  bufnr = (bufnr == nil or bufnr == 0) and vim.api.nvim_get_current_buf() or bufnr
+  if not require("flemma.chat.gate").check(bufnr) then
+    return
+  end
+  local remember = require("flemma.tools.remember")
+  if id == nil and bufnr == vim.api.nvim_get_current_buf() then
+    local part = target_placeholder(bufnr)
+    id = part and part.id
+  end
+  local pending = false
+  for _, p in ipairs(cycle()._placeholders(bufnr)) do
+    pending = pending or (p.id == id and p.status == "pending")
+  end
+  if not pending then
+    util.error("no pending tool call to approve and remember")
+  end
+  local use
+  for _, msg in ipairs(require("flemma.chat.document").get(bufnr).messages) do
+    for _, p in ipairs(msg.parts) do
+      if p.kind == "tool_use" and p.id == id then
+        use = p
+      end
+    end
+  end
+  if not use then
+    util.error(("`%s` has no tool use"):format(id))
+  end
+  local rules, why = remember.rules(bufnr, use.name, use.input)
+  if not rules then
+    util.error(("no rule to remember for `%s`: %s; approve it once with :Flemma tool:approve"):format(id, why))
+  end
+  local shown = table.concat(rules, ", ")
+  local items, problems = {}, {}
+  local fm_problem = remember.frontmatter_problem(bufnr)
+  if fm_problem then
+    problems[#problems + 1] = fm_problem
+  else
+    items[#items + 1] = M.REMEMBER_CHOICES.frontmatter
+  end
+  local aa = require("flemma.core.config").get_setup().tools.auto_approve
+  if type(aa) == "table" then
+    items[#items + 1] = M.REMEMBER_CHOICES.config
+  else
+    problems[#problems + 1] = "tools.auto_approve is a function or module"
+  end
+  if #items == 0 then
+    util.error(("nowhere to remember %s: %s"):format(shown, table.concat(problems, "; ")))
+  end
+  vim.ui.select(items, { prompt = ("Approve `%s` and always allow %s; add it to"):format(id, shown) }, function(choice)
+    if not choice or not vim.api.nvim_buf_is_valid(bufnr) then
+      return
+    end
+    local ok, err = pcall(function()
+      local now
+      for _, p in ipairs(cycle()._placeholders(bufnr)) do
+        if p.id == id then
+          now = p
+        end
+      end
+      if not now or now.status ~= "pending" then
+        util.error(("`%s` is no longer pending; nothing approved or added"):format(id))
+      end
+      if choice == M.REMEMBER_CHOICES.frontmatter then
+        remember.add_to_frontmatter(bufnr, rules)
+        -- The frontmatter's edit and the approval are two undo steps: `u` takes the
+        -- rule out again and leaves the call approved.
+        vim.api.nvim_buf_call(bufnr, function()
+          vim.cmd("let &l:undolevels = &l:undolevels")
+        end)
+        require("flemma.tools.review").accept(bufnr, id)
+        cycle().set_status(bufnr, id, "approved", "")
+        util.notify(
+          ("approved `%s`; added %s to this chat's frontmatter (flemma.opt.tools.auto_approve)"):format(id, shown)
+        )
+      else
+        remember.add_to_config(rules)
+        require("flemma.tools.review").accept(bufnr, id)
+        cycle().set_status(bufnr, id, "approved", "")
+        local listed = table.concat(
+          vim.tbl_map(function(r)
+            return ("%q"):format(r)
+          end, rules),
+          ", "
+        )
+        util.notify(
+          ("approved `%s`; added %s to tools.auto_approve for this session (to keep it, add %s to tools.auto_approve in your setup())"):format(
+            id,
+            shown,
+            listed
+          )
+        )
+      end
+    end)
+    if not ok then
+      util.notify(util.message(err), vim.log.levels.ERROR)
+    end
+  end)
+end
 
 M.commands["tool:reject"] = {
   chat = true,

@@ -171,6 +171,7 @@ M.OPTIONS = {
   { path = "keymaps.send", type = { "string", "boolean" }, default = "<C-]>", doc = "send / approve / run (the three phases)" },
   { path = "keymaps.execute", type = { "string", "boolean" }, default = "<M-CR>", doc = "run the tool under the cursor" },
   { path = "keymaps.cancel", type = { "string", "boolean" }, default = "<C-c>", doc = "cancel the request or the tools" },
+  { path = "keymaps.approve_always", type = { "string", "boolean" }, default = "gA", doc = "approve the pending call under the cursor and remember a rule for it" },
   { path = "keymaps.next_message", type = { "string", "boolean" }, default = "]m", doc = "next message" },
   { path = "keymaps.prev_message", type = { "string", "boolean" }, default = "[m", doc = "previous message" },
   { path = "keymaps.inner_message", type = { "string", "boolean" }, default = "im", doc = "text object: a message's text" },

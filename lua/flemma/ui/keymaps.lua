@@ -113,6 +113,20 @@ function H.map_keys(bufnr, km)
   H.map(
     bufnr,
     "n",
+    km.approve_always,
+    H.safe(function()
+      -- Why nothing was approved is one line, as from :Flemma tool:approve always.
+      local ok, err = pcall(require("flemma.cycle.commands").approve_always, bufnr)
+      if not ok then
+        local util = require("flemma.core.util")
+        util.notify(util.message(err), vim.log.levels.ERROR)
+      end
+    end, "approve always"),
+    "Flemma: approve the pending call and remember a rule for it"
+  )
+  H.map(
+    bufnr,
+    "n",
     km.cancel,
     H.safe(function()
       if require("flemma.cycle.send").cancel(bufnr) then
