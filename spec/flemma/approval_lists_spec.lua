@@ -44,6 +44,17 @@ local function status_of(buf, id)
   return t:find("**Tool Result:** `" .. id .. "`", 1, true) and "result" or nil
 end
 
+-- Puts the cursor inside the placeholder of `id`.
+local function cursor_to_result(buf, id)
+  for i, l in ipairs(vim.api.nvim_buf_get_lines(buf, 0, -1, false)) do
+    if l == "**Tool Result:** `" .. id .. "`" then
+      vim.api.nvim_win_set_cursor(0, { i + 2, 0 })
+      return
+    end
+  end
+  error("no result of " .. id .. ":\n" .. text(buf))
+end
+
 local h, project, saved_cwd, orig_select, asked, log
 
 local function setup(tools)
@@ -320,16 +331,7 @@ describe("the audit log of the user's decisions", function()
     helpers.wait_for(function()
       return status_of(buf, "toolu_pd") == "pending"
     end, 5000, text(buf))
-    local function cursor_to(id)
-      for i, l in ipairs(vim.api.nvim_buf_get_lines(buf, 0, -1, false)) do
-        if l == "**Tool Result:** `" .. id .. "`" then
-          vim.api.nvim_win_set_cursor(0, { i + 2, 0 })
-          return
-        end
-      end
-      error("no result of " .. id)
-    end
-    cursor_to("toolu_rj")
+    cursor_to_result(buf, "toolu_rj")
     vim.cmd("Flemma tool:reject not now")
     local lines = vim.api.nvim_buf_get_lines(buf, 0, -1, false)
     local seen = false
@@ -360,6 +362,47 @@ describe("the audit log of the user's decisions", function()
     -- The pending one was decided by nobody yet: only the policy's line.
     assert.equals(1, #by.toolu_pd)
     assert.equals("require_approval", by.toolu_pd[1].decision)
+  end)
+
+  it("records the user's rejection of a nested call (tools.call) waiting under its parent", function()
+    local tools = require("flemma.tools")
+    setup({ auto_approve = { "$default", "zz_parent" } })
+    tools.register("zz_parent", {
+      description = "calls bash",
+      input_schema = { type = "object", properties = {} },
+      execute = function()
+        local r = tools.call("bash", { command = "touch " .. project .. "/nested-ran" })
+        return { success = true, output = ("nested rejected=%s"):format(tostring(r.is_error)) }
+      end,
+    })
+    local buf = helpers.edit(project .. "/talk.chat", chat({ { "toolu_par", vim.empty_dict(), "zz_parent" } }))
+    press("<C-]>")
+    helpers.wait_for(function()
+      return status_of(buf, "toolu_par.1") == "pending" or status_of(buf, "toolu_par") == "approved"
+    end, 5000, text(buf))
+    if status_of(buf, "toolu_par.1") ~= "pending" then
+      press("<C-]>")
+    end
+    helpers.wait_for(function()
+      return status_of(buf, "toolu_par.1") == "pending"
+    end, 5000, text(buf))
+    cursor_to_result(buf, "toolu_par.1")
+    vim.cmd("Flemma tool:reject no nesting")
+    helpers.wait_for(function()
+      return text(buf):find("nested rejected=true", 1, true) ~= nil
+    end, 5000, text(buf))
+    tools.unregister("zz_parent")
+    local line
+    for _, e in ipairs(entries()) do
+      if e.id == "toolu_par.1" then
+        line = e
+      end
+    end
+    assert.is_table(line, tostring(helpers.read_file(log)))
+    assert.equals("reject", line.decision)
+    assert.equals("user", line.resolver)
+    assert.equals("bash", line.tool)
+    assert.is_nil(vim.uv.fs_stat(project .. "/nested-ran"))
   end)
 
   it("a policy denial is logged once, by the policy", function()

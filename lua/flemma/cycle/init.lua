@@ -1140,7 +1140,7 @@ function H.nested_pending(bufnr, parent_id, id, name, args, decide)
   end
   local rec = session.get(bufnr)
   rec.nested_calls = rec.nested_calls or {}
-  rec.nested_calls[id] = { parent = parent_id, name = name, decide = decide }
+  rec.nested_calls[id] = { parent = parent_id, name = name, args = args, decide = decide }
   local block = { "" }
   vim.list_extend(block, require("flemma.chat.document").render_placeholder(id, "pending"))
   H.set_lines(bufnr, last, last, block)
@@ -1163,6 +1163,15 @@ function H.nested_decided(bufnr, id)
     return true
   end
   nested[id] = nil
+  -- The user decided it (tool:approve, tool:reject, the status edited).
+  require("flemma.policy.audit").record({
+    event = "decision",
+    tool = entry.name,
+    id = id,
+    decision = part.status == "approved" and "approve" or (part.status == "denied" and "deny" or "reject"),
+    resolver = "user",
+    input = entry.args,
+  })
   if part.status == "approved" then
     entry.decide("approved")
   else
