@@ -224,6 +224,29 @@ describe("allow, ask and deny lists through <C-]>", function()
     assert.truthy(text(buf):find("**Tool Result:** `toolu_g2` (error)", 1, true), text(buf))
   end)
 
+  it(":Flemma status shows the ask and deny lists of the setup and of the chat", function()
+    setup({ ask = { "bash(git push *)" }, deny = { "bash(rm *)" } })
+    helpers.edit(
+      project .. "/talk.chat",
+      chat({ { "toolu_st", "echo x" } }, { 'flemma.opt.tools.ask = { "bash(git log *)" }' })
+    )
+    vim.cmd("Flemma status")
+    local lines = vim.api.nvim_buf_get_lines(0, 0, -1, false)
+    local function row(prefix, layer)
+      for _, l in ipairs(lines) do
+        if vim.trim(l):sub(1, #prefix) == prefix then
+          assert.truthy(vim.endswith(l, "[" .. layer .. "]"), l)
+          return
+        end
+      end
+      error("no row " .. prefix .. " in:\n" .. table.concat(lines, "\n"))
+    end
+    row("deny: { bash(rm *) }", "setup")
+    row("ask: { bash(git push *) }", "setup")
+    row("ask: { bash(git log *) }", "frontmatter")
+    vim.cmd("bwipeout!")
+  end)
+
   it("per-path rules: auto_approve { 'read(src/*)' } reads src/a.txt, not src/deep/b.txt or other/c.txt", function()
     setup({ auto_approve = { "read(src/*)" } })
     vim.fn.mkdir(project .. "/src/deep", "p")

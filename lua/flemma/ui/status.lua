@@ -220,6 +220,16 @@ function H.tree_tools(row, bufnr, config, fm_opts)
     (fm_opts.auto_approve ~= nil and "global auto_approve: " or "auto_approve: ") .. H.show(config.tools.auto_approve),
     H.config_layer("tools.auto_approve")
   )
+  -- The ask and deny lists (checked before the chain's approvals): the setup's and
+  -- this chat's.
+  for _, key in ipairs({ "deny", "ask" }) do
+    if next(config.tools[key] or {}) ~= nil then
+      row(1, key .. ": " .. H.show(config.tools[key]), H.config_layer("tools." .. key))
+    end
+    if fm_opts[key] ~= nil and next(fm_opts[key]) ~= nil then
+      row(1, key .. ": " .. H.show(fm_opts[key]), "frontmatter")
+    end
+  end
   row(
     1,
     "auto_approve_sandboxed: " .. tostring(config.tools.auto_approve_sandboxed),
