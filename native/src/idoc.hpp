@@ -170,6 +170,34 @@ class Incremental {
   std::vector<std::unique_ptr<Segment>> split(const std::string& text,
                                               const std::vector<size_t>& line_offs, Document&& doc);
   bool edit_within(int32_t first, int32_t last, const std::vector<std::string_view>& lines);
+  // The steps of edit_within (idoc.cpp), on the edit's plan and new parse.
+  struct WithinEdit;
+  bool within_plan(int32_t first, int32_t last, WithinEdit& w) const;
+  static void within_splice(WithinEdit& w);
+  static void within_unsplice(WithinEdit& w);
+  bool within_reparse(WithinEdit& w);
+  void within_resume(WithinEdit& w) const;
+  static bool within_find_cut(WithinEdit& w);
+  bool within_cut(WithinEdit& w);
+  static bool within_keep_tail(WithinEdit& w);
+  static bool within_keep_run(WithinEdit& w, size_t& ti);
+  static void within_keep_items(WithinEdit& w, size_t ti);
+  static void within_keep_checkpoints(WithinEdit& w);
+  static void within_finish(WithinEdit& w);
+  void within_commit(WithinEdit& w, int32_t first, int32_t last);
+  void within_commit_segment(WithinEdit& w);
+  // The steps of an edit that parses whole segments again (edit, when
+  // edit_within cannot).
+  struct Region;
+  void region_bounds(int32_t first, int32_t last, const std::vector<std::string_view>& lines,
+                     Region& g) const;
+  void region_parse(int32_t first, int32_t last, const std::vector<std::string_view>& lines,
+                    Region& g) const;
+  void region_commit(int32_t first, int32_t last, const std::vector<std::string_view>& lines,
+                     Region& g);
+  size_t first_closed_above(size_t a, const int32_t (&close)[2]) const;
+  bool closed_below(size_t a, const std::vector<Unclosed>& unclosed) const;
+  void log_change(const Change& c);
   using IdKeys = std::vector<std::pair<int, std::string>>;  // item kind, id
   static IdKeys id_keys(const Segment& s);
   void index_id(const Segment& s, int kind, const std::string& key, bool add);

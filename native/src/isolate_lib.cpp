@@ -285,6 +285,100 @@ void add_quoted(lua_State* L, Buffer& b, int arg) {
   b.add('"');
 }
 
+// Reads a conversion of string.format from f[i] (just after its %) to its
+// conversion character, which it returns in conv; i moves past it. Returns
+// its "%", flags, width and precision. Raises the error Lua's would on a bad one.
+std::string format_spec(lua_State* L, std::string_view f, size_t& i, char& conv) {
+  size_t start = i;
+  while (i < f.size() && std::strchr("-+ #0", f[i]) && f[i] != '\0') i++;
+  if (i - start >= 6) luaL_error(L, "invalid format (repeated flags)");
+  auto digit = [&] { return i < f.size() && f[i] >= '0' && f[i] <= '9'; };
+  if (digit()) i++;
+  if (digit()) i++;
+  if (i < f.size() && f[i] == '.') {
+    i++;
+    if (digit()) i++;
+    if (digit()) i++;
+  }
+  if (digit()) luaL_error(L, "invalid format (width or precision too long)");
+  if (i >= f.size()) luaL_error(L, "invalid option '%%' to 'format'");
+  conv = f[i++];
+  std::string spec = "%";
+  spec.append(f.substr(start, i - 1 - start));
+  return spec;
+}
+
+// Adds argument arg formatted by conversion conv (spec: its "%", flags, width
+// and precision) to b.
+int format_arg(lua_State* L, Buffer& b, char conv, std::string spec, int arg) {
+  char out[512];
+  int len = 0;
+  switch (conv) {
+    case 'c': {
+      lua_Integer c = arg_int(L, arg);
+      spec += 'c';
+      len = std::snprintf(out, sizeof out, spec.c_str(),
+                          static_cast<int>(static_cast<unsigned char>(c)));
+      break;
+    }
+    case 'd':
+    case 'i': {
+      double d = luaL_checknumber(L, arg);
+      if (!(d >= -9223372036854775808.0 && d < 9223372036854775808.0)) {
+        return luaL_argerror(L, arg, "number has no integer representation");
+      }
+      spec += "ll";
+      spec += conv;
+      len = std::snprintf(out, sizeof out, spec.c_str(), static_cast<long long>(d));
+      break;
+    }
+    case 'o':
+    case 'u':
+    case 'x':
+    case 'X': {
+      double d = luaL_checknumber(L, arg);
+      if (!(d >= -9223372036854775808.0 && d < 18446744073709551616.0)) {
+        return luaL_argerror(L, arg, "number has no integer representation");
+      }
+      unsigned long long u = d < 0 ? static_cast<unsigned long long>(static_cast<long long>(d))
+                                   : static_cast<unsigned long long>(d);
+      spec += "ll";
+      spec += conv;
+      len = std::snprintf(out, sizeof out, spec.c_str(), u);
+      break;
+    }
+    case 'e':
+    case 'E':
+    case 'f':
+    case 'g':
+    case 'G': {
+      spec += conv;
+      len = std::snprintf(out, sizeof out, spec.c_str(),
+                          static_cast<double>(luaL_checknumber(L, arg)));
+      break;
+    }
+    case 'q':
+      add_quoted(L, b, arg);
+      return 0;
+    case 's': {
+      auto s = check_sv(L, arg);
+      if (spec.find('.') == std::string::npos && s.size() >= 100) {
+        b.add(s);  // no precision and too long to format: the string as it is
+        return 0;
+      }
+      spec += 's';
+      std::string z(s);  // NUL-terminated copy (at most 99 bytes are used)
+      len = std::snprintf(out, sizeof out, spec.c_str(), z.c_str());
+      break;
+    }
+    default:
+      return luaL_error(L, "invalid option '%%%c' to 'format'", conv);
+  }
+  if (len < 0) return luaL_error(L, "invalid format");
+  b.add(out, std::min<size_t>(static_cast<size_t>(len), sizeof out - 1));
+  return 0;
+}
+
 int str_format(lua_State* L) {
   int top = lua_gettop(L);
   int arg = 1;
@@ -303,86 +397,9 @@ int str_format(lua_State* L) {
     }
     i++;
     if (++arg > top) luaL_argerror(L, arg, "no value");
-    size_t start = i;
-    while (i < f.size() && std::strchr("-+ #0", f[i]) && f[i] != '\0') i++;
-    if (i - start >= 6) return luaL_error(L, "invalid format (repeated flags)");
-    auto digit = [&] { return i < f.size() && f[i] >= '0' && f[i] <= '9'; };
-    if (digit()) i++;
-    if (digit()) i++;
-    if (i < f.size() && f[i] == '.') {
-      i++;
-      if (digit()) i++;
-      if (digit()) i++;
-    }
-    if (digit()) return luaL_error(L, "invalid format (width or precision too long)");
-    if (i >= f.size()) return luaL_error(L, "invalid option '%%' to 'format'");
-    char conv = f[i++];
-    std::string spec = "%" + std::string(f.substr(start, i - 1 - start));
-    char out[512];
-    int len = 0;
-    switch (conv) {
-      case 'c': {
-        lua_Integer c = arg_int(L, arg);
-        spec += 'c';
-        len = std::snprintf(out, sizeof out, spec.c_str(),
-                            static_cast<int>(static_cast<unsigned char>(c)));
-        break;
-      }
-      case 'd':
-      case 'i': {
-        double d = luaL_checknumber(L, arg);
-        if (!(d >= -9223372036854775808.0 && d < 9223372036854775808.0)) {
-          return luaL_argerror(L, arg, "number has no integer representation");
-        }
-        spec += "ll";
-        spec += conv;
-        len = std::snprintf(out, sizeof out, spec.c_str(), static_cast<long long>(d));
-        break;
-      }
-      case 'o':
-      case 'u':
-      case 'x':
-      case 'X': {
-        double d = luaL_checknumber(L, arg);
-        if (!(d >= -9223372036854775808.0 && d < 18446744073709551616.0)) {
-          return luaL_argerror(L, arg, "number has no integer representation");
-        }
-        unsigned long long u = d < 0 ? static_cast<unsigned long long>(static_cast<long long>(d))
-                                     : static_cast<unsigned long long>(d);
-        spec += "ll";
-        spec += conv;
-        len = std::snprintf(out, sizeof out, spec.c_str(), u);
-        break;
-      }
-      case 'e':
-      case 'E':
-      case 'f':
-      case 'g':
-      case 'G': {
-        spec += conv;
-        len = std::snprintf(out, sizeof out, spec.c_str(),
-                            static_cast<double>(luaL_checknumber(L, arg)));
-        break;
-      }
-      case 'q':
-        add_quoted(L, b, arg);
-        continue;
-      case 's': {
-        auto s = check_sv(L, arg);
-        if (spec.find('.') == std::string::npos && s.size() >= 100) {
-          b.add(s);  // no precision and too long to format: the string as it is
-          continue;
-        }
-        spec += 's';
-        std::string z(s);  // NUL-terminated copy (at most 99 bytes are used)
-        len = std::snprintf(out, sizeof out, spec.c_str(), z.c_str());
-        break;
-      }
-      default:
-        return luaL_error(L, "invalid option '%%%c' to 'format'", conv);
-    }
-    if (len < 0) return luaL_error(L, "invalid format");
-    b.add(out, std::min<size_t>(static_cast<size_t>(len), sizeof out - 1));
+    char conv = 0;
+    std::string spec = format_spec(L, f, i, conv);
+    format_arg(L, b, conv, std::move(spec), arg);
   }
   b.push();
   return 1;

@@ -1254,9 +1254,9 @@ std::unique_ptr<search::OutputDecoder> make_output_decoder(const std::string& de
                                                  j.value("hidden", false));
 }
 
-}  // namespace
-
-int64_t Manager::spawn(SpawnOptions opts, pid_t* pid_out) {
+// The options of a spawn checked (throws on a bad one) and completed with
+// their defaults.
+void check_spawn_options(SpawnOptions& opts) {
   if (opts.argv.empty() || opts.argv[0].empty())
     throw Error(FLEMMA_E_INVALID, "spawn: the command is empty: give at least the program name");
   if (!opts.cwd.empty()) {
@@ -1270,36 +1270,39 @@ int64_t Manager::spawn(SpawnOptions opts, pid_t* pid_out) {
   // The tail window holds up to 2 * (max_bytes + 1) bytes: keep that in size_t.
   opts.max_bytes = std::min<int64_t>(opts.max_bytes, int64_t{1} << 40);
   if (opts.kill_grace_ms < 0) opts.kill_grace_ms = 2000;
-  std::unique_ptr<stream::Decoder> decoder;
+}
+
+// The decoder of stdout that opts.decoder names (at most one of them).
+struct Decoders {
+  std::unique_ptr<stream::Decoder> stream;
   std::unique_ptr<jsonrpc::Decoder> rpc;
-  std::unique_ptr<search::OutputDecoder> outdec;
-  if (!opts.decoder.empty() && opts.decoder[0] == '{') {
-    if (opts.merge_output)
-      throw Error(FLEMMA_E_INVALID,
-                  "spawn: a decoder reads stdout alone: set merge_output to false");
-    outdec = make_output_decoder(opts.decoder, opts.cwd);
-  } else if (!opts.decoder.empty()) {
-    if (opts.merge_output)
-      throw Error(FLEMMA_E_INVALID,
-                  "spawn: a decoder reads stdout alone: set merge_output to false");
-    if (opts.decoder == "jsonrpc") {
-      rpc = std::make_unique<jsonrpc::Decoder>();
-    } else {
-      auto kind = stream::kind_from_name(opts.decoder);
-      if (!kind)
-        throw Error(FLEMMA_E_INVALID,
-                    "spawn: unknown decoder `" + opts.decoder +
-                        "`: use anthropic, openai_chat, openai, vertex or jsonrpc");
-      decoder = std::make_unique<stream::Decoder>(*kind);
-    }
+  std::unique_ptr<search::OutputDecoder> search;
+};
+
+Decoders make_decoders(const SpawnOptions& opts) {
+  Decoders d;
+  if (opts.decoder.empty()) return d;
+  if (opts.merge_output)
+    throw Error(FLEMMA_E_INVALID, "spawn: a decoder reads stdout alone: set merge_output to false");
+  if (opts.decoder[0] == '{') {
+    d.search = make_output_decoder(opts.decoder, opts.cwd);
+  } else if (opts.decoder == "jsonrpc") {
+    d.rpc = std::make_unique<jsonrpc::Decoder>();
+  } else {
+    auto kind = stream::kind_from_name(opts.decoder);
+    if (!kind)
+      throw Error(FLEMMA_E_INVALID, "spawn: unknown decoder `" + opts.decoder +
+                                        "`: use anthropic, openai_chat, openai, vertex or jsonrpc");
+    d.stream = std::make_unique<stream::Decoder>(*kind);
   }
+  return d;
+}
 
-  Fds out, err, in;
-  out.make();
-  if (!opts.merge_output) err.make();
-  if (opts.stdin_mode != SpawnOptions::Stdin::Closed) in.make();
-
-  SpawnAttrs sa;
+// How the child starts: stdin from the pipe `in` (or /dev/null), stdout and
+// stderr to the pipes out and err (or both to out), no other descriptor, its
+// directory, default signals unblocked, a session of its own.
+void set_spawn_attrs(SpawnAttrs& sa, const SpawnOptions& opts, const Fds& out, const Fds& err,
+                     const Fds& in) {
   if (opts.stdin_mode == SpawnOptions::Stdin::Closed)
     posix_spawn_file_actions_addopen(&sa.fa, 0, "/dev/null", O_RDONLY, 0);
   else
@@ -1332,7 +1335,11 @@ int64_t Manager::spawn(SpawnOptions opts, pid_t* pid_out) {
   posix_spawnattr_setpgroup(&sa.at, 0);
 #endif
   posix_spawnattr_setflags(&sa.at, flags);
+}
 
+// Starts the child (under the reaper when it runs one) with its environment;
+// its pid. Throws when it cannot be started.
+pid_t start_child(const SpawnOptions& opts, const SpawnAttrs& sa) {
   std::vector<std::string> env = build_env(environ, opts.env);
   std::vector<std::string> run_argv = under_reaper(opts, env);
   std::vector<char*> envp;
@@ -1351,6 +1358,22 @@ int64_t Manager::spawn(SpawnOptions opts, pid_t* pid_out) {
                 "spawn: cannot run `" + opts.argv[0] + "`: " + errno_text(rc) +
                     (rc == ENOENT ? " (is it installed and on PATH?)" : ""));
   }
+  return pid;
+}
+
+}  // namespace
+
+int64_t Manager::spawn(SpawnOptions opts, pid_t* pid_out) {
+  check_spawn_options(opts);
+  Decoders decoders = make_decoders(opts);
+
+  Fds out, err, in;
+  out.make();
+  if (!opts.merge_output) err.make();
+  if (opts.stdin_mode != SpawnOptions::Stdin::Closed) in.make();
+  SpawnAttrs sa;
+  set_spawn_attrs(sa, opts, out, err, in);
+  const pid_t pid = start_child(opts, sa);
   registry_add(pid);
 
   auto* p = new Proc();
@@ -1367,9 +1390,9 @@ int64_t Manager::spawn(SpawnOptions opts, pid_t* pid_out) {
   p->err.prefix = "flemma-stderr-";
   if (const char* dir = std::getenv("TMPDIR"); dir && *dir)
     p->out.spill_dir = p->err.spill_dir = dir;
-  p->decoder = std::move(decoder);
-  p->rpc = std::move(rpc);
-  p->outdec = std::move(outdec);
+  p->decoder = std::move(decoders.stream);
+  p->rpc = std::move(decoders.rpc);
+  p->outdec = std::move(decoders.search);
   p->out_fd = out.release(0);
   if (!opts.merge_output) p->err_fd = err.release(0);
   if (opts.stdin_mode != SpawnOptions::Stdin::Closed) p->in_fd = in.release(1);

@@ -603,96 +603,130 @@ void write_file(const std::string& path, const Policy& policy, const std::string
   }
 }
 
-std::vector<std::string> bwrap_args(const Policy& policy, const std::string& cwd) {
-  std::vector<std::string> a = {"--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"};
-  auto roots = existing_roots(policy, cwd);
-  auto hidden = existing_hidden(policy, cwd);
-  // Every mount is an operation at a path; they are applied shortest path
-  // first, so the most specific rule wins: a root below a hidden directory is
-  // bound back into its empty tmpfs, a hidden entry below a root is hidden.
-  // What lies in a hidden entry (a repository's git directory, say) gets no
-  // mount of its own, which would show it again.
+namespace {
+
+// The mounts of a bwrap sandbox. Every mount is an operation at a path; they
+// are applied shortest path first, so the most specific rule wins: a root
+// below a hidden directory is bound back into its empty tmpfs, a hidden entry
+// below a root is hidden. What lies in a hidden entry (a repository's git
+// directory, say) gets no mount of its own, which would show it again.
+class Mounts {
+ public:
+  Mounts(const Policy& policy, const std::string& cwd)
+      : policy_(policy),
+        roots_(existing_roots(policy, cwd)),
+        hidden_(existing_hidden(policy, cwd)) {}
+
+  // bwrap's arguments for them, in order.
+  std::vector<std::string> args() {
+    sockets();
+    roots();
+    home();
+    hidden();
+    std::stable_sort(ops_.begin(), ops_.end(),
+                     [](const Op& x, const Op& y) { return x.path.size() < y.path.size(); });
+    std::vector<std::string> a;
+    for (const auto& o : ops_) a.insert(a.end(), o.args.begin(), o.args.end());
+    return a;
+  }
+
+ private:
   struct Op {
     std::string path;
     std::vector<std::string> args;
   };
-  std::vector<Op> ops;
-  auto op = [&](const std::string& p, std::vector<std::string> args) {
-    if (!is_hidden(p, roots, hidden)) ops.push_back({p, std::move(args)});
-  };
-  // No Unix socket of the host may be reachable (Neovim's own RPC socket runs
-  // anything in the unsandboxed editor): the socket directories get a fresh
-  // tmpfs, and the writable roots inside them are bound back.
-  auto sockets = socket_dirs();
-  for (const auto& d : sockets) {
-    bool covered =
-        std::any_of(roots.begin(), roots.end(), [&](const std::string& r) { return inside(d, r); });
-    if (!covered) op(d, {"--tmpfs", d});
+  const Policy& policy_;
+  const std::vector<std::string> roots_;
+  const std::vector<Hidden> hidden_;
+  const std::vector<std::string> socket_dirs_ = socket_dirs();
+  std::vector<Op> ops_;
+
+  void op(const std::string& p, std::vector<std::string> args) {
+    if (!is_hidden(p, roots_, hidden_)) ops_.push_back({p, std::move(args)});
   }
-  for (const auto& r : roots) {
-    op(r, {"--bind", r, r});
-    // A root that holds a socket directory (/tmp is a default root) shows its
-    // entries, except those holding sockets: each gets an empty tmpfs.
-    for (const auto& d : sockets) {
-      if (!inside(d, r)) continue;
-      for (const auto& n : list_dir(d, 4096)) {
-        std::string p = d + "/" + n;
-        struct stat st;
-        if (::lstat(p.c_str(), &st) != 0) continue;
-        size_t budget = 512;
-        if (S_ISSOCK(st.st_mode)) {
-          op(p, {"--ro-bind", "/dev/null", p});
-        } else if (S_ISDIR(st.st_mode) && (socket_dir_name(n) || holds_socket(p, 2, budget))) {
-          op(p, {"--tmpfs", p});
-        }
-      }
-    }
-  }
-  auto ro_dir = [&](const std::string& p) {
+  void ro_dir(const std::string& p) {
     if (exists(p))
       op(p, {"--ro-bind", p, p});
     else
       op(p, {"--tmpfs", p, "--remount-ro", p});
-  };
-  auto ro_file = [&](const std::string& p) {
+  }
+  void ro_file(const std::string& p) {
     if (exists(p))
       op(p, {"--ro-bind", p, p});
     else
       op(p, {"--ro-bind", "/dev/null", p});
-  };
-  for (const auto& r : roots) {
-    const std::string base = r == "/" ? "" : r;
-    for (const auto& name : protected_names()) {
-      std::string p = base + "/" + name;
-      if (exists(p)) op(p, {"--ro-bind", p, p});
+  }
+
+  // No Unix socket of the host may be reachable (Neovim's own RPC socket runs
+  // anything in the unsandboxed editor): the socket directories get a fresh
+  // tmpfs, and the writable roots inside them are bound back.
+  void sockets() {
+    for (const auto& d : socket_dirs_) {
+      bool covered = std::any_of(roots_.begin(), roots_.end(),
+                                 [&](const std::string& r) { return inside(d, r); });
+      if (!covered) op(d, {"--tmpfs", d});
     }
-    // Every repository in the root (nested ones and submodules' git
-    // directories too) keeps its hooks and config: a new hook or
-    // core.hooksPath / core.fsmonitor runs code outside the sandbox on the
-    // next git command. Missing ones become read-only empty ones (bwrap leaves
-    // the mount points behind: an empty directory and an empty file, as git
-    // itself would create). The git directory is bound onto itself so that it
-    // cannot be renamed away and replaced; a .git pointer file is read-only.
-    GitScan scan = scan_git(r);
-    for (const auto& f : scan.pointer_files) op(f, {"--ro-bind", f, f});
-    // Secret files in the root (.env, *.pem, id_rsa...: secret_name) read as
-    // empty while secrets are hidden at all (deny_read not emptied): an
-    // auto-approved `grep -r KEY .` does not send them.
-    if (!policy.deny_read.empty())
-      for (const auto& f : scan.secret_files) op(f, {"--ro-bind", "/dev/null", f});
-    for (const auto& g : scan.git_dirs) {
-      op(g, {"--bind", g, g});
-      ro_dir(g + "/hooks");
-      ro_file(g + "/config");
+    for (const auto& r : roots_) {
+      op(r, {"--bind", r, r});
+      // A root that holds a socket directory (/tmp is a default root) shows its
+      // entries, except those holding sockets: each gets an empty tmpfs.
+      for (const auto& d : socket_dirs_) {
+        if (!inside(d, r)) continue;
+        for (const auto& n : list_dir(d, 4096)) {
+          std::string p = d + "/" + n;
+          struct stat st;
+          if (::lstat(p.c_str(), &st) != 0) continue;
+          size_t budget = 512;
+          if (S_ISSOCK(st.st_mode)) {
+            op(p, {"--ro-bind", "/dev/null", p});
+          } else if (S_ISDIR(st.st_mode) && (socket_dir_name(n) || holds_socket(p, 2, budget))) {
+            op(p, {"--tmpfs", p});
+          }
+        }
+      }
     }
   }
+
+  // What runs code later, in every root: the protected names, and every
+  // repository's hooks and config.
+  void roots() {
+    for (const auto& r : roots_) {
+      const std::string base = r == "/" ? "" : r;
+      for (const auto& name : protected_names()) {
+        std::string p = base + "/" + name;
+        if (exists(p)) op(p, {"--ro-bind", p, p});
+      }
+      // Every repository in the root (nested ones and submodules' git
+      // directories too) keeps its hooks and config: a new hook or
+      // core.hooksPath / core.fsmonitor runs code outside the sandbox on the
+      // next git command. Missing ones become read-only empty ones (bwrap leaves
+      // the mount points behind: an empty directory and an empty file, as git
+      // itself would create). The git directory is bound onto itself so that it
+      // cannot be renamed away and replaced; a .git pointer file is read-only.
+      GitScan scan = scan_git(r);
+      for (const auto& f : scan.pointer_files) op(f, {"--ro-bind", f, f});
+      // Secret files in the root (.env, *.pem, id_rsa...: secret_name) read as
+      // empty while secrets are hidden at all (deny_read not emptied): an
+      // auto-approved `grep -r KEY .` does not send them.
+      if (!policy_.deny_read.empty())
+        for (const auto& f : scan.secret_files) op(f, {"--ro-bind", "/dev/null", f});
+      for (const auto& g : scan.git_dirs) {
+        op(g, {"--bind", g, g});
+        ro_dir(g + "/hooks");
+        ro_file(g + "/config");
+      }
+    }
+  }
+
   // Places in $HOME that run code later, when a root holds them (a root inside
   // ~/.config, say): read-only, or empty read-only ones where missing.
-  if (const std::string home = home_dir(); !home.empty()) {
+  void home() {
+    const std::string home = home_dir();
+    if (home.empty()) return;
     for (const auto& hp : home_protected()) {
       std::string p = home + "/" + hp.rel;
       bool in_root = false;
-      for (const auto& r : roots) in_root = in_root || inside(p, r);
+      for (const auto& r : roots_) in_root = in_root || inside(p, r);
       if (!in_root) continue;
       // Only where the parent exists (bwrap would create missing parents).
       if (!exists(p.substr(0, p.rfind('/')))) continue;
@@ -702,30 +736,38 @@ std::vector<std::string> bwrap_args(const Policy& policy, const std::string& cwd
         ro_file(p);
     }
   }
+
   // The hidden entries (deny_read): an empty tmpfs over a directory (read-only
   // unless a root is bound back inside it), the empty /dev/null over a file.
   // One inside another hidden one with no root between them is covered.
-  for (size_t i = 0; i < hidden.size(); ++i) {
-    const auto& h = hidden[i];
-    std::vector<Hidden> others = hidden;
-    others.erase(others.begin() + static_cast<std::ptrdiff_t>(i));
-    std::string parent = h.path.substr(0, h.path.rfind('/'));
-    if (!parent.empty() && is_hidden(parent, roots, others)) continue;
-    if (!h.dir) {
-      ops.push_back({h.path, {"--ro-bind", "/dev/null", h.path}});
-      continue;
+  void hidden() {
+    for (size_t i = 0; i < hidden_.size(); ++i) {
+      const auto& h = hidden_[i];
+      std::vector<Hidden> others = hidden_;
+      others.erase(others.begin() + static_cast<std::ptrdiff_t>(i));
+      std::string parent = h.path.substr(0, h.path.rfind('/'));
+      if (!parent.empty() && is_hidden(parent, roots_, others)) continue;
+      if (!h.dir) {
+        ops_.push_back({h.path, {"--ro-bind", "/dev/null", h.path}});
+        continue;
+      }
+      bool holds_root = std::any_of(roots_.begin(), roots_.end(), [&](const std::string& r) {
+        return r != h.path && inside(r, h.path);
+      });
+      if (holds_root)
+        ops_.push_back({h.path, {"--tmpfs", h.path}});
+      else
+        ops_.push_back({h.path, {"--tmpfs", h.path, "--remount-ro", h.path}});
     }
-    bool holds_root = std::any_of(roots.begin(), roots.end(), [&](const std::string& r) {
-      return r != h.path && inside(r, h.path);
-    });
-    if (holds_root)
-      ops.push_back({h.path, {"--tmpfs", h.path}});
-    else
-      ops.push_back({h.path, {"--tmpfs", h.path, "--remount-ro", h.path}});
   }
-  std::stable_sort(ops.begin(), ops.end(),
-                   [](const Op& x, const Op& y) { return x.path.size() < y.path.size(); });
-  for (const auto& o : ops) a.insert(a.end(), o.args.begin(), o.args.end());
+};
+
+}  // namespace
+
+std::vector<std::string> bwrap_args(const Policy& policy, const std::string& cwd) {
+  std::vector<std::string> a = {"--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"};
+  std::vector<std::string> mounts = Mounts(policy, cwd).args();
+  a.insert(a.end(), mounts.begin(), mounts.end());
   // A user namespace and no capability at all: root inside cannot remount
   // anything writable. The filter (handed over on fd 3 by flemma-reap) refuses
   // socket(AF_UNIX), so a socket elsewhere (inside a root, an abstract one) is

@@ -167,6 +167,137 @@ inline void put_utf8(char*& o, uint32_t cp) {
   }
 }
 
+#if defined(__SSE2__)
+// The bytes of v that end a plain run, as a bit mask: a quote, a backslash, a
+// control or a non-ASCII byte (those compare below 0x20 as signed bytes).
+inline unsigned special_bytes(__m128i v) {
+  const __m128i quote = _mm_set1_epi8('"'), bslash = _mm_set1_epi8('\\'),
+                space = _mm_set1_epi8(0x20);
+  __m128i m = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, bslash)),
+                           _mm_cmplt_epi8(v, space));
+  return static_cast<unsigned>(_mm_movemask_epi8(m));
+}
+#endif
+
+// Copies the plain bytes of a JSON string from s[i] on as they are, up to the
+// first quote, backslash, control or non-ASCII byte (or n), to o; moves i and o
+// past them. o has room for n - i bytes.
+inline void copy_plain(const char* s, size_t n, size_t& i, char*& o) {
+#if defined(__SSE2__)
+  // Sixteen bytes at a time; o has room for the whole block: its room is n - i.
+  while (i + 16 <= n) {
+    __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(o), v);
+    unsigned m = special_bytes(v);
+    if (m) {
+      unsigned k = static_cast<unsigned>(__builtin_ctz(m));
+      o += k;
+      i += k;
+      return;
+    }
+    o += 16;
+    i += 16;
+  }
+  // The last bytes: the final sixteen of d (d is longer than that: it
+  // starts with the event's prefix), those before i masked off.
+  size_t left = n - i;
+  unsigned m = n >= 16
+                   ? special_bytes(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + n - 16))) >>
+                         (16 - left)
+                   : 0;
+  size_t k = left;
+  if (n < 16) {
+    k = 0;
+    while (k < left && static_cast<unsigned char>(s[i + k]) >= 0x20 && s[i + k] != '"' &&
+           s[i + k] != '\\' && static_cast<unsigned char>(s[i + k]) < 0x80)
+      ++k;
+  } else if (m) {
+    k = static_cast<unsigned>(__builtin_ctz(m));
+  }
+  std::memcpy(o, s + i, k);
+  o += k;
+  i += k;
+#else
+  // Eight bytes at a time while none is a quote, a backslash, a control or a
+  // non-ASCII byte (copied as they are; the test may stop early, never late).
+  constexpr uint64_t k01 = 0x0101010101010101ull, k80 = 0x8080808080808080ull;
+  while (i + 8 <= n) {
+    uint64_t w;
+    std::memcpy(&w, s + i, 8);
+    uint64_t q = w ^ (k01 * '"'), b = w ^ (k01 * '\\');
+    uint64_t special = (w | ((w - k01 * 0x20) & ~w) | ((q - k01) & ~q) | ((b - k01) & ~b)) & k80;
+    if (special) break;
+    std::memcpy(o, &w, 8);
+    o += 8;
+    i += 8;
+  }
+  while (i < n) {
+    auto c = static_cast<unsigned char>(s[i]);
+    if (c == '"' || c == '\\' || c < 0x20 || c >= 0x80) break;
+    *o++ = static_cast<char>(c);
+    ++i;
+  }
+#endif
+}
+
+// Decodes the \u escape whose four hex digits start at s[i] (a surrogate pair
+// with the \u escape after it) to o as UTF-8; moves i past it. False on a
+// lone or broken surrogate or a bad digit.
+inline bool json_unicode_escape(const char* s, size_t n, size_t& i, char*& o) {
+  if (i + 4 > n) return false;
+  int cp = hex4(s + i);
+  if (cp < 0) return false;
+  i += 4;
+  if (cp >= 0xDC00 && cp <= 0xDFFF) return false;
+  if (cp >= 0xD800 && cp <= 0xDBFF) {
+    if (i + 6 > n || s[i] != '\\' || s[i + 1] != 'u') return false;
+    int lo = hex4(s + i + 2);
+    if (lo < 0xDC00 || lo > 0xDFFF) return false;
+    i += 6;
+    cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+  }
+  put_utf8(o, static_cast<uint32_t>(cp));
+  return true;
+}
+
+// Decodes the escape at s[i] (a backslash) to o; moves i past it. False on an
+// escape JSON does not have.
+inline bool json_escape(const char* s, size_t n, size_t& i, char*& o) {
+  if (i + 1 >= n) return false;
+  char e = s[i + 1];
+  i += 2;
+  switch (e) {
+    case '"':
+      *o++ = '"';
+      return true;
+    case '\\':
+      *o++ = '\\';
+      return true;
+    case '/':
+      *o++ = '/';
+      return true;
+    case 'b':
+      *o++ = '\b';
+      return true;
+    case 'f':
+      *o++ = '\f';
+      return true;
+    case 'n':
+      *o++ = '\n';
+      return true;
+    case 'r':
+      *o++ = '\r';
+      return true;
+    case 't':
+      *o++ = '\t';
+      return true;
+    case 'u':
+      return json_unicode_escape(s, n, i, o);
+    default:
+      return false;
+  }
+}
+
 // Decodes the JSON string body starting at d[i] (after the opening quote) to
 // o, which has room for d.size() - i bytes (a decoded string is never longer
 // than its JSON form); on success i is just past the closing quote and o past
@@ -175,74 +306,7 @@ bool json_string(std::string_view d, size_t& i, char*& o) {
   const char* s = d.data();
   size_t n = d.size();
   while (i < n) {
-#if defined(__SSE2__)
-    // Sixteen bytes at a time, copied as they are, up to the first quote,
-    // backslash, control or non-ASCII byte (those compare below 0x20 as
-    // signed bytes). o has room for the whole block: its room is n - i.
-    const __m128i quote = _mm_set1_epi8('"'), bslash = _mm_set1_epi8('\\'),
-                  space = _mm_set1_epi8(0x20);
-    auto special = [&](__m128i v) {
-      __m128i m = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, bslash)),
-                               _mm_cmplt_epi8(v, space));
-      return static_cast<unsigned>(_mm_movemask_epi8(m));
-    };
-    for (;;) {
-      if (i + 16 <= n) {
-        __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i));
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(o), v);
-        unsigned m = special(v);
-        if (m) {
-          unsigned k = static_cast<unsigned>(__builtin_ctz(m));
-          o += k;
-          i += k;
-          break;
-        }
-        o += 16;
-        i += 16;
-      } else {
-        // The last bytes: the final sixteen of d (d is longer than that: it
-        // starts with the event's prefix), those before i masked off.
-        size_t left = n - i;
-        unsigned m = n >= 16
-                         ? special(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + n - 16))) >>
-                               (16 - left)
-                         : 0;
-        size_t k = left;
-        if (n < 16) {
-          k = 0;
-          while (k < left && static_cast<unsigned char>(s[i + k]) >= 0x20 && s[i + k] != '"' &&
-                 s[i + k] != '\\' && static_cast<unsigned char>(s[i + k]) < 0x80)
-            ++k;
-        } else if (m) {
-          k = static_cast<unsigned>(__builtin_ctz(m));
-        }
-        std::memcpy(o, s + i, k);
-        o += k;
-        i += k;
-        break;
-      }
-    }
-#else
-    // Eight bytes at a time while none is a quote, a backslash, a control or a
-    // non-ASCII byte (copied as they are; the test may stop early, never late).
-    constexpr uint64_t k01 = 0x0101010101010101ull, k80 = 0x8080808080808080ull;
-    while (i + 8 <= n) {
-      uint64_t w;
-      std::memcpy(&w, s + i, 8);
-      uint64_t q = w ^ (k01 * '"'), b = w ^ (k01 * '\\');
-      uint64_t special = (w | ((w - k01 * 0x20) & ~w) | ((q - k01) & ~q) | ((b - k01) & ~b)) & k80;
-      if (special) break;
-      std::memcpy(o, &w, 8);
-      o += 8;
-      i += 8;
-    }
-    while (i < n) {
-      auto c = static_cast<unsigned char>(s[i]);
-      if (c == '"' || c == '\\' || c < 0x20 || c >= 0x80) break;
-      *o++ = static_cast<char>(c);
-      ++i;
-    }
-#endif
+    copy_plain(s, n, i, o);
     if (i >= n) return false;
     auto c = static_cast<unsigned char>(s[i]);
     if (c == '"') {
@@ -258,54 +322,7 @@ bool json_string(std::string_view d, size_t& i, char*& o) {
       i += k;
       continue;
     }
-    // A backslash escape.
-    if (i + 1 >= n) return false;
-    char e = s[i + 1];
-    i += 2;
-    switch (e) {
-      case '"':
-        *o++ = '"';
-        break;
-      case '\\':
-        *o++ = '\\';
-        break;
-      case '/':
-        *o++ = '/';
-        break;
-      case 'b':
-        *o++ = '\b';
-        break;
-      case 'f':
-        *o++ = '\f';
-        break;
-      case 'n':
-        *o++ = '\n';
-        break;
-      case 'r':
-        *o++ = '\r';
-        break;
-      case 't':
-        *o++ = '\t';
-        break;
-      case 'u': {
-        if (i + 4 > n) return false;
-        int cp = hex4(s + i);
-        if (cp < 0) return false;
-        i += 4;
-        if (cp >= 0xDC00 && cp <= 0xDFFF) return false;
-        if (cp >= 0xD800 && cp <= 0xDBFF) {
-          if (i + 6 > n || s[i] != '\\' || s[i + 1] != 'u') return false;
-          int lo = hex4(s + i + 2);
-          if (lo < 0xDC00 || lo > 0xDFFF) return false;
-          i += 6;
-          cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-        }
-        put_utf8(o, static_cast<uint32_t>(cp));
-        break;
-      }
-      default:
-        return false;
-    }
+    if (!json_escape(s, n, i, o)) return false;  // a backslash escape
   }
   return false;
 }
