@@ -190,6 +190,19 @@ function H.mcp()
 end
 
 function M.check()
+  H.neovim()
+  if H.library() then
+    H.sandbox()
+    H.tools()
+    H.mcp()
+    H.providers()
+    H.buffers()
+  end
+  H.programs()
+end
+
+--- The Neovim version and LuaJIT.
+function H.neovim()
   vim.health.start("flemma: Neovim")
   local v = vim.version()
   local vs = ("%d.%d.%d"):format(v.major, v.minor, v.patch)
@@ -203,7 +216,11 @@ function M.check()
   else
     vim.health.error("Neovim is not built with LuaJIT", { "Flemma's native core is loaded through LuaJIT's FFI" })
   end
+end
 
+--- The native library (loaded again); true when it loads.
+---@return boolean
+function H.library()
   vim.health.start("flemma: native library")
   local native = require("flemma.core.native")
   native.reset()
@@ -215,57 +232,61 @@ function M.check()
   else
     vim.health.error(err, { "Run `make` in " .. require("flemma.core.util").root() })
   end
+  return ok
+end
 
-  if ok then
-    vim.health.start("flemma: sandbox")
-    local sandbox = require("flemma.policy.sandbox")
-    local backend, berr = sandbox.backend()
-    local enabled = sandbox.is_enabled()
-    if not backend then
-      local report = enabled and vim.health.error or vim.health.info
-      report(berr)
-    else
-      local avail, aerr = sandbox.is_available(backend)
-      if avail then
-        vim.health.ok(
-          ("backend `%s` works (probe run passed); sandbox %s"):format(
-            backend,
-            enabled and "enabled" or "disabled (sandbox.enabled = false)"
-          )
-        )
-      else
-        local report = enabled and vim.health.error or vim.health.warn
-        report(("backend `%s` unavailable: %s"):format(backend, aerr), {
-          enabled
-              and "Tool commands are refused while the sandbox is enabled and unavailable; fix the backend or run :Flemma sandbox:disable"
-            or "Only needed when you enable the sandbox",
-        })
-      end
-    end
-
-    vim.health.start("flemma: tools")
-    local tools = require("flemma.tools")
-    local names = tools.list()
-    if #names == 0 then
-      vim.health.warn("no tools registered", { 'Call require("flemma").setup({}) in your config' })
-    else
-      vim.health.ok("tools: " .. table.concat(names, ", "))
-    end
-    for _, src in ipairs(tools.sources()) do
-      if src.state == "failed" then
-        vim.health.warn(("tool source %s failed: %s"):format(src.label, src.error or "?"))
-      elseif src.state == "loading" then
-        vim.health.warn(("tool source %s is still loading"):format(src.label))
-      else
-        vim.health.ok(("tool source %s loaded (%d tool%s)"):format(src.label, src.tools, src.tools == 1 and "" or "s"))
-      end
-    end
-
-    H.mcp()
-    H.providers()
-    H.buffers()
+--- The sandbox's backend, probed.
+function H.sandbox()
+  vim.health.start("flemma: sandbox")
+  local sandbox = require("flemma.policy.sandbox")
+  local backend, berr = sandbox.backend()
+  local enabled = sandbox.is_enabled()
+  if not backend then
+    local report = enabled and vim.health.error or vim.health.info
+    report(berr)
+    return
   end
+  local avail, aerr = sandbox.is_available(backend)
+  if avail then
+    vim.health.ok(
+      ("backend `%s` works (probe run passed); sandbox %s"):format(
+        backend,
+        enabled and "enabled" or "disabled (sandbox.enabled = false)"
+      )
+    )
+  else
+    local report = enabled and vim.health.error or vim.health.warn
+    report(("backend `%s` unavailable: %s"):format(backend, aerr), {
+      enabled
+          and "Tool commands are refused while the sandbox is enabled and unavailable; fix the backend or run :Flemma sandbox:disable"
+        or "Only needed when you enable the sandbox",
+    })
+  end
+end
 
+--- The tools registered and their sources.
+function H.tools()
+  vim.health.start("flemma: tools")
+  local tools = require("flemma.tools")
+  local names = tools.list()
+  if #names == 0 then
+    vim.health.warn("no tools registered", { 'Call require("flemma").setup({}) in your config' })
+  else
+    vim.health.ok("tools: " .. table.concat(names, ", "))
+  end
+  for _, src in ipairs(tools.sources()) do
+    if src.state == "failed" then
+      vim.health.warn(("tool source %s failed: %s"):format(src.label, src.error or "?"))
+    elseif src.state == "loading" then
+      vim.health.warn(("tool source %s is still loading"):format(src.label))
+    else
+      vim.health.ok(("tool source %s loaded (%d tool%s)"):format(src.label, src.tools, src.tools == 1 and "" or "s"))
+    end
+  end
+end
+
+--- The external programs: bash, curl, the search tools' and the sandbox's.
+function H.programs()
   vim.health.start("flemma: external programs")
   H.executable("bash", { "--version" }, true)
   H.executable("curl", { "--version" }, false)

@@ -361,80 +361,10 @@ function H.live_of(bufnr)
       -- follows on_bytes, so it never lags behind the folds; on_lines applies what
       -- no on_bytes did.
       on_bytes = function(_, buf, tick, row, col, _, old_rows, old_col, _, new_rows, new_col)
-        if session.field(buf, "live") ~= L then
-          return true
-        end
-        if L.broken then
-          return
-        end
-        local _, nlines = native.idoc_info(L.idoc)
-        local count = vim.api.nvim_buf_line_count(buf)
-        L.bytes_tick = nil
-        if new_rows ~= old_rows and count == nlines then
-          return -- applied already: an undo calls on_lines first, then on_bytes
-        end
-        -- The rows touched: the end rows too, unless both ends are at a line start
-        -- (end columns are relative to the start column on the start row).
-        local touched = (
-          (old_rows == 0 and col + old_col or old_col) > 0 or (new_rows == 0 and col + new_col or new_col) > 0
-        )
-            and 1
-          or 0
-        local last_old = math.min(row + old_rows + touched, nlines)
-        local last_new = math.min(row + new_rows + touched, count)
-        if row > nlines or last_new - last_old ~= count - nlines then
-          L.broken = true -- cannot tell which lines: built again when next read
-          return
-        end
-        local lines = H.api_lines(L.api_change, buf, row, col, old_rows, old_col, new_rows, last_new)
-          or vim.api.nvim_buf_get_lines(buf, row, last_new, false)
-        local ok = pcall(native.idoc_edit, L.idoc, row, last_old, lines)
-        if not ok then
-          L.broken = true
-        end
-        L.bytes_tick = tick -- the change's on_lines comes with the next tick
-        L.bytes_row, L.bytes_lines = row, lines
-        L.bytes_api = L.api_change
+        return H.on_bytes(L, buf, tick, row, col, old_rows, old_col, new_rows, new_col)
       end,
       on_lines = function(_, buf, tick, first, last_old, last_new)
-        local cur = session.field(buf, "live")
-        if cur ~= L then
-          return true -- detach: a new state took over
-        end
-        if not L.broken then
-          local _, nlines = native.idoc_info(L.idoc)
-          local count = vim.api.nvim_buf_line_count(buf)
-          local edit_last
-          -- on_bytes saw the same changedtick step (normal-mode edits) or the same
-          -- tick (nvim_buf_set_text of several lines).
-          if L.bytes_tick and (L.bytes_tick == tick - 1 or L.bytes_tick == tick) and nlines == count then
-            -- on_bytes applied this very change (a streamed chunk, x, dd), unless it
-            -- read the lines before Neovim replaced them (:s under Neovim 0.10 calls
-            -- on_bytes first): then the rows are applied again with their text now.
-            -- A change through the API (M.api_change) had its lines read after it.
-            if not L.bytes_api and not H.same_rows(L, buf, first, last_new) then
-              edit_last = last_new
-            end
-          elseif nlines == count - (last_new - last_old) then
-            edit_last = last_old -- no on_bytes applied this change
-          elseif nlines == count then
-            -- on_bytes applied it (maybe from a state in between): the same rows again
-            edit_last = last_new
-          else
-            L.broken = true
-          end
-          L.bytes_tick, L.bytes_lines, L.bytes_api = nil, nil, nil
-          if edit_last and (edit_last > first or last_new > first) then
-            local ok =
-              pcall(native.idoc_edit, L.idoc, first, edit_last, vim.api.nvim_buf_get_lines(buf, first, last_new, false))
-            if not ok then
-              L.broken = true
-            end
-            -- Neovim computed folds before this (the document lagged): see M.lagged_since.
-            L.lag_version = (native.idoc_info(L.idoc))
-          end
-        end
-        events.emit("changed", buf)
+        return H.on_lines(L, buf, tick, first, last_old, last_new)
       end,
       on_reload = function(_, buf)
         if session.field(buf, "live") == L then
@@ -453,6 +383,88 @@ function H.live_of(bufnr)
     end
   end
   return L
+end
+
+--- on_bytes of the live state L of buf: applies the change to the native document
+--- (the rows it touched, read now). Returns true to detach (a new state took over).
+---@param L flemma.document.Live
+function H.on_bytes(L, buf, tick, row, col, old_rows, old_col, new_rows, new_col)
+  if session.field(buf, "live") ~= L then
+    return true
+  end
+  if L.broken then
+    return
+  end
+  local _, nlines = native.idoc_info(L.idoc)
+  local count = vim.api.nvim_buf_line_count(buf)
+  L.bytes_tick = nil
+  if new_rows ~= old_rows and count == nlines then
+    return -- applied already: an undo calls on_lines first, then on_bytes
+  end
+  -- The rows touched: the end rows too, unless both ends are at a line start
+  -- (end columns are relative to the start column on the start row).
+  local touched = ((old_rows == 0 and col + old_col or old_col) > 0 or (new_rows == 0 and col + new_col or new_col) > 0)
+      and 1
+    or 0
+  local last_old = math.min(row + old_rows + touched, nlines)
+  local last_new = math.min(row + new_rows + touched, count)
+  if row > nlines or last_new - last_old ~= count - nlines then
+    L.broken = true -- cannot tell which lines: built again when next read
+    return
+  end
+  local lines = H.api_lines(L.api_change, buf, row, col, old_rows, old_col, new_rows, last_new)
+    or vim.api.nvim_buf_get_lines(buf, row, last_new, false)
+  local ok = pcall(native.idoc_edit, L.idoc, row, last_old, lines)
+  if not ok then
+    L.broken = true
+  end
+  L.bytes_tick = tick -- the change's on_lines comes with the next tick
+  L.bytes_row, L.bytes_lines = row, lines
+  L.bytes_api = L.api_change
+end
+
+--- on_lines of the live state L of buf: applies what no on_bytes did, then tells
+--- the listeners. Returns true to detach (a new state took over).
+---@param L flemma.document.Live
+function H.on_lines(L, buf, tick, first, last_old, last_new)
+  local cur = session.field(buf, "live")
+  if cur ~= L then
+    return true -- detach: a new state took over
+  end
+  if not L.broken then
+    local _, nlines = native.idoc_info(L.idoc)
+    local count = vim.api.nvim_buf_line_count(buf)
+    local edit_last
+    -- on_bytes saw the same changedtick step (normal-mode edits) or the same
+    -- tick (nvim_buf_set_text of several lines).
+    if L.bytes_tick and (L.bytes_tick == tick - 1 or L.bytes_tick == tick) and nlines == count then
+      -- on_bytes applied this very change (a streamed chunk, x, dd), unless it
+      -- read the lines before Neovim replaced them (:s under Neovim 0.10 calls
+      -- on_bytes first): then the rows are applied again with their text now.
+      -- A change through the API (M.api_change) had its lines read after it.
+      if not L.bytes_api and not H.same_rows(L, buf, first, last_new) then
+        edit_last = last_new
+      end
+    elseif nlines == count - (last_new - last_old) then
+      edit_last = last_old -- no on_bytes applied this change
+    elseif nlines == count then
+      -- on_bytes applied it (maybe from a state in between): the same rows again
+      edit_last = last_new
+    else
+      L.broken = true
+    end
+    L.bytes_tick, L.bytes_lines, L.bytes_api = nil, nil, nil
+    if edit_last and (edit_last > first or last_new > first) then
+      local ok =
+        pcall(native.idoc_edit, L.idoc, first, edit_last, vim.api.nvim_buf_get_lines(buf, first, last_new, false))
+      if not ok then
+        L.broken = true
+      end
+      -- Neovim computed folds before this (the document lagged): see M.lagged_since.
+      L.lag_version = (native.idoc_info(L.idoc))
+    end
+  end
+  events.emit("changed", buf)
 end
 
 --- Brings the entries up to the native version: those of the segments that

@@ -673,7 +673,36 @@ function M.execute(bufnr, tool_use, on_done, opts)
   local name = type(tool_use) == "table" and tool_use.name or nil
   local state = { done = false, started = false, cancel_fn = nil }
   local job = {}
+  local finish = H.finisher(name, state, job, on_done)
+  local handle = {
+    cancel = function()
+      H.cancel(name, state, finish)
+    end,
+  }
+  local def = name and H.defs[name]
+  local input, refused = H.admit(bufnr, tool_use, name, def)
+  if refused then
+    finish(refused)
+    return handle
+  end
+  job.start = function()
+    H.start(bufnr, tool_use, name, def, input, opts, state, finish)
+  end
+  if opts and opts.nested then
+    -- A call made by a running tool: its parent holds a slot already, so waiting in
+    -- line behind it could never end.
+    job.start()
+  else
+    H.queue[#H.queue + 1] = job
+    H.pump()
+  end
+  return handle
+end
 
+--- The `finish(result)` of a call: the first result it is given ends the call (its
+--- slot or its place in line freed, its frame settled, the after hooks run) and is
+--- handed to on_done on the main loop; later ones are dropped.
+function H.finisher(name, state, job, on_done)
   local function finish(result)
     if state.done then
       return
@@ -711,110 +740,104 @@ function M.execute(bufnr, tool_use, on_done, opts)
       H.pump()
     end)
   end
+  return finish
+end
 
-  local handle = {
-    cancel = function()
-      if state.done then
-        return
-      end
-      local cancel_fn = state.cancel_fn
-      finish({ success = false, error = ("tool `%s` was cancelled"):format(name or "?") })
-      if cancel_fn then
-        local ok, err = pcall(cancel_fn)
-        if not ok then
-          util.warn(("cancelling tool `%s` failed: %s"):format(name, util.message(err)))
-        end
-      end
-    end,
-  }
+--- Cancels a call: it finishes as cancelled, then the tool's own cancel runs.
+function H.cancel(name, state, finish)
+  if state.done then
+    return
+  end
+  local cancel_fn = state.cancel_fn
+  finish({ success = false, error = ("tool `%s` was cancelled"):format(name or "?") })
+  if cancel_fn then
+    local ok, err = pcall(cancel_fn)
+    if not ok then
+      util.warn(("cancelling tool `%s` failed: %s"):format(name, util.message(err)))
+    end
+  end
+end
 
-  local def = name and H.defs[name]
+--- Whether a call may run: its input (normalized, checked against the schema, nulls
+--- taken out), or nil and the error result that ends it (an unknown tool, one the
+--- buffer does not enable, the rate limit, invalid input).
+function H.admit(bufnr, tool_use, name, def)
   if not def then
-    finish({
-      success = false,
-      error = type(name) == "string" and ("unknown tool `%s`"):format(name) or "the tool call names no tool",
-    })
-    return handle
+    return nil,
+      {
+        success = false,
+        error = type(name) == "string" and ("unknown tool `%s`"):format(name) or "the tool call names no tool",
+      }
   end
   if type(def.execute) ~= "function" then
-    finish({ success = false, error = ("tool `%s` has no execute function"):format(name) })
-    return handle
+    return nil, { success = false, error = ("tool `%s` has no execute function"):format(name) }
   end
   if type(bufnr) == "number" and bufnr > 0 and vim.api.nvim_buf_is_valid(bufnr) then
     local available, fm_err = M.for_buffer(bufnr)
     if fm_err then
-      finish({ success = false, error = ("not run: the buffer's frontmatter fails (%s)"):format(fm_err) })
-      return handle
+      return nil, { success = false, error = ("not run: the buffer's frontmatter fails (%s)"):format(fm_err) }
     end
     if not vim.tbl_contains(available, name) then
-      finish({
-        success = false,
-        error = ("tool `%s` is not enabled in this buffer (flemma.opt.tools selects: %s)"):format(
-          name,
-          table.concat(available, ", ")
-        ),
-      })
-      return handle
+      return nil,
+        {
+          success = false,
+          error = ("tool `%s` is not enabled in this buffer (flemma.opt.tools selects: %s)"):format(
+            name,
+            table.concat(available, ", ")
+          ),
+        }
     end
   end
   local allowed, retry = require("flemma.tools.ratelimit").take(type(bufnr) == "number" and bufnr > 0 and bufnr or nil)
   if not allowed then
     local cfg = require("flemma.core.config").get().tools.rate_limit
-    finish({
-      success = false,
-      rate_limited = true,
-      error = ("rate limit: more than %d tool calls in this buffer (%g more per second); not run, retry in %.1fs"):format(
-        cfg.burst or 20,
-        cfg.per_second or 2,
-        retry
-      ),
-    })
-    return handle
+    return nil,
+      {
+        success = false,
+        rate_limited = true,
+        error = ("rate limit: more than %d tool calls in this buffer (%g more per second); not run, retry in %.1fs"):format(
+          cfg.burst or 20,
+          cfg.per_second or 2,
+          retry
+        ),
+      }
   end
   local input, err = M.checked_input(def, tool_use.input)
   if not input then
-    finish({ success = false, error = ("invalid input for `%s`: %s"):format(name, err) })
-    return handle
+    return nil, { success = false, error = ("invalid input for `%s`: %s"):format(name, err) }
   end
+  return input
+end
 
-  job.start = function()
-    if state.done then
+--- Starts an admitted call when its turn comes: its context, the before hooks (which
+--- may refuse it or change its input), then its frame.
+function H.start(bufnr, tool_use, name, def, input, opts, state, finish)
+  if state.done then
+    return
+  end
+  state.started = true
+  H.running = H.running + 1
+  local ctx = require("flemma.tools.context").new(bufnr, name, opts)
+  H.ctx_ids[ctx] = tool_use.id
+  local middleware = require("flemma.tools.middleware")
+  if middleware.any(name) then
+    local mw_ctx = { tool_name = name, call_id = tool_use.id, bufnr = ctx.bufnr, cwd = ctx.cwd, context = ctx }
+    local args, reason = middleware.before(name, input, mw_ctx)
+    if args == nil then
+      finish({ success = false, error = reason })
       return
     end
-    state.started = true
-    H.running = H.running + 1
-    local ctx = require("flemma.tools.context").new(bufnr, name, opts)
-    H.ctx_ids[ctx] = tool_use.id
-    local middleware = require("flemma.tools.middleware")
-    if middleware.any(name) then
-      local mw_ctx = { tool_name = name, call_id = tool_use.id, bufnr = ctx.bufnr, cwd = ctx.cwd, context = ctx }
-      local args, reason = middleware.before(name, input, mw_ctx)
-      if args == nil then
-        finish({ success = false, error = reason })
+    if args ~= input then
+      local bad = M.validate_input(def, args)
+      if bad then
+        finish({ success = false, error = ("a before hook gave `%s` invalid input: %s"):format(name, bad) })
         return
       end
-      if args ~= input then
-        local bad = M.validate_input(def, args)
-        if bad then
-          finish({ success = false, error = ("a before hook gave `%s` invalid input: %s"):format(name, bad) })
-          return
-        end
-        input = H.strip_nulls(args)
-      end
-      state.mw_args, state.mw_ctx = input, mw_ctx
+      input = H.strip_nulls(args)
     end
-    H.start_frame(state, bufnr, tool_use.id, name, def, input, ctx, finish)
+    state.mw_args, state.mw_ctx = input, mw_ctx
   end
-
-  if opts and opts.nested then
-    -- A call made by a running tool: its parent holds a slot already, so waiting in
-    -- line behind it could never end.
-    job.start()
-  else
-    H.queue[#H.queue + 1] = job
-    H.pump()
-  end
-  return handle
+  H.start_frame(state, bufnr, tool_use.id, name, def, input, ctx, finish)
 end
 
 -- Calls made with tools.call() ------------------------------------------------------

@@ -98,137 +98,149 @@ function H.tokenize(src)
   return tokens
 end
 
+--- A recursive-descent parser over the tokens that evaluates as it goes: one method per
+--- level of precedence, lowest first (expr, term, unary, power, primary).
+H.Parser = {}
+H.Parser.__index = H.Parser
+
+--- The parser of tokens: a function that evaluates them (raises on an error).
 function H.parser(tokens)
-  local p = { i = 1 }
-  local function peek()
-    return tokens[p.i]
-  end
-  local function take()
-    local t = tokens[p.i]
-    p.i = p.i + 1
-    return t
-  end
-  local function is_op(t, v)
-    return t.kind == "op" and t.value == v
-  end
-  local function expect(v)
-    local t = take()
-    if not is_op(t, v) then
-      fail(("expected `%s`"):format(v), t.pos)
-    end
-  end
-
-  local expr, unary
-
-  local function primary()
-    local t = take()
-    if t.kind == "num" then
-      return t.value
-    elseif is_op(t, "(") then
-      local v = expr()
-      expect(")")
-      return v
-    elseif t.kind == "id" then
-      local name = t.value:lower()
-      if is_op(peek(), "(") then
-        local f = H.functions[name]
-        if not f then
-          fail(("unknown function `%s`"):format(t.value), t.pos)
-        end
-        take()
-        local args = {}
-        if not is_op(peek(), ")") then
-          args[1] = expr()
-          while is_op(peek(), ",") do
-            take()
-            args[#args + 1] = expr()
-          end
-        end
-        expect(")")
-        if #args < f[2] or #args > f[3] then
-          local want = f[2] == f[3] and tostring(f[2])
-            or (f[3] == math.huge and ("at least " .. f[2]) or (f[2] .. " or " .. f[3]))
-          fail(("`%s` takes %s argument%s, got %d"):format(name, want, want == "1" and "" or "s", #args), t.pos)
-        end
-        return f[1](unpack(args))
-      end
-      local c = H.constants[name]
-      if c == nil then
-        fail(("unknown name `%s` (constants: e, inf, pi, tau)"):format(t.value), t.pos)
-      end
-      return c
-    elseif t.kind == "eof" then
-      fail("unexpected end of expression")
-    end
-    fail(("unexpected `%s`"):format(t.value), t.pos)
-  end
-
-  -- power is right-associative and binds tighter than unary minus: -2^2 = -4.
-  local function power()
-    local base = primary()
-    if is_op(peek(), "^") then
-      take()
-      return base ^ unary()
-    end
-    return base
-  end
-
-  unary = function()
-    local t = peek()
-    if is_op(t, "-") then
-      take()
-      return -unary()
-    elseif is_op(t, "+") then
-      take()
-      return unary()
-    end
-    return power()
-  end
-
-  local function term()
-    local v = unary()
-    while true do
-      local t = peek()
-      if is_op(t, "*") then
-        take()
-        v = v * unary()
-      elseif is_op(t, "/") or is_op(t, "%") then
-        take()
-        local rhs = unary()
-        if rhs == 0 then
-          fail(t.value == "/" and "division by zero" or "modulo by zero", t.pos)
-        end
-        v = t.value == "/" and v / rhs or math.fmod(v, rhs)
-      else
-        return v
-      end
-    end
-  end
-
-  expr = function()
-    local v = term()
-    while true do
-      local t = peek()
-      if is_op(t, "+") then
-        take()
-        v = v + term()
-      elseif is_op(t, "-") then
-        take()
-        v = v - term()
-      else
-        return v
-      end
-    end
-  end
-
+  local p = setmetatable({ tokens = tokens, i = 1 }, H.Parser)
   return function()
-    local v = expr()
-    local t = peek()
+    local v = p:expr()
+    local t = p:peek()
     if t.kind ~= "eof" then
       fail(("unexpected `%s`"):format(tostring(t.value)), t.pos)
     end
     return v
   end
+end
+
+function H.Parser:peek()
+  return self.tokens[self.i]
+end
+
+function H.Parser:take()
+  local t = self.tokens[self.i]
+  self.i = self.i + 1
+  return t
+end
+
+local function is_op(t, v)
+  return t.kind == "op" and t.value == v
+end
+
+function H.Parser:expect(v)
+  local t = self:take()
+  if not is_op(t, v) then
+    fail(("expected `%s`"):format(v), t.pos)
+  end
+end
+
+function H.Parser:expr()
+  local v = self:term()
+  while true do
+    local t = self:peek()
+    if is_op(t, "+") then
+      self:take()
+      v = v + self:term()
+    elseif is_op(t, "-") then
+      self:take()
+      v = v - self:term()
+    else
+      return v
+    end
+  end
+end
+
+function H.Parser:term()
+  local v = self:unary()
+  while true do
+    local t = self:peek()
+    if is_op(t, "*") then
+      self:take()
+      v = v * self:unary()
+    elseif is_op(t, "/") or is_op(t, "%") then
+      self:take()
+      local rhs = self:unary()
+      if rhs == 0 then
+        fail(t.value == "/" and "division by zero" or "modulo by zero", t.pos)
+      end
+      v = t.value == "/" and v / rhs or math.fmod(v, rhs)
+    else
+      return v
+    end
+  end
+end
+
+function H.Parser:unary()
+  local t = self:peek()
+  if is_op(t, "-") then
+    self:take()
+    return -self:unary()
+  elseif is_op(t, "+") then
+    self:take()
+    return self:unary()
+  end
+  return self:power()
+end
+
+-- power is right-associative and binds tighter than unary minus: -2^2 = -4.
+function H.Parser:power()
+  local base = self:primary()
+  if is_op(self:peek(), "^") then
+    self:take()
+    return base ^ self:unary()
+  end
+  return base
+end
+
+function H.Parser:primary()
+  local t = self:take()
+  if t.kind == "num" then
+    return t.value
+  elseif is_op(t, "(") then
+    local v = self:expr()
+    self:expect(")")
+    return v
+  elseif t.kind == "id" then
+    if is_op(self:peek(), "(") then
+      return self:call(t)
+    end
+    local c = H.constants[t.value:lower()]
+    if c == nil then
+      fail(("unknown name `%s` (constants: e, inf, pi, tau)"):format(t.value), t.pos)
+    end
+    return c
+  elseif t.kind == "eof" then
+    fail("unexpected end of expression")
+  end
+  fail(("unexpected `%s`"):format(t.value), t.pos)
+end
+
+--- A call of the function named by token t (its "(" next).
+function H.Parser:call(t)
+  local name = t.value:lower()
+  local f = H.functions[name]
+  if not f then
+    fail(("unknown function `%s`"):format(t.value), t.pos)
+  end
+  self:take()
+  local args = {}
+  if not is_op(self:peek(), ")") then
+    args[1] = self:expr()
+    while is_op(self:peek(), ",") do
+      self:take()
+      args[#args + 1] = self:expr()
+    end
+  end
+  self:expect(")")
+  if #args < f[2] or #args > f[3] then
+    local want = f[2] == f[3] and tostring(f[2])
+      or (f[3] == math.huge and ("at least " .. f[2]) or (f[2] .. " or " .. f[3]))
+    fail(("`%s` takes %s argument%s, got %d"):format(name, want, want == "1" and "" or "s", #args), t.pos)
+  end
+  return f[1](unpack(args))
 end
 
 --- Evaluates an arithmetic expression.

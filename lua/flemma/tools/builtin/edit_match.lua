@@ -405,7 +405,36 @@ end
 --- A unified diff (`--- a/name`, `+++ b/name`, hunks with M.CONTEXT lines) of
 --- the replacements { s, e, text } on L. Work proportional to the changed lines.
 function M.diff(L, edits, name)
-  -- Each edit as old lines first..last and their new lines.
+  local changes = {}
+  for _, c in ipairs(H.changes(L, edits)) do
+    H.change_lines(L, c)
+    if #c.old > 0 or #c.new > 0 then
+      changes[#changes + 1] = c
+    end
+  end
+  -- Hunks: changes whose contexts touch are one hunk.
+  local out = { "--- a/" .. name, "+++ b/" .. name }
+  local shift = 0 -- new line number minus old line number so far
+  local i = 1
+  while i <= #changes do
+    local j = i
+    while j < #changes and changes[j + 1].first - changes[j].last - 1 <= 2 * M.CONTEXT do
+      j = j + 1
+    end
+    shift = H.hunk(L, changes, i, j, shift, out)
+    if #out > M.MAX_DIFF_LINES then
+      out = vim.list_slice(out, 1, M.MAX_DIFF_LINES)
+      out[#out + 1] = ("[the diff is cut here: %d lines of it shown]"):format(M.MAX_DIFF_LINES)
+      break
+    end
+    i = j + 1
+  end
+  return table.concat(out, "\n")
+end
+
+--- Each edit as old lines first..last (edits sharing a line are one change):
+--- { first, last, edits }.
+function H.changes(L, edits)
   local changes = {}
   for _, ed in ipairs(edits) do
     local first = M.line_of(L, ed.s)
@@ -422,96 +451,85 @@ function M.diff(L, edits, name)
       changes[#changes + 1] = { first = first, last = last, edits = { ed } }
     end
   end
-  for _, c in ipairs(changes) do
-    local s0 = L.starts[c.first] or (#L.text + 1)
-    local e0 = L.ends[c.last] or #L.text
-    -- The lines' text with their final "\n" (when there is one), so that an edit
-    -- that removed whole lines leaves no empty line.
-    local has_nl = L.text:sub(e0 + 1, e0 + 1) == "\n"
-    if has_nl then
-      e0 = e0 + 1
-    end
-    local parts, pos = {}, s0
-    for _, ed in ipairs(c.edits) do
-      parts[#parts + 1] = L.text:sub(pos, ed.s - 1)
-      parts[#parts + 1] = ed.text
-      pos = ed.e + 1
-    end
-    parts[#parts + 1] = L.text:sub(pos, e0)
-    local new = table.concat(parts)
-    if has_nl and new:sub(-1) == "\n" then
-      new = new:sub(1, -2)
-    end
-    c.old = {}
-    for i = c.first, c.last do
-      c.old[#c.old + 1] = H.line(L, i)
-    end
-    c.new = new == "" and {} or vim.split(new, "\n", { plain = true })
-    -- Lines the change leaves as they were are context, not change.
-    while #c.old > 0 and #c.new > 0 and c.old[1] == c.new[1] do
-      table.remove(c.old, 1)
-      table.remove(c.new, 1)
-      c.first = c.first + 1
-    end
-    while #c.old > 0 and #c.new > 0 and c.old[#c.old] == c.new[#c.new] do
-      c.old[#c.old] = nil
-      c.new[#c.new] = nil
-      c.last = c.last - 1
-    end
+  return changes
+end
+
+--- The old and new lines of change c (c.old, c.new), the lines it leaves as they
+--- were taken off both ends (they are context, not change).
+function H.change_lines(L, c)
+  local s0 = L.starts[c.first] or (#L.text + 1)
+  local e0 = L.ends[c.last] or #L.text
+  -- The lines' text with their final "\n" (when there is one), so that an edit
+  -- that removed whole lines leaves no empty line.
+  local has_nl = L.text:sub(e0 + 1, e0 + 1) == "\n"
+  if has_nl then
+    e0 = e0 + 1
   end
-  changes = vim.tbl_filter(function(c)
-    return #c.old > 0 or #c.new > 0
-  end, changes)
-  -- Hunks: changes whose contexts touch are one hunk.
-  local out = { "--- a/" .. name, "+++ b/" .. name }
-  local shift = 0 -- new line number minus old line number so far
-  local i = 1
-  while i <= #changes do
-    local j = i
-    while j < #changes and changes[j + 1].first - changes[j].last - 1 <= 2 * M.CONTEXT do
-      j = j + 1
-    end
-    local from = math.max(1, changes[i].first - M.CONTEXT)
-    local to = math.min(L.n, changes[j].last + M.CONTEXT)
-    local body, old_n, new_n = {}, 0, 0
-    local line = from
-    local new_from = from + shift
-    for k = i, j do
-      local c = changes[k]
-      for l = line, c.first - 1 do
-        body[#body + 1] = " " .. H.line(L, l)
-        old_n, new_n = old_n + 1, new_n + 1
-      end
-      for _, l in ipairs(c.old) do
-        body[#body + 1] = "-" .. l
-        old_n = old_n + 1
-      end
-      for _, l in ipairs(c.new) do
-        body[#body + 1] = "+" .. l
-        new_n = new_n + 1
-      end
-      shift = shift + #c.new - #c.old
-      line = c.last + 1
-    end
-    for l = line, to do
+  local parts, pos = {}, s0
+  for _, ed in ipairs(c.edits) do
+    parts[#parts + 1] = L.text:sub(pos, ed.s - 1)
+    parts[#parts + 1] = ed.text
+    pos = ed.e + 1
+  end
+  parts[#parts + 1] = L.text:sub(pos, e0)
+  local new = table.concat(parts)
+  if has_nl and new:sub(-1) == "\n" then
+    new = new:sub(1, -2)
+  end
+  c.old = {}
+  for i = c.first, c.last do
+    c.old[#c.old + 1] = H.line(L, i)
+  end
+  c.new = new == "" and {} or vim.split(new, "\n", { plain = true })
+  while #c.old > 0 and #c.new > 0 and c.old[1] == c.new[1] do
+    table.remove(c.old, 1)
+    table.remove(c.new, 1)
+    c.first = c.first + 1
+  end
+  while #c.old > 0 and #c.new > 0 and c.old[#c.old] == c.new[#c.new] do
+    c.old[#c.old] = nil
+    c.new[#c.new] = nil
+    c.last = c.last - 1
+  end
+end
+
+--- Appends to `out` the hunk of changes i..j with its context; shift is the new
+--- line number minus the old one before it. Returns that after it.
+function H.hunk(L, changes, i, j, shift, out)
+  local from = math.max(1, changes[i].first - M.CONTEXT)
+  local to = math.min(L.n, changes[j].last + M.CONTEXT)
+  local body, old_n, new_n = {}, 0, 0
+  local line = from
+  local new_from = from + shift
+  for k = i, j do
+    local c = changes[k]
+    for l = line, c.first - 1 do
       body[#body + 1] = " " .. H.line(L, l)
       old_n, new_n = old_n + 1, new_n + 1
     end
-    out[#out + 1] = ("@@ -%d,%d +%d,%d @@"):format(
-      old_n == 0 and from - 1 or from,
-      old_n,
-      new_n == 0 and new_from - 1 or new_from,
-      new_n
-    )
-    vim.list_extend(out, body)
-    if #out > M.MAX_DIFF_LINES then
-      out = vim.list_slice(out, 1, M.MAX_DIFF_LINES)
-      out[#out + 1] = ("[the diff is cut here: %d lines of it shown]"):format(M.MAX_DIFF_LINES)
-      break
+    for _, l in ipairs(c.old) do
+      body[#body + 1] = "-" .. l
+      old_n = old_n + 1
     end
-    i = j + 1
+    for _, l in ipairs(c.new) do
+      body[#body + 1] = "+" .. l
+      new_n = new_n + 1
+    end
+    shift = shift + #c.new - #c.old
+    line = c.last + 1
   end
-  return table.concat(out, "\n")
+  for l = line, to do
+    body[#body + 1] = " " .. H.line(L, l)
+    old_n, new_n = old_n + 1, new_n + 1
+  end
+  out[#out + 1] = ("@@ -%d,%d +%d,%d @@"):format(
+    old_n == 0 and from - 1 or from,
+    old_n,
+    new_n == 0 and new_from - 1 or new_from,
+    new_n
+  )
+  vim.list_extend(out, body)
+  return shift
 end
 
 return M

@@ -47,6 +47,41 @@ end
 -- files in path order with a blank line between them, and notes on what was
 -- left out.
 function H.format(ctx, input, dir, root_secret, results, summary, context, max)
+  local files = H.files(ctx, dir, root_secret, results)
+  local out = {}
+  local shown_matches = 0
+  for _, abs in ipairs(files.order) do
+    shown_matches = shown_matches + H.file_lines(files.by_file[abs], context, out)
+  end
+  local found = summary and summary.found or files.kept
+  local left = found - shown_matches - H.secret_matches(files, dir, results)
+  local notes = H.notes(files.secret, summary, left, max, found)
+  if #out == 0 then
+    local where = input.path or "."
+    local text = ("No matches for `%s` in %s%s."):format(
+      input.pattern,
+      where,
+      input.glob and (" (files " .. input.glob .. ")") or ""
+    )
+    if #notes > 0 then
+      text = text .. "\n" .. table.concat(notes, "\n")
+    end
+    return text
+  end
+  local text, cut = search.truncate(ctx, table.concat(out, "\n"))
+  if cut then
+    table.insert(notes, 1, cut)
+  end
+  if #notes > 0 then
+    text = text .. "\n\n" .. table.concat(notes, "\n")
+  end
+  return text
+end
+
+-- The results by file: by_file (absolute path -> { shown, lines, secret }), order
+-- (the paths, by their shown name), secret (the shown names of secret files, whose
+-- lines are left out) and kept (the matches kept).
+function H.files(ctx, dir, root_secret, results)
   local secret_paths = require("flemma.policy.secret_paths")
   local by_file, order, secret = {}, {}, {}
   local kept = 0
@@ -73,53 +108,65 @@ function H.format(ctx, input, dir, root_secret, results, summary, context, max)
   table.sort(order, function(a, b)
     return by_file[a].shown < by_file[b].shown
   end)
-  local out = {}
+  return { by_file = by_file, order = order, secret = secret, kept = kept }
+end
+
+-- Appends the lines of one file e to out (a blank line before it unless it is the
+-- first); returns the matches shown.
+function H.file_lines(e, context, out)
+  if #e.lines == 0 then
+    return 0
+  end
   local shown_matches = 0
-  for _, abs in ipairs(order) do
-    local e = by_file[abs]
-    if #e.lines > 0 then
-      table.sort(e.lines, function(a, b)
-        return a.line < b.line
-      end)
-      -- Context lines only near a match that is shown, each line once.
-      local near = {}
-      for _, r in ipairs(e.lines) do
-        if not r.context then
-          for l = r.line - context, r.line + context do
-            near[l] = true
-          end
-        end
-      end
-      local seen = {}
-      if #out > 0 then
-        out[#out + 1] = ""
-      end
-      for _, r in ipairs(e.lines) do
-        if not seen[r.line] and (not r.context or near[r.line]) then
-          seen[r.line] = true
-          local sep = r.context and "-" or ":"
-          out[#out + 1] = e.shown .. sep .. r.line .. sep .. r.text .. (r.cut and " [line cut]" or "")
-          if not r.context then
-            shown_matches = shown_matches + 1
-          end
-        end
+  table.sort(e.lines, function(a, b)
+    return a.line < b.line
+  end)
+  -- Context lines only near a match that is shown, each line once.
+  local near = {}
+  for _, r in ipairs(e.lines) do
+    if not r.context then
+      for l = r.line - context, r.line + context do
+        near[l] = true
       end
     end
   end
-  local notes = {}
-  local found = summary and summary.found or kept
-  local secret_matches = 0
-  for _, abs in ipairs(order) do
-    if by_file[abs].secret then
+  local seen = {}
+  if #out > 0 then
+    out[#out + 1] = ""
+  end
+  for _, r in ipairs(e.lines) do
+    if not seen[r.line] and (not r.context or near[r.line]) then
+      seen[r.line] = true
+      local sep = r.context and "-" or ":"
+      out[#out + 1] = e.shown .. sep .. r.line .. sep .. r.text .. (r.cut and " [line cut]" or "")
+      if not r.context then
+        shown_matches = shown_matches + 1
+      end
+    end
+  end
+  return shown_matches
+end
+
+-- The matches in the secret files (left out).
+function H.secret_matches(files, dir, results)
+  local n = 0
+  for _, abs in ipairs(files.order) do
+    if files.by_file[abs].secret then
       for _, r in ipairs(results) do
         local rel = r.path:gsub("^%./", "")
         if (rel:sub(1, 1) == "/" and rel or (dir .. "/" .. rel)) == abs and not r.context then
-          secret_matches = secret_matches + 1
+          n = n + 1
         end
       end
     end
   end
-  local left = found - shown_matches - secret_matches
+  return n
+end
+
+-- The notes on what was left out: matches past max, secret files, binary files,
+-- unreadable files.
+function H.notes(secret, summary, left, max, found)
+  local notes = {}
   if left > 0 then
     notes[#notes + 1] = ("[%d more match%s not shown (max_results = %d of %d in all); narrow the pattern or path, or raise max_results (at most %d).]"):format(
       left,
@@ -151,26 +198,7 @@ function H.format(ctx, input, dir, root_secret, results, summary, context, max)
       summary.unreadable == 1 and "" or "s"
     )
   end
-  if #out == 0 then
-    local where = input.path or "."
-    local text = ("No matches for `%s` in %s%s."):format(
-      input.pattern,
-      where,
-      input.glob and (" (files " .. input.glob .. ")") or ""
-    )
-    if #notes > 0 then
-      text = text .. "\n" .. table.concat(notes, "\n")
-    end
-    return text
-  end
-  local text, cut = search.truncate(ctx, table.concat(out, "\n"))
-  if cut then
-    table.insert(notes, 1, cut)
-  end
-  if #notes > 0 then
-    text = text .. "\n\n" .. table.concat(notes, "\n")
-  end
-  return text
+  return notes
 end
 
 ---@type flemma.tools.Definition
