@@ -36,7 +36,7 @@ tidy() {
   cmake -S . -B "$TIDY_DIR" -DCMAKE_EXPORT_COMPILE_COMMANDS=ON >/dev/null &&
     "$RUN_CLANG_TIDY" -clang-tidy-binary "$CLANG_TIDY" -p "$TIDY_DIR" -j 2 -quiet "$PWD/native/src/.*\.cpp$" \
       >"$TIDY_DIR/clang-tidy.log" 2>&1 ||
-    { sed 's/\x1b\[[0-9;]*m//g' "$TIDY_DIR/clang-tidy.log" | grep -E ': (warning|error): ' | sort -u; return 1; }
+    { sed 's/\x1b\[[0-9;]*m//g' "$TIDY_DIR/clang-tidy.log" | grep -E ': (warning|error): |lines including whitespace' | sort -u; return 1; }
 }
 if [ -z "$CLANG_TIDY" ] || [ -z "$RUN_CLANG_TIDY" ]; then
   echo "[lint] clang-tidy: not found (make deps installs clang-tidy-14)"; failed=1

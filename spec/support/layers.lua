@@ -73,9 +73,17 @@ function M.layer_of(name)
   return best
 end
 
---- Tokens of a Lua source: { kind = "name" | "string" | "op", value }, comments dropped.
+--- Tokens of a Lua source: { kind = "name" | "string" | "op", value, line }, comments
+--- dropped (line: where the token starts, 1-based).
 function M.tokens(src)
   local out, i, n = {}, 1, #src
+  local line, counted = 1, 1 -- the line of position `counted`
+  local function emit(tok, at)
+    local _, nl = src:sub(counted, at - 1):gsub("\n", "")
+    line, counted = line + nl, at
+    tok.line = line
+    out[#out + 1] = tok
+  end
   local function long_bracket(at)
     local eq = src:match("^%[(=*)%[", at)
     if not eq then
@@ -113,21 +121,21 @@ function M.tokens(src)
           j = j + 1
         end
       end
-      out[#out + 1] = { kind = "string", value = table.concat(buf) }
+      emit({ kind = "string", value = table.concat(buf) }, i)
       i = j + 1
     elseif c == "[" and src:match("^%[=*%[", i) then
       local s, after = long_bracket(i)
-      out[#out + 1] = { kind = "string", value = s }
+      emit({ kind = "string", value = s }, i)
       i = after
     elseif c:match("[%a_]") then
       local w = src:match("^[%w_]+", i)
-      out[#out + 1] = { kind = "name", value = w }
+      emit({ kind = "name", value = w }, i)
       i = i + #w
     elseif c:match("%d") then
       local w = src:match("^[%w_%.]+", i)
       i = i + #w
     else
-      out[#out + 1] = { kind = "op", value = c }
+      emit({ kind = "op", value = c }, i)
       i = i + 1
     end
   end
@@ -229,6 +237,65 @@ function M.redefined(path)
     end
   end
   return twice
+end
+
+--- The functions of a Lua source longer than `max` lines: { name, line, lines } in the
+--- order they end. A function's length is the line of its `end` less the line of its
+--- `function` (as clang-tidy's readability-function-size counts a C++ body, from `{` to
+--- `}`). Blocks are followed by their keywords on the tokens (comments and strings
+--- skipped): `function`, `do` (also of while and for), `if` and `repeat` open one, `end`
+--- and `until` close it; so the layout does not matter and a nested function is measured
+--- on its own as well as inside the one around it. The name is the one after
+--- `function`, else the one assigned (`M.f = function`, `key = function`), else
+--- "function".
+---@param src string
+---@param max integer
+---@return { name: string, line: integer, lines: integer }[]
+function M.long_functions(src, max)
+  local t, stack, out = M.tokens(src), {}, {}
+  local function is(k, kind, values)
+    local x = t[k]
+    return x ~= nil and x.kind == kind and (values == nil or values[x.value] == true)
+  end
+  local dot = { ["."] = true, [":"] = true }
+  -- The name after `function` (a.b:c), else the one before `= function`.
+  local function name_of(k)
+    local j = k + 1
+    local name
+    if is(j, "name") then
+      name = t[j].value
+      while is(j + 1, "op", dot) and is(j + 2, "name") do
+        name = name .. t[j + 1].value .. t[j + 2].value
+        j = j + 2
+      end
+      return name
+    end
+    j = k - 2
+    if not (is(k - 1, "op", { ["="] = true }) and is(j, "name")) then
+      return "function"
+    end
+    name = t[j].value
+    while is(j - 1, "op", dot) and is(j - 2, "name") do
+      name = t[j - 2].value .. t[j - 1].value .. name
+      j = j - 2
+    end
+    return name
+  end
+  local opens = { ["do"] = true, ["if"] = true, ["repeat"] = true }
+  local closes = { ["end"] = true, ["until"] = true }
+  for k = 1, #t do
+    if is(k, "name", { ["function"] = true }) then
+      stack[#stack + 1] = { name = name_of(k), line = t[k].line }
+    elseif is(k, "name", opens) then
+      stack[#stack + 1] = false
+    elseif is(k, "name", closes) then
+      local b = table.remove(stack)
+      if b and t[k].line - b.line > max then
+        out[#out + 1] = { name = b.name, line = b.line, lines = t[k].line - b.line }
+      end
+    end
+  end
+  return out
 end
 
 --- Modules no layer claims.
