@@ -3,16 +3,9 @@
 local ffi = require("ffi")
 local util = require("flemma.core.util")
 
-local S = {}
-local H = {}
-local N -- flemma.core.native, bound when it loads
-
 -- Used by the other sections only: not part of flemma.core.native.
-S.__internal = true
-
-function S.__bind(native)
-  N = native
-end
+local S, N = require("flemma.core.native.section").new(true)
+local H = {}
 
 --- A handle of the library made on first use (`lib[new]()`, raising "cannot start
 --- <what>: <error>" when it fails) and freed with `lib[free]` once collected. Returns

@@ -4,13 +4,8 @@ local util = require("flemma.core.util")
 local cdata = require("flemma.core.native.cdata")
 local item = require("flemma.core.native.item")
 
-local S = {}
+local S, N = require("flemma.core.native.section").new()
 local H = {}
-local N -- flemma.core.native, bound when it loads
-
-function S.__bind(native)
-  N = native
-end
 
 --- Parses a .chat document, given as one string (lines joined by "\n") or as
 --- a list of lines (as from nvim_buf_get_lines), and returns the raw model:

@@ -3,13 +3,8 @@
 local ffi = require("ffi")
 local util = require("flemma.core.util")
 
-local S = {}
+local S, N = require("flemma.core.native.section").new()
 local H = {}
-local N -- flemma.core.native, bound when it loads
-
-function S.__bind(native)
-  N = native
-end
 
 H.Escaper = {}
 H.Escaper.__index = H.Escaper

@@ -3,13 +3,8 @@
 local ffi = require("ffi")
 local cdata = require("flemma.core.native.cdata")
 
-local S = {}
+local S, N = require("flemma.core.native.section").new()
 local H = {}
-local N -- flemma.core.native, bound when it loads
-
-function S.__bind(native)
-  N = native
-end
 
 --- The file reader (created on first use, freed when collected).
 ---@return ffi.cdata*

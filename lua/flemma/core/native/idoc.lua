@@ -6,13 +6,8 @@ local util = require("flemma.core.util")
 local cdata = require("flemma.core.native.cdata")
 local item = require("flemma.core.native.item")
 
-local S = {}
+local S, N = require("flemma.core.native.section").new()
 local H = {}
-local N -- flemma.core.native, bound when it loads
-
-function S.__bind(native)
-  N = native
-end
 
 --- A new, empty incremental document (freed when collected).
 ---@return ffi.cdata*

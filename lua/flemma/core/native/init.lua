@@ -11,9 +11,10 @@ local util = require("flemma.core.util")
 local M = {}
 local H = {}
 
--- The sections of the header, in its order; each is a file of this folder. Two files
--- serve the others only: `cdata` (C arrays of strings, the event decoder wrapper) and
--- `item` (the items of parsed documents, for `document` and `idoc`).
+-- The sections of the header, in its order; each is a file of this folder that starts
+-- with section.new(). Two files serve the others only: `cdata` (C arrays of strings,
+-- the event decoder wrapper) and `item` (the items of parsed documents, for `document`
+-- and `idoc`).
 H.SECTIONS = {
   "cdata",
   "truncate",
@@ -305,7 +306,8 @@ end
 H.declare()
 
 -- The sections: each gets this module (its library, constants and the other
--- sections' functions, through `__bind`) and adds its public functions to it.
+-- sections' functions, through `__bind`: see section.lua) and adds its public functions
+-- to it.
 for _, name in ipairs(H.SECTIONS) do
   local section = require("flemma.core.native." .. name)
   section.__bind(M)

@@ -2,12 +2,7 @@
 --- made and called only by flemma.isolate, which keeps the budgets.
 local ffi = require("ffi")
 
-local S = {}
-local N -- flemma.core.native, bound when it loads
-
-function S.__bind(native)
-  N = native
-end
+local S, N = require("flemma.core.native.section").new()
 
 --- A new isolated interpreter from trusted modules ({ name = source }, as JSON text);
 --- `main` returns its entry points; `memory` (bytes, nil: 64 MB) is the most it may

@@ -7,16 +7,9 @@ local ffi = require("ffi")
 
 local band = bit.band
 
-local S = {}
-local H = {}
-local N -- flemma.core.native, bound when it loads
-
 -- Used by document.lua and idoc.lua only: not part of flemma.core.native.
-S.__internal = true
-
-function S.__bind(native)
-  N = native
-end
+local S, N = require("flemma.core.native.section").new(true)
+local H = {}
 
 -- The enum values, read from the header on first use (S.enums()).
 local FRONTMATTER, MESSAGE, TEXT, TOOL_USE, TOOL_RESULT, THINKING

@@ -3,12 +3,7 @@
 local util = require("flemma.core.util")
 local cdata = require("flemma.core.native.cdata")
 
-local S = {}
-local N -- flemma.core.native, bound when it loads
-
-function S.__bind(native)
-  N = native
-end
+local S, N = require("flemma.core.native.section").new()
 
 --- A JSON-RPC 2.0 line decoder (flemma_jsonrpc_new): `max_line` bytes per line (nil:
 --- 16 MiB), `max_depth` levels of nesting (nil: 64). Its :feed(bytes) returns events

@@ -4,12 +4,7 @@ local ffi = require("ffi")
 local util = require("flemma.core.util")
 local cdata = require("flemma.core.native.cdata")
 
-local S = {}
-local N -- flemma.core.native, bound when it loads
-
-function S.__bind(native)
-  N = native
-end
+local S, N = require("flemma.core.native.section").new()
 
 --- Starts a native search (see flemma_procmgr_search); raises on a bad request. Its
 --- results come as the process manager's events (proc_events).

@@ -2,12 +2,7 @@
 --- simple commands and their words, for per-command approval rules.
 local ffi = require("ffi")
 
-local S = {}
-local N -- flemma.core.native, bound when it loads
-
-function S.__bind(native)
-  N = native
-end
+local S, N = require("flemma.core.native.section").new()
 
 --- The simple commands of a command line, each a list of words after quote removal
 --- (`dynamic[i]` true when word i holds an expansion, substitution or glob), or nil

@@ -6,13 +6,8 @@ local bit = require("bit")
 local ffi = require("ffi")
 local cdata = require("flemma.core.native.cdata")
 
-local S = {}
+local S, N = require("flemma.core.native.section").new()
 local H = {}
-local N -- flemma.core.native, bound when it loads
-
-function S.__bind(native)
-  N = native
-end
 
 local TEXT, THINKING, TOOL_INPUT_DELTA -- FLEMMA_STREAM_* (the deltas), read by H.init
 H.types = nil -- event type value -> name, from the header: FLEMMA_STREAM_TOOL_USE_START -> "tool_use_start"
