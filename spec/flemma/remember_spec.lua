@@ -295,6 +295,38 @@ describe("approve and remember", function()
     assert.equals("pending", status_of(buf2, "toolu_p3"), text(buf2))
   end)
 
+  it("typed in a diff review: accepts what the review shows and remembers the folder", function()
+    setup({ auto_approve = {}, auto_approve_sandboxed = false })
+    vim.fn.mkdir(project .. "/notes", "p")
+    helpers.write_file(project .. "/notes/a.txt", "one\n")
+    local buf = helpers.edit(
+      project .. "/talk.chat",
+      chat({ { "toolu_w1", { path = "notes/a.txt", content = "one\ntwo\n" }, "write" } })
+    )
+    press("<C-]>")
+    helpers.wait_for(function()
+      return status_of(buf, "toolu_w1") == "pending"
+    end, 5000, text(buf))
+    cursor_to(buf, "toolu_w1")
+    press("<M-CR>")
+    helpers.wait_for(function()
+      return vim.b.flemma_review ~= nil and vim.api.nvim_get_current_buf() ~= buf
+    end, 5000, "the review did not open:\n" .. vim.inspect(h.notes))
+    vim.api.nvim_buf_set_lines(0, 0, -1, false, { "one", "edited in the review" })
+    pick = "configuration"
+    vim.cmd("Flemma tool:approve always")
+    assert.truthy(asked[1].prompt:find("write(notes/*)", 1, true), asked[1].prompt)
+    assert.equals("approved", status_of(buf, "toolu_w1"), text(buf))
+    assert.truthy(vim.tbl_contains(require("flemma.core.config").get().tools.auto_approve, "write(notes/*)"))
+    vim.cmd("silent! tabonly!")
+    vim.api.nvim_set_current_buf(buf)
+    press("<C-]>")
+    helpers.wait_for(function()
+      return status_of(buf, "toolu_w1") == "result"
+    end, 10000, text(buf))
+    assert.equals("one\nedited in the review\n", helpers.read_file(project .. "/notes/a.txt"))
+  end)
+
   it("another tool remembers its name; nothing happens when the user picks nothing", function()
     setup({ auto_approve = {} })
     local buf = helpers.edit(

@@ -285,7 +285,9 @@ end
 
 H.JSON_KEYS = {
   "anthropic",
+  "ask",
   "auto_approve",
+  "deny",
   "cache_retention",
   "max_tokens",
   "model",
@@ -337,8 +339,8 @@ function H.eval_json(code, first_line)
       if value == isolate.null then
         opt.fail(("`%s` is null; remove the key to keep the default"):format(key))
       end
-      if key == "auto_approve" then
-        flemma_opt.tools.auto_approve = value
+      if key == "auto_approve" or key == "ask" or key == "deny" then
+        flemma_opt.tools[key] = value
       elseif key == "tools" or vim.tbl_contains(H.JSON_KEYS, key) then
         flemma_opt[key] = value
       elseif key == "providers" then
