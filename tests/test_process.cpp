@@ -153,6 +153,27 @@ TEST_CASE("process") {
     ::rmdir(tmpl_b);
     flemma_proc_event_free(e);
   }
+  SUBCASE("spill_dir puts the spill files of stdout and stderr in that directory") {
+    char dir[] = "/tmp/flemma-test-spill-XXXXXX";
+    REQUIRE(::mkdtemp(dir) != nullptr);
+    const char* argv[] = {"bash", "-c", "seq 1 100000; seq 1 100000 >&2", nullptr};
+    flemma_spawn_opts o{};
+    o.argv = argv;
+    o.merge_output = 0;
+    o.spill_dir = dir;
+    int64_t id = 0;
+    REQUIRE(flemma_procmgr_spawn(m, &o, &id, nullptr) == FLEMMA_OK);
+    flemma_proc_event* e = wait_exit(m, id);
+    REQUIRE(e != nullptr);
+    REQUIRE(e->out_path != nullptr);
+    REQUIRE(e->err_path != nullptr);
+    CHECK(std::string(e->out_path).rfind(std::string(dir) + "/flemma-output-", 0) == 0);
+    CHECK(std::string(e->err_path).rfind(std::string(dir) + "/flemma-stderr-", 0) == 0);
+    ::unlink(e->out_path);
+    ::unlink(e->err_path);
+    CHECK(::rmdir(dir) == 0);  // nothing else was made there
+    flemma_proc_event_free(e);
+  }
   SUBCASE("a huge byte limit still keeps the tail by lines") {
     const char* argv[] = {"printf", "a\\nb\\n", nullptr};
     flemma_spawn_opts o{};

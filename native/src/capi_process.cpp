@@ -113,6 +113,7 @@ FLEMMA_API int flemma_procmgr_spawn(flemma_procmgr* mgr, const flemma_spawn_opts
     if (opts->decoder) o.decoder = opts->decoder;
     o.max_stdout_bytes = opts->max_stdout_bytes;
     o.max_file_bytes = opts->max_file_bytes;
+    if (opts->spill_dir) o.spill_dir = opts->spill_dir;
     pid_t pid = -1;
     int64_t id = m.spawn(std::move(o), &pid);
     if (id_out) *id_out = id;

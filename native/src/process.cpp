@@ -1388,7 +1388,9 @@ int64_t Manager::spawn(SpawnOptions opts, pid_t* pid_out) {
   p->out.max_bytes = p->err.max_bytes = opts.max_bytes;
   p->out.max_file_bytes = p->err.max_file_bytes = opts.max_file_bytes;
   p->err.prefix = "flemma-stderr-";
-  if (const char* dir = std::getenv("TMPDIR"); dir && *dir)
+  if (!opts.spill_dir.empty())
+    p->out.spill_dir = p->err.spill_dir = opts.spill_dir;
+  else if (const char* dir = std::getenv("TMPDIR"); dir && *dir)
     p->out.spill_dir = p->err.spill_dir = dir;
   p->decoder = std::move(decoders.stream);
   p->rpc = std::move(decoders.rpc);

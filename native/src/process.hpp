@@ -36,6 +36,7 @@ struct SpawnOptions {
       0;  // with a stream decoder: past this many stdout bytes the
           // stream fails (kResponseTooLarge) and the child is stopped; <= 0: none
   int64_t max_file_bytes = 0;  // each spill file ends with a note past this size; <= 0: none
+  std::string spill_dir;       // where spill files are made; empty: $TMPDIR, else /tmp
 };
 
 // The error type of the Error event that ends a stream longer than max_stdout_bytes.

@@ -35,6 +35,8 @@ local H = {}
 ---@field max_file_bytes? integer bytes of each full output file (`full_output_path`,
 --- `stderr_full_output_path`): past them the file ends with one line saying the rest was not
 --- kept (the tail in memory still follows the output); nil or 0: no limit
+---@field spill_dir? string the directory the full output files are made in (an existing
+--- one, e.g. to remove them with it); nil: $TMPDIR, else /tmp
 
 ---@class flemma.process.Result
 ---@field code integer|nil exit code (nil when a signal ended the process)
@@ -144,6 +146,7 @@ function H.check(opts)
   typed("on_progress", "function")
   typed("decoder", "string")
   typed("on_events", "function")
+  typed("spill_dir", "string")
   if opts.decoder and not opts.on_events then
     util.error("process.spawn: `decoder` needs `on_events` to receive the decoded events")
   end
@@ -538,6 +541,7 @@ function M.spawn(opts, on_exit)
     decoder = opts.decoder,
     max_stdout_bytes = opts.max_stdout_bytes and math.floor(opts.max_stdout_bytes) or 0,
     max_file_bytes = opts.max_file_bytes and math.floor(opts.max_file_bytes) or 0,
+    spill_dir = opts.spill_dir,
   })
   local handle = setmetatable({
     id = id,

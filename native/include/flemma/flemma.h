@@ -32,7 +32,7 @@ extern "C" {
 #endif
 
 /* Bumped whenever a declaration below changes in an incompatible way. */
-#define FLEMMA_ABI_VERSION 20
+#define FLEMMA_ABI_VERSION 21
 
 /* Status codes. */
 #define FLEMMA_OK 0
@@ -394,6 +394,10 @@ typedef struct flemma_spawn_opts {
    * so a long-lived child (an MCP server's stderr) cannot fill the disk; the
    * tail window in memory still follows the output. 0: no limit. ABI 20. */
   int64_t max_file_bytes;
+  /* The directory the spill files are made in (copied; the caller keeps
+   * ownership), so that their owner can remove them with it (an MCP server's
+   * stderr, when the server stops). NULL or "": $TMPDIR, else /tmp. ABI 21. */
+  const char *spill_dir;
 } flemma_spawn_opts;
 
 /* The kind of a flemma_proc_event. */

@@ -18,7 +18,7 @@ function S.proc_fd()
 end
 
 --- Spawns a child; raises on a bad request.
----@param o { argv: string[], cwd?: string, env?: string[], stdin?: string, stdin_mode: integer, merge_output: boolean, progress: boolean, timeout_ms: integer, kill_grace_ms: integer, max_lines: integer, max_bytes: integer, decoder?: string, max_stdout_bytes?: integer, max_file_bytes?: integer }
+---@param o { argv: string[], cwd?: string, env?: string[], stdin?: string, stdin_mode: integer, merge_output: boolean, progress: boolean, timeout_ms: integer, kill_grace_ms: integer, max_lines: integer, max_bytes: integer, decoder?: string, max_stdout_bytes?: integer, max_file_bytes?: integer, spill_dir?: string }
 ---@return integer id
 ---@return integer pid
 function S.proc_spawn(o)
@@ -44,6 +44,7 @@ function S.proc_spawn(o)
   opts.decoder = o.decoder
   opts.max_stdout_bytes = o.max_stdout_bytes or 0
   opts.max_file_bytes = o.max_file_bytes or 0
+  opts.spill_dir = o.spill_dir -- anchored by o until the call returns
   local id = ffi.new("int64_t[1]")
   local pid = ffi.new("int64_t[1]")
   if lib.flemma_procmgr_spawn(mgr, opts, id, pid) ~= 0 then
