@@ -258,6 +258,74 @@ function M.resolve(bufnr, path)
   return vim.fs.normalize(vim.fn.simplify(M.base_dir(bufnr) .. "/" .. path))
 end
 
+--- How the chat names an absolute path: `./...` below the chat file's directory,
+--- `~/...` below the home directory, else the path itself (M.resolve reads it back).
+---@param bufnr integer|nil
+---@param abs string
+---@return string
+function M.written(bufnr, abs)
+  abs = vim.fs.normalize(abs)
+  local base = M.base_dir(bufnr)
+  if abs:sub(1, #base + 1) == base .. "/" and #abs > #base + 1 then
+    return "./" .. abs:sub(#base + 2)
+  end
+  local home = vim.fs.normalize(uv.os_homedir() or vim.env.HOME or "")
+  if home ~= "" and home ~= "/" and abs:sub(1, #home + 1) == home .. "/" and #abs > #home + 1 then
+    return "~/" .. abs:sub(#home + 2)
+  end
+  return abs
+end
+
+--- The files a tool result's fence line names (`flemma:attach @./a.png;type=image/png
+--- @~/b\ c.pdf;type=application/pdf`, flemma.document.attach_info): { path, type }
+--- each, `\ ` read as a space and `\\` as a backslash; nil when the info string is
+--- not of a result with files.
+---@param info string|nil
+---@return { path: string, type?: string }[]|nil
+function M.result_files(info)
+  local tag = require("flemma.chat.document").ATTACH_TAG
+  if
+    type(info) ~= "string"
+    or info:sub(1, #tag) ~= tag
+    or not (#info == #tag or info:sub(#tag + 1, #tag + 1):match("%s"))
+  then
+    return nil
+  end
+  local out = {}
+  local i, n = #tag + 1, #info
+  while i <= n do
+    local c = info:sub(i, i)
+    if c:match("%s") then
+      i = i + 1
+    else
+      local buf = {}
+      while i <= n do
+        c = info:sub(i, i)
+        if c == "\\" and i < n then
+          buf[#buf + 1] = info:sub(i + 1, i + 1)
+          i = i + 2
+        elseif c:match("%s") then
+          break
+        else
+          buf[#buf + 1] = c
+          i = i + 1
+        end
+      end
+      local token = table.concat(buf)
+      local path, mime = token, nil
+      local cut = token:find(";type=", 1, true)
+      if cut then
+        path, mime = token:sub(1, cut - 1), token:sub(cut + 6)
+      end
+      if path:sub(1, 1) == "@" then
+        path = path:sub(2)
+      end
+      out[#out + 1] = { path = path, type = mime ~= "" and mime or nil }
+    end
+  end
+  return out
+end
+
 -- ---------------------------------------------------------------------------
 -- Reading files
 -- ---------------------------------------------------------------------------
@@ -618,6 +686,9 @@ function H.message_refs(msg)
       if p.kind == "text" and type(p.text) == "string" and #H.refs_of(p) > 0 then
         v = true
         break
+      elseif p.kind == "tool_result" and p.status == nil and M.result_files(p.info) then
+        v = true
+        break
       end
     end
     H.named[msg] = v
@@ -694,6 +765,48 @@ function H.expand_part(bufnr, msg, p, refs, max_bytes, problems, stamps, warning
   return out
 end
 
+--- A tool result whose fence line names files, with the files read: a copy of the
+--- part whose `files` are `file` parts (images and PDFs only). A file is read as a
+--- reference in the text is: inside the project or allowed (flemma.reach: secret
+--- files and files outside the project are asked about), not the kernel's, within
+--- attachments.max_bytes, and of the type its content has.
+function H.expand_result(bufnr, p, max_bytes, problems, stamps)
+  local files = {}
+  local line = p.fence_line or p.first_line
+  for _, ref in ipairs(M.result_files(p.info) or {}) do
+    if not (ref.path:match("^%.%.?/.") or ref.path:match("^~/.") or ref.path:match("^/.")) then
+      problems[#problems + 1] = {
+        line = line,
+        message = ("the result `%s` names %s: a file it carries should be a ./, ../, ~/ or / path"):format(
+          p.id,
+          vim.inspect(ref.path)
+        ),
+      }
+    else
+      local abs = M.resolve(bufnr, ref.path)
+      local file, err = H.load(abs, { path = ref.path, type = ref.type }, max_bytes, bufnr)
+      if not file then
+        problems[#problems + 1] = { line = line, message = ("the result `%s`: %s"):format(p.id, err) }
+      elseif not (M.IMAGE_TYPES[file.mime] or file.mime == M.PDF) or not file.data then
+        problems[#problems + 1] = {
+          line = line,
+          message = ("the result `%s` carries @%s, which is %s: a result carries images (png, jpeg, gif, webp) and PDFs only"):format(
+            p.id,
+            ref.path,
+            file.mime
+          ),
+        }
+      else
+        stamps[#stamps + 1] = abs .. "\0" .. file.stamp .. "\0" .. (ref.type or "")
+        files[#files + 1] = { kind = "file", path = ref.path, mime = file.mime, data = file.data, size = file.size }
+      end
+    end
+  end
+  local copy = util.copy(p)
+  copy.files = files
+  return copy
+end
+
 --- The document as it is sent: after each @System: and @You: text part that names
 --- files, the files it names (text inlined, images and PDFs as `file` parts; in
 --- @System: a text note for those). The document and the buffer are not touched;
@@ -720,6 +833,9 @@ function M.expand(bufnr, doc)
         if p.kind == "text" and p.text and #H.refs_of(p) > 0 then
           found = found or {}
           found[#found + 1] = j
+        elseif p.kind == "tool_result" and p.status == nil and msg.role == "user" and M.result_files(p.info) then
+          found = found or {}
+          found[#found + 1] = j
         end
       end
       if found then
@@ -732,6 +848,8 @@ function M.expand(bufnr, doc)
               new_parts,
               H.expand_part(bufnr, msg, p, H.refs_of(p), max_bytes, problems, stamps, warnings)
             )
+          elseif p.kind == "tool_result" and vim.tbl_contains(found, j) then
+            new_parts[#new_parts + 1] = H.expand_result(bufnr, p, max_bytes, problems, stamps)
           else
             new_parts[#new_parts + 1] = p
           end

@@ -759,15 +759,45 @@ end
 --- placeholder of a result.
 M.RESULT_INFOS = { ["flemma:todo"] = true }
 
+--- The info string of a result that carries files: `flemma:attach` and one
+--- `@path;type=mime` per file (spaces in a path escaped with a backslash), as
+--- flemma.attachments reads it back at send time.
+---@param files { path: string, mime: string }[] paths as the chat names them (./, ~/, /)
+---@return string
+function M.attach_info(files)
+  local refs = {}
+  for i, f in ipairs(files) do
+    if
+      type(f.path) ~= "string"
+      or not (f.path:match("^%.%.?/.") or f.path:match("^~/.") or f.path:match("^/."))
+      or f.path:find("[`\n\r\t]")
+      or type(f.mime) ~= "string"
+      or not f.mime:match("^[%w.+-]+/[%w.+-]+$")
+    then
+      util.error(
+        ("render_result: attachment %d should be { path = ./, ~/ or / path, mime }, not %s"):format(i, vim.inspect(f))
+      )
+    end
+    refs[i] = "@" .. f.path:gsub("\\", "\\\\"):gsub(" ", "\\ ") .. ";type=" .. f.mime
+  end
+  return M.ATTACH_TAG .. " " .. table.concat(refs, " ")
+end
+
+--- The info-string tag of a result that carries files.
+M.ATTACH_TAG = "flemma:attach"
+
 --- Lines of a real result. A table output is written as JSON with a `json`
 --- info string; a string is written as is (one trailing newline dropped), with
---- the info string `info` when given (one of M.RESULT_INFOS, not for an error).
+--- the info string `info` when given (one of M.RESULT_INFOS, not for an error). A
+--- result with files (images, PDFs a tool handed over) names them on its fence
+--- line instead (M.attach_info); the text holds what the tool said about them.
 ---@param id string
 ---@param output string|table
 ---@param is_error? boolean writes ` (error)` after the id
 ---@param info? string
+---@param files? { path: string, mime: string }[]
 ---@return string[]
-function M.render_result(id, output, is_error, info)
+function M.render_result(id, output, is_error, info, files)
   H.check_id(id, "render_result")
   if info ~= nil and (is_error or type(output) ~= "string" or not M.RESULT_INFOS[info]) then
     util.error(("render_result: `info` %s is only for a string result that is no error"):format(vim.inspect(info)))
@@ -782,6 +812,9 @@ function M.render_result(id, output, is_error, info)
     content = ""
   else
     content = tostring(output)
+  end
+  if files and #files > 0 then
+    info = M.attach_info(files)
   end
   local header = ("**Tool Result:** `%s`"):format(id) .. (is_error and " (error)" or "")
   return H.block(header, info, content)
@@ -822,7 +855,9 @@ function M.to_messages(doc)
         elseif p.kind == "tool_use" then
           parts[#parts + 1] = { kind = "tool_use", id = p.id, name = p.name, input = p.input or {} }
         elseif p.kind == "tool_result" then
-          parts[#parts + 1] = { kind = "tool_result", id = p.id, content = p.content, is_error = p.is_error }
+          -- files: the images and PDFs the result carries (flemma.attachments)
+          parts[#parts + 1] =
+            { kind = "tool_result", id = p.id, content = p.content, is_error = p.is_error, files = p.files }
         elseif p.kind == "file" then
           -- an image or PDF a file reference attached (flemma.attachments)
           parts[#parts + 1] = { kind = "file", path = p.path, mime = p.mime, data = p.data, size = p.size }

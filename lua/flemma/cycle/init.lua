@@ -358,7 +358,9 @@ end
 
 --- Replaces the placeholder of `id` (found again now, by id) with a result.
 ---@return integer|nil line the 1-based header line of the written result
-function H.write_result(bufnr, id, output, is_error, info)
+---@param info? string the block's info string (document.RESULT_INFOS)
+---@param attachments? flemma.tools.Attachment[] files the result carries (named on its fence line)
+function H.write_result(bufnr, id, output, is_error, info, attachments)
   if not vim.api.nvim_buf_is_valid(bufnr) then
     return nil
   end
@@ -368,7 +370,15 @@ function H.write_result(bufnr, id, output, is_error, info)
     util.warn(("the placeholder of `%s` is gone; its result was not written"):format(id))
     return nil
   end
-  local lines = require("flemma.chat.document").render_result(id, output, is_error, info)
+  local files
+  if attachments and #attachments > 0 then
+    local written = require("flemma.chat.attachments").written
+    files = {}
+    for i, a in ipairs(attachments) do
+      files[i] = { path = written(bufnr, a.path), mime = a.mime }
+    end
+  end
+  local lines = require("flemma.chat.document").render_result(id, output, is_error, info, files)
   H.set_lines(bufnr, part.first_line - 1, part.last_line, lines)
   return part.first_line
 end
@@ -614,7 +624,14 @@ function H.finish(bufnr, job, result)
     local line
     if result.success then
       local output = result.output == nil and "" or result.output
-      line = H.write_result(bufnr, job.id, output, false, type(output) == "string" and result.info or nil)
+      line = H.write_result(
+        bufnr,
+        job.id,
+        output,
+        false,
+        type(output) == "string" and result.info or nil,
+        result.attachments
+      )
     else
       local msg = result.error or "the tool failed"
       if result.output ~= nil and result.output ~= "" then

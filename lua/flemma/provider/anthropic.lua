@@ -97,7 +97,16 @@ function H.blocks(msg, params)
       out[#out + 1] = { type = "tool_use", id = p.id, name = common.wire_name(p.name), input = H.input(p.input) }
     elseif p.kind == "tool_result" then
       local block = { type = "tool_result", tool_use_id = p.id }
-      if p.content and p.content ~= "" then
+      if p.files and #p.files > 0 then
+        -- The files a result carries: image and document blocks in its content.
+        block.content = {}
+        if p.content and p.content ~= "" then
+          block.content[1] = { type = "text", text = p.content }
+        end
+        for _, f in ipairs(p.files) do
+          block.content[#block.content + 1] = H.file_block(f)
+        end
+      elseif p.content and p.content ~= "" then
         block.content = p.content
       end
       if p.is_error then

@@ -215,6 +215,19 @@ function M.file_note(part, why)
   return require("flemma.chat.attachments").note(part, why)
 end
 
+--- The text put before the files of a tool result where a kind sends them outside
+--- the result (openai_chat's tool messages and Gemini's function responses hold none):
+--- it names the call and the files.
+---@param p { id: string, files: { path: string }[] }
+---@return string
+function M.files_intro(p)
+  local names = {}
+  for i, f in ipairs(p.files) do
+    names[i] = f.path
+  end
+  return ("The files returned by tool call %s (%s):"):format(p.id, table.concat(names, ", "))
+end
+
 --- The name a tool goes by in requests: providers allow letters, digits, `_` and `-`
 --- in tool names, so an MCP tool's `server:tool` is sent as `server__tool`.
 ---@param name string

@@ -95,7 +95,19 @@ function H.items(msg, params)
         if p.is_error then
           output = M.error_prefix .. output
         end
-        out[#out + 1] = { type = "function_call_output", call_id = p.id, output = output }
+        if p.files and #p.files > 0 then
+          -- The files a result carries: input_image / input_file items of its output.
+          local items = {}
+          if output ~= "" then
+            items[1] = { type = "input_text", text = output }
+          end
+          for _, f in ipairs(p.files) do
+            items[#items + 1] = H.file_item(f)
+          end
+          out[#out + 1] = { type = "function_call_output", call_id = p.id, output = items }
+        else
+          out[#out + 1] = { type = "function_call_output", call_id = p.id, output = output }
+        end
       elseif p.kind == "text" and p.text:find("%S") then
         texts[#texts + 1] = p.text
       end

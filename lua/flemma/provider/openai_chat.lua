@@ -83,6 +83,19 @@ function H.messages(msg, params, files)
           result = M.error_prefix .. result
         end
         out[#out + 1] = { role = "tool", tool_call_id = p.id, content = result }
+        if p.files and #p.files > 0 then
+          -- A tool message holds text only: the files a result carries go in the user
+          -- message after the tool messages, introduced by a line naming the call.
+          content = content or {}
+          if #texts > 0 then
+            content[#content + 1] = { type = "text", text = table.concat(texts, "\n\n") }
+            texts = {}
+          end
+          content[#content + 1] = { type = "text", text = common.files_intro(p) }
+          for _, f in ipairs(p.files) do
+            content[#content + 1] = H.file_part(f, files)
+          end
+        end
       elseif p.kind == "text" and p.text:find("%S") then
         texts[#texts + 1] = p.text
       end

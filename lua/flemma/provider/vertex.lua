@@ -92,12 +92,19 @@ H.schema = common.schema
 function H.parts(msg, params, refs)
   local parts = {}
   if msg.role == "user" then
+    local carried = {} -- the files of results, after the message's other parts
     for _, p in ipairs(msg.parts) do
       if p.kind == "tool_result" then
         local response = p.is_error and { error = p.content or "" } or { output = p.content or "" }
         parts[#parts + 1] = {
           functionResponse = { id = p.id, name = common.wire_name(refs.tool_name(p.id) or p.id), response = response },
         }
+        if p.files and #p.files > 0 then
+          carried[#carried + 1] = { text = common.files_intro(p) }
+          for _, f in ipairs(p.files) do
+            carried[#carried + 1] = { inlineData = { mimeType = f.mime, data = f.data } }
+          end
+        end
       elseif p.kind == "text" and p.text:find("%S") then
         parts[#parts + 1] = { text = p.text }
       elseif p.kind == "file" then
@@ -105,6 +112,7 @@ function H.parts(msg, params, refs)
         parts[#parts + 1] = { inlineData = { mimeType = p.mime, data = p.data } }
       end
     end
+    vim.list_extend(parts, carried)
     return parts
   end
   local signature -- of our own thinking, waiting for the part it belongs to

@@ -12,6 +12,11 @@ local H = {}
 ---@field error? string
 ---@field info? string a success's result block info string: only one of document.RESULT_INFOS
 --- (`flemma:todo`, the list of the `todo` tool); the cycle writes a plain block otherwise
+---@field attachments? flemma.tools.Attachment[] files shown to the model with the result (a success's only)
+
+---@class flemma.tools.Attachment an image (png, jpeg, gif, webp) or PDF a result hands to the model
+---@field path string absolute path of the file (read when the request is built, flemma.attachments)
+---@field mime string its MIME type
 
 ---@class flemma.tools.Definition
 ---@field name string
@@ -614,6 +619,13 @@ function H.normalize(name, result)
   if out.success and type(result.info) == "string" and require("flemma.chat.document").RESULT_INFOS[result.info] then
     out.info = result.info
   end
+  if out.success and result.attachments ~= nil then
+    local list, bad = H.attachments(result.attachments)
+    if not list then
+      return { success = false, error = ("tool `%s` returned bad attachments: %s"):format(name, bad) }
+    end
+    out.attachments = list
+  end
   if out.error ~= nil and type(out.error) ~= "string" then
     out.error = util.message(out.error)
   end
@@ -622,6 +634,28 @@ function H.normalize(name, result)
   end
   if not out.success and (out.error == nil or out.error == "") then
     out.error = ("tool `%s` failed without a message"):format(name)
+  end
+  return out
+end
+
+-- Result attachments as the chat writes them: a list of { path, mime }, each path
+-- absolute, without a backtick or a line break (it goes on the result's fence line).
+function H.attachments(v)
+  if type(v) ~= "table" or not vim.islist(v) then
+    return nil, "`attachments` should be a list of { path, mime }"
+  end
+  if #v > 64 then
+    return nil, ("%d attachments (at most 64)"):format(#v)
+  end
+  local out = {}
+  for i, a in ipairs(v) do
+    if type(a) ~= "table" or type(a.path) ~= "string" or type(a.mime) ~= "string" then
+      return nil, ("attachment %d should be { path = string, mime = string }"):format(i)
+    end
+    if a.path:sub(1, 1) ~= "/" or a.path:find("[`\n\r]") or not a.mime:match("^[%w.+-]+/[%w.+-]+$") then
+      return nil, ("attachment %d: %s (%s) is not an absolute path of a plain name and type"):format(i, a.path, a.mime)
+    end
+    out[i] = { path = a.path, mime = a.mime:lower() }
   end
   return out
 end

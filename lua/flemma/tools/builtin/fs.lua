@@ -57,6 +57,31 @@ function M.sniff(head)
   return false, "text"
 end
 
+-- Images and documents a provider can be shown, by their first bytes.
+H.media = {
+  { "\137PNG\r\n\26\n", "image/png" },
+  { "\255\216\255", "image/jpeg" },
+  { "GIF87a", "image/gif" },
+  { "GIF89a", "image/gif" },
+  { "%PDF-", "application/pdf" },
+}
+
+--- The MIME type of an image (png, jpeg, gif, webp) or PDF from a file's first
+--- bytes (its content, never its name), or nil.
+---@param head string the first bytes
+---@return string|nil mime
+function M.media_type(head)
+  for _, m in ipairs(H.media) do
+    if head:sub(1, #m[1]) == m[1] then
+      return m[2]
+    end
+  end
+  if head:sub(1, 4) == "RIFF" and head:sub(9, 12) == "WEBP" then
+    return "image/webp"
+  end
+  return nil
+end
+
 --- The file a write to `path` ends up in: the target of a symlink (even a dangling
 --- one), else path itself.
 ---@param path string

@@ -47,6 +47,35 @@ function H.limits()
   return t.max_lines or 2000, t.max_bytes or 51200
 end
 
+--- An image (png, jpeg, gif, webp) or PDF: the result names it and carries it as an
+--- attachment (the chat shows a reference; the bytes are read when the request is
+--- built, through the checks of `@./file` references: flemma.attachments). A file over
+--- attachments.max_bytes is an error the model can act on.
+function H.media(input, ctx, path, mime, size)
+  local what = mime == "application/pdf" and "a PDF document" or ("an image (%s)"):format(mime)
+  local max = require("flemma.core.config").get().attachments.max_bytes
+  if size > max then
+    return {
+      success = false,
+      error = ("%s is %s of %s, over attachments.max_bytes (%s): it cannot be shown to the model (the user may raise the limit)"):format(
+        input.path,
+        what,
+        ctx.truncate.format_size(size),
+        ctx.truncate.format_size(max)
+      ),
+    }
+  end
+  return {
+    success = true,
+    output = ("%s is %s of %s; it is attached to this result."):format(
+      input.path,
+      what,
+      ctx.truncate.format_size(size)
+    ),
+    attachments = { { path = path, mime = mime } },
+  }
+end
+
 -- The tool's result from what the file reader gave.
 function H.result(input, ctx, path, offset, max_lines, max_bytes, res)
   if not res.ok then
@@ -70,6 +99,10 @@ function H.result(input, ctx, path, offset, max_lines, max_bytes, res)
     return { success = false, error = res.message }
   end
   local size = ctx.truncate.format_size(res.size)
+  local mime = fs.media_type(res.head or "")
+  if mime then
+    return H.media(input, ctx, path, mime, res.size)
+  end
   local binary, kind = fs.sniff(res.head)
   if binary then
     return {
@@ -137,7 +170,9 @@ return {
   description = "Read a text file. Returns at most `limit` (default 2000) lines or 50KB from `offset` "
     .. "(1-based line, default 1); when more remains, the result says which offset to continue from. "
     .. "`line_numbers = true` prefixes each line with its number (as `cat -n`). Lines over 2000 bytes "
-    .. "are cut and the result says which. Binary files are described, not shown. Relative paths are "
+    .. "are cut and the result says which. Images (png, jpeg, gif, webp) and PDFs are attached to the "
+    .. "result for you to see (offset and limit do not apply). Other binary files are described, not shown. "
+    .. "Relative paths are "
     .. "resolved against the chat file's directory.",
   strict = true,
   input_schema = {
