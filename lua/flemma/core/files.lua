@@ -184,4 +184,61 @@ function M.pending()
   return vim.tbl_count(H.waiting)
 end
 
+-- ---------------------------------------------------------------------------
+-- Media a tool handed over (an MCP server's image)
+-- ---------------------------------------------------------------------------
+
+--- The directory of the images and other media tools hand over as data (an MCP
+--- result's image): stdpath("cache")/flemma/media. Its files are named by the
+--- sha256 of their content, so a chat can name one only if its author had the
+--- content already; flemma.reach lets a chat send them without asking.
+---@return string
+function M.media_dir()
+  return vim.fs.normalize(vim.fn.stdpath("cache") .. "/flemma/media")
+end
+
+--- Whether a real path (symlinks resolved) is a file Flemma saved in the media
+--- directory (a content-named file directly inside it).
+---@param real string
+---@return boolean
+function M.is_media(real)
+  local dir = uv.fs_realpath(M.media_dir())
+  if not dir or real:sub(1, #dir + 1) ~= dir .. "/" then
+    return false
+  end
+  return real:sub(#dir + 2):match("^%x+%.%w+$") ~= nil
+end
+
+--- Saves media given as base64 into the media directory (once per content) and
+--- returns its path; nil and why when it cannot. The file is private (0600) and
+--- written whole before it gets its name.
+---@param data string base64
+---@param bytes string the decoded content
+---@param ext string file extension (png, jpg, ...)
+---@return string|nil path
+---@return string|nil err
+function M.save_media(data, bytes, ext)
+  local dir = M.media_dir()
+  if vim.fn.isdirectory(dir) == 0 and vim.fn.mkdir(dir, "p", 448) == 0 then
+    return nil, "cannot create " .. dir
+  end
+  local path = ("%s/%s.%s"):format(dir, vim.fn.sha256(data), ext)
+  local st = uv.fs_stat(path)
+  if st and st.type == "file" and st.size == #bytes then
+    return path
+  end
+  local tmp = ("%s/.%s.%d.tmp"):format(dir, vim.fn.sha256(data):sub(1, 16), uv.os_getpid())
+  local fd, err = uv.fs_open(tmp, "w", 384) -- 0600
+  if not fd then
+    return nil, err
+  end
+  local ok, werr = uv.fs_write(fd, bytes, 0)
+  uv.fs_close(fd)
+  if not ok or not uv.fs_rename(tmp, path) then
+    os.remove(tmp)
+    return nil, werr or ("cannot write " .. path)
+  end
+  return path
+end
+
 return M

@@ -43,6 +43,11 @@ function M.check(bufnr, abs, shown)
   if bufnr and session.field(bufnr, "reach_allowed") and session.field(bufnr, "reach_allowed")[real] then
     return true
   end
+  -- Media a tool handed over as data (an MCP image), saved by Flemma under the
+  -- sha256 of its content (flemma.files.save_media).
+  if require("flemma.core.files").is_media(real) then
+    return true
+  end
   local secret = require("flemma.policy.secret_paths").check(abs, real)
   local roots = M.roots(bufnr)
   if not secret then

@@ -72,12 +72,25 @@ end
 
 -- Largest image or audio a result may save (bytes of base64).
 H.MAX_MEDIA = 16 * 1024 * 1024
-H.EXT = { ["image/png"] = "png", ["image/jpeg"] = "jpg", ["image/gif"] = "gif", ["image/webp"] = "webp" }
+H.EXT = {
+  ["image/png"] = "png",
+  ["image/jpeg"] = "jpg",
+  ["image/gif"] = "gif",
+  ["image/webp"] = "webp",
+  ["audio/wav"] = "wav",
+  ["audio/x-wav"] = "wav",
+  ["audio/mpeg"] = "mp3",
+  ["audio/ogg"] = "ogg",
+  ["audio/flac"] = "flac",
+}
 
---- An image or audio block of a result: saved to a file (the result is text), and a
---- line naming it.
-function H.media_note(server, c)
-  local mime = type(c.mimeType) == "string" and c.mimeType or "application/octet-stream"
+--- An image or audio block of a result: saved into Flemma's media directory
+--- (flemma.files.save_media, named by its content) and a line naming it. An image
+--- whose bytes are a png, jpeg, gif or webp is also added to `attachments`: the
+--- result carries it to the model as a `read` of an image does. Audio is saved and
+--- named only (no provider kind takes it in a tool result).
+function H.media(server, c, attachments)
+  local mime = type(c.mimeType) == "string" and c.mimeType:lower() or "application/octet-stream"
   if type(c.data) ~= "string" or #c.data > H.MAX_MEDIA then
     return ("[%s from %s (%s) left out: missing or over %s]"):format(c.type, server, mime, "16 MiB")
   end
@@ -85,14 +98,47 @@ function H.media_note(server, c)
   if not ok then
     return ("[%s from %s (%s) left out: not valid base64]"):format(c.type, server, mime)
   end
-  local path = vim.fn.tempname() .. "." .. (H.EXT[mime] or "bin")
-  local f = io.open(path, "wb")
-  if not f then
-    return ("[%s from %s (%s) left out: cannot write a temp file]"):format(c.type, server, mime)
+  -- The type its bytes have, whatever the server said.
+  local found = c.type == "image" and require("flemma.tools.builtin.fs").media_type(bytes:sub(1, 16)) or nil
+  if found == "application/pdf" then
+    found = nil
   end
-  f:write(bytes)
-  f:close()
-  return ("[%s %s, %d bytes, saved to %s]"):format(c.type, mime, #bytes, path)
+  local path, err = require("flemma.core.files").save_media(c.data, bytes, H.EXT[found or mime] or "bin")
+  if not path then
+    return ("[%s from %s (%s) left out: %s]"):format(c.type, server, mime, tostring(err))
+  end
+  local max = require("flemma.core.config").get().attachments.max_bytes
+  if found and #bytes > max then
+    return ("[image %s, %d bytes, saved to %s; not shown to the model: over attachments.max_bytes (%d bytes)]"):format(
+      found,
+      #bytes,
+      path,
+      max
+    )
+  elseif found then
+    attachments[#attachments + 1] = { path = path, mime = found }
+    return ("[image %s, %d bytes, attached; saved as %s]"):format(found, #bytes, path)
+  end
+  return ("[%s %s, %d bytes, saved to %s%s]"):format(
+    c.type,
+    mime,
+    #bytes,
+    path,
+    c.type == "image" and " (not a png, jpeg, gif or webp: not shown to the model)" or ""
+  )
+end
+
+--- A resource link: its name, URI, type and description (no content is fetched).
+function H.resource_link(c)
+  local name = type(c.name) == "string" and c.name or type(c.title) == "string" and c.title or nil
+  local line = ("[resource link] %s%s"):format(name and (name .. ": ") or "", tostring(c.uri))
+  if type(c.mimeType) == "string" then
+    line = line .. " (" .. c.mimeType .. ")"
+  end
+  if type(c.description) == "string" and c.description ~= "" then
+    line = line .. " - " .. c.description
+  end
+  return line
 end
 
 --- The tool result of a tools/call result.
@@ -100,18 +146,15 @@ function M.result(server, res)
   if type(res) ~= "table" then
     return { success = false, error = ("server `%s` answered tools/call with %s"):format(server, type(res)) }
   end
-  local parts = {}
+  local parts, attachments = {}, {}
   for _, c in ipairs(type(res.content) == "table" and res.content or {}) do
     if type(c) == "table" then
       if c.type == "text" and type(c.text) == "string" then
         parts[#parts + 1] = c.text
       elseif c.type == "image" or c.type == "audio" then
-        parts[#parts + 1] = H.media_note(server, c)
+        parts[#parts + 1] = H.media(server, c, attachments)
       elseif c.type == "resource_link" then
-        parts[#parts + 1] = ("resource: %s%s"):format(
-          tostring(c.uri),
-          type(c.name) == "string" and (" (" .. c.name .. ")") or ""
-        )
+        parts[#parts + 1] = H.resource_link(c)
       elseif c.type == "resource" and type(c.resource) == "table" then
         local r = c.resource
         if type(r.text) == "string" then
@@ -136,7 +179,7 @@ function M.result(server, res)
   if res.isError == true then
     return { success = false, error = text ~= "" and text or ("server `%s` reported an error"):format(server) }
   end
-  return { success = true, output = text }
+  return { success = true, output = text, attachments = #attachments > 0 and attachments or nil }
 end
 
 --- Calls fn(err) once the server is ready (starting or restarting it as needed).
