@@ -163,14 +163,52 @@ describe("mcp", function()
       assert.truthy(r.output:find("42", 1, true), r.output)
     end)
 
-    it("saves an image result to a file and names it", function()
+    it("carries an image result as an attachment, saved under its content's sha256", function()
       local r = run("everything:get-tiny-image", {})()
-      assert.is_true(r.success)
-      local path = r.output:match("saved to (%S+%.png)")
-      assert.truthy(path, r.output)
-      local data = helpers.read_file(path)
+      assert.is_true(r.success, r.error)
+      assert.equals(1, #r.attachments, vim.inspect(r))
+      local a = r.attachments[1]
+      assert.equals("image/png", a.mime)
+      local dir = require("flemma.core.files").media_dir()
+      assert.equals(dir, vim.fs.dirname(a.path))
+      local data = helpers.read_file(a.path)
       assert.equals("\137PNG", data:sub(1, 4))
-      os.remove(path)
+      -- Named by the sha256 of the base64 the server sent (computed apart here).
+      local b64 = vim.system({ "base64", "-w0", a.path }, { text = true }):wait().stdout
+      local sum = vim.system({ "sha256sum" }, { stdin = vim.trim(b64), text = true }):wait().stdout:match("^%x+")
+      assert.equals(dir .. "/" .. sum .. ".png", a.path)
+      assert.equals(384, bit.band(vim.uv.fs_stat(a.path).mode, 511)) -- 0600
+      assert.truthy(
+        r.output:find("[image image/png, " .. #data .. " bytes, attached; saved as " .. a.path .. "]", 1, true),
+        r.output
+      )
+      -- The same image again: the same file.
+      local again = run("everything:get-tiny-image", {})()
+      assert.equals(a.path, again.attachments[1].path)
+    end)
+
+    it("lists resource links by name and URI; structuredContent as JSON, once", function()
+      local r = run("everything:get-resource-links", { count = 2 })()
+      assert.is_true(r.success, r.error)
+      assert.truthy(r.output:find("Here are 2 resource links", 1, true), r.output)
+      -- One line each: name, URI, type and description, as the server gave them.
+      for i = 1, 2 do
+        assert.truthy(
+          r.output:find(
+            ("\n%%[resource link%%] %%a+ Resource %d: demo://resource/dynamic/%%a+/%d %%([%%w/]+%%) %%- Resource %d: "):format(
+              i,
+              i,
+              i
+            )
+          ),
+          r.output
+        )
+      end
+      assert.is_nil(r.attachments)
+      r = run("everything:get-structured-content", { location = "Chicago" })()
+      assert.is_true(r.success, r.error)
+      local decoded = vim.json.decode(r.output)
+      assert.same({ temperature = 36, conditions = "Light rain / drizzle", humidity = 82 }, decoded)
     end)
 
     it("reports progress of a long-running tool, and a cancel ends it at once", function()
@@ -287,35 +325,74 @@ describe("mcp", function()
     assert.truthy(r.error:find("boom: the spec server crashes now", 1, true), r.error)
   end)
 
-  it("keeps at most 1 MB of a server's stderr in its file; the last lines still reach the error", function()
-    local dir = vim.fn.tempname()
-    vim.fn.mkdir(dir, "p")
-    local tmpdir = vim.env.TMPDIR
-    vim.env.TMPDIR = dir
-    local ok, err = pcall(function()
-      setup({ noisy = spec_server("noisy") })
-      mcp.start()
-      wait_ready()
-      local r = run("noisy:boom", {})(20000)
-      assert.is_false(r.success)
-      assert.truthy(r.error:find("server `noisy` exited (code 3)", 1, true), r.error)
-      assert.truthy(r.error:find("boom: the spec server crashes now", 1, true), r.error)
-      local files = vim.fn.glob(dir .. "/flemma-stderr-*", false, true)
-      assert.is_true(#files >= 1, "no stderr file in " .. dir)
-      local cut = 0
-      for _, f in ipairs(files) do
-        local size = vim.fn.getfsize(f)
-        assert.is_true(size <= 1024 * 1024 + 100, f .. " holds " .. size .. " bytes")
-        local data = helpers.read_file(f)
-        if data:find("\n%[flemma: output file cut at 1048576 bytes; the rest was not kept%]\n$") then
-          cut = cut + 1
-        end
-      end
-      assert.equals(1, cut, "the 8 MB file should end with the note")
-    end)
-    vim.env.TMPDIR = tmpdir
-    vim.fn.delete(dir, "rf")
-    assert(ok, err)
+  -- The stderr file of a server past its memory window, in the server's own directory.
+  local function stderr_files(c)
+    return c.spill_dir and vim.fn.glob(c.spill_dir .. "/flemma-stderr-*", false, true) or {}
+  end
+
+  it("keeps at most 1 MB of a server's stderr in its file, and removes the file when the server stops", function()
+    setup({ chatty = spec_server("chatty") })
+    mcp.start()
+    wait_ready()
+    local c = mcp.client("chatty")
+    local dir = c.spill_dir
+    assert.truthy(dir and vim.startswith(dir, vim.fn.fnamemodify(vim.fn.tempname(), ":h")), tostring(dir))
+    local file
+    helpers.wait_for(function()
+      file = stderr_files(c)[1]
+      local data = file and helpers.read_file(file) or ""
+      return data:find("\n%[flemma: output file cut at 1048576 bytes; the rest was not kept%]\n$") ~= nil
+    end, 20000, "the 8 MB of stderr never filled the file up to its cap: " .. vim.inspect(stderr_files(c)))
+    assert.is_true(vim.fn.getfsize(file) <= 1024 * 1024 + 100, file .. " holds " .. vim.fn.getfsize(file) .. " bytes")
+    assert.same({ success = true, output = "echo: still here" }, run("chatty:echo", { text = "still here" })())
+    mcp.stop_all()
+    helpers.wait_for(function()
+      return not c:running() and vim.uv.fs_stat(file) == nil
+    end, 10000, "the stderr file is still there after the server stopped: " .. file)
+    assert.is_nil(vim.uv.fs_stat(dir), dir)
+    assert.is_nil(c.spill_dir)
+  end)
+
+  it("a crashed server's stderr file is removed; its last lines still reach the error", function()
+    setup({ noisy = spec_server("noisy") })
+    mcp.start()
+    wait_ready()
+    local c = mcp.client("noisy")
+    local dir = c.spill_dir
+    assert.truthy(dir)
+    local r = run("noisy:boom", {})(20000)
+    assert.is_false(r.success)
+    assert.truthy(r.error:find("server `noisy` exited (code 3)", 1, true), r.error)
+    assert.truthy(r.error:find("boom: the spec server crashes now", 1, true), r.error)
+    assert.is_nil(vim.uv.fs_stat(dir), dir .. " is still there")
+  end)
+
+  it("the stderr files of running servers are gone once Neovim exits", function()
+    local tmp = helpers.tmpdir()
+    local out = tmp .. "/seen.txt"
+    local res = helpers.run_nvim({
+      rtp = helpers.root,
+      env = { TMPDIR = tmp },
+      timeout = 60000,
+      lua = ([[
+        require("flemma").setup({ mcp = { servers = { chatty = { command = "node", args = { %q, "chatty" } } }, timeout = 20 } })
+        local mcp = require("flemma.tools.mcp")
+        mcp.start()
+        local c
+        local file
+        assert(vim.wait(30000, function()
+          c = mcp.client("chatty")
+          file = c and c.spill_dir and vim.fn.glob(c.spill_dir .. "/flemma-stderr-*", false, true)[1]
+          return c and c.state == "ready" and file ~= nil and vim.fn.getfsize(file) > 1024 * 1024
+        end, 20), "no stderr file: " .. vim.inspect(mcp.status()))
+        vim.fn.writefile({ file }, %q)
+      ]]):format(SUPPORT, out),
+    })
+    assert.equals(0, res.code, res.stderr)
+    local file = vim.trim(assert(helpers.read_file(out)))
+    assert.truthy(vim.startswith(file, tmp .. "/"), file)
+    assert.is_nil(vim.uv.fs_stat(file), file .. " is still there")
+    assert.same({}, vim.fn.globpath(tmp, "**/flemma-stderr-*", false, true))
   end)
 
   it("initialize that never answers times out while Neovim keeps running", function()
@@ -444,6 +521,51 @@ describe("mcp", function()
       assert.truthy(vim.tbl_contains(names, "everything:echo"), vim.inspect(names))
       assert.is_false(vim.tbl_contains(names, "plain:echo"), vim.inspect(names))
       assert.is_false(vim.tbl_contains(names, "bash"), vim.inspect(names))
+    end)
+
+    it("an image an MCP tool returns reaches the model in the tool result after <C-]>", function()
+      require("flemma").setup({
+        provider = "test",
+        providers = {
+          test = { kind = "anthropic", endpoint = h.server:url("/v1/messages"), api_key_env = "FLEMMA_SPEC_KEY" },
+        },
+        parameters = { max_retries = 0, cache_retention = "none" },
+        tools = { autopilot = { enabled = true }, auto_approve = { "everything:get-tiny-image" } },
+        mcp = { servers = { everything = everything() }, timeout = 20 },
+      })
+      h.server:script({
+        { body = tool_stream("everything__get-tiny-image", "toolu_img", "{}"), content_type = "text/event-stream" },
+        { body = helpers.sse_body("anthropic_text.http"), content_type = "text/event-stream" },
+      })
+      local buf = helpers.open_chat({ "@You:", "Show me the tiny image." })
+      press("<C-]>")
+      h.wait_finished(1, 30000)
+      note_pids()
+      helpers.wait_for(function()
+        if text(buf):find("status=approved", 1, true) then
+          press("<C-]>")
+        end
+        return #h.finished >= 2
+      end, 30000, "the result was never sent:\n" .. text(buf))
+      assert.equals("completed", h.finished[2].status, vim.inspect(h.notes))
+      local t = text(buf)
+      local path = t:match("```flemma:attach @(%S+);type=image/png\n")
+      assert.truthy(path, t)
+      local abs = require("flemma.chat.attachments").resolve(buf, path)
+      assert.equals(require("flemma.core.files").media_dir(), vim.fs.dirname(abs))
+      local data = vim.system({ "base64", "-w0", abs }, { text = true }):wait().stdout
+      assert.is_nil(t:find(vim.trim(data), 1, true), "the image's bytes are in the buffer")
+      local req = h.server:requests()[2].json
+      local block = req.messages[#req.messages].content[1]
+      assert.equals("tool_result", block.type)
+      assert.equals("toolu_img", block.tool_use_id)
+      local image
+      for _, b in ipairs(block.content) do
+        if b.type == "image" then
+          image = b
+        end
+      end
+      assert.same({ type = "base64", media_type = "image/png", data = vim.trim(data) }, image and image.source)
     end)
 
     it("the filesystem server's tool asks first, then its result lands in the buffer", function()

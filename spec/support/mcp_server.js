@@ -5,6 +5,7 @@
 //            answering it pings the client); tools/list in pages of one tool
 //   crash    tool `boom` writes to stderr and exits with code 3
 //   noisy    as crash, but `boom` first writes 8 MB of lines to stderr
+//   chatty   tool `echo`; writes 8 MB of lines to stderr as it starts, then runs on
 //   silent   never answers anything (initialize times out)
 //   garbage  before answering initialize writes a line of garbage and a 50 MB line
 // Every line received is appended to $MCP_SPEC_LOG when set.
@@ -13,6 +14,11 @@ const fs = require("fs");
 const mode = process.argv[2] || "plain";
 const logPath = process.env.MCP_SPEC_LOG;
 process.stderr.write(`spec server (${mode}) up, pid ${process.pid}\n`);
+if (mode === "chatty") {
+  const block = "chatter: the spec server talks on stderr as it starts\n".repeat(1024);
+  for (let i = 0; i < 160; i++) process.stderr.write(block);
+  process.stderr.write("chatter: done\n");
+}
 
 function send(msg) {
   process.stdout.write(JSON.stringify(msg) + "\n");
@@ -26,6 +32,7 @@ const tools = {
   ],
   crash: [{ name: "boom", description: "crashes the server", inputSchema: { type: "object" } }],
   noisy: [{ name: "boom", description: "crashes the server", inputSchema: { type: "object" } }],
+  chatty: [{ name: "echo", description: "echoes", inputSchema: { type: "object", properties: { text: { type: "string" } } } }],
   garbage: [{ name: "echo", description: "echoes", inputSchema: { type: "object", properties: { text: { type: "string" } } } }],
 };
 

@@ -8,6 +8,29 @@ local process = require("flemma.core.process")
 local util = require("flemma.core.util")
 
 local M = {}
+local H = {}
+
+-- The spill directories of the servers running now (their stderr files past the
+-- memory window): each is removed when its server stops, and all of them when
+-- Neovim exits (the processes are killed then, without an exit callback).
+H.spill_dirs = {} ---@type table<string, true>
+
+function H.remove_dir(dir)
+  if dir then
+    H.spill_dirs[dir] = nil
+    vim.fn.delete(dir, "rf")
+  end
+end
+
+vim.api.nvim_create_autocmd("VimLeavePre", {
+  group = vim.api.nvim_create_augroup("flemma.tools.mcp.client", { clear = true }),
+  desc = "Flemma: remove the stderr files of MCP servers",
+  callback = function()
+    for dir in pairs(H.spill_dirs) do
+      H.remove_dir(dir)
+    end
+  end,
+})
 
 -- The protocol versions this client speaks, newest first.
 M.PROTOCOL_VERSIONS = { "2025-06-18", "2025-03-26", "2024-11-05" }
@@ -23,6 +46,7 @@ M.STDERR_FILE_BYTES = 1024 * 1024
 ---@field tools table[] the server's tools (tools/list)
 ---@field last_error string|nil
 ---@field stderr string[] its last stderr lines
+---@field spill_dir string|nil the directory of its stderr file while it runs (removed when it stops)
 local Client = {}
 Client.__index = Client
 
@@ -83,8 +107,18 @@ function Client:start(on_ready)
   for _, a in ipairs(spec.args or {}) do
     cmd[#cmd + 1] = a
   end
+  -- Its stderr file (once past the memory window) goes into a directory of its own
+  -- in Neovim's temporary directory, removed with the file when the server stops.
+  local spill_dir = vim.fn.tempname()
+  if vim.fn.mkdir(spill_dir, "p", 448) == 1 then -- 0700
+    self.spill_dir = spill_dir
+    H.spill_dirs[spill_dir] = true
+  else
+    spill_dir, self.spill_dir = nil, nil
+  end
   local ok, handle = pcall(process.spawn, {
     cmd = cmd,
+    spill_dir = spill_dir,
     cwd = spec.cwd and vim.fs.normalize(spec.cwd) or nil,
     env = spec.env,
     keep_stdin_open = true,
@@ -100,9 +134,17 @@ function Client:start(on_ready)
       self:_stderr_line(p.last_line)
     end,
   }, function(result)
+    -- Its last stderr lines are kept in memory (for the error of a crash); the
+    -- file goes with its directory.
+    H.remove_dir(spill_dir)
+    if self.spill_dir == spill_dir then
+      self.spill_dir = nil
+    end
     self:_exited(result)
   end)
   if not ok then
+    H.remove_dir(self.spill_dir)
+    self.spill_dir = nil
     self.state = "failed"
     self.last_error = util.message(handle)
     vim.schedule(function()
