@@ -269,7 +269,7 @@ describe("read of an image or PDF", function()
     local asked = {}
     local answer = "Do not send"
     local orig = vim.ui.select
-    vim.ui.select = function(items, opts, on_choice)
+    vim.ui.select = function(_, opts, on_choice)
       asked[#asked + 1] = opts.prompt
       on_choice(answer)
     end
