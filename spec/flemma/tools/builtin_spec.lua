@@ -242,14 +242,22 @@ describe("built-in tools", function()
       )
     end)
 
-    it("describes binary files instead of dumping them", function()
+    it("describes binary files instead of dumping them; an image is attached", function()
+      helpers.write_file(dir .. "/pack.zip", "PK\3\4" .. string.rep("\0\1\2", 400))
       helpers.write_file(dir .. "/pic.png", "\137PNG\r\n\26\n" .. string.rep("\0\1\2", 400))
       helpers.write_file(dir .. "/blob.bin", "abc\0def")
-      local res = read({ path = "pic.png" })
+      local res = read({ path = "pack.zip" })
       assert.same(
-        { success = true, output = "pic.png is a binary file (PNG image, 1.2KB); its content is not shown." },
+        { success = true, output = "pack.zip is a binary file (ZIP archive, 1.2KB); its content is not shown." },
         res
       )
+      -- An image goes to the model with the result (:help flemma-result-files).
+      res = read({ path = "pic.png" })
+      assert.same({
+        success = true,
+        output = "pic.png is an image (image/png) of 1.2KB; it is attached to this result.",
+        attachments = { { path = dir .. "/pic.png", mime = "image/png" } },
+      }, res)
       res = read({ path = "blob.bin" })
       assert.matches("binary file %(binary data, 7B%)", res.output)
     end)
