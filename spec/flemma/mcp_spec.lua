@@ -325,6 +325,20 @@ describe("mcp", function()
     assert.truthy(r.error:find("boom: the spec server crashes now", 1, true), r.error)
   end)
 
+  it("an image over attachments.max_bytes is saved and named, not attached", function()
+    setup({ everything = everything() }, { attachments = { max_bytes = 16 } })
+    mcp.start()
+    wait_ready()
+    local r = run("everything:get-tiny-image", {})()
+    assert.is_true(r.success, r.error)
+    assert.is_nil(r.attachments)
+    local path = r.output:match(
+      "%[image image/png, %d+ bytes, saved to (%S+); not shown to the model: over attachments%.max_bytes %(16 bytes%)%]"
+    )
+    assert.truthy(path, r.output)
+    assert.equals("\137PNG", helpers.read_file(path):sub(1, 4))
+  end)
+
   -- The stderr file of a server past its memory window, in the server's own directory.
   local function stderr_files(c)
     return c.spill_dir and vim.fn.glob(c.spill_dir .. "/flemma-stderr-*", false, true) or {}
