@@ -732,7 +732,7 @@ describe("mcp", function()
   end)
 
   describe("project .mcp.json", function()
-    local trust = require("flemma.chat.trust")
+    local consent = require("flemma.policy.consent")
     local orig_select, asked, answer, keys
     before_each(function()
       orig_select = vim.ui.select
@@ -745,7 +745,7 @@ describe("mcp", function()
     after_each(function()
       vim.ui.select = orig_select
       for _, key in ipairs(keys) do
-        trust.remember(key, string.rep("0", 64), nil)
+        consent.set(nil, "mcp", key, nil, string.rep("0", 64))
       end
     end)
 
@@ -756,7 +756,7 @@ describe("mcp", function()
           mcpServers = { proj = { command = "node", args = args or { SUPPORT, "plain" } } },
         })
       )
-      keys[#keys + 1] = "mcp:" .. vim.uv.fs_realpath(dir .. "/.mcp.json") .. "#proj"
+      keys[#keys + 1] = vim.uv.fs_realpath(dir .. "/.mcp.json") .. "#proj"
     end
 
     local function open(dir, name)
@@ -822,8 +822,10 @@ describe("mcp", function()
       assert.equals(3, #asked)
     end)
 
-    it("without a UI to ask, nothing starts", function()
-      vim.ui.select = orig_select
+    -- Opens a chat next to a project .mcp.json with `select` as vim.ui.select: nothing
+    -- may start; returns the notifications.
+    local function unasked(select)
+      vim.ui.select = select
       local dir = helpers.tmpdir()
       project(dir)
       setup({}, { mcp = { project_config = true } })
@@ -832,7 +834,23 @@ describe("mcp", function()
         vim.wait(200)
       end)
       assert.same({}, mcp.status())
+      return notes
+    end
+
+    it("without a UI to ask, nothing starts", function()
+      local notes = unasked(orig_select)
       assert.truthy(notes[1] and notes[1].msg:find("needs your trust", 1, true), vim.inspect(notes))
+    end)
+
+    it("when the question fails, nothing starts and one line says why", function()
+      local notes = unasked(function()
+        error("picker broke")
+      end)
+      local lines = vim.tbl_filter(function(n)
+        return n.msg:find("`proj` not started", 1, true) ~= nil
+      end, notes)
+      assert.equals(1, #lines, vim.inspect(notes))
+      assert.matches("project MCP server `proj` not started: .*picker broke", lines[1].msg)
     end)
   end)
 

@@ -9,7 +9,8 @@
 --- A buffer without a file (unnamed) is answered for that buffer only, until Neovim
 --- exits: nothing is written, and nothing carries over to a file it is saved as.
 --- Entries of the older store, keyed by the text alone, no longer grant trust and are
---- dropped at the next write.
+--- dropped at the next write. flemma.consent asks, and keeps the answers.
+local consent = require("flemma.policy.consent")
 local session = require("flemma.core.session")
 local util = require("flemma.core.util")
 
@@ -18,23 +19,15 @@ local H = {}
 
 ---@alias flemma.trust.State "trusted"|"denied"
 
--- The line format of the store: `v2 STATE HASH PATH` (one line per path).
-H.VERSION = "v2"
--- Answers of this session that are not written (a prompt dismissed, or an unnamed
--- buffer): id -> state.
-H.session = {}
--- The store as last read: { mtime, size, entries = path -> { state, hash } }.
-H.store = nil
+-- Answers are kept by flemma.consent under this topic: for a chat file in its store,
+-- by the file's real path and the frontmatter's hash; for a buffer without a file for
+-- that buffer, by the hash.
+H.TOPIC = "trust"
+H.KIND = "flemma.trust"
+H.STATE = { yes = "trusted", no = "denied" }
+H.ANSWER = { trusted = "yes", denied = "no" }
 -- Per buffer: the frontmatter hash whose ignored widenings were reported, and which.
 -- H.noticed: the `trust_noticed` field of each buffer's session record (flemma.core.session).
--- Buffers with a prompt open.
--- H.asking: the `trust_asking` field of each buffer's session record (flemma.core.session).
-
---- The file the answers are kept in.
----@return string
-function M.file()
-  return vim.fs.joinpath(vim.fn.stdpath("state"), "flemma", "trust")
-end
 
 function H.bufnr(bufnr)
   if type(bufnr) ~= "number" or bufnr == 0 then
@@ -82,7 +75,7 @@ function M.path(bufnr)
   return real
 end
 
---- What an answer about the buffer is kept under: { hash, path? , id }, or nil when
+--- What an answer about the buffer is kept under: { hash, path?, id }, or nil when
 --- the buffer has no frontmatter. `id` names the pair in this session.
 function H.key(bufnr)
   local hash = M.hash(bufnr)
@@ -97,106 +90,22 @@ function H.key(bufnr)
   return { hash = hash, path = path, id = id }
 end
 
-function H.read()
-  local path = M.file()
-  local stat = vim.uv.fs_stat(path)
-  if not stat then
-    H.store = { entries = {} }
-    return H.store.entries
+-- The remembered answer about the frontmatter of key (H.key): "yes", "no" or nil.
+function H.answer(bufnr, key)
+  if key.path then
+    return consent.answer(nil, H.TOPIC, key.path, key.hash)
   end
-  if H.store and H.store.mtime == stat.mtime.nsec + stat.mtime.sec * 1e9 and H.store.size == stat.size then
-    return H.store.entries
-  end
-  local entries = {}
-  local f = io.open(path, "r")
-  if f then
-    for line in f:lines() do
-      -- Lines of another format (the text-only hashes of older versions) are ignored.
-      local version, state, hash, file = line:match("^(%S+) (%a+) (%x+) (.+)$")
-      if version == H.VERSION and #hash == 64 and (state == "trusted" or state == "denied") then
-        entries[file] = { state = state, hash = hash }
-      end
-    end
-    f:close()
-  end
-  H.store = { mtime = stat.mtime.nsec + stat.mtime.sec * 1e9, size = stat.size, entries = entries }
-  return entries
-end
-
--- Writes the answer for a path (nil removes it), merged with what other Neovims wrote
--- meanwhile.
-function H.write(file, hash, state)
-  local entries = vim.deepcopy(H.read())
-  entries[file] = state and { state = state, hash = hash } or nil
-  local paths = vim.tbl_keys(entries)
-  table.sort(paths)
-  local lines = {}
-  for _, p in ipairs(paths) do
-    lines[#lines + 1] = ("%s %s %s %s"):format(H.VERSION, entries[p].state, entries[p].hash, p)
-  end
-  local path = M.file()
-  vim.fn.mkdir(vim.fs.dirname(path), "p")
-  local tmp = path .. ".tmp" .. vim.uv.os_getpid()
-  local f, err = io.open(tmp, "w")
-  if not f then
-    util.error(("cannot remember the answer in %s: %s"):format(path, tostring(err)))
-  end
-  f:write(table.concat(lines, "\n"), #lines > 0 and "\n" or "")
-  f:close()
-  local ok, rerr = vim.uv.fs_rename(tmp, path)
-  if not ok then
-    os.remove(tmp)
-    util.error(("cannot remember the answer in %s: %s"):format(path, tostring(rerr)))
-  end
-  H.store = nil
+  return consent.answer(bufnr, H.TOPIC, key.hash)
 end
 
 --- The answer for the buffer's frontmatter: "trusted", "denied", or nil (not asked).
 ---@param bufnr? integer
 ---@return flemma.trust.State|nil
 function M.state(bufnr)
-  local key = H.key(H.bufnr(bufnr))
-  if not key then
-    return nil
-  end
-  if key.path then
-    local ok, entries = pcall(H.read)
-    local stored = ok and entries[key.path] or nil
-    if stored and stored.hash == key.hash then
-      return stored.state
-    end
-  end
-  return H.session[key.id]
-end
-
---- The remembered answer for another thing trusted by path and content hash (e.g.
---- a project's MCP server: flemma.mcp), kept in the same store: "trusted",
---- "denied", or nil when never answered or answered for other content. `key` must
---- not be an absolute path (those are chat files): give it a prefix ("mcp:...").
----@param key string
----@param hash string SHA-256 hex of the content
----@return flemma.trust.State|nil
-function M.lookup(key, hash)
-  if key:sub(1, 1) == "/" or key:find("[\r\n]") then
-    util.error("trust.lookup: the key should be one line without a leading `/`")
-  end
-  local ok, entries = pcall(H.read)
-  local stored = ok and entries[key] or nil
-  if stored and stored.hash == hash then
-    return stored.state
-  end
-  return nil
-end
-
---- Remembers an answer for `key` and `hash` (see M.lookup); nil forgets it.
----@param key string
----@param hash string
----@param state flemma.trust.State|nil
-function M.remember(key, hash, state)
-  if key:sub(1, 1) == "/" or key:find("[\r\n]") then
-    util.error("trust.remember: the key should be one line without a leading `/`")
-  end
-  H.write(key, hash, state)
+  bufnr = H.bufnr(bufnr)
+  local key = H.key(bufnr)
+  local answer = key and H.answer(bufnr, key)
+  return answer and H.STATE[answer] or nil
 end
 
 --- Whether the buffer's frontmatter is trusted to widen the approval policy.
@@ -217,13 +126,12 @@ function M.set(bufnr, state)
     return nil
   end
   if key.path then
-    H.session[key.id] = nil
-    H.write(key.path, key.hash, state)
+    consent.set(nil, H.TOPIC, key.path, state and H.ANSWER[state], key.hash)
   else
-    H.session[key.id] = state -- a buffer without a file: this buffer, this session
+    consent.set(bufnr, H.TOPIC, key.hash, state and H.ANSWER[state]) -- this buffer, this session
   end
   session.set(bufnr, "trust_noticed", nil)
-  session.set(bufnr, "trust_asking", nil) -- an answer given by command ends a prompt left open
+  consent.close(bufnr, H.KIND) -- an answer given by command ends a prompt left open
   return key.hash
 end
 
@@ -346,50 +254,52 @@ function M.settle(bufnr, opts, resume)
   if not w or M.state(bufnr) ~= nil then
     return true
   end
-  if session.field(bufnr, "trust_asking") then
+  local function busy()
     util.notify("answer whether to trust this frontmatter first (or use :Flemma trust / :Flemma untrust)")
     return false
   end
-  if not resume or not util.can_ask() then
-    return true -- not asked: the widening is ignored (M.ignored says so)
+  if not resume then
+    return not consent.waiting(bufnr, H.KIND) or busy()
   end
   local key = H.key(bufnr)
-  session.get(bufnr).trust_asking = true
-  local prompt = ("The frontmatter of %s %s. Trust it?"):format(util.buffer_name(bufnr), H.describe(w))
-  local answered = false
-  local ok, err = pcall(vim.ui.select, M.CHOICES, { prompt = prompt, kind = "flemma.trust" }, function(choice)
-    if answered then
-      return
-    end
-    answered = true
-    vim.schedule(function()
-      session.set(bufnr, "trust_asking", nil)
-      local now = vim.api.nvim_buf_is_valid(bufnr) and H.key(bufnr) or nil
-      if not now or not key or now.id ~= key.id then
-        return -- the frontmatter or the file changed meanwhile: the answer was about another
+  if not key then
+    return true -- no frontmatter text to trust: the widening is ignored
+  end
+  local asked, err = consent.ask(bufnr, {
+    topic = H.TOPIC,
+    key = key.path or key.hash,
+    hash = key.path and key.hash or nil,
+    keep = "all", -- a dismissal: not asked again in this session
+    prompt = ("The frontmatter of %s %s. Trust it?"):format(util.buffer_name(bufnr), H.describe(w)),
+    choices = M.CHOICES,
+    kind = H.KIND,
+    still = function()
+      local now = H.key(bufnr)
+      return now ~= nil and now.id == key.id -- else the answer was about another frontmatter or file
+    end,
+    answered = function(answer)
+      if answer then
+        session.set(bufnr, "trust_noticed", nil) -- the answer changed what is ignored
       end
-      if choice == M.CHOICES[1] then
-        M.set(bufnr, "trusted")
+      if answer == "yes" then
         util.notify("trusted the frontmatter of " .. util.buffer_name(bufnr))
-      elseif choice == M.CHOICES[2] then
-        M.set(bufnr, "denied")
+      elseif answer == "no" then
         util.notify(
           ("not trusted: the frontmatter of %s approves nothing beyond your configuration (its narrowing still applies; :Flemma trust to change it)"):format(
             util.buffer_name(bufnr)
           )
         )
-      else
-        H.session[key.id] = "denied" -- dismissed: not asked again in this session
       end
       resume()
-    end)
-  end)
-  if not ok then
-    session.set(bufnr, "trust_asking", nil)
-    util.warn("cannot ask whether to trust the frontmatter: " .. util.message(err))
+    end,
+  })
+  if asked == "busy" then
+    return busy()
+  elseif asked == "failed" then
+    util.warn("cannot ask whether to trust the frontmatter: " .. tostring(err))
     return true
   end
-  return false
+  return asked ~= "asked" -- no UI: not asked, the widening is ignored (M.ignored says so)
 end
 
 ---------------------------------------------------------------------------------------

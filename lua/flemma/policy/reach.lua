@@ -6,13 +6,16 @@
 --- file from someone else cannot send ~/.ssh/id_rsa with one keypress. A secret file
 --- (flemma.secret_paths: ~/.ssh, ~/.aws, `.env*`, `*.pem`...) asks the same way even
 --- inside the project. A confirmed path stays allowed for the buffer until Neovim
---- exits. Without a UI to ask, nothing is sent.
+--- exits (flemma.consent asks and remembers). Without a UI to ask, nothing is sent.
+local consent = require("flemma.policy.consent")
 local session = require("flemma.core.session")
+local util = require("flemma.core.util")
+
 local M = {}
 local H = {}
 
----@type table<integer, table<string, true>> real paths the user allowed, per buffer
--- H.allowed: the `reach_allowed` field of each buffer's session record (flemma.core.session).
+-- The real paths the user allowed are kept by flemma.consent under this topic.
+H.TOPIC = "reach"
 ---@type table<integer, { real: string, shown: string }[]> paths refused since the last take
 -- H.wanted: the `reach_wanted` field of each buffer's session record (flemma.core.session).
 
@@ -40,7 +43,7 @@ end
 ---@return string|nil err
 function M.check(bufnr, abs, shown)
   local real = vim.uv.fs_realpath(abs) or vim.fs.normalize(abs)
-  if bufnr and session.field(bufnr, "reach_allowed") and session.field(bufnr, "reach_allowed")[real] then
+  if bufnr and consent.approved(bufnr, H.TOPIC, real) then
     return true
   end
   -- Media a tool handed over as data (an MCP image), saved by Flemma under the
@@ -102,25 +105,14 @@ function M.take_wanted(bufnr)
   return list
 end
 
---- Allows the real paths for bufnr until Neovim exits.
----@param bufnr integer
----@param reals string[]
-function M.allow(bufnr, reals)
-  session.get(bufnr).reach_allowed = session.field(bufnr, "reach_allowed") or {}
-  for _, r in ipairs(reals) do
-    session.field(bufnr, "reach_allowed")[r] = true
-  end
-end
-
 --- Forgets what was allowed for bufnr (all buffers when nil).
 ---@param bufnr? integer
 function M.reset(bufnr)
+  consent.reset(H.TOPIC, bufnr)
   if bufnr then
-    session.set(bufnr, "reach_allowed", nil)
     session.set(bufnr, "reach_wanted", nil)
   else
     for _, b in ipairs(session.buffers()) do
-      session.set(b, "reach_allowed", nil)
       session.set(b, "reach_wanted", nil)
     end
   end
@@ -162,35 +154,41 @@ function M.confirm(bufnr, wanted, cb)
     table.concat(names, ", "),
     #wanted == 1 and "it" or "them"
   )
-  local state, err = require("flemma.core.util").ask(bufnr, "flemma.reach", prompt, M.CHOICES, function(choice)
-    if choice == M.CHOICES[1] then
-      local reals = {}
-      for _, w in ipairs(wanted) do
-        reals[#reals + 1] = w.real
-      end
-      M.allow(bufnr, reals)
-      cb(true)
-    else
-      cb(false, "declined")
-    end
-  end)
-  local util = require("flemma.core.util")
-  if state == "busy" then
-    util.notify("not sent: answer the question about the files this chat sends first")
-  elseif state == "no_ui" or state == "failed" then
-    util.warn(
-      ("not sent: %s %s %s, and %s to ask whether to send %s: remove the reference, or send from a Neovim with a UI"):format(
-        table.concat(names, ", "),
-        #wanted == 1 and "is" or "are",
-        secrets == 0 and "outside the project"
-          or secrets == #wanted and (#wanted == 1 and "a secret file" or "secret files")
-          or "secret or outside the project",
-        state == "no_ui" and "there is no UI" or ("it was not possible (" .. tostring(err) .. ")"),
-        #wanted == 1 and "it" or "them"
-      )
-    )
-    cb(false, "no_ui")
+  local reals = {}
+  for _, w in ipairs(wanted) do
+    reals[#reals + 1] = w.real
   end
+  consent.gate(bufnr, {
+    topic = H.TOPIC,
+    key = reals,
+    prompt = prompt,
+    choices = M.CHOICES,
+    kind = "flemma.reach",
+    resume = function()
+      cb(true)
+    end,
+    say = function(outcome, err)
+      if outcome == "busy" then
+        util.notify("not sent: answer the question about the files this chat sends first")
+        return
+      elseif outcome == "declined" then
+        cb(false, "declined")
+        return
+      end
+      util.warn(
+        ("not sent: %s %s %s, and %s to ask whether to send %s: remove the reference, or send from a Neovim with a UI"):format(
+          table.concat(names, ", "),
+          #wanted == 1 and "is" or "are",
+          secrets == 0 and "outside the project"
+            or secrets == #wanted and (#wanted == 1 and "a secret file" or "secret files")
+            or "secret or outside the project",
+          outcome == "no_ui" and "there is no UI" or ("it was not possible (" .. tostring(err) .. ")"),
+          #wanted == 1 and "it" or "them"
+        )
+      )
+      cb(false, "no_ui")
+    end,
+  })
 end
 
 return M

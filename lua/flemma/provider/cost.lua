@@ -127,29 +127,28 @@ function M.settle(bufnr, resume)
   if not q then
     return true
   end
-  consent.ask(bufnr, {
+  return consent.gate(bufnr, {
     topic = H.TOPIC,
     key = H.key(q.spec),
     prompt = M.prompt(bufnr, q),
     choices = M.CHOICES,
     kind = "flemma.cost",
     resume = resume, -- asks again if the frontmatter chose another expensive model meanwhile
-    refuse = function(reason, err)
-      if reason == "busy" then
+    say = function(outcome, err)
+      if outcome == "busy" then
         util.notify("not sent: answer the question about the frontmatter's model first")
-      elseif reason == "no_ui" then
-        H.refused(bufnr, q, "there is no UI to ask whether to use it")
-      elseif reason == "failed" then
+      elseif outcome == "failed" then
         util.notify(
           "not sent: cannot ask whether to use the frontmatter's model: " .. tostring(err),
           vim.log.levels.ERROR
         )
+      elseif outcome == "no_ui" then
+        H.refused(bufnr, q, "there is no UI to ask whether to use it")
       else
         H.refused(bufnr, q, "you did not confirm it", true)
       end
     end,
   })
-  return false
 end
 
 --- Forgets the approvals (of bufnr, or of every buffer).

@@ -92,29 +92,25 @@ function M.settle(bufnr, resume, on_refused)
   if not q then
     return true
   end
-  consent.ask(bufnr, {
+  return consent.gate(bufnr, {
     topic = H.TOPIC,
     key = q.spec.name .. "\0" .. q.host,
     prompt = M.prompt(bufnr, q),
     choices = M.CHOICES,
     kind = "flemma.keyhost",
     resume = resume,
-    refuse = function(reason, err)
-      if reason == "busy" then
+    say = function(outcome, err)
+      if outcome == "busy" then
         refused("not sent: answer the question about where the frontmatter sends your key first", vim.log.levels.INFO)
-      elseif reason == "no_ui" then
-        refused(H.refusal(bufnr, q, "there is no UI to ask whether to send it there"))
-      elseif reason == "failed" then
-        refused(
-          H.refusal(bufnr, q, "the question could not be asked (" .. tostring(err) .. ")", true),
-          vim.log.levels.ERROR
-        )
+      elseif outcome == "failed" then
+        local why = "the question could not be asked (" .. tostring(err) .. ")"
+        refused(H.refusal(bufnr, q, why, true), vim.log.levels.ERROR)
       else
-        refused(H.refusal(bufnr, q, "you did not confirm it", true))
+        local why = outcome == "no_ui" and "there is no UI to ask whether to send it there" or "you did not confirm it"
+        refused(H.refusal(bufnr, q, why, outcome == "declined"))
       end
     end,
   })
-  return false
 end
 
 --- Forgets the answers (of bufnr, or of every buffer).

@@ -5,6 +5,7 @@
 --- never approved by default). A server that crashes is restarted once; after that its
 --- tools answer with an error naming the server and its last stderr lines.
 local client = require("flemma.tools.mcp.client")
+local consent = require("flemma.policy.consent")
 local log = require("flemma.core.log")
 local util = require("flemma.core.util")
 
@@ -629,8 +630,9 @@ function H.command_line(spec)
   return prefix .. table.concat(parts, " ")
 end
 
---- What an answer is kept under: the file's real path and the server's name, and
---- the SHA-256 of everything that decides what runs.
+--- What an answer is kept under (flemma.consent's store, topic "mcp"): the file's
+--- real path and the server's name, and the SHA-256 of everything that decides what
+--- runs.
 function H.trust_key(path, name, spec)
   local env = {}
   for k, v in pairs(spec.env or {}) do
@@ -639,7 +641,7 @@ function H.trust_key(path, name, spec)
   table.sort(env)
   -- Lists only (their order is fixed): the same entry always gives the same text.
   local content = vim.json.encode({ spec.command, spec.args or {}, env, spec.cwd or "" })
-  return "mcp:" .. path .. "#" .. name, vim.fn.sha256(content)
+  return path .. "#" .. name, vim.fn.sha256(content)
 end
 
 --- Reads the buffer's project .mcp.json (mcp.project_config): trusted servers are
@@ -659,7 +661,6 @@ function M.project(bufnr, again)
     util.warn(("%s: %s; no project MCP server started"):format(vim.fn.fnamemodify(path, ":~:."), err))
     return
   end
-  local trust = require("flemma.chat.trust")
   local names = vim.tbl_keys(servers)
   table.sort(names)
   for _, name in ipairs(names) do
@@ -668,35 +669,42 @@ function M.project(bufnr, again)
       log.info("mcp: %s: server %s is configured in setup(); the project's entry is ignored", path, name)
     else
       local key, hash = H.trust_key(path, name, spec)
-      local state = trust.lookup(key, hash)
-      if state == "trusted" and not again then
+      local answer = consent.answer(nil, "mcp", key, hash)
+      if answer == "yes" and not again then
         H.project[name] = spec
-      elseif state == nil or again then
-        local prompt = ("%s wants to start the MCP server `%s`: %s"):format(
-          vim.fn.fnamemodify(path, ":~:."),
-          name,
-          H.command_line(spec)
-        )
-        local asked, aerr = util.ask(bufnr, "flemma.mcp:" .. name, prompt, M.TRUST_CHOICES, function(choice)
-          if choice == nil then
-            return -- dismissed: asked again next session
-          end
-          local trusted = choice == M.TRUST_CHOICES[1]
-          trust.remember(key, hash, trusted and "trusted" or "denied")
-          if trusted then
-            H.project[name] = spec
-            if M.needed(bufnr) then
-              M.start({ name })
+      elseif answer == nil or again then
+        consent.ask(bufnr, {
+          topic = "mcp",
+          key = key,
+          hash = hash,
+          keep = "answer", -- dismissed: asked again next session
+          prompt = ("%s wants to start the MCP server `%s`: %s"):format(
+            vim.fn.fnamemodify(path, ":~:."),
+            name,
+            H.command_line(spec)
+          ),
+          choices = M.TRUST_CHOICES,
+          kind = "flemma.mcp:" .. name,
+          answered = function(trusted)
+            if trusted == "yes" then
+              H.project[name] = spec
+              if M.needed(bufnr) then
+                M.start({ name })
+              end
+            elseif trusted == "no" then
+              H.project[name] = nil
             end
-          else
-            H.project[name] = nil
-          end
-        end)
-        if asked == "no_ui" then
-          util.warn(("project MCP server `%s` not started: it needs your trust and there is no UI to ask"):format(name))
-        elseif asked == "failed" then
-          util.warn(("project MCP server `%s` not started: %s"):format(name, tostring(aerr)))
-        end
+          end,
+          refused = function(reason, aerr)
+            if reason == "no_ui" then
+              util.warn(
+                ("project MCP server `%s` not started: it needs your trust and there is no UI to ask"):format(name)
+              )
+            elseif reason == "failed" then
+              util.warn(("project MCP server `%s` not started: %s"):format(name, tostring(aerr)))
+            end
+          end,
+        })
       end
     end
   end
