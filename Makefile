@@ -85,7 +85,7 @@ bench: deps build
 # as a regression case to tests/test_document.cpp (tests/test_idoc.cpp for fuzz_idoc,
 # whose inputs are a text and an edit script: see fuzz/fuzz_idoc.cpp; tests/test_stream.cpp
 # for fuzz_stream, tests/test_escape.cpp for fuzz_escape, whose first byte seeds where
-# the text is cut; tests/test_jsonrpc.cpp for fuzz_jsonrpc). The frontmatter's pattern matcher (fuzz_lpattern) checks its own
+# the text is cut; tests/test_jsonrpc.cpp for fuzz_jsonrpc and fuzz_mcp_http). The frontmatter's pattern matcher (fuzz_lpattern) checks its own
 # invariants: no crash, matching ends within its step budget; so does the file reader's
 # line window (fuzz_fileread), against a plain reference. The search's decoder of
 # `rg --json` (fuzz_rgjson; seeds in fuzz/corpus/rgjson) and its glob, ignore-rule and
@@ -145,6 +145,16 @@ fuzz:
 		-o $(FUZZ_DIR)/fuzz_jsonrpc
 	cd $(FUZZ_DIR) && ./fuzz_jsonrpc -max_total_time=$(FUZZ_TIME) -max_len=4096 -timeout=10 \
 		-print_final_stats=1 corpus-jsonrpc
+	@mkdir -p $(FUZZ_DIR)/corpus-mcp-http
+	@printf '\300id: e1\r\nevent: message\r\ndata: {"jsonrpc":"2.0",\ndata: "id":1,"result":{}}\n\nid: e2\ndata:\n\n' \
+		> $(FUZZ_DIR)/corpus-mcp-http/sse
+	@printf '\103{"jsonrpc":"2.0","id":1,"result":{"tools":[]}}' > $(FUZZ_DIR)/corpus-mcp-http/json
+	@printf '\001HTTP/1.1 404 Not Found\r\ncontent-type: application/json\r\n\r\n{"error":{"code":-32001,"message":"gone"}}' \
+		> $(FUZZ_DIR)/corpus-mcp-http/status
+	$(FUZZ_CXX) $(FUZZ_FLAGS) fuzz/fuzz_mcp_http.cpp native/src/stream.cpp native/src/capi_core.cpp \
+		-o $(FUZZ_DIR)/fuzz_mcp_http
+	cd $(FUZZ_DIR) && ./fuzz_mcp_http -max_total_time=$(FUZZ_TIME) -max_len=4096 -timeout=10 \
+		-print_final_stats=1 corpus-mcp-http
 	@mkdir -p $(FUZZ_DIR)/corpus-rgjson $(FUZZ_DIR)/corpus-glob
 	@cp -n fuzz/corpus/rgjson/* $(FUZZ_DIR)/corpus-rgjson/ 2>/dev/null || true
 	@cp -n fuzz/corpus/glob/* $(FUZZ_DIR)/corpus-glob/ 2>/dev/null || true

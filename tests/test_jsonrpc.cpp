@@ -134,3 +134,77 @@ TEST_CASE("jsonrpc: the C ABI") {
   flemma_jsonrpc_free(d);
   flemma_jsonrpc_free(nullptr);
 }
+
+namespace {
+
+// The events of kind "mcp" (MCP's Streamable HTTP responses) for bytes fed in chunks.
+std::vector<std::string> mcp(const std::string& bytes, size_t chunk) {
+  s::Decoder d(s::Kind::Mcp);
+  std::vector<s::Event> evs;
+  if (chunk == 0) chunk = bytes.size() ? bytes.size() : 1;
+  for (size_t i = 0; i < bytes.size(); i += chunk)
+    d.feed(std::string_view(bytes).substr(i, chunk), evs);
+  d.finish(evs);
+  std::vector<std::string> out;
+  for (const auto& e : evs) out.push_back(s::describe(e));
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("mcp http: a JSON body, an SSE body with ids, any chunking") {
+  const std::string json =
+      "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nMcp-Session-Id: abc-1\r\n\r\n"
+      "{\n  \"jsonrpc\": \"2.0\",\n  \"id\": 1,\n  \"result\": {}\n}\n";
+  for (size_t chunk : {0, 1, 5, 17}) {
+    auto out = mcp(json, chunk);
+    REQUIRE(out.size() == 3);
+    CHECK(out[0].rfind("http 200", 0) == 0);
+    CHECK(out[0].find("mcp-session-id=\"abc-1\"") != std::string::npos);
+    CHECK(out[1] ==
+          "jsonrpc 3 \"\" \"{\\\"id\\\":1,\\\"jsonrpc\\\":\\\"2.0\\\",\\\"result\\\":{}}\"");
+    CHECK(out[2] == "end complete");
+  }
+  const std::string sse =
+      "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\r\n"
+      "id: e0\r\ndata:\r\n\r\n"
+      ": comment\r\nevent: message\r\nid: e1\r\ndata: "
+      "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/"
+      "progress\",\r\ndata: \"params\":{}}\r\n\r\n"
+      "event: message\ndata:{\"jsonrpc\":\"2.0\",\"id\":2,\"result\":{}}\n\n";
+  for (size_t chunk : {0, 1, 3, 17}) {
+    auto out = mcp(sse, chunk);
+    REQUIRE(out.size() == 6);
+    CHECK(out[1] == "sse_id \"e0\"");
+    CHECK(out[2].rfind("jsonrpc 2 \"notifications/progress\"", 0) == 0);
+    CHECK(out[3] == "sse_id \"e1\"");
+    CHECK(out[4].rfind("jsonrpc 3 \"\"", 0) == 0);
+    CHECK(out[5] == "end complete");
+  }
+}
+
+TEST_CASE("mcp http: garbage, a bad status, a body over 16 MiB") {
+  auto out = mcp("HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n\r\nnot json {{{", 4);
+  REQUIRE(out.size() == 3);
+  CHECK(out[1].rfind("error \"invalid_json\"", 0) == 0);
+  out = mcp("HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\r\ndata: \"x\"\n\n", 3);
+  REQUIRE(out.size() == 3);
+  CHECK(out[1].rfind("error \"not_jsonrpc\"", 0) == 0);
+  out =
+      mcp("HTTP/1.1 404 Not Found\r\ncontent-type: application/json\r\n\r\n"
+          "{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{\"code\":-32001,\"message\":\"Session not "
+          "found\"}}",
+          7);
+  REQUIRE(out.size() == 3);
+  CHECK(out[0].rfind("http 404", 0) == 0);
+  CHECK(out[1] == "error \"-32001\" \"Session not found\"");
+  CHECK(out[2].rfind("end incomplete body", 0) == 0);
+  std::string big =
+      "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n\r\n{\"jsonrpc\":\"2.0\",\"id\":1,"
+      "\"result\":{\"x\":\"" +
+      std::string(17 << 20, 'x') + "\"}}";
+  out = mcp(big, 1 << 16);
+  REQUIRE(out.size() == 3);
+  CHECK(out[1].rfind("error \"limit_exceeded\"", 0) == 0);
+  CHECK(out[2] == "end incomplete");
+}

@@ -1,15 +1,11 @@
 // JSON-RPC 2.0 line decoder (see jsonrpc.hpp).
 #include "jsonrpc.hpp"
 
-#include <nlohmann/json.hpp>
-
 #include "guard.hpp"
 
 namespace flemma::jsonrpc {
 
 namespace {
-
-using json = nlohmann::json;
 
 stream::Event error_event(const char* type, std::string message) {
   stream::Event e;
@@ -17,51 +13,6 @@ stream::Event error_event(const char* type, std::string message) {
   e.a = type;
   e.b = std::move(message);
   return e;
-}
-
-// A short, valid UTF-8 quote of a bad line for its error message.
-std::string quote(std::string_view text) {
-  size_t n = stream::detail::utf8_boundary(text, kQuoteCap);
-  std::string q = stream::detail::sanitize_utf8(text.substr(0, n));
-  for (char& c : q)
-    if (static_cast<unsigned char>(c) < 0x20) c = ' ';
-  if (n < text.size()) q += "...";
-  return q;
-}
-
-bool valid_id(const json& id) {
-  return id.is_string() || id.is_number_integer() || id.is_number_unsigned();
-}
-
-// Classifies one message; false when it is none.
-bool classify(const json& m, int32_t& kind, std::string& method) {
-  if (!m.is_object()) return false;
-  auto v = m.find("jsonrpc");
-  if (v == m.end() || !v->is_string() || v->get_ref<const std::string&>() != "2.0") return false;
-  auto me = m.find("method");
-  auto id = m.find("id");
-  if (me != m.end()) {
-    if (!me->is_string()) return false;
-    method = me->get<std::string>();
-    if (id == m.end()) {
-      kind = kNotification;
-      return true;
-    }
-    if (!valid_id(*id)) return false;
-    kind = kRequest;
-    return true;
-  }
-  if (id == m.end() || !(valid_id(*id) || id->is_null())) return false;
-  auto err = m.find("error");
-  if (err != m.end()) {
-    if (!err->is_object()) return false;
-    kind = kError;
-    return true;
-  }
-  if (m.find("result") == m.end()) return false;
-  if (id->is_null()) return false;
-  kind = kResult;
-  return true;
 }
 
 }  // namespace
@@ -153,39 +104,7 @@ void Decoder::finish(std::vector<stream::Event>& out) {
 }
 
 void Decoder::line(std::string_view text, std::vector<stream::Event>& out) {
-  if (!text.empty() && text.back() == '\r') text.remove_suffix(1);
-  size_t first = text.find_first_not_of(" \t\r");
-  if (first == std::string_view::npos) return;  // a blank line
-  if (json_depth(text, max_depth_) > max_depth_) {
-    out.push_back(error_event("too_deep", "a message nested deeper than " +
-                                              std::to_string(max_depth_) +
-                                              " levels was dropped: " + quote(text)));
-    return;
-  }
-  json j = json::parse(text.begin(), text.end(), nullptr, false);
-  if (j.is_discarded()) {
-    out.push_back(error_event("invalid_json", "not JSON: " + quote(text)));
-    return;
-  }
-  auto emit = [&](const json& m) {
-    int32_t kind = 0;
-    std::string method;
-    if (!classify(m, kind, method)) {
-      out.push_back(error_event("not_jsonrpc", "not a JSON-RPC 2.0 message: " + quote(text)));
-      return;
-    }
-    stream::Event e;
-    e.type = stream::Type::JsonRpc;
-    e.status = kind;
-    e.a = std::move(method);
-    e.b = m.dump(-1, ' ', false, json::error_handler_t::replace);
-    out.push_back(std::move(e));
-  };
-  if (j.is_array() && !j.empty()) {
-    for (const auto& m : j) emit(m);
-  } else {
-    emit(j);
-  }
+  stream::detail::jsonrpc_text(text, max_depth_, out);
 }
 
 }  // namespace flemma::jsonrpc

@@ -1291,8 +1291,9 @@ Decoders make_decoders(const SpawnOptions& opts) {
   } else {
     auto kind = stream::kind_from_name(opts.decoder);
     if (!kind)
-      throw Error(FLEMMA_E_INVALID, "spawn: unknown decoder `" + opts.decoder +
-                                        "`: use anthropic, openai_chat, openai, vertex or jsonrpc");
+      throw Error(FLEMMA_E_INVALID,
+                  "spawn: unknown decoder `" + opts.decoder +
+                      "`: use anthropic, openai_chat, openai, vertex, mcp or jsonrpc");
     d.stream = std::make_unique<stream::Decoder>(*kind);
   }
   return d;

@@ -25,6 +25,7 @@ std::optional<Kind> kind_from_name(std::string_view name) {
   if (name == "openai_chat") return Kind::OpenAIChat;
   if (name == "openai") return Kind::OpenAIResponses;
   if (name == "vertex") return Kind::Vertex;
+  if (name == "mcp") return Kind::Mcp;
   return std::nullopt;
 }
 
@@ -485,6 +486,9 @@ std::string describe(const Event& e) {
     case Type::JsonRpc:
       s = "jsonrpc " + std::to_string(e.status) + " " + quote(e.a) + " " + quote(e.b);
       break;
+    case Type::SseId:
+      s = "sse_id " + quote(e.a);
+      break;
   }
   return s;
 }
@@ -512,6 +516,13 @@ class Provider {
   virtual void on_event(std::string_view name, std::string_view data, std::vector<Event>& out) = 0;
   // The stream closed (before `end`): whether the provider's end marker was seen.
   virtual bool on_close(std::vector<Event>& out) = 0;
+  // An SSE event with an `id` field was dispatched (after its own events).
+  virtual void on_id(std::string_view /*id*/, std::vector<Event>& /*out*/) {}
+  // How many bytes of a body that is no SSE stream are kept (then it is cut).
+  virtual size_t body_limit() const { return kMaxBody; }
+  // A whole body that is no SSE stream, of a response with status 2xx: true when
+  // the provider decoded it (else it is reported as the kept body).
+  virtual bool on_body(std::string_view /*body*/, std::vector<Event>& /*out*/) { return false; }
 };
 
 namespace {
@@ -1208,6 +1219,123 @@ class Vertex final : public Provider {
   bool finished_ = false;
 };
 
+// ---- JSON-RPC 2.0 messages (the line decoder's and kind mcp's) -------------
+
+// A short, valid UTF-8 quote of a bad message for its error.
+std::string rpc_quote(std::string_view text) {
+  constexpr size_t kQuoteCap = 120;
+  size_t n = detail::utf8_boundary(text, kQuoteCap);
+  std::string q = detail::sanitize_utf8(text.substr(0, n));
+  for (char& c : q)
+    if (static_cast<unsigned char>(c) < 0x20) c = ' ';
+  if (n < text.size()) q += "...";
+  return q;
+}
+
+bool rpc_valid_id(const json& id) {
+  return id.is_string() || id.is_number_integer() || id.is_number_unsigned();
+}
+
+// Classifies one message (the values of jsonrpc::MessageKind: 1 request, 2
+// notification, 3 result, 4 error); false when it is none.
+bool rpc_classify(const json& m, int32_t& kind, std::string& method) {
+  if (!m.is_object()) return false;
+  auto v = m.find("jsonrpc");
+  if (v == m.end() || !v->is_string() || v->get_ref<const std::string&>() != "2.0") return false;
+  auto me = m.find("method");
+  auto id = m.find("id");
+  if (me != m.end()) {
+    if (!me->is_string()) return false;
+    method = me->get<std::string>();
+    if (id == m.end()) {
+      kind = 2;
+      return true;
+    }
+    if (!rpc_valid_id(*id)) return false;
+    kind = 1;
+    return true;
+  }
+  if (id == m.end() || !(rpc_valid_id(*id) || id->is_null())) return false;
+  auto err = m.find("error");
+  if (err != m.end()) {
+    if (!err->is_object()) return false;
+    kind = 4;
+    return true;
+  }
+  if (m.find("result") == m.end()) return false;
+  if (id->is_null()) return false;
+  kind = 3;
+  return true;
+}
+
+}  // namespace
+
+namespace detail {
+
+void jsonrpc_text(std::string_view text, int max_depth, std::vector<Event>& out) {
+  while (!text.empty() && (text.back() == '\r' || text.back() == '\n')) text.remove_suffix(1);
+  size_t first = text.find_first_not_of(" \t\r\n");
+  if (first == std::string_view::npos) return;  // blank
+  if (!json_depth_within(text, static_cast<size_t>(max_depth))) {
+    out.push_back(make(Type::Error, -1, "too_deep",
+                       "a message nested deeper than " + std::to_string(max_depth) +
+                           " levels was dropped: " + rpc_quote(text)));
+    return;
+  }
+  json j = json::parse(text.begin(), text.end(), nullptr, false);
+  if (j.is_discarded()) {
+    out.push_back(make(Type::Error, -1, "invalid_json", "not JSON: " + rpc_quote(text)));
+    return;
+  }
+  auto emit = [&](const json& m) {
+    int32_t kind = 0;
+    std::string method;
+    if (!rpc_classify(m, kind, method)) {
+      out.push_back(
+          make(Type::Error, -1, "not_jsonrpc", "not a JSON-RPC 2.0 message: " + rpc_quote(text)));
+      return;
+    }
+    Event e = make(Type::JsonRpc);
+    e.status = kind;
+    e.a = std::move(method);
+    e.b = m.dump(-1, ' ', false, json::error_handler_t::replace);
+    out.push_back(std::move(e));
+  };
+  if (j.is_array() && !j.empty()) {
+    for (const auto& m : j) emit(m);
+  } else {
+    emit(j);
+  }
+}
+
+}  // namespace detail
+
+namespace {
+
+// ---- mcp: the response of MCP's Streamable HTTP transport ------------------
+
+class Mcp final : public Provider {
+ public:
+  void on_event(std::string_view /*name*/, std::string_view data,
+                std::vector<Event>& out) override {
+    detail::jsonrpc_text(data, kMcpMaxDepth, out);
+  }
+  bool on_close(std::vector<Event>& /*out*/) override { return true; }
+  void on_id(std::string_view id, std::vector<Event>& out) override {
+    Event e = make(Type::SseId);
+    e.a = detail::valid_utf8(id) ? std::string(id) : detail::sanitize_utf8(id);
+    out.push_back(std::move(e));
+  }
+  size_t body_limit() const override { return kMaxEventData; }
+  bool on_body(std::string_view body, std::vector<Event>& out) override {
+    detail::jsonrpc_text(body, kMcpMaxDepth, out);
+    return true;
+  }
+
+ private:
+  static constexpr int kMcpMaxDepth = 64;
+};
+
 std::unique_ptr<Provider> make_provider(Kind kind) {
   switch (kind) {
     case Kind::Anthropic:
@@ -1218,6 +1346,8 @@ std::unique_ptr<Provider> make_provider(Kind kind) {
       return std::make_unique<OpenAIResponses>();
     case Kind::Vertex:
       return std::make_unique<Vertex>();
+    case Kind::Mcp:
+      return std::make_unique<Mcp>();
   }
   throw Error(FLEMMA_E_INVALID, "unknown stream kind");
 }
@@ -1241,7 +1371,9 @@ std::string lower(std::string_view s) {
 // Decoder
 // ---------------------------------------------------------------------------
 
-Decoder::Decoder(Kind kind) : provider_(make_provider(kind)) { provider_->spare = &spare_; }
+Decoder::Decoder(Kind kind) : provider_(make_provider(kind)), body_limit_(provider_->body_limit()) {
+  provider_->spare = &spare_;
+}
 Decoder::~Decoder() = default;
 
 void Decoder::recycle(std::vector<Event>& events) {
@@ -1553,8 +1685,13 @@ void Decoder::sse_line(std::string_view line, bool stable, std::vector<Event>& o
     has_data_ = true;
   } else if (name == "event") {
     event_name_.assign(value);
+  } else if (name == "id" && value.find('\0') == std::string_view::npos &&
+             value.size() <= kMaxEventId) {
+    // Only a provider that resumes streams (mcp) hears of it; retry: and other
+    // fields are ignored.
+    event_id_.assign(value);
+    has_id_ = true;
   }
-  // id: and retry: do not matter to a one-shot request; other fields are ignored.
 }
 
 void Decoder::keep_data() {
@@ -1581,14 +1718,17 @@ void Decoder::dispatch(std::vector<Event>& out) {
       return;
     }
   }
+  if (has_id_) provider_->on_id(event_id_, out);
+  has_id_ = false;
+  event_id_.clear();
   event_name_.clear();
   data_.clear();
   has_data_ = false;
 }
 
 void Decoder::raw_bytes(std::string_view in) {
-  if (body_.size() < kMaxBody + 4) body_.append(in.substr(0, kMaxBody + 4 - body_.size()));
-  if (body_.size() > kMaxBody) body_truncated_ = true;
+  if (body_.size() < body_limit_ + 4) body_.append(in.substr(0, body_limit_ + 4 - body_.size()));
+  if (body_.size() > body_limit_) body_truncated_ = true;
 }
 
 void Decoder::finish(std::vector<Event>& out) {
@@ -1607,6 +1747,15 @@ void Decoder::finish(std::vector<Event>& out) {
   } else if (phase_ == Phase::Sse || phase_ == Phase::Start) {
     // An event without its closing blank line is incomplete: it is dropped.
     complete = provider_->on_close(out);
+  } else if (phase_ == Phase::Raw && status_ >= 200 && status_ < 300 && body_limit_ != kMaxBody) {
+    // A provider that decodes whole bodies (mcp): within its limit, or an error.
+    if (body_truncated_) {
+      out.push_back(make(Type::Error, -1, kLimitError,
+                         "the response body is larger than " + std::to_string(body_limit_ >> 20) +
+                             " MiB: it was dropped"));
+    } else {
+      complete = provider_->on_body(body_, out);
+    }
   } else if (phase_ == Phase::Raw) {
     size_t keep = detail::utf8_boundary(body_, kMaxBody);
     std::string body = body_.substr(0, keep);

@@ -34,6 +34,8 @@ enum class Type : int32_t {
   Error = 12,             // a = error type, b = message
   End = 13,               // status = 1 if complete; mask bit 1: a = the kept non-SSE body
   JsonRpc = 14,  // status = jsonrpc::MessageKind; a = method; b = the message (jsonrpc.hpp)
+  // 15-17: the search output decoder's events (search.hpp)
+  SseId = 18,  // a = the `id` of the SSE event just dispatched (kind "mcp")
 };
 
 // Usage fields, in the order of Event::usage (bit i of Event::mask: field i present).
@@ -58,8 +60,11 @@ struct Event {
 };
 
 // The provider kinds. New kinds (openai Responses, vertex) are one more entry and
-// one more Provider implementation in stream.cpp.
-enum class Kind { Anthropic = 1, OpenAIChat = 2, OpenAIResponses = 3, Vertex = 4 };
+// one more Provider implementation in stream.cpp. Mcp is no model provider: the
+// response of MCP's Streamable HTTP transport, whose SSE events' data (or whole
+// JSON body, up to kMaxEventData) are JSON-RPC 2.0 messages (Type::JsonRpc events),
+// each SSE event's id reported (Type::SseId) for a resumption.
+enum class Kind { Anthropic = 1, OpenAIChat = 2, OpenAIResponses = 3, Vertex = 4, Mcp = 5 };
 std::optional<Kind> kind_from_name(std::string_view name);
 
 // Limits.
@@ -67,6 +72,7 @@ constexpr size_t kMaxBody = 64 * 1024;         // a non-SSE body kept for the re
 constexpr size_t kMaxHeaderBlock = 64 * 1024;  // header lines beyond this are dropped
 constexpr size_t kMaxEventData = 16 << 20;  // one SSE line or event's data (then the stream fails)
 constexpr size_t kMaxJsonDepth = 128;       // nesting of an event's JSON (then the stream fails)
+constexpr size_t kMaxEventId = 1024;        // an SSE `id` (a longer one is ignored)
 
 // The error type of a limit that failed the stream (Event::a of its Error event):
 // a line or event larger than kMaxEventData, JSON nested deeper than
@@ -131,9 +137,12 @@ class Decoder {
   bool bom_checked_ = false;
   int bom_seen_ = 0;
   bool failed_ = false;
+  std::string event_id_;  // the id field of the SSE event being assembled
+  bool has_id_ = false;
   // Raw (non-SSE) body.
   std::string body_;
   bool body_truncated_ = false;
+  size_t body_limit_ = kMaxBody;
 };
 
 // Appends ev to out, merging it into out's last event when both are deltas of
@@ -158,6 +167,13 @@ bool fast_anthropic_delta(std::string_view data, Type& type, int32_t& index, std
 // Whether the JSON text s nests arrays and objects at most max deep (strings
 // are skipped; s need not be valid JSON). One pass; stops at the first excess.
 bool json_depth_within(std::string_view s, size_t max);
+
+// One JSON-RPC 2.0 text (a message or a batch) decoded into Type::JsonRpc events
+// (status: jsonrpc::MessageKind; a: the method; b: the message as compact JSON) or
+// one Type::Error (a: "invalid_json", "too_deep" or "not_jsonrpc"; b: why, with a
+// short quote). A blank text gives nothing. Shared by the JSON-RPC line decoder
+// and the kind "mcp".
+void jsonrpc_text(std::string_view text, int max_depth, std::vector<Event>& out);
 
 // Whether s is valid UTF-8 (no overlongs, surrogates or code points past U+10FFFF).
 bool valid_utf8(std::string_view s);

@@ -731,8 +731,9 @@ enum flemma_stream_event_type {
                                       context, flags bit 0: the line was cut */
   FLEMMA_STREAM_SEARCH_FILE =
       16, /* a = path, usage[0] = mtime (s), usage[1] = size, status 1 file / 2 dir */
-  FLEMMA_STREAM_SEARCH_SUMMARY = 17 /* usage: found, searched, binary, unreadable, files with a
+  FLEMMA_STREAM_SEARCH_SUMMARY = 17, /* usage: found, searched, binary, unreadable, files with a
                                        match; a = an error ("" none) */
+  FLEMMA_STREAM_SSE_ID = 18 /* a = the id of the SSE event just dispatched (kind "mcp"). ABI 21. */
 };
 
 /* The status and flag values of the events that have them (see above). */
@@ -768,8 +769,14 @@ typedef struct flemma_stream_event {
 } flemma_stream_event;
 
 /* A decoder for kind "anthropic", "openai_chat", "openai" (Responses API) or
- * "vertex" (Gemini streamGenerateContent). The caller owns it: free it
- * with flemma_stream_free. NULL for an unknown kind (see flemma_last_error). */
+ * "vertex" (Gemini streamGenerateContent), or "mcp": a response of MCP's
+ * Streamable HTTP transport, whose SSE events' data, or a whole body of a 2xx
+ * response that is no SSE stream (at most 16 MiB, else an ERROR
+ * "limit_exceeded"), are JSON-RPC 2.0 messages, decoded as the JSON-RPC decoder
+ * below does (JSONRPC events, ERROR "invalid_json", "too_deep", "not_jsonrpc"),
+ * each SSE event with an id followed by an SSE_ID event (ABI 21). The caller owns
+ * it: free it with flemma_stream_free. NULL for an unknown kind (see
+ * flemma_last_error). */
 FLEMMA_API flemma_stream *flemma_stream_new(const char *kind);
 
 /* Frees a decoder and its events. NULL is a no-op. */

@@ -69,6 +69,9 @@ function H.converters(C)
     [C.FLEMMA_STREAM_JSONRPC] = function(e, a)
       return { type = "jsonrpc", kind = H.jsonrpc_kinds[e.status], method = a, json = H.b(e) }
     end,
+    [C.FLEMMA_STREAM_SSE_ID] = function(_, a)
+      return { type = "sse_id", id = a }
+    end,
     [C.FLEMMA_STREAM_SEARCH_MATCH] = function(e, a)
       return {
         type = "search_match",
@@ -206,7 +209,8 @@ function S.stream_events(evs, count, from)
 end
 
 --- A decoder of a streamed response (curl --dump-header - output) for a
---- provider kind ("anthropic", "openai_chat", "openai", "vertex"); nil and a message for another.
+--- provider kind ("anthropic", "openai_chat", "openai", "vertex"), or "mcp" (a response of
+--- MCP's Streamable HTTP transport: `jsonrpc` and `sse_id` events); nil and a message for another.
 ---@param kind string
 ---@return table|nil decoder with :feed(bytes) and :finish()
 ---@return string? err
