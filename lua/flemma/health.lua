@@ -175,12 +175,18 @@ function H.mcp()
   end
   vim.health.start("flemma: MCP servers")
   for _, r in ipairs(rows) do
-    if r.state == "ready" then
+    if r.state == "ready" and r.url then
+      vim.health.ok(("%s: session open at %s, %d tools"):format(r.name, r.url, r.tools))
+    elseif r.state == "ready" then
       vim.health.ok(("%s: running (pid %s), %d tools"):format(r.name, tostring(r.pid), r.tools))
     elseif r.state == "failed" then
       vim.health.error(("%s: failed: %s"):format(r.name, (r.last_error or "?"):gsub("\n.*", " ...")), {
         ":Flemma mcp:restart " .. r.name,
       })
+    elseif r.url and vim.fn.executable("curl") ~= 1 then
+      vim.health.error(("%s: `curl` not found in $PATH (MCP over HTTP needs it)"):format(r.name))
+    elseif r.url then
+      vim.health.info(("%s: %s, %s (starts with the first chat that needs it)"):format(r.name, r.state, r.url))
     elseif vim.fn.executable(r.command or "") ~= 1 then
       vim.health.error(("%s: `%s` not found in $PATH"):format(r.name, tostring(r.command)))
     else

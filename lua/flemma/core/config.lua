@@ -54,10 +54,20 @@ function H.check_providers(value)
   end
 end
 
-H.mcp_fields = { command = "string", args = "table", env = "table", cwd = "string" }
+H.mcp_fields = {
+  command = "string",
+  args = "table",
+  env = "table",
+  cwd = "string",
+  url = "string",
+  headers = "table",
+  bearer_env = "string",
+}
+H.mcp_stdio = { command = true, args = true, env = true, cwd = true }
 
---- `mcp.servers`: named entries { command, args?, env?, cwd? }; names are what tools
---- are called by (`name:tool`, sent as `name__tool`): letters, digits, `-` and single `_`.
+--- `mcp.servers`: named entries { command, args?, env?, cwd? } (stdio) or { url,
+--- headers?, bearer_env? } (Streamable HTTP); names are what tools are called by
+--- (`name:tool`, sent as `name__tool`): letters, digits, `-` and single `_`.
 function H.check_mcp_servers(value)
   if type(value) ~= "table" then
     util.error("`mcp.servers` should be a table, not " .. type(value))
@@ -78,17 +88,29 @@ function H.check_mcp_servers(value)
       )
     end
     if type(entry) ~= "table" then
-      util.error(("`%s` should be a table { command, args?, env?, cwd? }, not %s"):format(path, type(entry)))
+      util.error(
+        ("`%s` should be a table { command, args?, env?, cwd? } or { url, headers?, bearer_env? }, not %s"):format(
+          path,
+          type(entry)
+        )
+      )
     end
     for k, v in pairs(entry) do
       local want = H.mcp_fields[k]
       if not want then
-        util.error(("unknown option `%s.%s` (a server has command, args, env, cwd)"):format(path, tostring(k)))
+        util.error(
+          ("unknown option `%s.%s` (a server has command, args, env, cwd, or url, headers, bearer_env)"):format(
+            path,
+            tostring(k)
+          )
+        )
       elseif type(v) ~= want then
         util.error(("`%s.%s` should be a %s, not %s"):format(path, k, want, type(v)))
       end
     end
-    if entry.command == nil or entry.command == "" then
+    if entry.url ~= nil then
+      H.check_mcp_http(path, entry)
+    elseif entry.command == nil or entry.command == "" then
       util.error(("`%s.command` should be a string, not %s"):format(path, entry.command == nil and "nil" or "empty"))
     end
     for i, a in ipairs(entry.args or {}) do
@@ -107,6 +129,30 @@ function H.check_mcp_servers(value)
         util.error(("`%s.env.%s` should be a string, not %s"):format(path, k, type(v)))
       end
     end
+  end
+end
+
+--- A Streamable HTTP entry: an http(s) URL, header names and string values, a
+--- variable name in bearer_env; none of the stdio fields.
+function H.check_mcp_http(path, entry)
+  for k in pairs(entry) do
+    if H.mcp_stdio[k] then
+      util.error(("`%s.%s`: a server has either `command` (stdio) or `url` (HTTP), not both"):format(path, k))
+    end
+  end
+  if not entry.url:match("^[Hh][Tt][Tt][Pp][Ss]?://[^/?#%s]+") or entry.url:find("[%s%z]") then
+    util.error(("`%s.url` should be an http:// or https:// URL"):format(path))
+  end
+  for k, v in pairs(entry.headers or {}) do
+    if type(k) ~= "string" or not k:match("^[%w!#$%%&'*+.^_`|~-]+$") then
+      util.error(("`%s.headers` keys should be HTTP header names, not %s"):format(path, vim.inspect(k)))
+    end
+    if type(v) ~= "string" or v:find("[\r\n%z]") then
+      util.error(("`%s.headers.%s` should be a string without line breaks"):format(path, k))
+    end
+  end
+  if entry.bearer_env ~= nil and not entry.bearer_env:match("^[%a_][%w_]*$") then
+    util.error(("`%s.bearer_env` should name an environment variable"):format(path))
   end
 end
 

@@ -150,7 +150,7 @@ M.OPTIONS = {
   { path = "sandbox.deny_read", type = "table", default = { "$default" }, doc = 'paths hidden from sandboxed commands ("$default", paths, "!path" to take one out)' },
 
   { path = "mcp", type = "table", doc = "MCP servers whose tools become Flemma tools" },
-  { path = "mcp.servers", type = "table", keys = "user", default = {}, doc = "name = { command, args?, env?, cwd? }" },
+  { path = "mcp.servers", type = "table", keys = "user", default = {}, doc = "name = { command, args?, env?, cwd? } or { url, headers?, bearer_env? }" },
   { path = "mcp.include", type = "table", doc = "tool patterns to keep; nil: all" },
   { path = "mcp.exclude", type = "table", doc = "tool patterns to leave out" },
   { path = "mcp.timeout", type = "number", default = 60, above = 0, unit = "seconds", doc = "seconds for a server to start and for each request" },

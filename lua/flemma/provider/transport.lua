@@ -4,55 +4,20 @@
 --- so no secret is ever in argv (visible in `ps`), on disk or in a log. The child's
 --- stdout (`--dump-header -`: status line and headers, then the body) is decoded by
 --- the native stream decoder of the provider's kind.
+local curl = require("flemma.core.curl")
 local util = require("flemma.core.util")
 
 local M = {}
-local H = {}
 
 M.program = "curl"
 
 --- curl exit codes (see `man curl`, EXIT CODES).
-M.curl_errors = {
-  [5] = "the proxy's host name could not be resolved",
-  [6] = "the host name could not be resolved",
-  [7] = "could not connect",
-  [28] = "timed out",
-  [35] = "the TLS handshake failed",
-  [52] = "the server closed the connection without answering",
-  [55] = "sending the request failed (connection reset)",
-  [56] = "receiving the answer failed (connection reset)",
-  [60] = "the server's TLS certificate could not be verified",
-}
+M.curl_errors = curl.errors
 --- Exit codes of a connection that was reset or dropped: a retry may succeed.
 M.reset_codes = { [52] = true, [55] = true, [56] = true }
 
---- Quotes a value for curl's config file syntax.
-function H.quote(s)
-  return '"' .. s:gsub("\\", "\\\\"):gsub('"', '\\"') .. '"'
-end
-
---- The `--config -` text: one `header = "name: value"` line per header. Header names
---- and values must not contain line breaks (they would end the header).
----@param headers table<string, string>
----@return string
-function M.config_text(headers)
-  local names = vim.tbl_keys(headers)
-  table.sort(names)
-  local lines = {}
-  for _, name in ipairs(names) do
-    local value = headers[name]
-    if type(name) ~= "string" or not name:match("^[%w!#$%%&'*+.^_`|~-]+$") then
-      util.error(("header name %s is not a valid HTTP header name"):format(vim.inspect(name)))
-    end
-    if type(value) ~= "string" or value:find("[\r\n%z]") then
-      util.error(("the value of header `%s` should be a string without line breaks"):format(name))
-    end
-    lines[#lines + 1] = "header = " .. H.quote(name .. ": " .. value)
-  end
-  -- No "Expect: 100-continue" wait before large bodies.
-  lines[#lines + 1] = 'header = "Expect:"'
-  return table.concat(lines, "\n") .. "\n"
-end
+--- The `--config -` text (headers; see core/curl).
+M.config_text = curl.config_text
 
 --- curl's argv. Nothing secret is in it.
 ---@param o { endpoint: string, body_path: string, connect_timeout?: number, timeout?: number }
@@ -189,41 +154,8 @@ function M.get(o, cb)
   return handle
 end
 
---- The size in bytes of a body given as a string or a list of pieces.
----@param body string|string[]
----@return integer
-function M.body_size(body)
-  if type(body) == "string" then
-    return #body
-  end
-  local n = 0
-  for i = 1, #body do
-    n = n + #body[i]
-  end
-  return n
-end
-
---- Writes the body (a string, or a list of pieces written one after the other)
---- into a new private file (mode 0600) and returns its path.
----@param body string|string[]
----@return string path
-function M.write_body(body)
-  local path = vim.fn.tempname() .. "-request.json"
-  local fd, err = vim.uv.fs_open(path, "wx", tonumber("600", 8))
-  if not fd then
-    util.error("cannot create the request file: " .. tostring(err))
-  end
-  local ok, werr = vim.uv.fs_write(fd, body, 0)
-  if ok and ok ~= M.body_size(body) then
-    ok, werr = nil, ("%d of %d bytes written"):format(ok, M.body_size(body))
-  end
-  vim.uv.fs_close(fd)
-  if not ok then
-    os.remove(path)
-    util.error("cannot write the request file: " .. tostring(werr))
-  end
-  return path
-end
+M.body_size = curl.body_size
+M.write_body = curl.write_body
 
 ---@class flemma.transport.Opts
 ---@field endpoint string

@@ -2,7 +2,10 @@
 --- and parsed as JSON-RPC 2.0 natively, on the manager's worker thread (decoder
 --- "jsonrpc": bounded line length and depth); the messages reach this module on the
 --- main thread. Requests carry timeouts; the server's stderr goes to the log and its
---- last lines are kept for error messages. Nothing here blocks Neovim.
+--- last lines are kept for error messages. Nothing here blocks Neovim. An entry with
+--- `url` speaks Streamable HTTP instead (flemma.tools.mcp.http): the same messages,
+--- each a POST through curl.
+local http = require("flemma.tools.mcp.http")
 local log = require("flemma.core.log")
 local process = require("flemma.core.process")
 local util = require("flemma.core.util")
@@ -103,6 +106,20 @@ function Client:start(on_ready)
   self.last_error = nil
   self.stopping = false
   local spec = self.spec
+  if spec.url then
+    local ok, transport = pcall(http.new, self, spec)
+    if not ok then
+      self.state = "failed"
+      self.last_error = util.message(transport)
+      vim.schedule(function()
+        on_ready(self.last_error)
+      end)
+      return
+    end
+    self.http = transport
+    self:_log("info", "session starting: %s", http.display_url(spec.url))
+    return self:_handshake(on_ready)
+  end
   local cmd = { spec.command }
   for _, a in ipairs(spec.args or {}) do
     cmd[#cmd + 1] = a
@@ -154,6 +171,11 @@ function Client:start(on_ready)
   end
   self.handle = handle
   self:_log("info", "started (pid %d): %s", handle.pid, table.concat(cmd, " "))
+  self:_handshake(on_ready)
+end
+
+--- initialize, notifications/initialized, tools/list; on_ready(err) once.
+function Client:_handshake(on_ready)
   local started = vim.uv.hrtime()
   self:request("initialize", {
     protocolVersion = M.PROTOCOL_VERSIONS[1],
@@ -174,6 +196,9 @@ function Client:start(on_ready)
       )
     end
     self.protocol_version = version
+    if self.http then
+      self.http.protocol_version = version
+    end
     self.server_info = type(res.serverInfo) == "table" and res.serverInfo or nil
     self:notify("notifications/initialized")
     self:list_tools(function(lerr)
@@ -233,7 +258,10 @@ function Client:list_tools(cb)
   page(nil)
 end
 
-function Client:_write(msg)
+function Client:_write(msg, timeout)
+  if self.http then
+    return not self.stopping and self.http:open() and self.http:send(msg, timeout)
+  end
   if self.stopping or not self.handle or not self.handle:is_running() then
     return false
   end
@@ -270,7 +298,7 @@ function Client:request(method, params, cb, opts)
       end
     end)
   end)
-  if not self:_write({ jsonrpc = "2.0", id = id, method = method, params = params }) then
+  if not self:_write({ jsonrpc = "2.0", id = id, method = method, params = params }, timeout) then
     vim.schedule(function()
       self:_settle(id, nil, "the server is not running")
     end)
@@ -293,6 +321,9 @@ function Client:_settle(id, result, err)
   if entry.timer and not entry.timer:is_closing() then
     entry.timer:stop()
     entry.timer:close()
+  end
+  if self.http then
+    self.http:forget(id)
   end
   util.safe(entry.cb, "mcp " .. entry.method .. " callback")(result, err)
 end
@@ -397,9 +428,42 @@ function Client:_exited(result)
   end
 end
 
---- Ends the server's whole process group (SIGTERM, SIGKILL after the grace period).
+--- The server (over HTTP) forgot the session: what is pending fails and the client
+--- counts as exited (restarted once, as a crashed server).
+function Client:_session_lost(why)
+  local was_ready = self.state == "ready"
+  self.last_error = why
+  self:_closed(why)
+  self.state = "failed"
+  if was_ready and self.opts.on_exit then
+    util.safe(self.opts.on_exit, "mcp on_exit")(self, { code = nil })
+  end
+end
+
+--- Over HTTP: the curls are stopped and what is pending fails with `why`.
+function Client:_closed(why)
+  if self.http then
+    self.http:close()
+    self.http = nil
+  end
+  local ids = vim.tbl_keys(self.pending)
+  table.sort(ids)
+  for _, id in ipairs(ids) do
+    self:_settle(id, nil, why)
+  end
+end
+
+--- Ends the server's whole process group (SIGTERM, SIGKILL after the grace period);
+--- over HTTP, the session (a DELETE).
 function Client:stop()
   self.stopping = true
+  if self.http then
+    self:_closed(("server `%s` was stopped"):format(self.name))
+    if self.state ~= "failed" then
+      self.state = "stopped"
+    end
+    return
+  end
   if self.handle and self.handle:is_running() then
     self.handle:close_stdin()
     self.handle:cancel()
@@ -408,8 +472,12 @@ end
 
 --- Whether the process runs.
 function Client:running()
+  if self.http then
+    return self.http:open()
+  end
   return self.handle ~= nil and self.handle:is_running()
 end
 
+M.display_url = http.display_url
 M.Client = Client
 return M

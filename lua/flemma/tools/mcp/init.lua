@@ -407,7 +407,8 @@ function M.needed(bufnr)
   return false
 end
 
---- State of every configured server: { name, state, tools, last_error, restarts }.
+--- State of every configured server: { name, state, tools, last_error, restarts, pid
+--- (stdio), command (stdio) or url (Streamable HTTP, without user info or query) }.
 ---@return table[]
 function M.status()
   local out = {}
@@ -421,6 +422,7 @@ function M.status()
       restarts = s and s.restarts or 0,
       pid = s and s.client.handle and s.client.handle.pid or nil,
       command = (H.spec(name) or {}).command,
+      url = (H.spec(name) or {}).url and client.display_url((H.spec(name) or {}).url) or nil,
       project = H.project[name] ~= nil and not (H.config().servers or {})[name] or nil,
     }
   end
@@ -440,7 +442,7 @@ function M.stop_all()
 end
 
 --- The status as text, one line per server:
---- `name  state  N tools  [pid P]  [restarted]  [last error: ...]`.
+--- `name: state, N tools[, pid P | , URL][, restarted Nx][; last error: ...]`.
 ---@return string
 function M.status_text()
   local rows = M.status()
@@ -452,6 +454,9 @@ function M.status_text()
     local line = ("%s: %s, %d tool%s"):format(r.name, r.state, r.tools, r.tools == 1 and "" or "s")
     if r.pid then
       line = line .. ", pid " .. r.pid
+    end
+    if r.url then
+      line = line .. ", " .. r.url
     end
     if r.restarts > 0 then
       line = line .. ", restarted " .. r.restarts .. "x"
@@ -521,6 +526,13 @@ function M.setup(config)
   if next(H.cfg.servers or {}) == nil and not H.cfg.project_config then
     return
   end
+  vim.api.nvim_create_autocmd("VimLeavePre", {
+    group = group,
+    desc = "Flemma: end the sessions of MCP servers over HTTP",
+    callback = function()
+      M.stop_all()
+    end,
+  })
   local function opened(buf)
     if H.cfg.project_config then
       M.project(buf)
