@@ -32,7 +32,7 @@ extern "C" {
 #endif
 
 /* Bumped whenever a declaration below changes in an incompatible way. */
-#define FLEMMA_ABI_VERSION 21
+#define FLEMMA_ABI_VERSION 22
 
 /* Status codes. */
 #define FLEMMA_OK 0
@@ -733,7 +733,7 @@ enum flemma_stream_event_type {
       16, /* a = path, usage[0] = mtime (s), usage[1] = size, status 1 file / 2 dir */
   FLEMMA_STREAM_SEARCH_SUMMARY = 17, /* usage: found, searched, binary, unreadable, files with a
                                        match; a = an error ("" none) */
-  FLEMMA_STREAM_SSE_ID = 18 /* a = the id of the SSE event just dispatched (kind "mcp"). ABI 21. */
+  FLEMMA_STREAM_SSE_ID = 18 /* a = the id of the SSE event just dispatched (kind "mcp"). ABI 22. */
 };
 
 /* The status and flag values of the events that have them (see above). */
@@ -774,7 +774,7 @@ typedef struct flemma_stream_event {
  * response that is no SSE stream (at most 16 MiB, else an ERROR
  * "limit_exceeded"), are JSON-RPC 2.0 messages, decoded as the JSON-RPC decoder
  * below does (JSONRPC events, ERROR "invalid_json", "too_deep", "not_jsonrpc"),
- * each SSE event with an id followed by an SSE_ID event (ABI 21). The caller owns
+ * each SSE event with an id followed by an SSE_ID event (ABI 22). The caller owns
  * it: free it with flemma_stream_free. NULL for an unknown kind (see
  * flemma_last_error). */
 FLEMMA_API flemma_stream *flemma_stream_new(const char *kind);
