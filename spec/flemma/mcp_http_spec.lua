@@ -218,6 +218,25 @@ describe("mcp over Streamable HTTP", function()
     end
   )
 
+  it("leaving Neovim ends the session with a DELETE", function()
+    local url, dir = everything_http()
+    helpers.run_nvim({
+      rtp = helpers.root,
+      lua = ([=[
+        require("flemma").setup({ mcp = { servers = { everything = { url = %q } }, timeout = 20 } })
+        require("flemma.tools.mcp").start({ "everything" })
+        vim.wait(20000, function() return require("flemma.tools").is_ready() end, 10)
+        assert(require("flemma.tools.mcp").status()[1].state == "ready", "not ready")
+      ]=]):format(url),
+      timeout = 40000,
+    })
+    local reqs = requests(dir)
+    local last = reqs[#reqs]
+    assert.equals("DELETE", last.method, vim.inspect(reqs))
+    assert.is_not_nil(last.headers["mcp-session-id"])
+    assert.equals(reqs[2].headers["mcp-session-id"], last.headers["mcp-session-id"])
+  end)
+
   it(":Flemma mcp:status and :checkhealth show an HTTP server, its URL without user info or query", function()
     local url = everything_http()
     local shown = url:gsub("^http://", "http://user:pw-secret@") .. "?token=q-secret"

@@ -440,10 +440,12 @@ function Client:_session_lost(why)
   end
 end
 
---- Over HTTP: the curls are stopped and what is pending fails with `why`.
-function Client:_closed(why)
+--- Over HTTP: the curls are stopped and what is pending fails with `why`; at exit
+--- the DELETE's process is returned (see flemma.tools.mcp.http).
+function Client:_closed(why, at_exit)
+  local proc
   if self.http then
-    self.http:close()
+    proc = self.http:close(at_exit)
     self.http = nil
   end
   local ids = vim.tbl_keys(self.pending)
@@ -451,18 +453,21 @@ function Client:_closed(why)
   for _, id in ipairs(ids) do
     self:_settle(id, nil, why)
   end
+  return proc
 end
 
 --- Ends the server's whole process group (SIGTERM, SIGKILL after the grace period);
---- over HTTP, the session (a DELETE).
-function Client:stop()
+--- over HTTP, the session (a DELETE; at Neovim's exit its process is returned).
+---@param at_exit? boolean
+---@return vim.SystemObj|nil
+function Client:stop(at_exit)
   self.stopping = true
   if self.http then
-    self:_closed(("server `%s` was stopped"):format(self.name))
+    local proc = self:_closed(("server `%s` was stopped"):format(self.name), at_exit)
     if self.state ~= "failed" then
       self.state = "stopped"
     end
-    return
+    return proc
   end
   if self.handle and self.handle:is_running() then
     self.handle:close_stdin()
@@ -479,5 +484,6 @@ function Client:running()
 end
 
 M.display_url = http.display_url
+M.wait_all = http.wait_all
 M.Client = Client
 return M

@@ -24,6 +24,8 @@ M.MAX_RESUMES = 3
 M.MAX_SESSION_ID = 1024
 -- Seconds the DELETE of a session may take.
 M.DELETE_TIMEOUT = 5
+-- Milliseconds Neovim's exit waits for the DELETEs of its sessions (all at once).
+M.EXIT_WAIT = 2000
 
 ---@class flemma.mcp.Http
 ---@field client flemma.mcp.Client
@@ -346,8 +348,12 @@ function Http:forget(id)
   end
 end
 
---- Stops every curl and ends the session (a DELETE, not waited for).
-function Http:close()
+--- Stops every curl and ends the session: a DELETE, not waited for; at Neovim's
+--- exit (`at_exit`) a curl of its own (the process manager is gone by then) whose
+--- handle is returned, to be waited for (M.wait_all).
+---@param at_exit? boolean
+---@return vim.SystemObj|nil
+function Http:close(at_exit)
   if self.closed then
     return
   end
@@ -364,6 +370,10 @@ function Http:close()
   local config = curl.config_text(self:_headers())
   self.session_id = nil
   local name = self.client.name
+  if at_exit then
+    local ok, proc = pcall(vim.system, H.argv(self.url, "DELETE", nil, M.DELETE_TIMEOUT), { stdin = config })
+    return ok and proc or nil
+  end
   pcall(process.spawn, {
     cmd = H.argv(self.url, "DELETE", nil, M.DELETE_TIMEOUT),
     stdin = config,
@@ -380,6 +390,18 @@ function Http:close()
     end
     log.info("mcp %s (http): session ended (DELETE, curl exit %s)", name, tostring(result.code))
   end)
+end
+
+--- Waits (at most M.EXIT_WAIT ms in all) for the DELETEs started at exit.
+---@param procs vim.SystemObj[]
+function M.wait_all(procs)
+  local deadline = vim.uv.hrtime() + M.EXIT_WAIT * 1e6
+  for _, p in ipairs(procs) do
+    local left = math.floor((deadline - vim.uv.hrtime()) / 1e6)
+    if left <= 0 or not pcall(p.wait, p, left) then
+      pcall(p.kill, p, 9)
+    end
+  end
 end
 
 --- Whether the session is open (not closed).

@@ -435,9 +435,14 @@ function M.client(name)
 end
 
 --- Stops every server (their whole process groups).
-function M.stop_all()
+---@param at_exit? boolean Neovim exits: the sessions' DELETEs are waited for (at most 2 s)
+function M.stop_all(at_exit)
+  local procs = {}
   for _, s in pairs(H.servers) do
-    s.client:stop()
+    procs[#procs + 1] = s.client:stop(at_exit)
+  end
+  if at_exit and #procs > 0 then
+    client.wait_all(procs)
   end
 end
 
@@ -530,7 +535,7 @@ function M.setup(config)
     group = group,
     desc = "Flemma: end the sessions of MCP servers over HTTP",
     callback = function()
-      M.stop_all()
+      M.stop_all(true)
     end,
   })
   local function opened(buf)
