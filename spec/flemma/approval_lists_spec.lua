@@ -486,6 +486,37 @@ describe("the audit log of the user's decisions", function()
   end)
 end)
 
+describe("what a frontmatter widens asks for trust", function()
+  before_each(before)
+  after_each(after)
+
+  it(
+    "a risk level the configuration does not approve (risk:medium approves move) asks, and runs once trusted",
+    function()
+      setup({})
+      helpers.write_file(project .. "/old.txt", "moved\n")
+      local buf = helpers.edit(
+        project .. "/talk.chat",
+        chat(
+          { { "toolu_mv", { source = "old.txt", destination = "new.txt" }, "move" } },
+          { 'flemma.opt.tools.auto_approve = { "$default", "risk:medium" }' }
+        )
+      )
+      press("<C-]>")
+      helpers.wait_for(function()
+        if status_of(buf, "toolu_mv") == "approved" and #require("flemma.cycle").running(buf) == 0 then
+          press("<C-]>")
+        end
+        return status_of(buf, "toolu_mv") == "result" or status_of(buf, "toolu_mv") == "pending"
+      end, 10000, text(buf))
+      assert.equals(1, #asked, vim.inspect(h.notes) .. text(buf))
+      assert.truthy(asked[1].prompt:find("risk:medium", 1, true), asked[1].prompt)
+      assert.equals("result", status_of(buf, "toolu_mv"), text(buf))
+      assert.equals("moved\n", helpers.read_file(project .. "/new.txt"))
+    end
+  )
+end)
+
 describe("rules in frontmatter through a real <C-]> cycle with the model", function()
   before_each(before)
   after_each(after)

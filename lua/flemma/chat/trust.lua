@@ -191,10 +191,23 @@ function M.widening(opts, config)
       end
     end
   end
+  -- Risk levels and MCP entries (`risk:medium`, `$mcp`, `github:*`) the configuration
+  -- has not: they approve tools of their own.
+  for level in pairs(mine.approve_risks or {}) do
+    if not (global and (global.approve_risks or {})[level]) then
+      out[#out + 1] = "risk:" .. level
+    end
+  end
+  for _, prefix in ipairs(mine.approve_prefixes or {}) do
+    if not (global and vim.tbl_contains(global.approve_prefixes or {}, prefix)) then
+      out[#out + 1] = prefix == "" and "$mcp" or (prefix .. "*")
+    end
+  end
   if #out == 0 then
     return nil
   end
   table.sort(out)
+  out = vim.fn.uniq(out)
   return { fn = false, tools = out }
 end
 

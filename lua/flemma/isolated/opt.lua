@@ -461,6 +461,15 @@ function H.tool_checks(B)
     end
     -- A rule `TOOL(PATTERN)` names its tool.
     name = presets.rule(name) or name
+    -- `risk:LEVEL` (a known level) and `$mcp`, `$mcp:NAME`, `NAME:*` name tools by
+    -- their risk or their server, also tools not registered yet.
+    if type(name) == "string" and (presets.risk_entry(name) or name:sub(1, 5) == "risk:") then
+      presets.check_risks({ name }, "flemma.opt.tools.auto_approve")
+      return
+    end
+    if type(name) == "string" and presets.prefix(name) then
+      return
+    end
     if presets.is_preset(name) then
       if not all_presets[name] then
         M.fail(presets.unknown_message(name, user_presets) .. " in flemma.opt.tools.auto_approve")
