@@ -91,7 +91,9 @@ bench: deps build
 # `rg --json` (fuzz_rgjson; seeds in fuzz/corpus/rgjson) and its glob, ignore-rule and
 # regex matchers (fuzz_glob; seeds in fuzz/corpus/glob) and the shell-word parser of
 # approval rules (fuzz_shellwords) check theirs: see the files; a
-# crash becomes a case in tests/test_search.cpp.
+# crash becomes a case in tests/test_search.cpp. The `fetch` tool's HTML converter and page
+# decoder (fuzz_html; the first byte seeds how the input is split) check theirs; a crash
+# becomes a case in tests/test_html.cpp.
 FUZZ_CXX   ?= clang++-14
 FUZZ_FLAGS := -std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
 	-Inative/include -Inative/src -Ithird_party/nlohmann/include
@@ -172,6 +174,15 @@ fuzz:
 	$(FUZZ_CXX) $(FUZZ_FLAGS) fuzz/fuzz_shellwords.cpp native/src/shellwords.cpp -o $(FUZZ_DIR)/fuzz_shellwords
 	cd $(FUZZ_DIR) && ./fuzz_shellwords -max_total_time=$(FUZZ_TIME) -max_len=4096 -timeout=10 \
 		-print_final_stats=1 corpus-shellwords
+	@mkdir -p $(FUZZ_DIR)/corpus-html
+	@printf '\003HTTP/1.1 200 OK\r\nContent-Type: text/html\r\n\r\n<h1>T</h1><ul><li>a<ol><li>b</ol></ul><pre>x</pre><table><tr><td>1<td>2</table><a href="/y">y</a>&amp;&#x41;<script>s</script>' \
+		> $(FUZZ_DIR)/corpus-html/page
+	@printf '\000HTTP/1.1 301 Moved\nLocation: /z\n\n<blockquote><code>a`b</code><!-- c' > $(FUZZ_DIR)/corpus-html/redirect
+	$(FUZZ_CXX) $(FUZZ_FLAGS) fuzz/fuzz_html.cpp native/src/html.cpp native/src/stream.cpp native/src/truncate.cpp \
+		native/src/capi_core.cpp \
+		-o $(FUZZ_DIR)/fuzz_html
+	cd $(FUZZ_DIR) && ./fuzz_html -max_total_time=$(FUZZ_TIME) -max_len=16384 -timeout=10 \
+		-print_final_stats=1 corpus-html
 
 clean:
 	rm -rf $(BUILD_DIR) $(ASAN_DIR) $(FUZZ_DIR)

@@ -30,6 +30,7 @@
 #include <nlohmann/json.hpp>
 
 #include "guard.hpp"
+#include "html.hpp"
 #include "jsonrpc.hpp"
 #include "reaper.hpp"
 #include "truncate.hpp"
@@ -480,6 +481,7 @@ struct Proc {
   std::unique_ptr<stream::Decoder> decoder;       // stdout's decoder (opts.decoder)
   std::unique_ptr<jsonrpc::Decoder> rpc;          // or its JSON-RPC decoder (decoder "jsonrpc")
   std::unique_ptr<search::OutputDecoder> outdec;  // or a search output decoder
+  std::unique_ptr<html::FetchDecoder> fetchdec;   // or a fetched page's decoder
   // Reading stdout: on unless the host paused it or its queued events are held.
   bool reading = false, paused = false, held = false;
 
@@ -580,7 +582,12 @@ void update_reading(Proc* p) {
 void decode(Proc* p, const char* data, size_t n, bool end) {
   std::vector<stream::Event> evs;
   try {
-    if (p->outdec) {
+    if (p->fetchdec) {
+      if (end)
+        p->fetchdec->finish(evs);
+      else
+        p->fetchdec->feed(std::string_view(data, n), evs);
+    } else if (p->outdec) {
       if (end)
         p->outdec->finish(evs);
       else
@@ -619,11 +626,12 @@ void decode(Proc* p, const char* data, size_t n, bool end) {
 
 void on_read(uv_stream_t* s, ssize_t n, const uv_buf_t* b) {
   Proc* p = static_cast<Proc*>(s->data);
-  if (n > 0 && (p->decoder || p->rpc || p->outdec) &&
+  if (n > 0 && (p->decoder || p->rpc || p->outdec || p->fetchdec) &&
       s == reinterpret_cast<uv_stream_t*>(&p->out_pipe)) {
     p->out.total_bytes += n;
     decode(p, b->base, static_cast<size_t>(n), false);
-    if (p->decoder && p->decoder->failed() && p->out_open) {
+    if (((p->decoder && p->decoder->failed()) || (p->fetchdec && p->fetchdec->failed())) &&
+        p->out_open) {
       // Nothing more is read: the child is stopped like a cancel.
       close_stream(p, &p->out_pipe, p->out_open);
       start_kill(p);
@@ -649,7 +657,7 @@ void on_read(uv_stream_t* s, ssize_t n, const uv_buf_t* b) {
 // A decoded stream of a child being stopped is of no more use: it is not read
 // further (a paused one would otherwise wait for its reader).
 void stop_stream(Proc* p) {
-  if (p->decoder && p->out_open) {
+  if ((p->decoder || p->fetchdec) && p->out_open) {
     close_stream(p, &p->out_pipe, p->out_open);
     maybe_finish(p);
   }
@@ -709,7 +717,7 @@ bool try_reap(Proc* p) {
 
 void finish(Proc* p) {
   p->finished = true;
-  if (p->decoder || p->rpc || p->outdec)
+  if (p->decoder || p->rpc || p->outdec || p->fetchdec)
     decode(p, nullptr, 0, true);  // the last events, before the exit event
   uv_timer_stop(&p->linger);
   uv_timer_stop(&p->grace);
@@ -1277,7 +1285,24 @@ struct Decoders {
   std::unique_ptr<stream::Decoder> stream;
   std::unique_ptr<jsonrpc::Decoder> rpc;
   std::unique_ptr<search::OutputDecoder> search;
+  std::unique_ptr<html::FetchDecoder> fetch;
 };
+
+// A fetched page's decoder ({"kind": "fetch", "format": "markdown"|"text"|"raw",
+// "max": bytes of the body, "head_lines", "head_bytes", "save": the whole text's
+// file when cut}), or nullptr when the description is of another kind.
+std::unique_ptr<html::FetchDecoder> make_fetch_decoder(const std::string& desc) {
+  auto j = nlohmann::json::parse(desc, nullptr, false);
+  if (!j.is_object() || j.value("kind", std::string()) != "fetch") return nullptr;
+  html::FetchDecoder::Mode mode = html::FetchDecoder::Mode::Markdown;
+  if (!html::FetchDecoder::mode_from_name(j.value("format", std::string("markdown")), mode))
+    throw Error(FLEMMA_E_INVALID, "spawn: the fetch decoder's format is markdown, text or raw");
+  int64_t max = j.value("max", int64_t{5} << 20);
+  if (max <= 0) throw Error(FLEMMA_E_INVALID, "spawn: the fetch decoder's max should be > 0");
+  return std::make_unique<html::FetchDecoder>(mode, max, j.value("head_lines", int64_t{0}),
+                                              j.value("head_bytes", int64_t{0}),
+                                              j.value("save", std::string()));
+}
 
 Decoders make_decoders(const SpawnOptions& opts) {
   Decoders d;
@@ -1285,7 +1310,8 @@ Decoders make_decoders(const SpawnOptions& opts) {
   if (opts.merge_output)
     throw Error(FLEMMA_E_INVALID, "spawn: a decoder reads stdout alone: set merge_output to false");
   if (opts.decoder[0] == '{') {
-    d.search = make_output_decoder(opts.decoder, opts.cwd);
+    d.fetch = make_fetch_decoder(opts.decoder);
+    if (!d.fetch) d.search = make_output_decoder(opts.decoder, opts.cwd);
   } else if (opts.decoder == "jsonrpc") {
     d.rpc = std::make_unique<jsonrpc::Decoder>();
   } else {
@@ -1396,6 +1422,7 @@ int64_t Manager::spawn(SpawnOptions opts, pid_t* pid_out) {
   p->decoder = std::move(decoders.stream);
   p->rpc = std::move(decoders.rpc);
   p->outdec = std::move(decoders.search);
+  p->fetchdec = std::move(decoders.fetch);
   p->out_fd = out.release(0);
   if (!opts.merge_output) p->err_fd = err.release(0);
   if (opts.stdin_mode != SpawnOptions::Stdin::Closed) p->in_fd = in.release(1);

@@ -31,7 +31,8 @@ struct SpawnOptions {
   bool progress = false;  // emit progress events (at most every 100 ms)
   std::string decoder;    // a stream kind: stdout goes to a decoder (Stream events);
                           // or a JSON object {"kind": "rg_json"|"paths", "max": n,
-                          // "glob", "name_only", "skip": [...]}: a search output decoder
+                          // "glob", "name_only", "skip": [...]}: a search output decoder;
+                          // or {"kind": "fetch", "format", "max"}: html::FetchDecoder
   int64_t max_stdout_bytes =
       0;  // with a stream decoder: past this many stdout bytes the
           // stream fails (kResponseTooLarge) and the child is stopped; <= 0: none

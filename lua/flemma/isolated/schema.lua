@@ -139,6 +139,21 @@ M.OPTIONS = {
   { path = "tools.search.skip_dirs", type = "table",
     default = { ".git", "node_modules", "build", "dist", "target", "vendor", ".venv", "venv", "__pycache__", ".next", ".cache", ".tox", ".mypy_cache", ".pytest_cache", ".gradle" },
     doc = "folder names glob and find never enter" },
+  { path = "tools.fetch", type = "table", doc = "the fetch tool (setup only: frontmatter cannot set it)" },
+  { path = "tools.fetch.enabled", type = "boolean", default = false, doc = "offer the fetch tool (off by default; its calls wait for approval)" },
+  { path = "tools.fetch.max_bytes", type = "number", default = 5 * 1024 * 1024, integer = true, min = 1, unit = "bytes", doc = "the largest page read (a call's max_bytes may lower it)" },
+  { path = "tools.fetch.timeout", type = "number", default = 30, above = 0, unit = "seconds", doc = "seconds a fetch may take, redirects included" },
+  { path = "tools.fetch.allow_hosts", type = "table", default = {},
+    what = 'a list of "host:port" strings',
+    valid = function(v)
+      for k, e in pairs(v) do
+        if type(k) ~= "number" or type(e) ~= "string" or not e:match("^%[?[%w%.:_-]+%]?:%d+$") then
+          return false
+        end
+      end
+      return true
+    end,
+    doc = '"host:port" entries exempt from the address check (a service you trust on your network; tests)' },
   { path = "tools.env_passthrough", type = "table", default = {}, doc = "names of secret-looking variables tool processes may still inherit" },
 
   { path = "sandbox", type = "table", doc = "the sandbox of tool processes" },

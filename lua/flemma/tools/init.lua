@@ -79,6 +79,8 @@ H.RISK = {
   calculator_async = "safe",
   ask = "safe",
   todo = "safe",
+  -- It can send what it read elsewhere in a URL.
+  fetch = "dangerous",
 }
 
 --- The risk level of a tool: its definition's `risk`, else the built-in

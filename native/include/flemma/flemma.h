@@ -32,7 +32,7 @@ extern "C" {
 #endif
 
 /* Bumped whenever a declaration below changes in an incompatible way. */
-#define FLEMMA_ABI_VERSION 22
+#define FLEMMA_ABI_VERSION 23
 
 /* Status codes. */
 #define FLEMMA_OK 0
@@ -384,7 +384,11 @@ typedef struct flemma_spawn_opts {
   int64_t max_lines;
   int64_t max_bytes;
   const char *decoder; /* NULL, a stream kind (see flemma_stream_new) or "jsonrpc"
-                          (flemma_jsonrpc_new's defaults) */
+                          (flemma_jsonrpc_new's defaults), or a JSON object: a search
+                          output decoder, or {"kind": "fetch", "format": "markdown" |
+                          "text" | "raw", "max": bytes, "head_lines"?, "head_bytes"?,
+                          "save"?: path} for a page fetched with `curl --dump-header -`
+                          (see "HTML conversion" below; ABI 23) */
   /* With a stream decoder (not "jsonrpc"): past this many stdout bytes the stream fails (an ERROR
    * event of type "response_too_large", then END incomplete) and the child is
    * stopped as by flemma_procmgr_cancel; 0: no limit. */
@@ -733,16 +737,21 @@ enum flemma_stream_event_type {
       16, /* a = path, usage[0] = mtime (s), usage[1] = size, status 1 file / 2 dir */
   FLEMMA_STREAM_SEARCH_SUMMARY = 17, /* usage: found, searched, binary, unreadable, files with a
                                        match; a = an error ("" none) */
-  FLEMMA_STREAM_SSE_ID = 18 /* a = the id of the SSE event just dispatched (kind "mcp"). ABI 22. */
+  FLEMMA_STREAM_SSE_ID = 18, /* a = the id of the SSE event just dispatched (kind "mcp"). ABI 22. */
+  FLEMMA_STREAM_PAGE = 19    /* a fetched page (spawn's decoder "fetch"): a = its text (the head
+                                when cut), b = the file holding the whole text ("" none), status
+                                1 when cut; usage: total lines, total bytes, kept lines, kept
+                                bytes. ABI 23 */
 };
 
 /* The status and flag values of the events that have them (see above). */
 enum flemma_stream_event_values {
-  FLEMMA_STREAM_END_COMPLETE = 1,    /* END status: the stream ended complete */
-  FLEMMA_STREAM_END_F_BODY = 1,      /* END flags bit: a = the kept body */
-  FLEMMA_STREAM_SEARCH_CONTEXT = 2,  /* SEARCH_MATCH status of a context line (1: a match) */
-  FLEMMA_STREAM_SEARCH_F_CUT = 1,    /* SEARCH_MATCH flags bit: the line was cut */
-  FLEMMA_STREAM_SEARCH_DIRECTORY = 2 /* SEARCH_FILE status of a directory (1: a file) */
+  FLEMMA_STREAM_END_COMPLETE = 1,     /* END status: the stream ended complete */
+  FLEMMA_STREAM_END_F_BODY = 1,       /* END flags bit: a = the kept body */
+  FLEMMA_STREAM_SEARCH_CONTEXT = 2,   /* SEARCH_MATCH status of a context line (1: a match) */
+  FLEMMA_STREAM_SEARCH_F_CUT = 1,     /* SEARCH_MATCH flags bit: the line was cut */
+  FLEMMA_STREAM_SEARCH_DIRECTORY = 2, /* SEARCH_FILE status of a directory (1: a file) */
+  FLEMMA_STREAM_PAGE_CUT = 1          /* PAGE status: the text is the head of a longer one */
 };
 
 /* Indices into flemma_stream_event.usage. */
@@ -910,6 +919,34 @@ FLEMMA_API int64_t flemma_isolate_peak(const flemma_isolate *iso);
 
 /* Frees the interpreter and all its memory at once. NULL is a no-op. */
 FLEMMA_API void flemma_isolate_free(flemma_isolate *iso);
+
+/* ==========================================================================
+ * HTML conversion (the `fetch` tool)
+ * ========================================================================== */
+
+/* The formats of flemma_html_convert. */
+enum flemma_html_format { FLEMMA_HTML_MARKDOWN = 0, FLEMMA_HTML_TEXT = 1 };
+
+/* Converts len bytes of HTML (any bytes; data may be NULL when len is 0) into
+ * Markdown (headings, paragraphs, links, lists, code and pre blocks, emphasis,
+ * simple tables; script, style and the like dropped; character references
+ * decoded) or plain text. One pass over the input: linear in len, nesting kept to
+ * 32 levels, at most 8 * len + 64 KiB bytes out (a note ends a text the cap cut);
+ * the result is valid UTF-8. The caller owns *out (*out_len bytes, NUL-terminated):
+ * free it with flemma_html_free. A large page is better converted off the main
+ * thread: spawn's decoder {"kind": "fetch"} runs this on the process manager's
+ * worker thread and queues the result as one FLEMMA_STREAM_PAGE event (after the
+ * FLEMMA_STREAM_HTTP event of the answer's status and headers, before END): with
+ * "head_lines" or "head_bytes" > 0 only the head of a longer text (whole lines, as
+ * flemma_truncate_head keeps them), the whole text written by the worker to a new
+ * file "save" (mode 0600, never an existing file). A body over "max" bytes is an
+ * ERROR "response_too_large" and stops the child; a binary page an ERROR
+ * "not_text"; a 3xx answer has no PAGE event. ABI 23. */
+FLEMMA_API int flemma_html_convert(const char *html, size_t len, int format, char **out,
+                                   size_t *out_len);
+
+/* Frees a text returned by flemma_html_convert. NULL is a no-op. */
+FLEMMA_API void flemma_html_free(char *text);
 
 /* ==========================================================================
  * Shell words (per-command approval rules such as "bash(git *)")

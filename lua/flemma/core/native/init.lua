@@ -29,6 +29,7 @@ H.SECTIONS = {
   "jsonrpc",
   "escape",
   "isolate",
+  "html",
   "shellwords",
 }
 

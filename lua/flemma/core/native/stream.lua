@@ -91,6 +91,20 @@ function H.converters(C)
         directory = e.status == C.FLEMMA_STREAM_SEARCH_DIRECTORY,
       }
     end,
+    [C.FLEMMA_STREAM_PAGE] = function(e, a)
+      local u = e.usage
+      local saved = H.b(e)
+      return {
+        type = "page",
+        text = a,
+        cut = e.status == C.FLEMMA_STREAM_PAGE_CUT,
+        path = saved ~= "" and saved or nil,
+        total_lines = tonumber(u[0]),
+        total_bytes = tonumber(u[1]),
+        kept_lines = tonumber(u[2]),
+        kept_bytes = tonumber(u[3]),
+      }
+    end,
     [C.FLEMMA_STREAM_SEARCH_SUMMARY] = function(e, a)
       local u = e.usage
       return {
