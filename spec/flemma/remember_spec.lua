@@ -327,6 +327,39 @@ describe("approve and remember", function()
     assert.equals("one\nedited in the review\n", helpers.read_file(project .. "/notes/a.txt"))
   end)
 
+  it("a nested call (tools.call) waiting under its parent: approved, its rule remembered", function()
+    local tools = require("flemma.tools")
+    setup({ auto_approve = { "$default", "zz_parent" } })
+    tools.register("zz_parent", {
+      description = "calls bash",
+      input_schema = { type = "object", properties = {} },
+      execute = function()
+        local r = tools.call("bash", { command = "git status --short" })
+        return { success = true, output = ("nested error=%s"):format(tostring(r.is_error)) }
+      end,
+    })
+    local buf = helpers.edit(project .. "/talk.chat", chat({ { "toolu_np", vim.empty_dict(), "zz_parent" } }))
+    press("<C-]>")
+    local ok = vim.wait(5000, function()
+      if status_of(buf, "toolu_np") == "approved" and status_of(buf, "toolu_np.1") == nil then
+        press("<C-]>")
+      end
+      return status_of(buf, "toolu_np.1") ~= nil
+    end, 10)
+    assert(ok, text(buf))
+    assert.equals("pending", status_of(buf, "toolu_np.1"), text(buf))
+    cursor_to(buf, "toolu_np.1")
+    pick = "configuration"
+    vim.cmd("Flemma tool:approve always")
+    assert.truthy(asked[1] and asked[1].prompt:find("bash(git status *)", 1, true), vim.inspect(asked))
+    local done = vim.wait(10000, function()
+      return text(buf):find("nested error=false", 1, true) ~= nil
+    end, 10)
+    tools.unregister("zz_parent")
+    assert(done, text(buf) .. vim.inspect(h.notes))
+    assert.truthy(vim.tbl_contains(require("flemma.core.config").get().tools.auto_approve, "bash(git status *)"))
+  end)
+
   it("another tool remembers its name; nothing happens when the user picks nothing", function()
     setup({ auto_approve = {} })
     local buf = helpers.edit(

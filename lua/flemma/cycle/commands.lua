@@ -2,6 +2,7 @@
 local util = require("flemma.core.util")
 
 local M = {}
+local H = {}
 
 local function cycle()
   return require("flemma.cycle")
@@ -115,6 +116,89 @@ M.commands["tool:approve"] = {
 
 M.REMEMBER_CHOICES = { frontmatter = "this chat's frontmatter", config = "my configuration (this session)" }
 
+-- The tool and input of call `id`: its tool use, or for a nested call (tools.call)
+-- waiting under its parent, what the chat's session record keeps of it.
+function H.call_of(bufnr, id)
+  for _, msg in ipairs(require("flemma.chat.document").get(bufnr).messages) do
+    for _, p in ipairs(msg.parts) do
+      if p.kind == "tool_use" and p.id == id then
+        return { name = p.name, input = p.input }
+      end
+    end
+  end
+  local nested = require("flemma.core.session").field(bufnr, "nested_calls")
+  local entry = nested and nested[id]
+  if not entry then
+    util.error(("`%s` has no tool use"):format(id))
+  end
+  return { name = entry.name, input = entry.args }
+end
+
+-- Where the rules may go (the vim.ui.select items); raises when nowhere.
+function H.remember_items(bufnr, shown)
+  local items, problems = {}, {}
+  local fm_problem = require("flemma.tools.remember").frontmatter_problem(bufnr)
+  if fm_problem then
+    problems[#problems + 1] = fm_problem
+  else
+    items[#items + 1] = M.REMEMBER_CHOICES.frontmatter
+  end
+  if type(require("flemma.core.config").get_setup().tools.auto_approve) == "table" then
+    items[#items + 1] = M.REMEMBER_CHOICES.config
+  else
+    problems[#problems + 1] = "tools.auto_approve is a function or module"
+  end
+  if #items == 0 then
+    util.error(("nowhere to remember %s: %s"):format(shown, table.concat(problems, "; ")))
+  end
+  return items
+end
+
+-- The user's pick: approves call `id` (still pending) and adds the rules there.
+function H.remember_chosen(bufnr, id, rules, choice)
+  local remember = require("flemma.tools.remember")
+  local shown = table.concat(rules, ", ")
+  local now
+  for _, p in ipairs(cycle()._placeholders(bufnr)) do
+    if p.id == id then
+      now = p
+    end
+  end
+  if not now or now.status ~= "pending" then
+    util.error(("`%s` is no longer pending; nothing approved or added"):format(id))
+  end
+  if choice == M.REMEMBER_CHOICES.frontmatter then
+    remember.add_to_frontmatter(bufnr, rules)
+    -- The frontmatter's edit and the approval are two undo steps: `u` takes the
+    -- rule out again and leaves the call approved.
+    vim.api.nvim_buf_call(bufnr, function()
+      vim.cmd("let &l:undolevels = &l:undolevels")
+    end)
+    require("flemma.tools.review").accept(bufnr, id)
+    cycle().set_status(bufnr, id, "approved", "")
+    util.notify(
+      ("approved `%s`; added %s to this chat's frontmatter (flemma.opt.tools.auto_approve)"):format(id, shown)
+    )
+    return
+  end
+  remember.add_to_config(rules)
+  require("flemma.tools.review").accept(bufnr, id)
+  cycle().set_status(bufnr, id, "approved", "")
+  local listed = table.concat(
+    vim.tbl_map(function(r)
+      return ("%q"):format(r)
+    end, rules),
+    ", "
+  )
+  util.notify(
+    ("approved `%s`; added %s to tools.auto_approve for this session (to keep it, add %s to tools.auto_approve in your setup())"):format(
+      id,
+      shown,
+      listed
+    )
+  )
+end
+
 --- "Approve and remember": approves the pending placeholder under the cursor (or the
 --- first pending one) and adds the narrowest allow rule for its call
 --- (flemma.tools.remember) where the user picks with vim.ui.select: this chat's
@@ -128,7 +212,6 @@ function M.approve_always(bufnr, id)
   if not require("flemma.chat.gate").check(bufnr) then
     return
   end
-  local remember = require("flemma.tools.remember")
   if id == nil and bufnr == vim.api.nvim_get_current_buf() then
     local part = target_placeholder(bufnr)
     id = part and part.id
@@ -140,83 +223,18 @@ function M.approve_always(bufnr, id)
   if not pending then
     util.error("no pending tool call to approve and remember")
   end
-  local use
-  for _, msg in ipairs(require("flemma.chat.document").get(bufnr).messages) do
-    for _, p in ipairs(msg.parts) do
-      if p.kind == "tool_use" and p.id == id then
-        use = p
-      end
-    end
-  end
-  if not use then
-    util.error(("`%s` has no tool use"):format(id))
-  end
-  local rules, why = remember.rules(bufnr, use.name, use.input)
+  local call = H.call_of(bufnr, id)
+  local rules, why = require("flemma.tools.remember").rules(bufnr, call.name, call.input)
   if not rules then
     util.error(("no rule to remember for `%s`: %s; approve it once with :Flemma tool:approve"):format(id, why))
   end
   local shown = table.concat(rules, ", ")
-  local items, problems = {}, {}
-  local fm_problem = remember.frontmatter_problem(bufnr)
-  if fm_problem then
-    problems[#problems + 1] = fm_problem
-  else
-    items[#items + 1] = M.REMEMBER_CHOICES.frontmatter
-  end
-  local aa = require("flemma.core.config").get_setup().tools.auto_approve
-  if type(aa) == "table" then
-    items[#items + 1] = M.REMEMBER_CHOICES.config
-  else
-    problems[#problems + 1] = "tools.auto_approve is a function or module"
-  end
-  if #items == 0 then
-    util.error(("nowhere to remember %s: %s"):format(shown, table.concat(problems, "; ")))
-  end
+  local items = H.remember_items(bufnr, shown)
   vim.ui.select(items, { prompt = ("Approve `%s` and always allow %s; add it to"):format(id, shown) }, function(choice)
     if not choice or not vim.api.nvim_buf_is_valid(bufnr) then
       return
     end
-    local ok, err = pcall(function()
-      local now
-      for _, p in ipairs(cycle()._placeholders(bufnr)) do
-        if p.id == id then
-          now = p
-        end
-      end
-      if not now or now.status ~= "pending" then
-        util.error(("`%s` is no longer pending; nothing approved or added"):format(id))
-      end
-      if choice == M.REMEMBER_CHOICES.frontmatter then
-        remember.add_to_frontmatter(bufnr, rules)
-        -- The frontmatter's edit and the approval are two undo steps: `u` takes the
-        -- rule out again and leaves the call approved.
-        vim.api.nvim_buf_call(bufnr, function()
-          vim.cmd("let &l:undolevels = &l:undolevels")
-        end)
-        require("flemma.tools.review").accept(bufnr, id)
-        cycle().set_status(bufnr, id, "approved", "")
-        util.notify(
-          ("approved `%s`; added %s to this chat's frontmatter (flemma.opt.tools.auto_approve)"):format(id, shown)
-        )
-      else
-        remember.add_to_config(rules)
-        require("flemma.tools.review").accept(bufnr, id)
-        cycle().set_status(bufnr, id, "approved", "")
-        local listed = table.concat(
-          vim.tbl_map(function(r)
-            return ("%q"):format(r)
-          end, rules),
-          ", "
-        )
-        util.notify(
-          ("approved `%s`; added %s to tools.auto_approve for this session (to keep it, add %s to tools.auto_approve in your setup())"):format(
-            id,
-            shown,
-            listed
-          )
-        )
-      end
-    end)
+    local ok, err = pcall(H.remember_chosen, bufnr, id, rules, choice)
     if not ok then
       util.notify(util.message(err), vim.log.levels.ERROR)
     end
