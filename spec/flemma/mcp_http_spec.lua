@@ -276,6 +276,95 @@ describe("mcp over Streamable HTTP", function()
     assert.equals("stub-session-1", get.headers["mcp-session-id"])
   end)
 
+  it(
+    "the standing GET stream: list_changed registers the new tool; a broken stream reopens with Last-Event-ID",
+    function()
+      local url, dir = stub("listen")
+      setup({ stub = { url = url } })
+      helpers.open_chat({ "@You:", "hi" })
+      wait_ready()
+      helpers.wait_for(function()
+        return tools.get("stub:fresh") ~= nil
+      end, 10000, "list_changed on the GET stream did not register the new tool")
+      local gets
+      helpers.wait_for(function()
+        gets = vim.tbl_filter(function(r)
+          return r.method == "GET"
+        end, requests(dir))
+        return #gets >= 2
+      end, 10000, "the broken stream was not opened again")
+      assert.is_nil(gets[1].headers["last-event-id"])
+      assert.equals("text/event-stream", gets[1].headers["accept"])
+      assert.equals("stub-session-1", gets[1].headers["mcp-session-id"])
+      assert.truthy(gets[1].headers["mcp-protocol-version"])
+      assert.equals("g-1", gets[2].headers["last-event-id"])
+      assert.equals("stub-session-1", gets[2].headers["mcp-session-id"])
+      -- Stopping the server stops its standing stream.
+      assert.equals(1, #curls_of(url))
+      mcp.stop_all()
+      helpers.wait_for(function()
+        return #curls_of(url) == 0
+      end, 5000, "the standing stream's curl was left running")
+    end
+  )
+
+  it("a standing stream that keeps failing is opened again with a growing wait, then given up", function()
+    local http = require("flemma.tools.mcp.http")
+    local saved = http.STREAM_RETRY_MS
+    http.STREAM_RETRY_MS = 50
+    local url, dir = stub("refuse")
+    setup({ stub = { url = url } })
+    helpers.open_chat({ "@You:", "hi" })
+    wait_ready()
+    local function gets()
+      return #vim.tbl_filter(function(r)
+        return r.method == "GET"
+      end, requests(dir))
+    end
+    -- 1 + 5 reopenings after 50, 100, 200, 400, 800 ms: not all of them in the first 0.5 s.
+    vim.wait(500)
+    local early = gets()
+    helpers.wait_for(function()
+      return gets() >= 1 + http.STREAM_RETRIES
+    end, 10000, "the failing stream was not opened again")
+    vim.wait(2500)
+    http.STREAM_RETRY_MS = saved
+    assert.is_true(early < 1 + http.STREAM_RETRIES, tostring(early))
+    assert.equals(1 + http.STREAM_RETRIES, gets())
+    assert.equals("ready", mcp.status()[1].state)
+    assert.equals(0, #curls_of(url))
+  end)
+
+  it("a server answering the GET with 405 has no standing stream: no error, no retry", function()
+    local url, dir = stub("resume")
+    local warned = {}
+    local notify = vim.notify
+    vim.notify = function(msg, level)
+      if (level or 0) >= vim.log.levels.WARN then
+        warned[#warned + 1] = msg
+      end
+    end
+    setup({ stub = { url = url } })
+    helpers.open_chat({ "@You:", "hi" })
+    wait_ready()
+    helpers.wait_for(function()
+      return #vim.tbl_filter(function(r)
+        return r.method == "GET"
+      end, requests(dir)) > 0
+    end, 10000, "no GET stream was asked for")
+    vim.wait(1500)
+    vim.notify = notify
+    local gets = vim.tbl_filter(function(r)
+      return r.method == "GET"
+    end, requests(dir))
+    assert.equals(1, #gets)
+    local s = mcp.status()[1]
+    assert.equals("ready", s.state)
+    assert.is_nil(s.last_error)
+    assert.same({}, warned)
+    assert.equals(0, #curls_of(url))
+  end)
+
   it("garbage from the server is one clear error; a 50 MB body is refused; neither blocks", function()
     local url = stub("garbage")
     setup({ junk = { url = url } })

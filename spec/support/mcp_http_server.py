@@ -18,6 +18,10 @@ server cannot show:
   resume   tools/call `slow` answers with an SSE stream that sends one event with an
            id and no data, then breaks; a GET with Last-Event-ID of that id answers
            with the result
+  listen   the standing GET stream (no Last-Event-ID) sends notifications/tools/
+           list_changed as event g-1 (tools/list then also has `fresh`), then breaks;
+           a GET with Last-Event-ID g-1 is held open without events
+  refuse   every GET is answered with HTTP 500
 """
 import json
 import os
@@ -123,7 +127,7 @@ TOOLS = [
 
 
 def stub(conn):
-    global SLOW_ID
+    global SLOW_ID, CHANGED
     head, rest = read_head(conn)
     if head is None:
         conn.close()
@@ -137,6 +141,24 @@ def stub(conn):
         conn.close()
         return
     if method == "GET":
+        if MODE == "refuse":
+            send(conn, 500, b"")
+            conn.close()
+            return
+        if MODE == "listen":
+            head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+            if headers.get("last-event-id") is None:
+                CHANGED = True
+                note = json.dumps({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}).encode()
+                ev = b"id: g-1\ndata: " + note + b"\n\n"
+                conn.sendall(head + b"%x\r\n" % len(ev) + ev + b"\r\n")
+                time.sleep(0.5)
+                # Broken: the connection closes without the last chunk.
+            else:
+                conn.sendall(head)
+                time.sleep(600)
+            conn.close()
+            return
         if MODE == "resume" and headers.get("last-event-id") == "ev-1":
             msg = answer(SLOW_ID, {"content": [{"type": "text", "text": "resumed after ev-1"}]})
             out = b"id: ev-2\ndata: " + msg + b"\n\n"
@@ -166,7 +188,8 @@ def stub(conn):
     elif rid is None:
         send(conn, 202, b"")
     elif m == "tools/list":
-        send(conn, 200, answer(rid, {"tools": TOOLS}))
+        fresh = [{"name": "fresh", "description": "after list_changed", "inputSchema": {"type": "object"}}]
+        send(conn, 200, answer(rid, {"tools": TOOLS + (fresh if CHANGED else [])}))
     elif m == "tools/call" and msg["params"]["name"] == "big":
         text = "x" * (50 * 1024 * 1024)
         send(conn, 200, answer(rid, {"content": [{"type": "text", "text": text}]}))
@@ -190,6 +213,7 @@ def stub(conn):
 
 
 SLOW_ID = None
+CHANGED = False
 
 
 def main():

@@ -206,6 +206,9 @@ function Client:_handshake(on_ready)
         return self:_fail(on_ready, "tools/list failed: " .. lerr)
       end
       self.state = "ready"
+      if self.http then
+        self.http:listen()
+      end
       self:_log(
         "info",
         "ready in %.0f ms, %d tools (protocol %s)",

@@ -4,8 +4,10 @@
 --- thread (stream kind "mcp": status, headers, JSON-RPC messages, SSE event ids). The
 --- server's `Mcp-Session-Id` (from the initialize answer) and the negotiated
 --- `MCP-Protocol-Version` go with every later request; an SSE stream that breaks
---- before it answered is resumed with a GET carrying `Last-Event-ID`; stopping
---- ends the session with a DELETE. Headers, the bearer key among them, reach curl
+--- before it answered is resumed with a GET carrying `Last-Event-ID`; once the
+--- session is ready a standing GET stream carries what the server sends outside an
+--- answer (reopened with `Last-Event-ID` when it breaks, a few times with a growing
+--- wait; none when the server answers 405); stopping ends the session with a DELETE. Headers, the bearer key among them, reach curl
 --- through its config on stdin, never argv, and are never logged.
 local curl = require("flemma.core.curl")
 local log = require("flemma.core.log")
@@ -24,6 +26,13 @@ M.MAX_RESUMES = 3
 M.MAX_SESSION_ID = 1024
 -- Seconds the DELETE of a session may take.
 M.DELETE_TIMEOUT = 5
+-- Seconds one standing GET stream may last (then it is opened again, Last-Event-ID).
+M.STREAM_MAX_TIME = 3600
+-- Reopenings in a row of a standing stream that delivered nothing, before giving up.
+M.STREAM_RETRIES = 5
+-- Milliseconds before the first reopening (doubled each time, at most STREAM_RETRY_MAX).
+M.STREAM_RETRY_MS = 500
+M.STREAM_RETRY_MAX = 30000
 -- Milliseconds Neovim's exit waits for the DELETEs of its sessions (all at once).
 M.EXIT_WAIT = 2000
 
@@ -180,6 +189,9 @@ function Http:_run(req)
   if req.last_event_id then
     extra["Last-Event-ID"] = req.last_event_id
   end
+  if req.accept then
+    extra["Accept"] = req.accept
+  end
   local config = curl.config_text(self:_headers(extra))
   local path = req.body and curl.write_body(req.body) or nil
   local st = { status = nil, sse = false, last_id = req.last_event_id, errors = {}, answered = {} }
@@ -230,7 +242,12 @@ function Http:_events(req, st, events)
       end
     elseif ev.type == "sse_id" then
       st.last_id = ev.id ~= "" and ev.id or nil
+      if req.standing then
+        self.stream_last_id = st.last_id
+        st.delivered = true
+      end
     elseif ev.type == "jsonrpc" then
+      st.delivered = true
       local ok, msg = pcall(vim.json.decode, ev.json)
       if ok and type(msg) == "table" then
         if (ev.kind == "result" or ev.kind == "error") and msg.id ~= nil then
@@ -289,6 +306,9 @@ function Http:_done(req, st, result)
     self.session_id = nil
     return self.client:_session_lost("the server ended the session (HTTP 404)")
   end
+  if req.standing then
+    return self:_stream_ended(st, result)
+  end
   if #waiting == 0 then
     if st.status and st.status >= 400 and #req.ids == 0 then
       self:_log("warn", "%s %s", req.what or req.method, H.why(st, result))
@@ -317,6 +337,53 @@ function Http:_done(req, st, result)
   for _, id in ipairs(waiting) do
     self.client:_settle(id, nil, why)
   end
+end
+
+--- Opens the standing GET stream (server-initiated messages: notifications such as
+--- tools/list_changed, requests such as ping), after the last event seen if any.
+function Http:listen()
+  if self.closed or self.listening then
+    return
+  end
+  self.listening = self:_run({
+    method = "GET",
+    ids = {},
+    standing = true,
+    accept = "text/event-stream",
+    last_event_id = self.stream_last_id,
+    timeout = M.STREAM_MAX_TIME,
+    what = "standing stream",
+  })
+end
+
+--- The standing stream ended: none offered (405), or opened again after a wait that
+--- grows with each stream in a row that delivered nothing, given up after
+--- M.STREAM_RETRIES of them (never a busy loop).
+function Http:_stream_ended(st, result)
+  self.listening = false
+  if st.status == 405 then
+    self:_log("debug", "the server offers no standing stream (HTTP 405)")
+    return
+  end
+  self.stream_failures = st.delivered and 1 or (self.stream_failures or 0) + 1
+  local why = (#st.errors == 0 and st.status and st.status < 300) and "the server closed it" or H.why(st, result)
+  if self.stream_failures > M.STREAM_RETRIES then
+    self:_log("warn", "the standing stream is given up after %d tries: %s", M.STREAM_RETRIES, why)
+    return
+  end
+  local delay = math.min(M.STREAM_RETRY_MAX, M.STREAM_RETRY_MS * 2 ^ (self.stream_failures - 1))
+  self:_log("info", "the standing stream ended (%s); opened again in %d ms", why, delay)
+  local timer = vim.uv.new_timer()
+  self.retry_timer = timer
+  timer:start(delay, 0, function()
+    vim.schedule(function()
+      if self.retry_timer == timer then
+        self.retry_timer = nil
+        timer:close()
+        self:listen()
+      end
+    end)
+  end)
 end
 
 --- Sends one message (a request, a notification or a response) as a POST.
@@ -358,6 +425,12 @@ function Http:close(at_exit)
     return
   end
   self.closed = true
+  local timer = self.retry_timer
+  self.retry_timer = nil
+  if timer and not timer:is_closing() then
+    timer:stop()
+    timer:close()
+  end
   for _, req in pairs(self.live) do
     if req.handle then
       req.handle:cancel()
