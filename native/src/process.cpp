@@ -384,11 +384,18 @@ struct Manager::Impl {
   std::mutex jobs_mu;
   std::unordered_map<int64_t, std::unique_ptr<SearchJob>> jobs;
 
+  // Set with a posted Pause or Resume: the reader applies it between two reads
+  // (apply_pauses) instead of after the up to 32 reads of one loop turn, which
+  // took seconds with a slow decoder.
+  std::atomic<bool> pause_posted{false};
+
   void post(Request r) {
+    bool pause = r.kind == Request::Kind::Pause || r.kind == Request::Kind::Resume;
     {
       std::lock_guard<std::mutex> lock(mu);
       requests.push_back(std::move(r));
     }
+    if (pause) pause_posted.store(true);
     uv_async_send(&wakeup);
   }
 
@@ -451,6 +458,7 @@ struct Manager::Impl {
 
   void run();
   void handle_requests();
+  void apply_pauses();
 };
 
 struct Proc {
@@ -630,6 +638,7 @@ void on_read(uv_stream_t* s, ssize_t n, const uv_buf_t* b) {
       s == reinterpret_cast<uv_stream_t*>(&p->out_pipe)) {
     p->out.total_bytes += n;
     decode(p, b->base, static_cast<size_t>(n), false);
+    if (p->mgr->pause_posted.exchange(false)) p->mgr->apply_pauses();
     if (((p->decoder && p->decoder->failed()) || (p->fetchdec && p->fetchdec->failed())) &&
         p->out_open) {
       // Nothing more is read: the child is stopped like a cancel.
@@ -867,6 +876,30 @@ void add_proc(Manager::Impl* m, Proc* p) {
 }
 
 }  // namespace
+
+// Takes the posted Pause and Resume requests of running children out of the queue,
+// in their order, and applies them now (only the reading of stdout changes: safe
+// inside a read callback). One for a child not added yet stays for handle_requests.
+void Manager::Impl::apply_pauses() {
+  std::vector<Request> pauses;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    for (auto it = requests.begin(); it != requests.end();) {
+      bool pause = it->kind == Request::Kind::Pause || it->kind == Request::Kind::Resume;
+      if (pause && procs.count(it->id) > 0) {
+        pauses.push_back(std::move(*it));
+        it = requests.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (auto& r : pauses) {
+    Proc* p = procs[r.id];
+    p->paused = r.kind == Request::Kind::Pause;
+    update_reading(p);
+  }
+}
 
 void Manager::Impl::handle_requests() {
   std::deque<Request> batch;
