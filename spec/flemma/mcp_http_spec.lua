@@ -430,6 +430,68 @@ describe("mcp over Streamable HTTP", function()
     assert.truthy(s.last_error:find("keys never go over http://", 1, true), s.last_error)
   end)
 
+  it("a project .mcp.json entry with a url asks naming it and is remembered; one naming keys is left out", function()
+    local consent = require("flemma.policy.consent")
+    local orig_select = vim.ui.select
+    local asked = {}
+    vim.ui.select = function(items, opts, on_choice)
+      asked[#asked + 1] = opts.prompt
+      on_choice(items[1], 1)
+    end
+    local url, sdir = stub("resume")
+    local dir = helpers.tmpdir()
+    helpers.write_file(
+      dir .. "/.mcp.json",
+      vim.json.encode({
+        mcpServers = {
+          remote = { url = url },
+          keyed = { url = url, bearer_env = "FLEMMA_MCP_SPEC_BEARER" },
+          headed = { url = url, headers = { ["X-Token"] = "from-the-file" } },
+        },
+      })
+    )
+    local file = vim.uv.fs_realpath(dir .. "/.mcp.json")
+    local function open(name)
+      require("flemma").setup({ tools = { autopilot = { enabled = false } }, mcp = { project_config = true } })
+      vim.cmd("edit " .. vim.fn.fnameescape(dir .. "/" .. name))
+      vim.api.nvim_buf_set_lines(0, 0, -1, false, { "@You:", "hi" })
+    end
+    local notes = helpers.notifications(function()
+      open("a.chat")
+      helpers.wait_for(function()
+        return tools.get("remote:slow") ~= nil
+      end, 10000, "the trusted project server did not start: " .. vim.inspect(mcp.status()))
+    end)
+    assert.same(
+      { ".mcp.json wants to start the MCP server `remote`: " .. url },
+      (function()
+        return vim.tbl_map(function(a)
+          return (a:gsub("^.-%.mcp%.json", ".mcp.json"))
+        end, asked)
+      end)()
+    )
+    for _, name in ipairs({ "keyed", "headed" }) do
+      local lines = vim.tbl_filter(function(n)
+        return n.msg:find("`" .. name .. "` left out: a project file cannot name keys", 1, true) ~= nil
+      end, notes)
+      assert.equals(1, #lines, vim.inspect(notes))
+      assert.is_nil(tools.get(name .. ":slow"))
+    end
+    for _, r in ipairs(requests(sdir)) do
+      assert.is_nil(r.headers["authorization"], vim.inspect(r))
+      assert.is_nil(r.headers["x-token"], vim.inspect(r))
+    end
+    -- Remembered by path and content: a new session starts it without asking.
+    mcp.stop_all()
+    open("b.chat")
+    helpers.wait_for(function()
+      return tools.get("remote:slow") ~= nil and tools.is_ready()
+    end, 10000, "not started again")
+    assert.equals(1, #asked)
+    vim.ui.select = orig_select
+    consent.set(nil, "mcp", file .. "#remote", nil, string.rep("0", 64))
+  end)
+
   describe("through the <C-]> cycle", function()
     local h
     before_each(function()

@@ -122,9 +122,11 @@ function Http:_log(level, fmt, ...)
 end
 
 --- curl's argv: nothing secret in it (the URL is the user's; headers go on stdin).
+--- `-q` (first): no ~/.curlrc, whose headers could reach a project file's host.
 function H.argv(url, method, body_path, timeout)
   local argv = {
     M.program,
+    "-q",
     "--silent",
     "--show-error",
     "--no-buffer",

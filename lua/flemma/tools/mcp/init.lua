@@ -577,8 +577,10 @@ function M.project_file(bufnr)
   return found and vim.uv.fs_realpath(found) or nil
 end
 
---- The servers of a .mcp.json ({ mcpServers = { name = { command, args, env, cwd } } }),
---- or nil and why not. Relative `cwd` is taken from the file's directory.
+--- The servers of a .mcp.json ({ mcpServers = { name = { command, args, env, cwd } } }
+--- or { url }), or nil and why not. Relative `cwd` is taken from the file's directory.
+--- A url entry naming `bearer_env` or `headers` is left out (one warning): keys come
+--- from the user's own configuration only.
 ---@param path string
 ---@return table<string, table>|nil
 ---@return string|nil err
@@ -607,7 +609,23 @@ function M.read_project(path)
       and name:match("^[%a][%w_%-]*$")
       and not name:find("__", 1, true)
       and name:sub(-1) ~= "_"
-    if valid and type(e) == "table" and type(e.command) == "string" and e.command ~= "" then
+    local url = valid and type(e) == "table" and e.command == nil and e.url or nil
+    if url ~= nil and (e.bearer_env ~= nil or e.headers ~= nil) then
+      -- A stranger's file never chooses which of the user's keys go to its host.
+      util.warn(
+        ("%s: project MCP server `%s` left out: a project file cannot name keys (`bearer_env`, `headers`); configure it in setup()"):format(
+          vim.fn.fnamemodify(path, ":~:."),
+          name
+        )
+      )
+    elseif url ~= nil then
+      local scheme = type(url) == "string" and url:match("^(%a[%w+.-]*)://[^%s]+$") or nil
+      if scheme == "http" or scheme == "https" then
+        out[name] = { url = url }
+      else
+        log.warn("mcp: %s: server %s left out (`url` is not an http:// or https:// URL)", path, vim.inspect(name))
+      end
+    elseif valid and type(e) == "table" and type(e.command) == "string" and e.command ~= "" then
       local spec = { command = e.command, args = {}, env = nil, cwd = dir }
       for _, a in ipairs(type(e.args) == "table" and e.args or {}) do
         spec.args[#spec.args + 1] = tostring(a)
@@ -626,7 +644,7 @@ function M.read_project(path)
       out[name] = spec
     else
       log.warn(
-        "mcp: %s: server %s left out (needs a name of letters, digits, - and _, and a command)",
+        "mcp: %s: server %s left out (needs a name of letters, digits, - and _, and a command or a url)",
         path,
         vim.inspect(name)
       )
@@ -635,8 +653,12 @@ function M.read_project(path)
   return out
 end
 
---- The command line of an entry, as the question shows it.
+--- The command line of an entry (or its URL, without user info or query), as the
+--- question shows it.
 function H.command_line(spec)
+  if spec.url then
+    return client.display_url(spec.url)
+  end
   local parts = { spec.command }
   for _, a in ipairs(spec.args or {}) do
     parts[#parts + 1] = a:find("[%s'\"]") and ("'" .. a:gsub("'", "'\\''") .. "'") or a
@@ -651,6 +673,9 @@ end
 --- real path and the server's name, and the SHA-256 of everything that decides what
 --- runs.
 function H.trust_key(path, name, spec)
+  if spec.url then
+    return path .. "#" .. name, vim.fn.sha256(vim.json.encode({ "url", spec.url }))
+  end
   local env = {}
   for k, v in pairs(spec.env or {}) do
     env[#env + 1] = k .. "=" .. v
