@@ -456,37 +456,7 @@ describe("mcp", function()
   describe("through the <C-]> cycle", function()
     local h
     local function tool_stream(name, id, input_json)
-      local ev = {}
-      local function add(n, data)
-        ev[#ev + 1] = "event: " .. n .. "\ndata: " .. vim.json.encode(data) .. "\n\n"
-      end
-      add("message_start", {
-        type = "message_start",
-        message = {
-          id = "msg_1",
-          type = "message",
-          role = "assistant",
-          model = "claude-sonnet-4-6",
-          content = {},
-          usage = { input_tokens = 10, output_tokens = 1 },
-        },
-      })
-      add("content_block_start", {
-        type = "content_block_start",
-        index = 0,
-        content_block = { type = "tool_use", id = id, name = name, input = vim.empty_dict() },
-      })
-      add(
-        "content_block_delta",
-        { type = "content_block_delta", index = 0, delta = { type = "input_json_delta", partial_json = input_json } }
-      )
-      add("content_block_stop", { type = "content_block_stop", index = 0 })
-      add(
-        "message_delta",
-        { type = "message_delta", delta = { stop_reason = "tool_use" }, usage = { output_tokens = 20 } }
-      )
-      add("message_stop", { type = "message_stop" })
-      return table.concat(ev)
+      return helpers.anthropic_tool_stream({ { name, id, input_json } })
     end
 
     before_each(function()
