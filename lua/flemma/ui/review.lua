@@ -150,6 +150,7 @@ function H.show(bufnr, chat_win, rec)
   for _, b in ipairs({ left, right }) do
     vim.b[b].flemma_review = { chat = bufnr, id = rec.id }
     H.map_keys(b, bufnr, rec.id)
+    H.on_write(b, rec)
   end
   local tab = vim.api.nvim_get_current_tabpage()
   rec.close = function()
@@ -194,6 +195,20 @@ function H.show(bufnr, chat_win, rec)
   vim.api.nvim_set_current_win(right_win)
   -- One line that fits the message area; the rest is in :help flemma-review.
   util.notify("diff review: dp/do drop a hunk, <C-]> accepts (:help flemma-review)")
+end
+
+-- `:w` (`:update`, `:x`) in either side writes nothing: the buffer is an "acwrite"
+-- one whose write marks it unmodified and says in one line where the change goes and
+-- when. Accepting stays a decision of its own (<C-]>, :Flemma tool:approve).
+function H.on_write(buf, rec)
+  vim.bo[buf].buftype = "acwrite"
+  vim.api.nvim_create_autocmd("BufWriteCmd", {
+    buffer = buf,
+    callback = function()
+      vim.bo[buf].modified = false
+      util.notify(("diff review: nothing saved now; %s gets the right side when you accept (<C-]>)"):format(rec.path))
+    end,
+  })
 end
 
 function H.map_keys(buf, bufnr, id)

@@ -303,6 +303,37 @@ describe("the diff review", function()
     assert.truthy(t:find("+Beta, by hand", 1, true), t)
   end)
 
+  it(
+    ":w in the review writes nothing and errs not: one line says when the file gets it; accepting still does",
+    function()
+      setup()
+      local chat, dir = ask(call("write", "toolu_w9", write_input("s.txt", "alpha\nBETA\n")))
+      helpers.write_file(dir .. "/s.txt", "alpha\nbeta\n")
+      go(chat)
+      local proposed = open_review(chat)
+      press("2GccBeta, kept<Esc>")
+      h.forget_notes()
+      -- Typed as a user types it: no E382 (a scratch buffer cannot be written).
+      local ok, err = pcall(vim.cmd, "w")
+      assert(ok, tostring(err))
+      assert.is_false(vim.bo[proposed].modified)
+      assert.equals("alpha\nbeta\n", helpers.read_file(dir .. "/s.txt")) -- nothing written yet
+      assert.is_nil(vim.uv.fs_stat("flemma-review://toolu_w9/s.txt (proposed)"))
+      assert.equals(1, #h.notes, vim.inspect(h.notes))
+      assert.truthy(h.notes[1].msg:find("nothing saved now; s.txt gets the right side when you accept", 1, true))
+      assert.is_nil(h.notes[1].msg:find("\n", 1, true))
+      -- The review is still open; :w on the file's side (read-only) errs not either.
+      assert.equals(2, #vim.api.nvim_list_tabpages())
+      vim.cmd("wincmd h")
+      ok, err = pcall(vim.cmd, "w")
+      assert(ok, tostring(err))
+      vim.cmd("wincmd l")
+      press("<C-]>")
+      wait_result(chat, "toolu_w9")
+      assert.equals("alpha\nBeta, kept\n", helpers.read_file(dir .. "/s.txt"))
+    end
+  )
+
   it("opens with :Flemma tool:diff and <M-CR> on the tool use; rejected there, nothing is written", function()
     setup()
     local chat, dir = ask(call("write", "toolu_w4", write_input("r.txt", "replaced\n")))
