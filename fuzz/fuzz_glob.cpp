@@ -5,7 +5,8 @@
 // Invariants: no crash; a pattern either compiles or raises flemma::Error; the
 // regex screen and the compiler agree on what is accepted; a literal pattern
 // (fixed_strings) matches exactly the lines that contain it; matching ends
-// (the engine is linear: the fuzzer's timeout catches any blow-up).
+// (the engine is linear: the fuzzer's timeout catches any blow-up); the
+// vectorised literal search and newline count equal plain loops.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -63,5 +64,29 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (auto l : lines)
       if (lit.matches(l) != (l.find(pattern) != std::string_view::npos)) std::abort();
   }
+  // The vectorised literal search and newline count agree with plain loops, in
+  // both cases (the needle lower-cased for ignore_case, as the walker passes it).
+  std::string folded(pattern);
+  for (auto& c : folded)
+    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c | 0x20);
+  auto fold = [](char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c | 0x20) : c; };
+  std::string_view rest = nl == std::string_view::npos ? std::string_view() : in.substr(nl + 1);
+  for (bool icase : {false, true}) {
+    std::string_view needle = icase ? std::string_view(folded) : pattern;
+    size_t want = std::string_view::npos;
+    for (size_t i = 0; !needle.empty() && i + needle.size() <= rest.size(); ++i) {
+      size_t k = 0;
+      while (k < needle.size() && (icase ? fold(rest[i + k]) : rest[i + k]) == needle[k]) ++k;
+      if (k == needle.size()) {
+        want = i;
+        break;
+      }
+    }
+    if (needle.empty()) want = 0;
+    if (se::find_literal(rest, needle, icase) != want) std::abort();
+  }
+  size_t newlines = 0;
+  for (char c : rest) newlines += c == '\n' ? 1 : 0;
+  if (se::count_newlines(rest) != newlines) std::abort();
   return 0;
 }

@@ -213,6 +213,82 @@ TEST_CASE("search: globs and ignore rules") {
   }
 }
 
+TEST_CASE("search: the vectorised literal search and newline count") {
+  // Plain loops to compare with.
+  auto fold = [](char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c | 0x20) : c; };
+  auto naive = [&](std::string_view h, std::string_view n, bool icase) -> size_t {
+    for (size_t i = 0; i + n.size() <= h.size(); ++i) {
+      size_t k = 0;
+      while (k < n.size() && (icase ? fold(h[i + k]) : h[i + k]) == n[k]) ++k;
+      if (k == n.size()) return i;
+    }
+    return std::string_view::npos;
+  };
+  CHECK(se::find_literal("abc", "", false) == 0);
+  CHECK(se::find_literal("ab", "abc", false) == std::string_view::npos);
+  CHECK(se::find_literal("xxxxxxxxxxxxxxxxxxxxHANDLER(", "handler(", true) == 20);
+  CHECK(se::find_literal("xxxxxxxxxxxxxxxxxxxxHANDLER(", "handler(", false) ==
+        std::string_view::npos);
+  // '@' | 0x20 is '`': a byte that only looks like a folded letter is no match.
+  CHECK(se::find_literal(std::string(40, '@') + "`x", "`x", true) == 40);
+  CHECK(se::find_literal(std::string(40, '@') + "@X", "`x", true) == std::string_view::npos);
+  // Every alignment around the 16-byte blocks, needles of 1 to 40 bytes, found
+  // at every position and at the very end, in both cases.
+  uint32_t seed = 12345;
+  auto rnd = [&] { return seed = seed * 1103515245u + 12345u, (seed >> 16) & 0x7fff; };
+  const std::string alphabet("abAB_(\n\0\xff", 9);
+  for (int round = 0; round < 3000; ++round) {
+    std::string hay(rnd() % 90, 'a');
+    for (auto& c : hay) c = alphabet[rnd() % alphabet.size()];
+    std::string needle(1 + rnd() % 40, 'a');
+    for (auto& c : needle) c = alphabet[rnd() % alphabet.size()];
+    if (rnd() % 2 == 0 && needle.size() <= hay.size()) {
+      size_t at = rnd() % (hay.size() - needle.size() + 1);
+      hay.replace(at, needle.size(), needle);
+    }
+    for (bool icase : {false, true}) {
+      std::string n = needle;
+      if (icase)
+        for (auto& c : n) c = fold(c);
+      INFO("hay ", hay.size(), " needle ", n.size(), " icase ", icase);
+      CHECK(se::find_literal(hay, n, icase) == naive(hay, n, icase));
+    }
+    size_t want = 0;
+    for (char c : hay) want += c == '\n' ? 1 : 0;
+    CHECK(se::count_newlines(hay) == want);
+  }
+  // Long runs: more than 255 blocks of newlines (the per-lane counters are summed in time).
+  CHECK(se::count_newlines(std::string(100000, '\n')) == 100000);
+  CHECK(se::count_newlines(std::string(100001, 'x')) == 0);
+}
+
+TEST_CASE("search: line numbers across reads") {
+  TempTree t;
+  std::string big;
+  for (int i = 1; i <= 120000; ++i) {
+    big += (i == 7 || i == 60001 || i == 119999) ? "a Needle here" : "line " + std::to_string(i);
+    big += '\n';
+  }
+  write(t.root / "big.txt", big);                         // over 1 MB: several reads
+  write(t.root / "small.txt", "one\ntwo needle\nthree");  // no final newline
+  se::Options o;
+  o.root = t.root.string();
+  o.pattern = "needle";
+  o.ignore_case = true;
+  o.max_results = 100;
+  CHECK(matches_of(run(o)) ==
+        std::vector<std::string>{"big.txt:7:a Needle here", "big.txt:60001:a Needle here",
+                                 "big.txt:119999:a Needle here", "small.txt:2:two needle"});
+  o.pattern = "N[e]edle";
+  o.ignore_case = false;
+  o.context = 1;
+  CHECK(matches_of(run(o)) ==
+        std::vector<std::string>{"big.txt:6-line 6", "big.txt:7:a Needle here", "big.txt:8-line 8",
+                                 "big.txt:60000-line 60000", "big.txt:60001:a Needle here",
+                                 "big.txt:60002-line 60002", "big.txt:119998-line 119998",
+                                 "big.txt:119999:a Needle here", "big.txt:120000-line 120000"});
+}
+
 TEST_CASE("search: the walker") {
   TempTree t;
   write(t.root / "a.txt", "alpha\nneedle one\ngamma\n");

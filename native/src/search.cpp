@@ -6,6 +6,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #include <algorithm>
 #include <bitset>
 #include <chrono>
@@ -911,6 +915,94 @@ bool looks_binary(std::string_view head) { return head.find('\0') != std::string
 
 namespace {
 
+unsigned char fold_ascii(unsigned char c) {
+  return (c >= 'A' && c <= 'Z') ? static_cast<unsigned char>(c | 0x20) : c;
+}
+
+bool same_at(const char* h, std::string_view needle, bool icase) {
+  if (!icase) return std::memcmp(h, needle.data(), needle.size()) == 0;
+  for (size_t i = 0; i < needle.size(); ++i)
+    if (fold_ascii(static_cast<unsigned char>(h[i])) != static_cast<unsigned char>(needle[i]))
+      return false;
+  return true;
+}
+
+size_t find_scalar(std::string_view hay, size_t from, std::string_view needle, bool icase) {
+  if (from >= hay.size() || hay.size() - from < needle.size()) return std::string_view::npos;
+  if (!icase) {
+    const void* f = memmem(hay.data() + from, hay.size() - from, needle.data(), needle.size());
+    return f ? static_cast<size_t>(static_cast<const char*>(f) - hay.data())
+             : std::string_view::npos;
+  }
+  for (size_t i = from; i + needle.size() <= hay.size(); ++i)
+    if (same_at(hay.data() + i, needle, icase)) return i;
+  return std::string_view::npos;
+}
+
+}  // namespace
+
+size_t find_literal(std::string_view hay, std::string_view needle, bool ignore_case) {
+  const size_t n = needle.size();
+  if (n == 0) return 0;
+  if (n > hay.size()) return std::string_view::npos;
+  if (n == 1 && !ignore_case) {
+    const void* f = std::memchr(hay.data(), needle[0], hay.size());
+    return f ? static_cast<size_t>(static_cast<const char*>(f) - hay.data())
+             : std::string_view::npos;
+  }
+  size_t i = 0;
+#if defined(__SSE2__)
+  // 16 positions at a time: those whose first and last bytes are the needle's
+  // (either case of a letter when ignore_case: OR-ing 0x20 lower-cases exactly
+  // the upper-case letters among the bytes that can equal a lower-case one).
+  const auto f = static_cast<unsigned char>(needle[0]);
+  const auto l = static_cast<unsigned char>(needle[n - 1]);
+  auto fold_mask = [&](unsigned char c) {
+    return _mm_set1_epi8(ignore_case && c >= 'a' && c <= 'z' ? 0x20 : 0);
+  };
+  const __m128i vf = _mm_set1_epi8(static_cast<char>(f)), vl = _mm_set1_epi8(static_cast<char>(l));
+  const __m128i mf = fold_mask(f), ml = fold_mask(l);
+  const char* p = hay.data();
+  for (; i + n - 1 + 16 <= hay.size(); i += 16) {
+    __m128i a = _mm_or_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + i)), mf);
+    __m128i b = _mm_or_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + i + n - 1)), ml);
+    auto mask = static_cast<unsigned>(
+        _mm_movemask_epi8(_mm_and_si128(_mm_cmpeq_epi8(a, vf), _mm_cmpeq_epi8(b, vl))));
+    while (mask != 0) {
+      auto bit = static_cast<size_t>(__builtin_ctz(mask));
+      if (same_at(p + i + bit, needle, ignore_case)) return i + bit;
+      mask &= mask - 1;
+    }
+  }
+#endif
+  return find_scalar(hay, i, needle, ignore_case);
+}
+
+size_t count_newlines(std::string_view text) {
+  const char* p = text.data();
+  const size_t n = text.size();
+  size_t i = 0, c = 0;
+#if defined(__SSE2__)
+  // Per byte lane, a counter that each 16-byte block adds its newlines to; the
+  // lanes are summed before any can pass 255.
+  const __m128i nl = _mm_set1_epi8('\n'), zero = _mm_setzero_si128();
+  while (n - i >= 16) {
+    size_t stop = i + std::min<size_t>(255, (n - i) / 16) * 16;
+    __m128i acc = zero;
+    for (; i < stop; i += 16)
+      acc = _mm_sub_epi8(
+          acc, _mm_cmpeq_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + i)), nl));
+    __m128i sums = _mm_sad_epu8(acc, zero);
+    c += static_cast<size_t>(_mm_cvtsi128_si32(sums)) +
+         static_cast<size_t>(_mm_cvtsi128_si32(_mm_srli_si128(sums, 8)));
+  }
+#endif
+  for (; i < n; ++i) c += p[i] == '\n' ? 1 : 0;
+  return c;
+}
+
+namespace {
+
 stream::Event match_event(std::string_view path, std::string_view text, int64_t line, int status) {
   stream::Event e;
   e.type = static_cast<stream::Type>(kMatch);
@@ -993,8 +1085,9 @@ int64_t mtime_ns(const struct stat& st) {
 #endif
 }
 
-bool read_small(const std::string& path, std::string& out, size_t cap) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+// `name` relative to the directory `dfd` (AT_FDCWD: a path).
+bool read_small(int dfd, const char* name, std::string& out, size_t cap) {
+  int fd = ::openat(dfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
   if (fd < 0) return false;
   out.clear();
   char buf[8192];
@@ -1032,11 +1125,16 @@ class Walker {
     if (::stat(o_.root.c_str(), &st) != 0) {
       sum_.error = "cannot read " + o_.root + ": " + std::strerror(errno);
     } else if (S_ISDIR(st.st_mode)) {
-      load_ignores(o_.root, "");
-      walk(o_.root, "", 0);
+      int dfd = ::open(o_.root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+      if (dfd < 0) {
+        sum_.error = "cannot read " + o_.root + ": " + std::strerror(errno);
+      } else {
+        load_ignores(dfd, "");
+        walk(dfd, "", 0);
+      }
     } else if (!o_.files_mode) {
       std::string_view base = basename_of(o_.root);
-      search_file(o_.root, std::string(base));
+      search_file(AT_FDCWD, o_.root.c_str(), std::string(base));
     } else {
       sum_.error = o_.root + " is not a directory";
     }
@@ -1064,13 +1162,13 @@ class Walker {
       flush();
   }
 
-  void load_ignores(const std::string& abs, const std::string& rel) {
+  void load_ignores(int dfd, const std::string& rel) {
     if (o_.no_ignore) return;
     Rules r;
     r.base = rel;
     std::string content;
     for (const char* name : {".gitignore", ".ignore"}) {
-      if (read_small(abs + "/" + name, content, 1 << 20)) r.rules.add(content);
+      if (read_small(dfd, name, content, 1 << 20)) r.rules.add(content);
     }
     if (r.rules.size() > 0) stack_.push_back(std::move(r));
   }
@@ -1091,34 +1189,33 @@ class Walker {
     return false;
   }
 
-  void walk(const std::string& abs, const std::string& rel, int depth) {
-    if (cancel_.load(std::memory_order_relaxed)) return;
-    if (depth > 200) {
-      ++sum_.unreadable;
-      return;
-    }
-    DIR* d = ::opendir(abs.c_str());
+  // Walks the directory open as `dfd` (closed here). Entries are opened relative
+  // to it, without following symbolic links: a folder swapped for a link while
+  // the walk runs is not entered.
+  void walk(int dfd, const std::string& rel, int depth) {
+    DIR* d = ::fdopendir(dfd);
     if (!d) {
+      ::close(dfd);
       ++sum_.unreadable;
       return;
     }
+    std::unique_ptr<DIR, int (*)(DIR*)> hold(d, ::closedir);
+    if (cancel_.load(std::memory_order_relaxed)) return;
     std::vector<std::pair<std::string, unsigned char>> entries;
     while (struct dirent* e = ::readdir(d)) {
       const char* n = e->d_name;
       if (n[0] == '.' && (n[1] == 0 || (n[1] == '.' && n[2] == 0))) continue;
       entries.emplace_back(n, e->d_type);
     }
-    ::closedir(d);
     std::sort(entries.begin(), entries.end());
     for (auto& [name, type] : entries) {
       if (cancel_.load(std::memory_order_relaxed)) return;
       if (name[0] == '.' && (!o_.hidden || name == ".git")) continue;
-      std::string child_abs = abs + "/" + name;
       std::string child_rel = rel.empty() ? name : rel + "/" + name;
       unsigned char t = type;
       if (t == DT_UNKNOWN) {
         struct stat st;
-        if (::lstat(child_abs.c_str(), &st) != 0) {
+        if (::fstatat(dfd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
           ++sum_.unreadable;
           continue;
         }
@@ -1128,37 +1225,49 @@ class Walker {
                                   : DT_UNKNOWN;
       }
       if (t == DT_DIR) {
-        if (std::find(o_.skip_dirs.begin(), o_.skip_dirs.end(), name) != o_.skip_dirs.end())
-          continue;
-        if (ignored(child_rel, true)) continue;
-        if (o_.files_mode && o_.want_type != 0) consider_entry(child_abs, child_rel, name, true);
-        size_t before = stack_.size();
-        load_ignores(child_abs, child_rel);
-        walk(child_abs, child_rel, depth + 1);
-        stack_.resize(before);
+        enter(dfd, name, child_rel, depth);
       } else if (t == DT_REG) {
         if (ignored(child_rel, false)) continue;
         if (o_.files_mode) {
-          if (o_.want_type != 1) consider_entry(child_abs, child_rel, name, false);
+          if (o_.want_type != 1) consider_entry(dfd, name, child_rel, false);
         } else {
           if (include_ && !include_->matches(o_.include.find('/') == std::string::npos
                                                  ? std::string_view(name)
                                                  : std::string_view(child_rel)))
             continue;
-          search_file(child_abs, child_rel);
+          search_file(dfd, name.c_str(), child_rel);
         }
       }
       // Symbolic links are not followed; sockets, FIFOs and devices are skipped.
     }
   }
 
-  void consider_entry(const std::string& abs, const std::string& rel, const std::string& name,
-                      bool dir) {
+  // The folder `name` in `dfd`, unless skipped or ignored.
+  void enter(int dfd, const std::string& name, const std::string& rel, int depth) {
+    if (std::find(o_.skip_dirs.begin(), o_.skip_dirs.end(), name) != o_.skip_dirs.end()) return;
+    if (ignored(rel, true)) return;
+    if (o_.files_mode && o_.want_type != 0) consider_entry(dfd, name, rel, true);
+    if (depth + 1 > 200) {
+      ++sum_.unreadable;
+      return;
+    }
+    int sub = ::openat(dfd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (sub < 0) {
+      ++sum_.unreadable;
+      return;
+    }
+    size_t before = stack_.size();
+    load_ignores(sub, rel);
+    walk(sub, rel, depth + 1);
+    stack_.resize(before);
+  }
+
+  void consider_entry(int dfd, const std::string& name, const std::string& rel, bool dir) {
     ++sum_.searched;
     if (glob_ && !glob_->matches(o_.name_only ? std::string_view(name) : std::string_view(rel)))
       return;
     struct stat st;
-    if (::lstat(abs.c_str(), &st) != 0) {
+    if (::fstatat(dfd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
       ++sum_.unreadable;
       return;
     }
@@ -1192,8 +1301,31 @@ class Walker {
     pend_found_ = pend_kept_ = 0;
   }
 
-  void search_file(const std::string& abs, const std::string& rel) {
-    int fd = ::open(abs.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+  // Reads once into buf_ after `have`; false (counted unreadable) on an error.
+  bool fill(int fd, size_t& have, uint64_t& total, bool& eof, bool& binary) {
+    ssize_t n;
+    do {
+      n = ::read(fd, buf_.data() + have, buf_.size() - have);
+    } while (n < 0 && errno == EINTR);
+    if (n < 0) {
+      ++sum_.unreadable;
+      return false;
+    }
+    if (n == 0) eof = true;
+    // A NUL byte anywhere makes the file binary: it is still searched (as rg
+    // --binary does), so that a binary file with a match can be counted, but
+    // its matches are dropped.
+    if (n > 0 && !binary &&
+        looks_binary(std::string_view(buf_.data() + have, static_cast<size_t>(n))))
+      binary = true;
+    have += static_cast<size_t>(n);
+    total += static_cast<uint64_t>(n);
+    return true;
+  }
+
+  // `name` is opened relative to the directory `dfd` (AT_FDCWD: a path).
+  void search_file(int dfd, const char* name, const std::string& rel) {
+    int fd = ::openat(dfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     if (fd < 0) {
       ++sum_.unreadable;
       return;
@@ -1206,6 +1338,8 @@ class Walker {
     ++sum_.searched;
     if (buf_.size() < kChunk) buf_.resize(kChunk);
     size_t have = 0;
+    uint64_t total = 0;
+    const auto size = static_cast<uint64_t>(st.st_size);
     bool eof = false, file_hit = false, binary = false;
     int64_t line_no = 1;  // of the first line in buf_[0..]
     ctx_.clear();
@@ -1216,27 +1350,17 @@ class Walker {
       if (have == buf_.size()) {
         if (buf_.size() >= kMaxChunk) {
           // One line longer than the largest chunk: search what is there as a line.
-          line_no += process(rel, std::string_view(buf_.data(), have), line_no, file_hit, true);
+          line_no += process(rel, std::string_view(buf_.data(), have), line_no, file_hit, false);
           have = 0;
         } else {
           buf_.resize(buf_.size() * 2);
         }
       }
-      ssize_t n = ::read(fd, buf_.data() + have, buf_.size() - have);
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        ++sum_.unreadable;
-        break;
-      }
-      if (n == 0) eof = true;
-      // A NUL byte anywhere makes the file binary: it is still searched (as rg
-      // --binary does), so that a binary file with a match can be counted, but
-      // its matches are dropped.
-      if (n > 0 && !binary &&
-          looks_binary(std::string_view(buf_.data() + have, static_cast<size_t>(n))))
-        binary = true;
+      if (!fill(fd, have, total, eof, binary)) break;
+      // All of the file's bytes (by its size) are in: one more read tells whether
+      // it ended, so that its last text is searched without counting its lines.
+      if (!eof && total >= size && have < buf_.size() && !fill(fd, have, total, eof, binary)) break;
       if (binary && pend_found_ > 0) break;  // one match is enough to count it
-      have += static_cast<size_t>(n);
       size_t upto;
       if (eof) {
         upto = have;
@@ -1256,35 +1380,32 @@ class Walker {
   }
 
   // Searches whole lines (`text` ends at a newline, or at the end of the file)
-  // starting with line `no`; returns the number of lines in it.
-  int64_t process(const std::string& rel, std::string_view text, int64_t no, bool& hit, bool) {
+  // starting with line `no`; returns the number of lines in it, or 0 when `last`
+  // (nothing of the file follows: its lines need no counting).
+  int64_t process(const std::string& rel, std::string_view text, int64_t no, bool& hit, bool last) {
     const Regex& re = *re_;
     if (context_ > 0) return by_line(rel, text, no, hit);
     const std::string& lit = re.required();
     if (lit.empty()) return by_line(rel, text, no, hit);
-    std::string_view hay = text;
-    if (re.ignore_case()) {
-      lower_.assign(text.data(), text.size());
-      for (auto& c : lower_) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-      hay = lower_;
-    }
     size_t pos = 0, counted = 0;
     int64_t line = no;
-    while (pos < hay.size()) {
-      const void* f = memmem(hay.data() + pos, hay.size() - pos, lit.data(), lit.size());
-      if (!f) break;
-      size_t at = static_cast<size_t>(static_cast<const char*>(f) - hay.data());
-      const void* ls = at > 0 ? memrchr(hay.data() + pos, '\n', at - pos) : nullptr;
-      size_t start = ls ? static_cast<size_t>(static_cast<const char*>(ls) - hay.data()) + 1 : pos;
-      const void* le = memchr(hay.data() + at, '\n', hay.size() - at);
-      size_t end = le ? static_cast<size_t>(static_cast<const char*>(le) - hay.data()) : hay.size();
-      line += std::count(text.data() + counted, text.data() + start, '\n');
+    while (pos < text.size()) {
+      size_t at = find_literal(text.substr(pos), lit, re.ignore_case());
+      if (at == std::string_view::npos) break;
+      at += pos;
+      const void* ls = at > pos ? memrchr(text.data() + pos, '\n', at - pos) : nullptr;
+      size_t start = ls ? static_cast<size_t>(static_cast<const char*>(ls) - text.data()) + 1 : pos;
+      const void* le = std::memchr(text.data() + at, '\n', text.size() - at);
+      size_t end =
+          le ? static_cast<size_t>(static_cast<const char*>(le) - text.data()) : text.size();
+      line += static_cast<int64_t>(count_newlines(text.substr(counted, start - counted)));
       counted = start;
       std::string_view l = text.substr(start, end - start);
       if (re.literal_only() || re.matches(l)) record(rel, l, line, hit);
       pos = end + 1;
     }
-    return line - no + std::count(text.data() + counted, text.data() + text.size(), '\n') +
+    if (last) return 0;
+    return line - no + static_cast<int64_t>(count_newlines(text.substr(counted))) +
            ((!text.empty() && text.back() != '\n') ? 1 : 0);
   }
 
@@ -1299,15 +1420,8 @@ class Walker {
       std::string_view l = text.substr(pos, end - pos);
       bool m;
       if (!re.required().empty()) {
-        if (re.ignore_case()) {
-          lower_.assign(l.data(), l.size());
-          for (auto& c : lower_) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-          m = lower_.find(re.required()) != std::string::npos &&
-              (re.literal_only() || re.matches(l));
-        } else {
-          m = memmem(l.data(), l.size(), re.required().data(), re.required().size()) &&
-              (re.literal_only() || re.matches(l));
-        }
+        m = find_literal(l, re.required(), re.ignore_case()) != std::string_view::npos &&
+            (re.literal_only() || re.matches(l));
       } else {
         m = re.matches(l);
       }
@@ -1358,7 +1472,6 @@ class Walker {
   int64_t emitted_ = 0;
   TopFiles top_;
   std::vector<char> buf_;
-  std::string lower_;
   std::vector<std::pair<int64_t, std::string>> ctx_;
   std::vector<stream::Event> pend_;
   int64_t pend_found_ = 0, pend_kept_ = 0;

@@ -74,6 +74,15 @@ class Regex {
 // side by side over characters they share (`a*a*`, `\w+\d+`, `.*.*`).
 std::string check_pattern(std::string_view pattern, bool fixed);
 
+// The search's inner loops, exposed for tests and the fuzzer.
+// The first occurrence of `needle` in `hay` (std::string_view::npos if none).
+// ignore_case: `needle` is lower case and ASCII letters of `hay` match either
+// case. 16 bytes at a time where the CPU has SSE2 (every x86-64), filtering
+// candidates by the needle's first and last bytes.
+size_t find_literal(std::string_view hay, std::string_view needle, bool ignore_case);
+// The number of '\n' bytes in `text`.
+size_t count_newlines(std::string_view text);
+
 // ---------------------------------------------------------------------------
 // Globs and ignore rules
 // ---------------------------------------------------------------------------
