@@ -348,6 +348,13 @@ function M.categorize(bufnr)
   if first_pending then
     H.set_cursor(bufnr, first_pending)
   end
+  -- What the files of each pending call are as its preview is shown: they must be
+  -- the same when the user approves it (H.may_run).
+  for _, use in ipairs(missing) do
+    if statuses[use.id] == "pending" then
+      require("flemma.tools.previewed").take(bufnr, use)
+    end
+  end
   H.refresh_previews(bufnr)
   return counts
 end
@@ -655,16 +662,12 @@ function H.finish(bufnr, job, result)
   end
 end
 
-function H.run(bufnr, job)
-  if not require("flemma.chat.gate").check(bufnr) then
-    return -- the frontmatter broke meanwhile: nothing runs
-  end
-  local s = H.get_state(bufnr)
-  local doc = H.doc(bufnr)
-  local _, part = H.find(doc, job.id)
-  if not part or part.status ~= "approved" then
-    return
-  end
+-- Whether an approved call runs now: false when it does not (approved without the
+-- user and no longer approved where its paths lead now: it waits for the user
+-- again); true and, for a call the user approved whose files changed since its
+-- preview (flemma.tools.previewed), the refusal that is its result.
+function H.may_run(bufnr, s, job, part)
+  local previewed = require("flemma.tools.previewed")
   -- An automatic approval holds for what the call touches now: the calls that ran
   -- before it may have changed where its paths lead (a link made to a secret file).
   if not (s.auto and s.auto[job.id]) then
@@ -686,18 +689,56 @@ function H.run(bufnr, job)
     if H.has_paths(job.name) then
       local status = H.decide(bufnr, { id = job.id, name = job.name, input = job.input })
       if status ~= "approved" then
+        previewed.take(bufnr, job)
         local lines = require("flemma.chat.document").render_placeholder(job.id, status)
         H.set_lines(bufnr, part.first_line - 1, part.last_line, lines)
         H.refresh_previews(bufnr)
         util.warn(
           ("`%s` was not run: where its path leads changed since it was approved; it waits for you"):format(job.id)
         )
-        return
+        return false
       end
     end
+    return true
+  end
+  -- Approved by the user: the files it changes must be as its preview was shown
+  -- (a diff review compares them itself, with what it showed).
+  local reviewed = require("flemma.tools.review").get(bufnr, job.id)
+  if reviewed and reviewed.accepted then
+    previewed.forget(bufnr, job.id)
+    return true
+  end
+  local refusal, note = previewed.check(bufnr, job.id, job.input)
+  if refusal then
+    util.warn(note)
+  end
+  return true, refusal
+end
+
+function H.run(bufnr, job)
+  if not require("flemma.chat.gate").check(bufnr) then
+    return -- the frontmatter broke meanwhile: nothing runs
+  end
+  local s = H.get_state(bufnr)
+  local doc = H.doc(bufnr)
+  local _, part = H.find(doc, job.id)
+  if not part or part.status ~= "approved" then
+    return
+  end
+  local go, refusal = H.may_run(bufnr, s, job, part)
+  if not go then
+    return
   end
   H.lock(bufnr)
   s.running[job.id] = { name = job.name, alone = job.alone, started = (vim.uv or vim.loop).hrtime() }
+  if refusal then
+    -- Its files changed since its preview: the refusal is its result (as a tool's
+    -- result, on a later turn of the loop).
+    vim.schedule(function()
+      H.finish(bufnr, job, { success = false, error = refusal })
+    end)
+    return true
+  end
   H.tool_status(bufnr)
   require("flemma.cycle.spinner").start(bufnr, job.id, job.name, (part.fence_line or part.first_line) - 1)
   H.event("FlemmaToolExecuting", { bufnr = bufnr, tool_id = job.id, tool_name = job.name })
@@ -1161,6 +1202,7 @@ function H.nested_pending(bufnr, parent_id, id, name, args, decide)
   local block = { "" }
   vim.list_extend(block, require("flemma.chat.document").render_placeholder(id, "pending"))
   H.set_lines(bufnr, last, last, block)
+  require("flemma.tools.previewed").take(bufnr, { id = id, name = name, input = args })
   local preview = require("flemma.tools").preview(name, args, 60, bufnr)
   util.notify(
     ("`%s` asks to run %s: %s (%s): :Flemma tool:approve or tool:reject"):format(parent_id, name, preview, id)
@@ -1189,7 +1231,18 @@ function H.nested_decided(bufnr, id)
     resolver = "user",
     input = entry.args,
   })
+  -- Approved: the files it changes must be as its preview was shown.
+  local previewed = require("flemma.tools.previewed")
+  local refusal, note
   if part.status == "approved" then
+    refusal, note = previewed.check(bufnr, id, entry.args)
+  else
+    previewed.forget(bufnr, id)
+  end
+  if refusal then
+    util.warn(note)
+    entry.decide("rejected", refusal)
+  elseif part.status == "approved" then
     entry.decide("approved")
   else
     entry.decide("rejected", part.content)
