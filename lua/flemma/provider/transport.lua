@@ -1,7 +1,8 @@
 --- The HTTP transport: curl run by the native process manager, never blocking the
 --- editor. The request body goes through a private temp file (0600, removed when curl
 --- exits); headers, the API key among them, reach curl through `--config -` on stdin,
---- so no secret is ever in argv (visible in `ps`), on disk or in a log. The child's
+--- so no secret is ever in argv (visible in `ps`), on disk or in a log; curl reads no
+--- `~/.curlrc` (`-q`), whose lines could trace the key to a file or add headers. The child's
 --- stdout (`--dump-header -`: status line and headers, then the body) is decoded by
 --- the native stream decoder of the provider's kind.
 local curl = require("flemma.core.curl")
@@ -25,6 +26,7 @@ M.config_text = curl.config_text
 function M.args(o)
   local argv = {
     M.program,
+    "-q", -- first: no ~/.curlrc (its `trace` or `header` lines would log or resend the key)
     "--silent",
     "--show-error",
     "--no-buffer",
@@ -61,6 +63,7 @@ end
 function M.get_args(o)
   local argv = {
     M.program,
+    "-q", -- first: no ~/.curlrc
     "--silent",
     "--show-error",
     "--fail",

@@ -17,6 +17,7 @@ describe("flemma.provider.transport", function()
       transport.args({ endpoint = "http://h/v1", body_path = "/tmp/x.json", connect_timeout = 10, timeout = 600 })
     assert.same({
       "curl",
+      "-q",
       "--silent",
       "--show-error",
       "--no-buffer",
@@ -91,6 +92,46 @@ describe("flemma.provider.transport", function()
       assert.is_nil(vim.uv.fs_stat(path))
     end
   )
+
+  it("reads no ~/.curlrc: its header lines are not sent, its trace file never holds the key", function()
+    local home = vim.fn.tempname()
+    vim.fn.mkdir(home, "p")
+    local trace = home .. "/trace.log"
+    helpers.write_file(home .. "/.curlrc", ('header = "X-From-Curlrc: yes"\ntrace-ascii = "%s"\n'):format(trace))
+    local saved = vim.env.CURL_HOME
+    vim.env.CURL_HOME = home
+    server:script({ { status = 200, body = '{"ok":true}' }, { status = 200, body = '{"data":[]}' } })
+    local key = "sk-secret-" .. tostring(math.random(1e9))
+    local exited, got
+    local ok, err = pcall(function()
+      transport.start({
+        endpoint = server:url("/v1/messages"),
+        headers = { ["x-api-key"] = key, ["content-type"] = "application/json" },
+        body = "{}",
+        decoder = "anthropic",
+        connect_timeout = 5,
+        timeout = 20,
+        on_events = function() end,
+        on_exit = function()
+          exited = true
+        end,
+      })
+      transport.get({ url = server:url("/v1/models"), headers = { ["x-api-key"] = key } }, function(body)
+        got = body or false
+      end)
+    end)
+    vim.env.CURL_HOME = saved
+    assert(ok, err)
+    helpers.wait_for(function()
+      return exited and got ~= nil and #server:requests() == 2
+    end, 10000, "the requests did not end")
+    for _, req in ipairs(server:requests()) do
+      assert.equals(key, req.headers["x-api-key"])
+      assert.is_nil(req.headers["x-from-curlrc"], req.path)
+    end
+    assert.is_nil(vim.uv.fs_stat(trace), "curl wrote the trace file of ~/.curlrc")
+    vim.fn.delete(home, "rf")
+  end)
 
   it("sends a body given as a list of pieces (more than one writev's worth) exactly", function()
     server:script({ { status = 200, body = '{"ok":true}' } })
