@@ -27,6 +27,7 @@ local modules = {
   "flemma.core.build",
   "flemma.tools.mcp",
   "flemma.policy.audit",
+  "flemma.policy.remembered",
   "flemma.ui.review",
 }
 local loaded = false

@@ -200,6 +200,7 @@ function M.check()
   if H.library() then
     H.sandbox()
     H.tools()
+    H.remembered()
     H.mcp()
     H.providers()
     H.buffers()
@@ -288,6 +289,34 @@ function H.tools()
     else
       vim.health.ok(("tool source %s loaded (%d tool%s)"):format(src.label, src.tools, src.tools == 1 and "" or "s"))
     end
+  end
+end
+
+--- The approval rules remembered in the user's configuration (flemma.policy.remembered):
+--- the file, read again now, its rule count and what is wrong with it.
+function H.remembered()
+  vim.health.start("flemma: remembered approval rules")
+  local remembered = require("flemma.policy.remembered")
+  local path = remembered.path()
+  local entries, problem = remembered.read(function(tool)
+    local def = require("flemma.tools").get(tool)
+    return type(def) == "table" and def.paths ~= nil
+  end)
+  if problem then
+    vim.health.error(("%s %s: none of its rules are applied"):format(path, problem), {
+      "Fix it with :Flemma tool:rules (it is read again when written there), or remove it",
+    })
+    return
+  end
+  if not vim.uv.fs_stat(path) then
+    vim.health.info(("%s: no rules remembered (`:Flemma tool:approve always` adds them)"):format(path))
+    return
+  end
+  local status = remembered.status()
+  if status and status.why_not then
+    vim.health.warn(("%s: %d rule(s), not applied: %s"):format(path, #entries, status.why_not))
+  else
+    vim.health.ok(("%s: %d rule%s"):format(path, #entries, #entries == 1 and "" or "s"))
   end
 end
 

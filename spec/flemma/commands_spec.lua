@@ -49,6 +49,7 @@ describe(":Flemma", function()
         "tool:list",
         "tool:log",
         "tool:reject",
+        "tool:rules",
         "tool:undo",
       },
       vim.tbl_filter(function(n)

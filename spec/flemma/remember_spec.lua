@@ -109,7 +109,7 @@ describe("the rule remembered for a command", function()
 end)
 
 describe("approve and remember", function()
-  local h, project, saved_cwd, orig_select, asked, pick
+  local h, project, saved_cwd, orig_select, asked, pick, saved_config
 
   local function setup(tools)
     require("flemma").setup({
@@ -129,6 +129,9 @@ describe("approve and remember", function()
     vim.cmd("cd " .. vim.fn.fnameescape(project))
     vim.fn.system({ "git", "init", "-q", project })
     vim.env.XDG_STATE_HOME = project .. "/state"
+    -- "my configuration" writes stdpath("config")/flemma/auto_approve.json.
+    saved_config = vim.env.XDG_CONFIG_HOME
+    vim.env.XDG_CONFIG_HOME = project .. "/config"
     require("flemma.policy.audit").set_path(project .. "/state/audit.jsonl")
     h.server:script({ { fixture = "anthropic_text.sse" }, { fixture = "anthropic_text.sse" } })
     orig_select = vim.ui.select
@@ -148,6 +151,7 @@ describe("approve and remember", function()
   after_each(function()
     vim.ui.select = orig_select
     vim.env.XDG_STATE_HOME = nil
+    vim.env.XDG_CONFIG_HOME = saved_config
     require("flemma.policy.audit").set_path(nil)
     vim.cmd("cd " .. vim.fn.fnameescape(saved_cwd))
     h.teardown()
@@ -175,7 +179,7 @@ describe("approve and remember", function()
     press("gA")
     assert.equals(1, #asked)
     assert.truthy(asked[1].prompt:find("bash(git add *), bash(git commit *)", 1, true), asked[1].prompt)
-    assert.same({ "this chat's frontmatter", "my configuration (this session)" }, asked[1].items)
+    assert.same({ "this chat's frontmatter", "my configuration (all chats, kept)" }, asked[1].items)
     local lines = vim.api.nvim_buf_get_lines(buf, 0, 4, false)
     assert.same({
       "```lua",
@@ -236,7 +240,7 @@ describe("approve and remember", function()
   end)
 
   it(
-    ":Flemma tool:approve always into the configuration: the next chat's call runs, one line says how to keep it",
+    ":Flemma tool:approve always into the configuration: the next chat's call runs, one line says where it went",
     function()
       setup({})
       local buf = helpers.edit(project .. "/a.chat", chat({ { "toolu_c1", "git log --oneline -3" } }))
@@ -249,8 +253,13 @@ describe("approve and remember", function()
       assert.equals("approved", status_of(buf, "toolu_c1"))
       assert.truthy(vim.tbl_contains(require("flemma.core.config").get().tools.auto_approve, "bash(git log *)"))
       local said = vim.tbl_filter(function(n)
-        return n.msg:find("added bash(git log *) to tools.auto_approve for this session", 1, true)
-          and n.msg:find('add "bash(git log *)" to tools.auto_approve in your setup()', 1, true)
+        return n.msg:find(
+          "added bash(git log *) to your configuration's rules in "
+            .. vim.fn.fnamemodify(project .. "/config/nvim/flemma/auto_approve.json", ":~")
+            .. " (:Flemma tool:rules)",
+          1,
+          true
+        )
       end, h.notes)
       assert.equals(1, #said, vim.inspect(h.notes))
       assert.is_nil(said[1].msg:find("\n", 1, true))

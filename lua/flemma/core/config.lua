@@ -433,7 +433,9 @@ end
 --- Adds entries to `tools.auto_approve` until the next setup() (the "my configuration"
 --- choice of `:Flemma tool:approve always`); entries already there are not repeated.
 --- Raises when `tools.auto_approve` is a function or a module path.
+--- Returns the entries it added (those not there before).
 ---@param entries string[]
+---@return string[] added
 function M.add_auto_approve(entries)
   local aa = H.current.tools.auto_approve
   if type(aa) ~= "table" then
@@ -443,10 +445,40 @@ function M.add_auto_approve(entries)
       )
     )
   end
+  local added = {}
   for _, e in ipairs(entries) do
     if not vim.tbl_contains(aa, e) then
       aa[#aa + 1] = e
+      added[#added + 1] = e
     end
+  end
+  H.effective = nil
+  return added
+end
+
+--- Takes entries out of `tools.auto_approve` (when it is a list): what
+--- M.add_auto_approve added, when its source changed.
+---@param entries string[]
+function M.remove_auto_approve(entries)
+  local aa = H.current.tools.auto_approve
+  if type(aa) ~= "table" or #entries == 0 then
+    return
+  end
+  local drop = {}
+  for _, e in ipairs(entries) do
+    drop[e] = true
+  end
+  local kept = {}
+  for _, e in ipairs(aa) do
+    if not drop[e] then
+      kept[#kept + 1] = e
+    end
+  end
+  for i = #aa, 1, -1 do
+    aa[i] = nil
+  end
+  for i, e in ipairs(kept) do
+    aa[i] = e
   end
   H.effective = nil
 end

@@ -114,7 +114,7 @@ M.commands["tool:approve"] = {
   end,
 }
 
-M.REMEMBER_CHOICES = { frontmatter = "this chat's frontmatter", config = "my configuration (this session)" }
+M.REMEMBER_CHOICES = { frontmatter = "this chat's frontmatter", config = "my configuration (all chats, kept)" }
 
 -- The tool and input of call `id`: its tool use, or for a nested call (tools.call)
 -- waiting under its parent, what the chat's session record keeps of it.
@@ -181,20 +181,14 @@ function H.remember_chosen(bufnr, id, rules, choice)
     )
     return
   end
-  remember.add_to_config(rules)
+  local path = remember.add_to_config(rules)
   require("flemma.tools.review").accept(bufnr, id)
   cycle().set_status(bufnr, id, "approved", "")
-  local listed = table.concat(
-    vim.tbl_map(function(r)
-      return ("%q"):format(r)
-    end, rules),
-    ", "
-  )
   util.notify(
-    ("approved `%s`; added %s to tools.auto_approve for this session (to keep it, add %s to tools.auto_approve in your setup())"):format(
+    ("approved `%s`; added %s to your configuration's rules in %s (:Flemma tool:rules)"):format(
       id,
       shown,
-      listed
+      vim.fn.fnamemodify(path, ":~")
     )
   )
 end
@@ -202,7 +196,8 @@ end
 --- "Approve and remember": approves the pending placeholder under the cursor (or the
 --- first pending one) and adds the narrowest allow rule for its call
 --- (flemma.tools.remember) where the user picks with vim.ui.select: this chat's
---- frontmatter or the configuration for this session. One line says what was added.
+--- frontmatter or the user's configuration (a file read at every setup()). One line says
+--- what was added and where.
 --- Nothing changes when the user picks nothing or no rule can be made.
 --- With a diff review of the call open, what the review shows is what runs.
 ---@param bufnr integer the chat

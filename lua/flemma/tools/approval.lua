@@ -484,6 +484,19 @@ end
 function M.setup(config)
   local tools_cfg = config.tools or {}
   presets.validate(tools_cfg.presets)
+  -- The rules remembered in the user's configuration join the allow list, read now
+  -- and again when the file is written in Neovim (:Flemma tool:rules).
+  local remembered = require("flemma.policy.remembered")
+  remembered.apply(H.is_path_tool)
+  vim.api.nvim_create_autocmd("BufWritePost", {
+    group = vim.api.nvim_create_augroup("flemma.remembered", { clear = true }),
+    pattern = "auto_approve.json",
+    callback = function(ev)
+      if vim.fs.normalize(vim.fn.fnamemodify(ev.file, ":p")) == remembered.path() then
+        remembered.apply(H.is_path_tool)
+      end
+    end,
+  })
   local aa = tools_cfg.auto_approve
   presets.check_risks(type(aa) == "table" and aa or nil, "tools.auto_approve")
   H.check_rules(type(aa) == "table" and aa or nil, "tools.auto_approve")

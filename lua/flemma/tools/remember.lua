@@ -1,7 +1,7 @@
 --- "Approve and remember" (`:Flemma tool:approve always`): the narrowest allow rule
 --- for one tool call, and adding it where the user chooses: this chat's frontmatter
---- (a buffer edit appending to `flemma.opt.tools.auto_approve`) or the configuration
---- for this session (`tools.auto_approve`).
+--- (a buffer edit appending to `flemma.opt.tools.auto_approve`) or the user's
+--- configuration (the file of remembered rules, flemma.policy.remembered).
 ---
 --- The rule of a call: for a command tool (`bash`), per simple command of its line,
 --- the words up to the first that looks like data (a path or file name, a URL, a
@@ -186,11 +186,18 @@ function M.add_to_frontmatter(bufnr, rules)
   end
 end
 
---- Adds the rules to `tools.auto_approve` for this session. Raises when it is a
---- function or a module.
+--- Adds the rules to the user's configuration: the file of remembered rules
+--- (flemma.policy.remembered, `stdpath("config")/flemma/auto_approve.json`, read at
+--- every setup()) and `tools.auto_approve` now. Raises, adding nothing, when that
+--- file does not read or cannot be written, or `tools.auto_approve` is a function or
+--- a module. Returns the file's path.
 ---@param rules string[]
+---@return string path
 function M.add_to_config(rules)
-  require("flemma.core.config").add_auto_approve(rules)
+  return require("flemma.policy.remembered").add(rules, function(tool)
+    local def = require("flemma.tools").get(tool)
+    return type(def) == "table" and def.paths ~= nil
+  end)
 end
 
 return M
