@@ -8,6 +8,7 @@
 //   chatty   tool `echo`; writes 8 MB of lines to stderr as it starts, then runs on
 //   silent   never answers anything (initialize times out)
 //   garbage  before answering initialize writes a line of garbage and a 50 MB line
+//   big      tool `big` answers with a text of `lines` lines of `width` bytes each
 // Every line received is appended to $MCP_SPEC_LOG when set.
 "use strict";
 const fs = require("fs");
@@ -33,6 +34,7 @@ const tools = {
   crash: [{ name: "boom", description: "crashes the server", inputSchema: { type: "object" } }],
   noisy: [{ name: "boom", description: "crashes the server", inputSchema: { type: "object" } }],
   chatty: [{ name: "echo", description: "echoes", inputSchema: { type: "object", properties: { text: { type: "string" } } } }],
+  big: [{ name: "big", description: "a large text", inputSchema: { type: "object", properties: { lines: { type: "number" }, width: { type: "number" } } } }],
   garbage: [{ name: "echo", description: "echoes", inputSchema: { type: "object", properties: { text: { type: "string" } } } }],
 };
 
@@ -72,6 +74,10 @@ function handle(msg) {
       tools.plain.push({ name: "added", description: "added later", inputSchema: { type: "object" } });
       send({ jsonrpc: "2.0", method: "notifications/tools/list_changed" });
       send({ jsonrpc: "2.0", id: msg.id, result: { content: [{ type: "text", text: "grown" }] } });
+    } else if (name === "big") {
+      const a = msg.params.arguments || {};
+      const line = "b".repeat(Math.max(0, (a.width || 100) - 1)) + "\n";
+      send({ jsonrpc: "2.0", id: msg.id, result: { content: [{ type: "text", text: "big: start\n" + line.repeat(a.lines || 1) + "big: end" }] } });
     } else if (name === "echo") {
       send({ jsonrpc: "2.0", id: msg.id, result: { content: [{ type: "text", text: "echo: " + (msg.params.arguments.text || "") }] } });
     }

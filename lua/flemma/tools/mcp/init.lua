@@ -176,11 +176,43 @@ function M.result(server, res)
       parts[#parts + 1] = vim.json.encode(res.structuredContent)
     end
   end
-  local text = table.concat(parts, "\n")
+  local text = H.bounded(server, table.concat(parts, "\n"))
   if res.isError == true then
     return { success = false, error = text ~= "" and text or ("server `%s` reported an error"):format(server) }
   end
   return { success = true, output = text, attachments = #attachments > 0 and attachments or nil }
+end
+
+--- A result's text within `tools.truncate` (as every tool's output): a longer one
+--- keeps its head after a note naming a private file (0600) that holds the whole
+--- text, redacted as the result is. A server's 16 MiB answer never goes whole into
+--- the chat, nor into every later request.
+function H.bounded(server, text)
+  local t = require("flemma.core.config").get().tools.truncate or {}
+  local cut = require("flemma.core.truncate").truncate_head(text, { max_lines = t.max_lines, max_bytes = t.max_bytes })
+  if not cut.truncated then
+    return text
+  end
+  local size = require("flemma.core.truncate").format_size
+  local path = vim.fn.tempname() .. "-mcp-result.txt"
+  local fd = vim.uv.fs_open(path, "wx", 384) -- 0600
+  local saved = false
+  if fd then
+    saved = vim.uv.fs_write(fd, util.redact(text), 0) ~= nil
+    vim.uv.fs_close(fd)
+    if not saved then
+      os.remove(path)
+    end
+  end
+  return ("[Result of %s truncated: showing the first %d of %d lines (%s of %s).%s]\n%s"):format(
+    server,
+    cut.output_lines,
+    cut.total_lines,
+    size(cut.output_bytes),
+    size(cut.total_bytes),
+    saved and (" Full text: " .. path) or "",
+    cut.content
+  )
 end
 
 --- Calls fn(err) once the server is ready (starting or restarting it as needed).
