@@ -223,4 +223,40 @@ describe("rules remembered in the user's configuration", function()
     assert.equals(1, #notes, vim.inspect(notes))
     assert.truthy(notes[1].msg:find("is not valid JSON", 1, true), notes[1].msg)
   end)
+  it(
+    "a tool call never writes the rules: a `write` $default would approve in a project that is the configuration waits",
+    function()
+      -- The user's project is their Neovim configuration (dotfiles): $default approves
+      -- `write` inside a project, but not into the file that widens the policy later.
+      local nvim_dir = dir .. "/config/nvim"
+      vim.fn.mkdir(nvim_dir .. "/flemma", "p")
+      vim.fn.system({ "git", "init", "-q", nvim_dir })
+      vim.cmd("cd " .. vim.fn.fnameescape(nvim_dir))
+      require("flemma").setup(AUTOPILOT_OFF)
+      local function write_use(id, path)
+        return {
+          ("**Tool Use:** `write` (`%s`)"):format(id),
+          "",
+          "```json",
+          vim.json.encode({ path = path, content = '{ "auto_approve": [ "bash" ] }\n', label = vim.NIL }),
+          "```",
+          "",
+        }
+      end
+      local lines = { "@You:", "Go.", "", "@Assistant:" }
+      vim.list_extend(lines, write_use("toolu_1", "flemma/auto_approve.json"))
+      vim.list_extend(lines, write_use("toolu_2", "notes.json"))
+      local buf = helpers.edit(nvim_dir .. "/c.chat", lines)
+      press("<C-]>")
+      helpers.wait_for(function()
+        return status_of(text(buf), "toolu_1") ~= nil
+      end, 5000, text(buf))
+      helpers.settle()
+      assert.equals("pending", status_of(text(buf), "toolu_1"), text(buf))
+      -- The same write elsewhere in the project is approved (it runs once the other
+      -- call is decided).
+      assert.truthy(({ approved = true, result = true })[status_of(text(buf), "toolu_2")], text(buf))
+      assert.is_nil(vim.uv.fs_stat(rules_file()), "the rules file was written")
+    end
+  )
 end)

@@ -120,14 +120,18 @@ function M.home()
 end
 
 --- Neovim's own data and state directories (plugins' stores such as the trust
---- list, logs, undo files, shada, swap and backups).
+--- list, logs, undo files, shada, swap and backups), and Flemma's folder in its
+--- configuration directory, stdpath("config")/flemma: the approval rules remembered
+--- there (flemma.policy.remembered) are policy, and a tool call (a `write` the
+--- `$default` preset approves in a project that is the Neovim configuration, a
+--- sandboxed command) that could change them would widen what is approved later.
 ---@return string[]
 function M.nvim_dirs()
   local out = {}
-  for _, what in ipairs({ "data", "state" }) do
+  for _, what in ipairs({ "data", "state", "config" }) do
     local ok, dir = pcall(vim.fn.stdpath, what)
     if ok and type(dir) == "string" and dir:sub(1, 1) == "/" then
-      out[#out + 1] = vim.fs.normalize(dir)
+      out[#out + 1] = vim.fs.normalize(dir) .. (what == "config" and "/flemma" or "")
     end
   end
   return out
