@@ -9,7 +9,11 @@
 #include <algorithm>
 #include <climits>
 #include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
 #include <string>
+#include <thread>
 
 #include "flemma/flemma.h"
 #include "process.hpp"
@@ -45,6 +49,61 @@ int64_t spawn(flemma_procmgr* m, const char* script, int64_t timeout_ms = 0, int
   CHECK(pid > 0);
   return id;
 }
+
+// The events of a spawn_async child up to its exit: the pid of its started
+// event (0: none came, -1: it came after another event) and its exit event (owned).
+struct AsyncRun {
+  int64_t pid = 0;
+  bool other = false;
+  flemma_proc_event* exit = nullptr;
+};
+// Waits for the exit events of every child in `runs`.
+void wait_async_all(flemma_procmgr* m, std::map<int64_t, AsyncRun>& runs, int timeout_ms = 10000) {
+  size_t done = 0;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (done < runs.size() && std::chrono::steady_clock::now() < deadline) {
+    pollfd p{flemma_procmgr_fd(m), POLLIN, 0};
+    ::poll(&p, 1, 100);
+    flemma_procmgr_ack(m);
+    while (flemma_proc_event* e = flemma_procmgr_next_event(m)) {
+      auto it = runs.find(e->id);
+      if (it != runs.end() && e->kind == FLEMMA_PROC_STARTED) {
+        it->second.pid = it->second.other ? -1 : e->pid;
+      } else if (it != runs.end() && e->kind == FLEMMA_PROC_EXIT) {
+        it->second.exit = e;
+        ++done;
+        continue;
+      } else if (it != runs.end()) {
+        it->second.other = true;
+      }
+      flemma_proc_event_free(e);
+    }
+  }
+}
+AsyncRun wait_async(flemma_procmgr* m, int64_t id, int timeout_ms = 10000) {
+  std::map<int64_t, AsyncRun> runs{{id, AsyncRun{}}};
+  wait_async_all(m, runs, timeout_ms);
+  return runs[id];
+}
+
+int64_t spawn_async(flemma_procmgr* m, const char* script, int stdin_mode = 0,
+                    const char* stdin_data = nullptr, int64_t timeout_ms = 0) {
+  const char* argv[] = {"bash", "-c", script, nullptr};
+  flemma_spawn_opts o{};
+  o.argv = argv;
+  o.merge_output = 1;
+  o.stdin_mode = stdin_mode;
+  o.stdin_data = stdin_data;
+  o.stdin_len = stdin_data ? std::strlen(stdin_data) : 0;
+  o.timeout_ms = timeout_ms;
+  o.kill_grace_ms = 2000;
+  int64_t id = 0;
+  REQUIRE(flemma_procmgr_spawn_async(m, &o, &id) == FLEMMA_OK);
+  CHECK(id > 0);
+  return id;
+}
+
+bool group_alive(int64_t pid) { return ::kill(-static_cast<pid_t>(pid), 0) == 0; }
 
 // Open descriptors of this process.
 int count_fds() {
@@ -225,6 +284,135 @@ TEST_CASE("process") {
     CHECK(flemma_procmgr_spawn(m, &o, &id, nullptr) == FLEMMA_E_INVALID);
     CHECK(std::string(flemma_last_error()).find("cannot run `flemma-no-such-program`") !=
           std::string::npos);
+  }
+  SUBCASE(
+      "spawn_async: a started event with the pid comes first; stdin and the timeout follow it") {
+    int64_t id = spawn_async(m, "cat; exit 3", 1, "given\n");
+    AsyncRun r = wait_async(m, id);
+    REQUIRE(r.exit != nullptr);
+    REQUIRE(r.pid > 0);
+    CHECK(r.exit->exit_code == 3);
+    CHECK(r.exit->error == nullptr);
+    CHECK(std::string(r.exit->out_tail, r.exit->out_tail_len) == "given\n");
+    flemma_proc_event_free(r.exit);
+    // Writes right after the call wait for the spawn; the timeout counts from it.
+    id = spawn_async(m, "cat; sleep 100", 2, nullptr, 300);
+    REQUIRE(flemma_procmgr_write(m, id, "one\n", 4) == FLEMMA_OK);
+    REQUIRE(flemma_procmgr_close_stdin(m, id) == FLEMMA_OK);
+    r = wait_async(m, id);
+    REQUIRE(r.exit != nullptr);
+    CHECK(r.pid > 0);
+    CHECK(r.exit->timed_out == 1);
+    CHECK(std::string(r.exit->out_tail, r.exit->out_tail_len) == "one\n");
+    flemma_proc_event_free(r.exit);
+    CHECK_FALSE(group_alive(r.pid));
+    CHECK(flemma_procmgr_running(m) == 0);
+  }
+  SUBCASE("spawn_async: a missing program or working directory is an exit event with the error") {
+    const char* argv[] = {"flemma-no-such-program", nullptr};
+    flemma_spawn_opts o{};
+    o.argv = argv;
+    int64_t id = 0;
+    REQUIRE(flemma_procmgr_spawn_async(m, &o, &id) == FLEMMA_OK);
+    AsyncRun r = wait_async(m, id);
+    REQUIRE(r.exit != nullptr);
+    CHECK(r.pid == 0);
+    REQUIRE(r.exit->error != nullptr);
+    CHECK(std::string(r.exit->error, r.exit->error_len) ==
+          "spawn: cannot run `flemma-no-such-program`: No such file or directory (is it "
+          "installed and on PATH?)");
+    CHECK(r.exit->cancelled == 0);
+    flemma_proc_event_free(r.exit);
+
+    const char* sh[] = {"true", nullptr};
+    o.argv = sh;
+    o.cwd = "/nonexistent/flemma-dir";
+    REQUIRE(flemma_procmgr_spawn_async(m, &o, &id) == FLEMMA_OK);
+    r = wait_async(m, id);
+    REQUIRE(r.exit != nullptr);
+    CHECK(r.pid == 0);
+    REQUIRE(r.exit->error != nullptr);
+    CHECK(std::string(r.exit->error) ==
+          "spawn: the working directory `/nonexistent/flemma-dir` does not exist");
+    flemma_proc_event_free(r.exit);
+    CHECK(flemma_procmgr_running(m) == 0);
+    // Options that cannot be used are still the call's error.
+    o.cwd = nullptr;
+    o.stdin_mode = 7;
+    CHECK(flemma_procmgr_spawn_async(m, &o, &id) == FLEMMA_E_INVALID);
+  }
+  SUBCASE("spawn_async: a cancel before the spawn starts nothing; one just after kills it") {
+    char dir[] = "/tmp/flemma-test-async-XXXXXX";
+    REQUIRE(::mkdtemp(dir) != nullptr);
+    std::string mark = std::string(dir) + "/ran";
+    std::string script = "echo > " + mark + "; sleep 100";
+    int64_t id = 0;
+    {
+      // The worker waits at the spawn while the test holds the lock.
+      std::lock_guard<std::mutex> hold(flemma::process::testing::launch_mutex());
+      id = spawn_async(m, script.c_str());
+      ::usleep(50 * 1000);
+      REQUIRE(flemma_procmgr_cancel(m, id) == FLEMMA_OK);
+    }
+    AsyncRun r = wait_async(m, id);
+    REQUIRE(r.exit != nullptr);
+    CHECK(r.pid == 0);
+    CHECK(r.exit->cancelled == 1);
+    CHECK(r.exit->error == nullptr);
+    flemma_proc_event_free(r.exit);
+    ::usleep(200 * 1000);
+    CHECK(::access(mark.c_str(), F_OK) != 0);
+
+    // No waiting: whether the cancel came before the spawn or after it, nothing
+    // stays alive.
+    id = spawn_async(m, script.c_str());
+    REQUIRE(flemma_procmgr_cancel(m, id) == FLEMMA_OK);
+    r = wait_async(m, id);
+    REQUIRE(r.exit != nullptr);
+    CHECK(r.exit->cancelled == 1);
+    if (r.pid > 0) CHECK_FALSE(group_alive(r.pid));
+    flemma_proc_event_free(r.exit);
+    ::unlink(mark.c_str());
+    ::rmdir(dir);
+    CHECK(flemma_procmgr_running(m) == 0);
+  }
+  SUBCASE("spawn_async: kill_all before the spawn starts nothing; during it, kills it") {
+    char dir[] = "/tmp/flemma-test-async-XXXXXX";
+    REQUIRE(::mkdtemp(dir) != nullptr);
+    std::string mark = std::string(dir) + "/ran";
+    std::string script = "echo > " + mark + "; sleep 100";
+    int64_t id = 0;
+    std::thread killer;
+    {
+      std::lock_guard<std::mutex> hold(flemma::process::testing::launch_mutex());
+      id = spawn_async(m, script.c_str());
+      ::usleep(50 * 1000);
+      uint64_t gen = flemma::process::testing::kill_generation();
+      killer = std::thread([m] { flemma_procmgr_kill_all(m); });
+      while (flemma::process::testing::kill_generation() == gen) ::usleep(1000);
+    }
+    killer.join();
+    AsyncRun r = wait_async(m, id);
+    REQUIRE(r.exit != nullptr);
+    CHECK(r.pid == 0);
+    CHECK(r.exit->cancelled == 1);
+    flemma_proc_event_free(r.exit);
+    ::usleep(200 * 1000);
+    CHECK(::access(mark.c_str(), F_OK) != 0);
+
+    // A kill_all while the worker spawns (or before, or after): none stays alive.
+    std::map<int64_t, AsyncRun> runs;
+    for (int i = 0; i < 5; ++i) runs[spawn_async(m, "sleep 100")] = AsyncRun{};
+    flemma_procmgr_kill_all(m);
+    wait_async_all(m, runs);
+    for (auto& [each, run] : runs) {
+      REQUIRE(run.exit != nullptr);
+      CHECK(run.exit->cancelled == 1);
+      if (run.pid > 0) CHECK_FALSE(group_alive(run.pid));
+      flemma_proc_event_free(run.exit);
+    }
+    ::rmdir(dir);
+    CHECK(flemma_procmgr_running(m) == 0);
   }
   SUBCASE("the environment gets the non-interactive variables and the extra ones last") {
     const char* base[] = {"PATH=/bin", "CI=false", "FOO=1", nullptr};

@@ -51,6 +51,9 @@ flemma_proc_event* make_event(std::unique_ptr<flemma::process::Event> ev) {
   p.err_total_bytes = e.err.total_bytes;
   p.err_total_lines = e.err.total_lines;
   p.err_path = opt_str(e.err.path);
+  p.pid = e.pid;
+  p.error = opt_str(e.error);
+  p.error_len = e.error.size();
   if (!e.stream.empty()) {
     flemma::stream::to_c(e.stream, box->stream);
     p.stream_events = box->stream.data();
@@ -63,6 +66,33 @@ flemma_proc_event* make_event(std::unique_ptr<flemma::process::Event> ev) {
 flemma::process::Manager& need(flemma_procmgr* m) {
   if (!m) throw flemma::Error(FLEMMA_E_INVALID, "process manager is NULL");
   return m->mgr;
+}
+
+// The options of a spawn, copied out of the caller's struct.
+flemma::process::SpawnOptions spawn_options(const flemma_spawn_opts* opts) {
+  if (!opts || !opts->argv || !opts->argv[0])
+    throw flemma::Error(FLEMMA_E_INVALID,
+                        "spawn: the command is empty: give at least the program name");
+  flemma::process::SpawnOptions o;
+  for (const char* const* a = opts->argv; *a; ++a) o.argv.emplace_back(*a);
+  if (opts->cwd) o.cwd = opts->cwd;
+  if (opts->env)
+    for (const char* const* e = opts->env; *e; ++e) o.env.emplace_back(*e);
+  if (opts->stdin_mode < 0 || opts->stdin_mode > 2)
+    throw flemma::Error(FLEMMA_E_INVALID, "spawn: stdin_mode should be 0, 1 or 2");
+  o.stdin_mode = static_cast<flemma::process::SpawnOptions::Stdin>(opts->stdin_mode);
+  if (opts->stdin_data) o.stdin_data.assign(opts->stdin_data, opts->stdin_len);
+  o.merge_output = opts->merge_output != 0;
+  o.progress = opts->progress != 0;
+  o.timeout_ms = opts->timeout_ms;
+  o.kill_grace_ms = opts->kill_grace_ms;
+  o.max_lines = opts->max_lines;
+  o.max_bytes = opts->max_bytes;
+  if (opts->decoder) o.decoder = opts->decoder;
+  o.max_stdout_bytes = opts->max_stdout_bytes;
+  o.max_file_bytes = opts->max_file_bytes;
+  if (opts->spill_dir) o.spill_dir = opts->spill_dir;
+  return o;
 }
 
 }  // namespace
@@ -92,32 +122,21 @@ FLEMMA_API int flemma_procmgr_spawn(flemma_procmgr* mgr, const flemma_spawn_opts
                                     int64_t* id_out, int64_t* pid_out) {
   return flemma::guard([&] {
     auto& m = need(mgr);
-    if (!opts || !opts->argv || !opts->argv[0])
-      throw flemma::Error(FLEMMA_E_INVALID,
-                          "spawn: the command is empty: give at least the program name");
-    flemma::process::SpawnOptions o;
-    for (const char* const* a = opts->argv; *a; ++a) o.argv.emplace_back(*a);
-    if (opts->cwd) o.cwd = opts->cwd;
-    if (opts->env)
-      for (const char* const* e = opts->env; *e; ++e) o.env.emplace_back(*e);
-    if (opts->stdin_mode < 0 || opts->stdin_mode > 2)
-      throw flemma::Error(FLEMMA_E_INVALID, "spawn: stdin_mode should be 0, 1 or 2");
-    o.stdin_mode = static_cast<flemma::process::SpawnOptions::Stdin>(opts->stdin_mode);
-    if (opts->stdin_data) o.stdin_data.assign(opts->stdin_data, opts->stdin_len);
-    o.merge_output = opts->merge_output != 0;
-    o.progress = opts->progress != 0;
-    o.timeout_ms = opts->timeout_ms;
-    o.kill_grace_ms = opts->kill_grace_ms;
-    o.max_lines = opts->max_lines;
-    o.max_bytes = opts->max_bytes;
-    if (opts->decoder) o.decoder = opts->decoder;
-    o.max_stdout_bytes = opts->max_stdout_bytes;
-    o.max_file_bytes = opts->max_file_bytes;
-    if (opts->spill_dir) o.spill_dir = opts->spill_dir;
     pid_t pid = -1;
-    int64_t id = m.spawn(std::move(o), &pid);
+    int64_t id = m.spawn(spawn_options(opts), &pid);
     if (id_out) *id_out = id;
     if (pid_out) *pid_out = pid;
+    return FLEMMA_OK;
+  });
+}
+
+// Borrows opts for the duration of the call; everything is copied.
+FLEMMA_API int flemma_procmgr_spawn_async(flemma_procmgr* mgr, const flemma_spawn_opts* opts,
+                                          int64_t* id_out) {
+  return flemma::guard([&] {
+    auto& m = need(mgr);
+    int64_t id = m.spawn_async(spawn_options(opts));
+    if (id_out) *id_out = id;
     return FLEMMA_OK;
   });
 }

@@ -56,6 +56,11 @@ std::string errno_text(int err) { return std::strerror(err); }
 struct Registry {
   std::mutex mu;
   std::set<pid_t> groups;
+  // A spawn on a worker thread holds `launch` from its check of `generation`
+  // until its group is registered; kill_all_groups counts `generation` up, then
+  // takes `launch`: a child is either registered before the kill or never started.
+  std::mutex launch;
+  std::atomic<uint64_t> generation{0};
 };
 Registry& registry() {
   static Registry* r = new Registry();  // never destroyed: used from exit handlers
@@ -81,6 +86,9 @@ bool is_registered(pid_t pgid) {
   std::lock_guard<std::mutex> lock(registry().mu);
   return registry().groups.count(pgid) != 0;
 }
+
+std::mutex& testing::launch_mutex() { return registry().launch; }
+uint64_t testing::kill_generation() { return registry().generation.load(); }
 
 namespace {
 void registry_remove(pid_t pgid) {
@@ -344,14 +352,15 @@ struct Request {
     Shutdown,
     Pause,
     Resume,
-    Unhold
+    Unhold,
+    Spawn
   };
   Request(Kind k, int64_t i = 0, std::string d = {}, Proc* p = nullptr)
       : kind(k), id(i), data(std::move(d)), proc(p) {}
   Kind kind;
   int64_t id;
   std::string data;
-  Proc* proc;  // Add
+  Proc* proc;  // Add, Spawn
 };
 
 struct Manager::Impl {
@@ -367,6 +376,8 @@ struct Manager::Impl {
   // worker stopped because of them (resumed once the host took them).
   std::unordered_map<int64_t, int64_t> queued;
   std::unordered_set<int64_t> held;
+  // Children of spawn_async whose spawn the worker has not tried yet.
+  std::unordered_map<int64_t, Proc*> pending;
 
   // Worker only.
   uv_loop_t loop{};
@@ -467,6 +478,11 @@ struct Proc {
   pid_t pid = -1;
   int pidfd = -1;
   SpawnOptions opts;
+  std::vector<std::string> env;  // the child's whole environment, built on the host thread
+  // spawn_async: kill_all_groups' generation when it was asked for, and whether
+  // a cancel came before the worker started it.
+  uint64_t generation = 0;
+  std::atomic<bool> spawn_cancelled{false};
   Collector out, err;
 
   uv_poll_t pid_poll{};
@@ -901,6 +917,10 @@ void Manager::Impl::apply_pauses() {
   }
 }
 
+namespace {
+void spawn_requested(Manager::Impl* m, Proc* p);
+}  // namespace
+
 void Manager::Impl::handle_requests() {
   std::deque<Request> batch;
   {
@@ -910,6 +930,10 @@ void Manager::Impl::handle_requests() {
   for (auto& r : batch) {
     if (r.kind == Request::Kind::Add) {
       add_proc(this, r.proc);
+      continue;
+    }
+    if (r.kind == Request::Kind::Spawn) {
+      spawn_requested(this, r.proc);
       continue;
     }
     if (r.kind == Request::Kind::Shutdown) {
@@ -1077,6 +1101,12 @@ void Manager::cancel(int64_t id) {
       return;
     }
   }
+  {
+    // Not started yet: it never will be. (Started meanwhile: the request kills it.)
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    auto it = impl_->pending.find(id);
+    if (it != impl_->pending.end()) it->second->spawn_cancelled = true;
+  }
   impl_->post(Request{Request::Kind::Cancel, id});
 }
 
@@ -1148,6 +1178,8 @@ void Manager::kill_all() {
 
 void kill_all_groups() {
   Registry& r = registry();
+  r.generation.fetch_add(1);
+  std::lock_guard<std::mutex> launching(r.launch);
   std::lock_guard<std::mutex> lock(r.mu);
   for (pid_t pg : r.groups) ::kill(-pg, SIGKILL);
   // Leaders are reaped by their manager; the groups can go.
@@ -1300,17 +1332,19 @@ std::unique_ptr<search::OutputDecoder> make_output_decoder(const std::string& de
 void check_spawn_options(SpawnOptions& opts) {
   if (opts.argv.empty() || opts.argv[0].empty())
     throw Error(FLEMMA_E_INVALID, "spawn: the command is empty: give at least the program name");
-  if (!opts.cwd.empty()) {
-    struct stat st;
-    if (::stat(opts.cwd.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
-      throw Error(FLEMMA_E_INVALID,
-                  "spawn: the working directory `" + opts.cwd + "` does not exist");
-  }
   if (opts.max_lines <= 0) opts.max_lines = truncate::kMaxLines;
   if (opts.max_bytes <= 0) opts.max_bytes = truncate::kMaxBytes;
   // The tail window holds up to 2 * (max_bytes + 1) bytes: keep that in size_t.
   opts.max_bytes = std::min<int64_t>(opts.max_bytes, int64_t{1} << 40);
   if (opts.kill_grace_ms < 0) opts.kill_grace_ms = 2000;
+}
+
+// Throws unless the working directory exists (a stat: the worker's, for spawn_async).
+void check_cwd(const SpawnOptions& opts) {
+  if (opts.cwd.empty()) return;
+  struct stat st;
+  if (::stat(opts.cwd.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+    throw Error(FLEMMA_E_INVALID, "spawn: the working directory `" + opts.cwd + "` does not exist");
 }
 
 // The decoder of stdout that opts.decoder names (at most one of them).
@@ -1399,9 +1433,8 @@ void set_spawn_attrs(SpawnAttrs& sa, const SpawnOptions& opts, const Fds& out, c
 
 // Starts the child (under the reaper when it runs one) with its environment;
 // its pid. Throws when it cannot be started.
-pid_t start_child(const SpawnOptions& opts, const SpawnAttrs& sa) {
-  std::vector<std::string> env = build_env(environ, opts.env);
-  std::vector<std::string> run_argv = under_reaper(opts, env);
+pid_t start_child(const SpawnOptions& opts, std::vector<std::string>& run_argv,
+                  std::vector<std::string>& env, const SpawnAttrs& sa) {
   std::vector<char*> envp;
   envp.reserve(env.size() + 1);
   for (auto& kv : env) envp.push_back(kv.data());
@@ -1421,29 +1454,15 @@ pid_t start_child(const SpawnOptions& opts, const SpawnAttrs& sa) {
   return pid;
 }
 
-}  // namespace
-
-int64_t Manager::spawn(SpawnOptions opts, pid_t* pid_out) {
+// A child to be started: its options checked (the working directory is the
+// caller's to check), its decoder made, its environment and spill directory
+// taken from this (the host's) thread: getenv races setenv. Throws on bad options.
+std::unique_ptr<Proc> prepare(Manager::Impl* m, SpawnOptions opts) {
   check_spawn_options(opts);
   Decoders decoders = make_decoders(opts);
-
-  Fds out, err, in;
-  out.make();
-  if (!opts.merge_output) err.make();
-  if (opts.stdin_mode != SpawnOptions::Stdin::Closed) in.make();
-  SpawnAttrs sa;
-  set_spawn_attrs(sa, opts, out, err, in);
-  const pid_t pid = start_child(opts, sa);
-  registry_add(pid);
-
-  auto* p = new Proc();
-  p->mgr = impl_.get();
-  p->id = impl_->next_id.fetch_add(1);
-  p->pid = pid;
-#if defined(__linux__) && defined(SYS_pidfd_open)
-  p->pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
-  if (p->pidfd >= 0) ::fcntl(p->pidfd, F_SETFD, FD_CLOEXEC);
-#endif
+  auto p = std::make_unique<Proc>();
+  p->mgr = m;
+  p->env = build_env(environ, opts.env);
   p->out.max_lines = p->err.max_lines = opts.max_lines;
   p->out.max_bytes = p->err.max_bytes = opts.max_bytes;
   p->out.max_file_bytes = p->err.max_file_bytes = opts.max_file_bytes;
@@ -1456,14 +1475,106 @@ int64_t Manager::spawn(SpawnOptions opts, pid_t* pid_out) {
   p->rpc = std::move(decoders.rpc);
   p->outdec = std::move(decoders.search);
   p->fetchdec = std::move(decoders.fetch);
-  p->out_fd = out.release(0);
-  if (!opts.merge_output) p->err_fd = err.release(0);
-  if (opts.stdin_mode != SpawnOptions::Stdin::Closed) p->in_fd = in.release(1);
   p->opts = std::move(opts);
+  return p;
+}
+
+// Starts p's child: its pipes, the spawn, its group registered, its pidfd and
+// descriptors kept in p. Throws when it cannot be started. For spawn_async
+// (`worker`): returns false and starts nothing when a cancel of p or a
+// kill_all_groups came first.
+bool launch(Proc* p, bool worker) {
+  check_cwd(p->opts);
+  std::vector<std::string> run_argv = under_reaper(p->opts, p->env);
+  Fds out, err, in;
+  out.make();
+  if (!p->opts.merge_output) err.make();
+  if (p->opts.stdin_mode != SpawnOptions::Stdin::Closed) in.make();
+  SpawnAttrs sa;
+  set_spawn_attrs(sa, p->opts, out, err, in);
+  pid_t pid = -1;
+  if (worker) {
+    std::lock_guard<std::mutex> launching(registry().launch);
+    if (p->spawn_cancelled.load() || registry().generation.load() != p->generation) return false;
+    pid = start_child(p->opts, run_argv, p->env, sa);
+    registry_add(pid);
+  } else {
+    pid = start_child(p->opts, run_argv, p->env, sa);
+    registry_add(pid);
+  }
+  p->pid = pid;
+#if defined(__linux__) && defined(SYS_pidfd_open)
+  p->pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+  if (p->pidfd >= 0) ::fcntl(p->pidfd, F_SETFD, FD_CLOEXEC);
+#endif
+  p->out_fd = out.release(0);
+  if (!p->opts.merge_output) p->err_fd = err.release(0);
+  if (p->opts.stdin_mode != SpawnOptions::Stdin::Closed) p->in_fd = in.release(1);
+  return true;
+}
+
+// The worker's turn of a spawn_async child: started (a Started event, then it is
+// watched), or an Exit event saying why not (an error, or cancelled).
+void spawn_requested(Manager::Impl* m, Proc* proc) {
+  std::unique_ptr<Proc> p(proc);
+  std::string error;
+  bool started = false;
+  if (!m->shutting_down) {
+    try {
+      started = launch(p.get(), true);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(m->mu);
+    m->pending.erase(p->id);
+  }
+  if (started) {
+    auto ev = std::make_unique<Event>();
+    ev->kind = Event::Kind::Started;
+    ev->id = p->id;
+    ev->pid = p->pid;
+    m->emit(std::move(ev));
+    uv_update_time(&m->loop);  // the timeout counts from now, not from before the spawn
+    add_proc(m, p.release());
+    return;
+  }
+  auto ev = std::make_unique<Event>();
+  ev->kind = Event::Kind::Exit;
+  ev->id = p->id;
+  ev->error = std::move(error);
+  ev->cancelled = ev->error.empty();
+  m->running.fetch_sub(1);
+  m->emit(std::move(ev));
+}
+
+}  // namespace
+
+int64_t Manager::spawn(SpawnOptions opts, pid_t* pid_out) {
+  std::unique_ptr<Proc> p = prepare(impl_.get(), std::move(opts));
+  launch(p.get(), false);
+  p->id = impl_->next_id.fetch_add(1);
+  const pid_t pid = p->pid;
+  const int64_t id = p->id;
   impl_->running.fetch_add(1);
-  impl_->post(Request{Request::Kind::Add, 0, {}, p});
+  impl_->post(Request{Request::Kind::Add, 0, {}, p.release()});
   if (pid_out) *pid_out = pid;
-  return p->id;
+  return id;
+}
+
+int64_t Manager::spawn_async(SpawnOptions opts) {
+  std::unique_ptr<Proc> p = prepare(impl_.get(), std::move(opts));
+  p->generation = registry().generation.load();
+  p->id = impl_->next_id.fetch_add(1);
+  const int64_t id = p->id;
+  impl_->running.fetch_add(1);
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->pending.emplace(id, p.get());
+  }
+  impl_->post(Request{Request::Kind::Spawn, id, {}, p.release()});
+  return id;
 }
 
 }  // namespace flemma::process

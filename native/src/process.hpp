@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -57,8 +58,13 @@ struct StreamResult {
 };
 
 struct Event {
-  enum class Kind { Progress = 1, Exit = 2, Stream = 3 } kind = Kind::Progress;
+  enum class Kind { Progress = 1, Exit = 2, Stream = 3, Started = 4 } kind = Kind::Progress;
   int64_t id = 0;
+  // Started (spawn_async): the child's pid.
+  pid_t pid = -1;
+  // Exit of a spawn_async child that could not be started: why, in one line
+  // (nothing ran; the other fields are empty).
+  std::string error;
   // Progress (also filled for Exit): both streams together.
   int64_t bytes = 0;
   int64_t lines = 0;
@@ -109,6 +115,13 @@ class Manager {
   int fd() const;
   // Spawns at once on the calling thread (errors are thrown); returns the id.
   int64_t spawn(SpawnOptions opts, pid_t* pid_out);
+  // Spawns on the worker thread: the options are checked and the environment is
+  // taken here (bad options are thrown); the working directory, the program and
+  // the spawn itself are the worker's. Then a Started event with the pid, or an
+  // Exit event whose `error` says why nothing was started. A cancel() or
+  // kill_all() that comes first means nothing is started (an Exit event,
+  // cancelled). Returns the id.
+  int64_t spawn_async(SpawnOptions opts);
   void write_stdin(int64_t id, std::string data);
   void close_stdin(int64_t id);
   void cancel(int64_t id);
@@ -136,7 +149,17 @@ class Manager {
 };
 
 // SIGKILL to every group started by any manager that may still be alive
-// (also run when the library is unloaded or the process exits).
+// (also run when the library is unloaded or the process exits). A spawn_async
+// child being started now is waited for and killed; one not started yet is not
+// started.
 void kill_all_groups();
+
+namespace testing {
+// Held by the worker from its last check of cancel and kill_all through the
+// spawn and the group's registration (tests hold it to stop a spawn there).
+std::mutex& launch_mutex();
+// How many times kill_all_groups() has run.
+uint64_t kill_generation();
+}  // namespace testing
 
 }  // namespace flemma::process

@@ -699,6 +699,55 @@ describe("mcp", function()
       assert.truthy(notes[1].msg:find("no MCP server `nope` (configured: crashy, plain)", 1, true), notes[1].msg)
     end)
 
+    it("a missing program or working directory is one line in mcp:status, the warning and the tool's error", function()
+      local dir = vim.fn.tempname()
+      vim.fn.mkdir(dir, "p")
+      -- A server whose program goes away after it started: its restart fails.
+      local script = dir .. "/server.sh"
+      helpers.write_file(script, ("#!/bin/sh\nexec node %s crash\n"):format(vim.fn.shellescape(SUPPORT)))
+      vim.fn.setfperm(script, "rwx------")
+      setup({
+        gone = { command = "flemma-no-such-mcp-server" },
+        nowhere = { command = "node", args = { SUPPORT, "plain" }, cwd = dir .. "/no-such-dir" },
+        vanishing = { command = script },
+      })
+      local notes = helpers.notifications(function()
+        mcp.start()
+        wait_ready()
+      end)
+      local gone =
+        "spawn: cannot run `flemma-no-such-mcp-server`: No such file or directory (is it installed and on PATH?)"
+      local nowhere = ("spawn: the working directory `%s/no-such-dir` does not exist"):format(dir)
+      local warned = {}
+      for _, n in ipairs(notes) do
+        warned[#warned + 1] = n.msg
+      end
+      warned = table.concat(warned, "\n")
+      assert.truthy(warned:find("MCP server `gone`: " .. gone, 1, true), warned)
+      assert.truthy(warned:find("MCP server `nowhere`: " .. nowhere, 1, true), warned)
+      notes = helpers.notifications(function()
+        vim.cmd("Flemma mcp:status")
+      end)
+      local status = notes[1].msg:gsub("^%(flemma%) ", "")
+      assert.truthy(status:find("gone: failed, 0 tools; last error: " .. gone .. "\n", 1, true), status)
+      assert.truthy(status:find("nowhere: failed, 0 tools; last error: " .. nowhere .. "\n", 1, true), status)
+      assert.truthy(status:find("vanishing: ready, 1 tool, pid %d+"), status)
+      note_pids()
+      os.remove(script)
+      run("vanishing:boom", {})()
+      helpers.wait_for(function()
+        return mcp.status()[3].state == "failed" and mcp.status()[3].restarts == 1
+      end, 10000, "no restart was tried: " .. vim.inspect(mcp.status()))
+      local missing = ("spawn: cannot run `%s`: No such file or directory (is it installed and on PATH?)"):format(
+        script
+      )
+      assert.equals(missing, mcp.status()[3].last_error)
+      local r = run("vanishing:boom", {})()
+      assert.is_false(r.success)
+      assert.equals(("MCP server `vanishing` is not running: %s"):format(missing), r.error)
+      vim.fn.delete(dir, "rf")
+    end)
+
     it(":checkhealth flemma reports each server", function()
       setup({
         everything = everything(),

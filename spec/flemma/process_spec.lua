@@ -296,6 +296,163 @@ describe("flemma.core.process", function()
     end)
   end)
 
+  describe("async_spawn", function()
+    it("on_start brings the pid first; stdin written at once reaches it; the timeout counts from the spawn", function()
+      local result, started, order = nil, nil, {}
+      local h = process.spawn({
+        cmd = { "bash", "-c", "cat; echo done; sleep 100" },
+        async_spawn = true,
+        keep_stdin_open = true,
+        timeout = 400,
+        on_progress = function()
+          order[#order + 1] = "progress"
+        end,
+        on_start = function(pid)
+          started = pid
+          order[#order + 1] = "start"
+        end,
+      }, function(r)
+        result = r
+        order[#order + 1] = "exit"
+      end)
+      assert.is_nil(h.pid)
+      h:write("given\n")
+      h:close_stdin()
+      helpers.wait_for(function()
+        return result ~= nil
+      end, 10000, "the process did not finish")
+      assert.is_true(started > 0)
+      assert.equal(started, h.pid)
+      assert.equal("start", order[1])
+      assert.equal("exit", order[#order])
+      assert.is_true(result.timed_out)
+      assert.is_nil(result.error)
+      assert.equal("given\ndone\n", result.output)
+      helpers.wait_for(function()
+        return alive_in_group(started) == 0
+      end, 3000, "processes of the group survived the timeout")
+    end)
+
+    it("a missing program or working directory ends it with one line in result.error", function()
+      local cases = {
+        {
+          { cmd = { "flemma-no-such-program" } },
+          "spawn: cannot run `flemma-no-such-program`: No such file or directory (is it installed and on PATH?)",
+        },
+        {
+          { cmd = { "true" }, cwd = "/nonexistent/dir" },
+          "spawn: the working directory `/nonexistent/dir` does not exist",
+        },
+      }
+      for _, c in ipairs(cases) do
+        local opts = vim.tbl_extend("force", c[1], {
+          async_spawn = true,
+          on_start = function()
+            error("on_start ran for " .. c[2])
+          end,
+        })
+        local r, h = run(opts)
+        assert.equal(c[2], r.error)
+        assert.is_nil(r.code)
+        assert.is_false(r.cancelled)
+        assert.is_nil(h.pid)
+      end
+      -- A request that cannot be used is still raised at once.
+      local ok, err = pcall(process.spawn, { cmd = { "true" }, async_spawn = true, timeout = "1" }, function() end)
+      assert.is_false(ok)
+      assert.truthy(err:find("`timeout` should be a number", 1, true), err)
+      ok, err = pcall(process.spawn, { cmd = { "true" }, on_start = function() end }, function() end)
+      assert.is_false(ok)
+      assert.truthy(err:find("`on_start` needs `async_spawn`", 1, true), err)
+    end)
+
+    it("a cancel or kill_all at once leaves nothing running", function()
+      local dir = helpers.tmpdir()
+      for _, how in ipairs({ "cancel", "kill_all" }) do
+        local results, pids = {}, {}
+        for i = 1, 5 do
+          local h = process.spawn({
+            cmd = { "bash", "-c", ("echo $$ > %s/%s%d; sleep 100"):format(dir, how, i) },
+            async_spawn = true,
+            on_start = function(pid)
+              pids[#pids + 1] = pid
+            end,
+          }, function(r)
+            results[i] = r
+          end)
+          if how == "cancel" then
+            h:cancel()
+          end
+        end
+        if how == "kill_all" then
+          process.kill_all()
+        end
+        helpers.wait_for(function()
+          return vim.tbl_count(results) == 5
+        end, 10000, "not all of them ended after " .. how)
+        for i = 1, 5 do
+          assert.is_true(results[i].cancelled, how)
+        end
+        for _, pid in ipairs(pids) do
+          helpers.wait_for(function()
+            return alive_in_group(pid) == 0
+          end, 3000, "a group survived " .. how)
+        end
+        -- A shell that ran before the kill is gone as well.
+        for i = 1, 5 do
+          local pid = tonumber(helpers.read_file(("%s/%s%d"):format(dir, how, i)) or "")
+          if pid then
+            helpers.wait_for(function()
+              return helpers.read_file("/proc/" .. pid .. "/stat") == nil
+            end, 3000, "a shell survived " .. how)
+          end
+        end
+      end
+    end)
+
+    it("kills its children when Neovim exits, also one asked for just before #child", function()
+      for _, when in ipairs({ "started", "at once" }) do
+        local dir = helpers.tmpdir()
+        helpers.run_nvim({
+          rtp = helpers.root,
+          lua = ([[
+            vim.g.flemma_library_path = %q
+            local pid
+            require("flemma.core.process").spawn({
+              cmd = { "bash", "-c", "echo $$ > %s/shell; sleep 100 & wait" },
+              async_spawn = true,
+              on_start = function(p) pid = p end,
+            }, function() end)
+            if %s then
+              vim.wait(5000, function() return pid ~= nil end)
+              local f = io.open(%q, "w"); f:write(tostring(pid)); f:close()
+              vim.wait(200)
+            end
+          ]]):format(
+            require("flemma.core.native").library_path(),
+            dir,
+            tostring(when == "started"),
+            dir .. "/pid"
+          ),
+        })
+        local pid = tonumber(helpers.read_file(dir .. "/pid") or "")
+        if when == "started" then
+          assert.is_truthy(pid)
+          helpers.wait_for(function()
+            return alive_in_group(pid) == 0
+          end, 3000, "the child group outlived Neovim")
+        end
+        vim.wait(300)
+        local shell = tonumber(helpers.read_file(dir .. "/shell") or "")
+        if shell then
+          helpers.wait_for(function()
+            return helpers.read_file("/proc/" .. shell .. "/stat") == nil
+          end, 3000, "the shell outlived Neovim (" .. when .. ")")
+        end
+      end
+    end)
+  end)
+
   describe("jobs that leave the group", function()
     -- A pid file per background job: `setsid` starts a new session, the
     -- subshell of `( ... & )` exits at once (a double fork, as daemons do).

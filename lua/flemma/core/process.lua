@@ -37,6 +37,12 @@ local H = {}
 --- kept (the tail in memory still follows the output); nil or 0: no limit
 ---@field spill_dir? string the directory the full output files are made in (an existing
 --- one, e.g. to remove them with it); nil: $TMPDIR, else /tmp
+---@field async_spawn? boolean the spawn itself happens on the native worker thread (it
+--- takes a few milliseconds on a loaded machine): `handle.pid` is nil until `on_start(pid)`
+--- ran, and a program or working directory that is missing is not raised here but ends it
+--- with on_exit({ error = "..." }). Writes, cancel and close_stdin may come at once; a
+--- cancel before the spawn means it never starts.
+---@field on_start? fun(pid: integer) with `async_spawn`: the process started
 
 ---@class flemma.process.Result
 ---@field code integer|nil exit code (nil when a signal ended the process)
@@ -51,10 +57,11 @@ local H = {}
 ---@field full_output_path string|nil temp file with the whole output (once over the limits, or binary)
 ---@field stderr_full_output_path string|nil the same for stderr when not merged
 ---@field binary boolean NUL bytes were seen
+---@field error string|nil (async_spawn) the process could not be started: why, in one line
 
 ---@class flemma.process.Handle
 ---@field id integer
----@field pid integer
+---@field pid integer|nil nil until an `async_spawn` process started
 ---@field private _done boolean
 
 H.handles = {} ---@type table<integer, flemma.process.Handle>
@@ -147,6 +154,11 @@ function H.check(opts)
   typed("decoder", "string")
   typed("on_events", "function")
   typed("spill_dir", "string")
+  typed("async_spawn", "boolean")
+  typed("on_start", "function")
+  if opts.on_start and not opts.async_spawn then
+    util.error("process.spawn: `on_start` needs `async_spawn` (a synchronous spawn returns the pid)")
+  end
   if opts.decoder and not opts.on_events then
     util.error("process.spawn: `decoder` needs `on_events` to receive the decoded events")
   end
@@ -484,7 +496,12 @@ function H.dispatch(events)
   for _, ev in ipairs(events) do
     local h = H.handles[ev.id]
     if h then
-      if ev.kind == "progress" then
+      if ev.kind == "started" then
+        h.pid = ev.pid
+        if h._on_start and not h._done then
+          h._on_start(ev.pid)
+        end
+      elseif ev.kind == "progress" then
         if h._on_progress and not h._done then
           h._on_progress({ bytes = ev.bytes, lines = ev.lines, last_line = ev.last_line })
         end
@@ -498,6 +515,12 @@ function H.dispatch(events)
         h._stdin_open = false
         local result = H.result(ev, h._merged)
         result.cancelled = result.cancelled or (h._cancelled and not result.timed_out) or false
+        if ev.error then
+          result.error = ev.error
+        end
+        if h._async and h.pid == nil then
+          result.code = nil -- never started (an error, or cancelled before its spawn)
+        end
         -- The kept output files are redacted before the result goes on.
         H.redact_file(ev.out.path, function()
           H.redact_file(not h._merged and ev.err.path or nil, function()
@@ -542,6 +565,7 @@ function M.spawn(opts, on_exit)
     max_stdout_bytes = opts.max_stdout_bytes and math.floor(opts.max_stdout_bytes) or 0,
     max_file_bytes = opts.max_file_bytes and math.floor(opts.max_file_bytes) or 0,
     spill_dir = opts.spill_dir,
+    async = opts.async_spawn,
   })
   local handle = setmetatable({
     id = id,
@@ -552,6 +576,8 @@ function M.spawn(opts, on_exit)
     _on_exit = util.safe(on_exit, "process on_exit"),
     _on_progress = opts.on_progress and util.safe(opts.on_progress, "process on_progress") or nil,
     _on_events = opts.on_events and util.safe(opts.on_events, "process on_events") or nil,
+    _on_start = opts.on_start and util.safe(opts.on_start, "process on_start") or nil,
+    _async = opts.async_spawn == true,
   }, H.Handle)
   H.handles[id] = handle
   return handle

@@ -32,7 +32,7 @@ extern "C" {
 #endif
 
 /* Bumped whenever a declaration below changes in an incompatible way. */
-#define FLEMMA_ABI_VERSION 23
+#define FLEMMA_ABI_VERSION 24
 
 /* Status codes. */
 #define FLEMMA_OK 0
@@ -408,7 +408,8 @@ typedef struct flemma_spawn_opts {
 enum flemma_proc_event_kind {
   FLEMMA_PROC_PROGRESS = 1,
   FLEMMA_PROC_EXIT = 2,
-  FLEMMA_PROC_STREAM = 3
+  FLEMMA_PROC_STREAM = 3,
+  FLEMMA_PROC_STARTED = 4
 };
 
 /* An event. kind 1: progress (bytes, lines, last_line); kind 2: exit (every
@@ -418,7 +419,11 @@ enum flemma_proc_event_kind {
  * exit_code is -1 and signal non-zero when a signal ended the child.
  * out_* describe the merged output (or stdout), err_* stderr when not merged;
  * *_tail is the kept tail, *_path the temp file with the whole stream (NULL
- * until the limits were passed). All pointers live until the event is freed. */
+ * until the limits were passed). kind 4 (flemma_procmgr_spawn_async): the
+ * child started, its pid in `pid`, before any other event of it. An exit event
+ * of a spawn_async child that could not be started has `error` (one line, e.g.
+ * a missing program or working directory; NULL otherwise) and nothing else.
+ * All pointers live until the event is freed. ABI 24: pid, error. */
 typedef struct flemma_proc_event {
   int64_t id;
   int kind;
@@ -446,6 +451,9 @@ typedef struct flemma_proc_event {
   const char *err_path;
   const struct flemma_stream_event *stream_events;
   size_t stream_event_count;
+  int64_t pid;
+  const char *error;
+  size_t error_len;
 } flemma_proc_event;
 
 /* Starts a manager and its worker thread. The caller owns it: free it with
@@ -463,6 +471,20 @@ FLEMMA_API int flemma_procmgr_fd(const flemma_procmgr *mgr);
  * directory are reported here). Writes the request id and the pid. */
 FLEMMA_API int flemma_procmgr_spawn(flemma_procmgr *mgr, const flemma_spawn_opts *opts,
                                     int64_t *id_out, int64_t *pid_out);
+
+/* Spawns a child on the manager's worker thread, so that the caller never
+ * waits for the spawn (a few milliseconds on a loaded machine): writes the
+ * request id at once. Options that cannot be used are an error here; the
+ * working directory, the program and the spawn are the worker's: their
+ * failure is an exit event with `error` set. Otherwise a FLEMMA_PROC_STARTED
+ * event carries the pid, then the events of flemma_procmgr_spawn. Writes,
+ * close_stdin, pause and cancel may be called at once with the id: they apply
+ * in order once it started; the timeout counts from the spawn. A cancel (or
+ * kill_all) that comes before the spawn means the child is never started
+ * (exit event, cancelled); one that comes while it is being started kills it
+ * once it is. Borrows opts for the call (copied). ABI 24. */
+FLEMMA_API int flemma_procmgr_spawn_async(flemma_procmgr *mgr, const flemma_spawn_opts *opts,
+                                          int64_t *id_out);
 
 /* Queues bytes for the child's stdin (stdin_mode 2); copied. Unknown or
  * finished ids are ignored. */

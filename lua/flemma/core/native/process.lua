@@ -17,10 +17,12 @@ function S.proc_fd()
   return N.lib().flemma_procmgr_fd(S.procmgr())
 end
 
---- Spawns a child; raises on a bad request.
----@param o { argv: string[], cwd?: string, env?: string[], stdin?: string, stdin_mode: integer, merge_output: boolean, progress: boolean, timeout_ms: integer, kill_grace_ms: integer, max_lines: integer, max_bytes: integer, decoder?: string, max_stdout_bytes?: integer, max_file_bytes?: integer, spill_dir?: string }
+--- Spawns a child; raises on a bad request. With `o.async` the spawn is the worker
+--- thread's (flemma_procmgr_spawn_async): no pid is returned, a "started" event
+--- brings it (or an exit event with `error` says why nothing started).
+---@param o { argv: string[], cwd?: string, env?: string[], stdin?: string, stdin_mode: integer, merge_output: boolean, progress: boolean, timeout_ms: integer, kill_grace_ms: integer, max_lines: integer, max_bytes: integer, decoder?: string, max_stdout_bytes?: integer, max_file_bytes?: integer, spill_dir?: string, async?: boolean }
 ---@return integer id
----@return integer pid
+---@return integer|nil pid
 function S.proc_spawn(o)
   local lib = N.lib()
   local mgr = S.procmgr()
@@ -46,6 +48,12 @@ function S.proc_spawn(o)
   opts.max_file_bytes = o.max_file_bytes or 0
   opts.spill_dir = o.spill_dir -- anchored by o until the call returns
   local id = ffi.new("int64_t[1]")
+  if o.async then
+    if lib.flemma_procmgr_spawn_async(mgr, opts, id) ~= 0 then
+      util.error(N.last_error())
+    end
+    return tonumber(id[0]), nil
+  end
   local pid = ffi.new("int64_t[1]")
   if lib.flemma_procmgr_spawn(mgr, opts, id, pid) ~= 0 then
     util.error(N.last_error())
@@ -96,8 +104,11 @@ function H.output(e, prefix)
   }
 end
 
--- A progress or exit event as a Lua table.
+-- A progress, started or exit event as a Lua table.
 function H.event(e, C)
+  if e.kind == C.FLEMMA_PROC_STARTED then
+    return { id = tonumber(e.id), kind = "started", pid = tonumber(e.pid) }
+  end
   local exit = e.kind == C.FLEMMA_PROC_EXIT
   local ev = {
     id = tonumber(e.id),
@@ -113,6 +124,7 @@ function H.event(e, C)
     ev.cancelled = e.cancelled ~= 0
     ev.out = H.output(e, "out")
     ev.err = H.output(e, "err")
+    ev.error = e.error ~= nil and ffi.string(e.error, e.error_len) or nil
   end
   return ev
 end

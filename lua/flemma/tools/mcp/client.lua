@@ -104,6 +104,7 @@ function Client:start(on_ready)
   end
   self.state = "starting"
   self.last_error = nil
+  self.start_error = nil
   self.stopping = false
   local spec = self.spec
   if spec.url then
@@ -133,8 +134,15 @@ function Client:start(on_ready)
   else
     spill_dir, self.spill_dir = nil, nil
   end
+  -- The spawn is the process manager's worker's (it held the main loop for up to
+  -- 3 ms on a loaded machine): the handshake's messages wait in its queue until the
+  -- server runs; a program that cannot be started ends it with `result.error`.
   local ok, handle = pcall(process.spawn, {
     cmd = cmd,
+    async_spawn = true,
+    on_start = function(pid)
+      self:_log("info", "started (pid %d): %s", pid, table.concat(cmd, " "))
+    end,
     spill_dir = spill_dir,
     cwd = spec.cwd and vim.fs.normalize(spec.cwd) or nil,
     env = spec.env,
@@ -170,7 +178,6 @@ function Client:start(on_ready)
     return
   end
   self.handle = handle
-  self:_log("info", "started (pid %d): %s", handle.pid, table.concat(cmd, " "))
   self:_handshake(on_ready)
 end
 
@@ -183,7 +190,8 @@ function Client:_handshake(on_ready)
     clientInfo = { name = "flemma", version = "0.1.0" },
   }, function(res, err)
     if err then
-      return self:_fail(on_ready, "initialize failed: " .. err)
+      -- A server that could not be started: why, as it is.
+      return self:_fail(on_ready, self.start_error or ("initialize failed: " .. err))
     end
     local version = type(res) == "table" and res.protocolVersion or nil
     if not vim.tbl_contains(M.PROTOCOL_VERSIONS, version) then
@@ -402,6 +410,18 @@ end
 
 function Client:_exited(result)
   self.handle = nil
+  if result.error then
+    -- Never started (a missing program or working directory): one line, as it is.
+    self.start_error = result.error
+    self.last_error = result.error
+    local ids = vim.tbl_keys(self.pending)
+    table.sort(ids)
+    for _, id in ipairs(ids) do
+      self:_settle(id, nil, result.error)
+    end
+    self.state = "failed"
+    return
+  end
   local stopping, was_ready = self.stopping, self.state == "ready"
   for line in tostring(result.stderr or ""):gmatch("[^\n]+") do
     self:_stderr_line(line)

@@ -396,7 +396,9 @@ function H.spec(name)
 end
 
 --- Starts the servers not started yet; their tools load as an async tool source (a
---- send waits for them, at most `mcp.timeout` seconds).
+--- send waits for them, at most `mcp.timeout` seconds). Each server starts in a
+--- turn of the loop of its own (its spawn is the native worker's), so that many
+--- servers never hold the loop long.
 ---@param names? string[] default: every configured server
 function M.start(names)
   for _, name in ipairs(names or M.names()) do
@@ -406,8 +408,21 @@ function M.start(names)
       require("flemma.tools").register({
         timeout = (H.config().timeout or 60) + 1,
         resolve = function(_, done)
-          H.start(s, function(err)
+          local function finish(err)
             done(err and ("MCP server `%s`: %s"):format(name, err) or nil)
+          end
+          vim.schedule(function()
+            if H.servers[name] ~= s then
+              return done(nil) -- setup() replaced it meanwhile
+            elseif s.client.state == "starting" then
+              -- Started meanwhile (a call of one of its tools, mcp:restart): its
+              -- error names the server.
+              s.waiting[#s.waiting + 1] = done
+            elseif s.client.state == "stopped" then
+              H.start(s, finish)
+            else
+              finish(s.client.state == "failed" and (s.client.last_error or "failed") or nil)
+            end
           end)
         end,
       })
