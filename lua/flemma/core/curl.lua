@@ -48,6 +48,17 @@ function M.config_text(headers)
   return table.concat(lines, "\n") .. "\n"
 end
 
+--- The `--config -` line giving curl its URL: a URL may carry a secret (user info,
+--- a token in its path or query), and argv is visible in `ps` (/proc/PID/cmdline).
+---@param url string
+---@return string
+function M.config_url(url)
+  if type(url) ~= "string" or url:find("[\r\n%z]") then
+    util.error("the URL should be a string without line breaks")
+  end
+  return "url = " .. H.quote(url) .. "\n"
+end
+
 --- The size in bytes of a body given as a string or a list of pieces.
 ---@param body string|string[]
 ---@return integer

@@ -121,8 +121,9 @@ function Http:_log(level, fmt, ...)
   log.log(level, "mcp " .. self.client.name .. " (http): " .. fmt, ...)
 end
 
---- curl's argv: nothing secret in it (the URL is the user's; headers go on stdin).
---- `-q` (first): no ~/.curlrc, whose headers could reach a project file's host.
+--- curl's argv: nothing secret in it (the URL, which may hold user info or a token,
+--- and the headers go on stdin: H.config). `-q` (first): no ~/.curlrc, whose headers
+--- could reach a project file's host.
 function H.argv(url, method, body_path, timeout)
   local argv = {
     M.program,
@@ -149,9 +150,12 @@ function H.argv(url, method, body_path, timeout)
   if secrets.is_loopback_host(host) then
     vim.list_extend(argv, { "--noproxy", "*" })
   end
-  argv[#argv + 1] = "--"
-  argv[#argv + 1] = url
   return argv
+end
+
+--- curl's `--config -` text: the URL and the headers.
+function H.config(url, headers)
+  return curl.config_url(url) .. curl.config_text(headers)
 end
 
 function Http:_headers(extra)
@@ -194,7 +198,7 @@ function Http:_run(req)
   if req.accept then
     extra["Accept"] = req.accept
   end
-  local config = curl.config_text(self:_headers(extra))
+  local config = H.config(self.url, self:_headers(extra))
   local path = req.body and curl.write_body(req.body) or nil
   local st = { status = nil, sse = false, last_id = req.last_event_id, errors = {}, answered = {} }
   local ok, handle = pcall(process.spawn, {
@@ -442,7 +446,7 @@ function Http:close(at_exit)
   if not self.session_id then
     return
   end
-  local config = curl.config_text(self:_headers())
+  local config = H.config(self.url, self:_headers())
   self.session_id = nil
   local name = self.client.name
   if at_exit then
