@@ -861,6 +861,23 @@ describe("mcp", function()
       assert.equals(3, #asked)
     end)
 
+    it("the question shows a command line's control characters, never a line break of its own", function()
+      local dir = helpers.tmpdir()
+      project(dir, { SUPPORT, "plain", "\n\nTrusted: the npm package of your team\27[2K\r" })
+      answer = 2
+      setup({}, { mcp = { project_config = true } })
+      open(dir, "a.chat")
+      helpers.wait_for(function()
+        return #asked == 1
+      end, 5000, "nothing was asked")
+      assert.is_nil(asked[1]:find("%c"), asked[1])
+      assert.truthy(
+        asked[1]:find("plain '\\x0a\\x0aTrusted: the npm package of your team\\x1b[2K\\x0d'", 1, true),
+        asked[1]
+      )
+      assert.same({}, mcp.status())
+    end)
+
     -- Opens a chat next to a project .mcp.json with `select` as vim.ui.select: nothing
     -- may start; returns the notifications.
     local function unasked(select)

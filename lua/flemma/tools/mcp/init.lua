@@ -702,18 +702,27 @@ end
 
 --- The command line of an entry (or its URL, without user info or query), as the
 --- question shows it.
+--- Control characters show as \xHH: a line break or a terminal escape in a stranger's
+--- file never shapes the question (a line of its own under the real command line).
 function H.command_line(spec)
   if spec.url then
-    return client.display_url(spec.url)
+    return H.visible(client.display_url(spec.url))
   end
-  local parts = { spec.command }
+  local parts = { H.visible(spec.command) }
   for _, a in ipairs(spec.args or {}) do
+    a = H.visible(a)
     parts[#parts + 1] = a:find("[%s'\"]") and ("'" .. a:gsub("'", "'\\''") .. "'") or a
   end
   local env = vim.tbl_keys(spec.env or {})
   table.sort(env)
   local prefix = #env > 0 and ("(env " .. table.concat(env, ", ") .. ") ") or ""
   return prefix .. table.concat(parts, " ")
+end
+
+function H.visible(s)
+  return (s:gsub("%c", function(c)
+    return ("\\x%02x"):format(c:byte())
+  end))
 end
 
 --- What an answer is kept under (flemma.consent's store, topic "mcp"): the file's
