@@ -156,8 +156,10 @@ end
 --- Appends the rules to the buffer's Lua frontmatter as one line
 --- `flemma.opt.tools.auto_approve:append({ ... })` before its closing fence (a
 --- frontmatter is made at the top when there is none): one buffer edit, undone by `u`.
---- A frontmatter trusted before (or that widened nothing) is trusted after the edit:
---- the user chose what it adds. Raises when M.frontmatter_problem says why not.
+--- A frontmatter Flemma makes, or one trusted before, is trusted after the edit: the
+--- user chose what it adds. Another is not: code that widens nothing now may widen
+--- later (`os.time()`), and the user never read it; the trust question comes when it
+--- widens. Raises when M.frontmatter_problem says why not.
 ---@param bufnr integer
 ---@param rules string[]
 function M.add_to_frontmatter(bufnr, rules)
@@ -167,9 +169,7 @@ function M.add_to_frontmatter(bufnr, rules)
   end
   local trust = require("flemma.chat.trust")
   local fm = require("flemma.chat.document").get(bufnr).frontmatter
-  local was_fine = not fm
-    or trust.is_trusted(bufnr)
-    or trust.widening((require("flemma.chat.frontmatter").get(bufnr))) == nil
+  local was_fine = not fm or trust.is_trusted(bufnr)
   local quoted = {}
   for i, r in ipairs(rules) do
     quoted[i] = ("%q"):format(r)
