@@ -99,6 +99,19 @@ describe("the rule remembered for a command", function()
     end
   end)
 
+  it("never holds a secret: a key or a token-like word is data", function()
+    local token = "tok" .. tostring(math.random(1e9)) .. "abcdef"
+    vim.env.FLEMMA_SPEC_REMEMBER_TOKEN = token
+    local ok, rules = pcall(remember.rules, 0, "bash", { command = "mytool login " .. token })
+    local long = ("a"):rep(41)
+    local ok2, rules2 = pcall(remember.rules, 0, "bash", { command = "mytool login " .. long })
+    vim.env.FLEMMA_SPEC_REMEMBER_TOKEN = nil
+    assert.is_true(ok, tostring(rules))
+    assert.same({ "bash(mytool login *)" }, rules)
+    assert.is_true(ok2, tostring(rules2))
+    assert.same({ "bash(mytool login *)" }, rules2)
+  end)
+
   it("is none for a line the parser cannot follow, and says why", function()
     local rules, why = remember.rules(0, "bash", { command = "eval 'rm -rf /'" })
     assert.is_nil(rules)

@@ -15,15 +15,22 @@ local M = {}
 local H = {}
 
 -- A word kept in a rule: letters, digits and `_ - + : @ ,`, not starting with `-` or
--- a digit (an option, a number). Anything else is data.
+-- a digit (an option, a number), at most H.MAX_WORD bytes and not a secret (a key
+-- Flemma resolved, a secret-looking environment value: util.redact), which the rule
+-- would write into the frontmatter or the rules file. Anything else is data.
+H.MAX_WORD = 40
 function H.is_data(word, dynamic)
   if dynamic or word == "" then
     return true
   end
-  if word:find("^[%-%d]") then
+  if word:find("^[%-%d]") or #word > H.MAX_WORD or H.secret(word) then
     return true
   end
   return word:find("[^%w_%-%+:@,]") ~= nil
+end
+
+function H.secret(word)
+  return require("flemma.core.util").redact(word) ~= word
 end
 
 -- A command word as the rule's pattern writes it (quoted when the shell would read it
@@ -49,6 +56,9 @@ function H.command_rules(name, line)
     local words, dynamic = cmd.words, cmd.dynamic
     if #words == 0 or dynamic[1] then
       return nil, "a command word is an expansion"
+    end
+    if H.secret(words[1]) then
+      return nil, "a command word holds a secret"
     end
     local kept, cut = { H.quote(words[1]) }, false
     for i = 2, #words do
