@@ -8,7 +8,8 @@
 //   chatty   tool `echo`; writes 8 MB of lines to stderr as it starts, then runs on
 //   silent   never answers anything (initialize times out)
 //   garbage  before answering initialize writes a line of garbage and a 50 MB line
-//   big      tool `big` answers with a text of `lines` lines of `width` bytes each
+//   big      tool `big` answers with a text of `lines` lines of `width` bytes each;
+//            tool `image` with a PNG of `bytes` bytes (a PNG signature, then noise)
 // Every line received is appended to $MCP_SPEC_LOG when set.
 "use strict";
 const fs = require("fs");
@@ -34,7 +35,10 @@ const tools = {
   crash: [{ name: "boom", description: "crashes the server", inputSchema: { type: "object" } }],
   noisy: [{ name: "boom", description: "crashes the server", inputSchema: { type: "object" } }],
   chatty: [{ name: "echo", description: "echoes", inputSchema: { type: "object", properties: { text: { type: "string" } } } }],
-  big: [{ name: "big", description: "a large text", inputSchema: { type: "object", properties: { lines: { type: "number" }, width: { type: "number" } } } }],
+  big: [
+    { name: "big", description: "a large text", inputSchema: { type: "object", properties: { lines: { type: "number" }, width: { type: "number" } } } },
+    { name: "image", description: "a large image", inputSchema: { type: "object", properties: { bytes: { type: "number" } } } },
+  ],
   garbage: [{ name: "echo", description: "echoes", inputSchema: { type: "object", properties: { text: { type: "string" } } } }],
 };
 
@@ -74,6 +78,12 @@ function handle(msg) {
       tools.plain.push({ name: "added", description: "added later", inputSchema: { type: "object" } });
       send({ jsonrpc: "2.0", method: "notifications/tools/list_changed" });
       send({ jsonrpc: "2.0", id: msg.id, result: { content: [{ type: "text", text: "grown" }] } });
+    } else if (name === "image") {
+      const n = (msg.params.arguments || {}).bytes || 1024;
+      const buf = Buffer.alloc(n);
+      for (let i = 0; i < n; i++) buf[i] = (i * 7919 + (i >> 8)) & 255;
+      Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]).copy(buf, 0);
+      send({ jsonrpc: "2.0", id: msg.id, result: { content: [{ type: "image", mimeType: "image/png", data: buf.toString("base64") }] } });
     } else if (name === "big") {
       const a = msg.params.arguments || {};
       const line = "b".repeat(Math.max(0, (a.width || 100) - 1)) + "\n";

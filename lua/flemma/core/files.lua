@@ -215,19 +215,21 @@ end
 ---@param data string base64
 ---@param bytes string the decoded content
 ---@param ext string file extension (png, jpg, ...)
+---@param digest? string the sha256 of `data` in hex, when computed already (off the main loop)
 ---@return string|nil path
 ---@return string|nil err
-function M.save_media(data, bytes, ext)
+function M.save_media(data, bytes, ext, digest)
   local dir = M.media_dir()
   if vim.fn.isdirectory(dir) == 0 and vim.fn.mkdir(dir, "p", 448) == 0 then
     return nil, "cannot create " .. dir
   end
-  local path = ("%s/%s.%s"):format(dir, vim.fn.sha256(data), ext)
+  digest = digest or vim.fn.sha256(data)
+  local path = ("%s/%s.%s"):format(dir, digest, ext)
   local st = uv.fs_stat(path)
   if st and st.type == "file" and st.size == #bytes then
     return path
   end
-  local tmp = ("%s/.%s.%d.tmp"):format(dir, vim.fn.sha256(data):sub(1, 16), uv.os_getpid())
+  local tmp = ("%s/.%s.%d.tmp"):format(dir, digest:sub(1, 16), uv.os_getpid())
   local fd, err = uv.fs_open(tmp, "w", 384) -- 0600
   if not fd then
     return nil, err

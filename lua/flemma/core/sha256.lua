@@ -1,6 +1,7 @@
 --- SHA-256 (FIPS 180-4) of a string, in hex, in plain LuaJIT (the `bit` library): for
 --- a libuv thread, which has no vim.fn.sha256 (flemma.policy.audit digests a long tool
---- input there). Loaded with dofile() by such a thread: M.hex(text).
+--- input there). Loaded with dofile() by such a thread: M.hex(text). M.hex_async
+--- runs it on one from the main loop.
 local bit = require("bit")
 local band, bor, bxor, bnot = bit.band, bit.bor, bit.bxor, bit.bnot
 local rshift, lshift, ror, tobit = bit.rshift, bit.lshift, bit.ror, bit.tobit
@@ -137,6 +138,27 @@ function M.hex(msg)
     out[i] = bit.tohex(h[i])
   end
   return table.concat(out)
+end
+
+-- This file's path (a thread loads it with dofile).
+local function own_path()
+  return (debug.getinfo(1, "S").source:gsub("^@", ""))
+end
+
+--- The SHA-256 of `text` computed on a libuv thread: `cb(hex)` in a later turn of the
+--- main loop, which only copies the text to the thread (vim.fn.sha256 holds it about
+--- 4 ms per MiB).
+---@param text string
+---@param cb fun(hex: string)
+function M.hex_async(text, cb)
+  local work = vim.uv.new_work(function(path, t)
+    return dofile(path).hex(t)
+  end, function(hex)
+    vim.schedule(function()
+      cb(hex)
+    end)
+  end)
+  work:queue(own_path(), text)
 end
 
 return M

@@ -90,7 +90,7 @@ H.EXT = {
 --- whose bytes are a png, jpeg, gif or webp is also added to `attachments`: the
 --- result carries it to the model as a `read` of an image does. Audio is saved and
 --- named only (no provider kind takes it in a tool result).
-function H.media(server, c, attachments)
+function H.media(server, c, attachments, digests)
   local mime = type(c.mimeType) == "string" and c.mimeType:lower() or "application/octet-stream"
   if type(c.data) ~= "string" or #c.data > H.MAX_MEDIA then
     return ("[%s from %s (%s) left out: missing or over %s]"):format(c.type, server, mime, "16 MiB")
@@ -104,7 +104,8 @@ function H.media(server, c, attachments)
   if found == "application/pdf" then
     found = nil
   end
-  local path, err = require("flemma.core.files").save_media(c.data, bytes, H.EXT[found or mime] or "bin")
+  local ext = H.EXT[found or mime] or "bin"
+  local path, err = require("flemma.core.files").save_media(c.data, bytes, ext, digests and digests[c.data])
   if not path then
     return ("[%s from %s (%s) left out: %s]"):format(c.type, server, mime, tostring(err))
   end
@@ -142,8 +143,12 @@ function H.resource_link(c)
   return line
 end
 
---- The tool result of a tools/call result.
-function M.result(server, res)
+--- The tool result of a tools/call result. `digests` (base64 data -> its sha256)
+--- names media whose digest was computed already (M.result_async).
+---@param server string
+---@param res any
+---@param digests? table<string, string>
+function M.result(server, res, digests)
   if type(res) ~= "table" then
     return { success = false, error = ("server `%s` answered tools/call with %s"):format(server, type(res)) }
   end
@@ -153,7 +158,7 @@ function M.result(server, res)
       if c.type == "text" and type(c.text) == "string" then
         parts[#parts + 1] = c.text
       elseif c.type == "image" or c.type == "audio" then
-        parts[#parts + 1] = H.media(server, c, attachments)
+        parts[#parts + 1] = H.media(server, c, attachments, digests)
       elseif c.type == "resource_link" then
         parts[#parts + 1] = H.resource_link(c)
       elseif c.type == "resource" and type(c.resource) == "table" then
@@ -181,6 +186,41 @@ function M.result(server, res)
     return { success = false, error = text ~= "" and text or ("server `%s` reported an error"):format(server) }
   end
   return { success = true, output = text, attachments = #attachments > 0 and attachments or nil }
+end
+
+--- M.result, `cb(result)` in a later turn when the result holds images or audio: the
+--- sha256 naming each (flemma.files.save_media) is computed on a libuv thread
+--- (vim.fn.sha256 of a 5 MB image held the main loop about 20 ms, twice).
+---@param server string
+---@param res any
+---@param cb fun(result: table)
+function M.result_async(server, res, cb)
+  local datas, seen = {}, {}
+  for _, c in ipairs(type(res) == "table" and type(res.content) == "table" and res.content or {}) do
+    if
+      type(c) == "table"
+      and (c.type == "image" or c.type == "audio")
+      and type(c.data) == "string"
+      and #c.data <= H.MAX_MEDIA
+      and not seen[c.data]
+    then
+      seen[c.data] = true
+      datas[#datas + 1] = c.data
+    end
+  end
+  if #datas == 0 then
+    return cb(M.result(server, res))
+  end
+  local digests, left = {}, #datas
+  for _, data in ipairs(datas) do
+    require("flemma.core.sha256").hex_async(data, function(hex)
+      digests[data] = hex
+      left = left - 1
+      if left == 0 then
+        cb(M.result(server, res, digests))
+      end
+    end)
+  end
 end
 
 --- A result's text within `tools.truncate` (as every tool's output): a longer one
@@ -269,7 +309,11 @@ function H.definition(s, tool)
             if rerr then
               return callback({ success = false, error = ("MCP server `%s`: %s"):format(s.name, rerr) })
             end
-            callback(M.result(s.name, res))
+            M.result_async(s.name, res, function(result)
+              if not cancelled then
+                callback(result)
+              end
+            end)
           end,
           {
             timeout = ctx.timeout,
