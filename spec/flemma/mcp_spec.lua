@@ -490,6 +490,27 @@ describe("mcp", function()
     os.remove(path)
   end)
 
+  it("a server's progress message is one short line, redacted", function()
+    local key = "sk-mcp-progress-" .. tostring(math.random(1e9))
+    require("flemma.core.util").add_secret(key)
+    setup({ big = spec_server("big") })
+    mcp.start()
+    wait_ready(30000)
+    local lines = {}
+    local message = "step one\nstep two " .. key .. " " .. ("x"):rep(100000)
+    local r = run("big:progress", { message = message }, {
+      on_progress = function(p)
+        lines[#lines + 1] = p.last_line
+      end,
+    })(30000)
+    assert.same({ success = true, output = "done" }, r)
+    assert.equals(1, #lines)
+    assert.is_nil(lines[1]:find("%c"), lines[1])
+    assert.is_nil(lines[1]:find(key, 1, true), lines[1])
+    assert.truthy(lines[1]:find("^progress 1/2 step one step two %[redacted%] x+$"), lines[1])
+    assert.is_true(vim.fn.strchars(lines[1]) <= 220, tostring(#lines[1]))
+  end)
+
   describe("through the <C-]> cycle", function()
     local h
     local function tool_stream(name, id, input_json)

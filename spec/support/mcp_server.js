@@ -9,7 +9,8 @@
 //   silent   never answers anything (initialize times out)
 //   garbage  before answering initialize writes a line of garbage and a 50 MB line
 //   big      tool `big` answers with a text of `lines` lines of `width` bytes each;
-//            tool `image` with a PNG of `bytes` bytes (a PNG signature, then noise)
+//            tool `image` with a PNG of `bytes` bytes (a PNG signature, then noise);
+//            tool `progress` sends one notifications/progress with `message`, answers 1 s later
 // Every line received is appended to $MCP_SPEC_LOG when set.
 "use strict";
 const fs = require("fs");
@@ -38,6 +39,7 @@ const tools = {
   big: [
     { name: "big", description: "a large text", inputSchema: { type: "object", properties: { lines: { type: "number" }, width: { type: "number" } } } },
     { name: "image", description: "a large image", inputSchema: { type: "object", properties: { bytes: { type: "number" } } } },
+    { name: "progress", description: "says how far it is", inputSchema: { type: "object", properties: { message: { type: "string" } } } },
   ],
   garbage: [{ name: "echo", description: "echoes", inputSchema: { type: "object", properties: { text: { type: "string" } } } }],
 };
@@ -78,6 +80,10 @@ function handle(msg) {
       tools.plain.push({ name: "added", description: "added later", inputSchema: { type: "object" } });
       send({ jsonrpc: "2.0", method: "notifications/tools/list_changed" });
       send({ jsonrpc: "2.0", id: msg.id, result: { content: [{ type: "text", text: "grown" }] } });
+    } else if (name === "progress") {
+      const token = msg.params._meta && msg.params._meta.progressToken;
+      send({ jsonrpc: "2.0", method: "notifications/progress", params: { progressToken: token, progress: 1, total: 2, message: (msg.params.arguments || {}).message || "" } });
+      setTimeout(() => send({ jsonrpc: "2.0", id: msg.id, result: { content: [{ type: "text", text: "done" }] } }), 1000);
     } else if (name === "image") {
       const n = (msg.params.arguments || {}).bytes || 1024;
       const buf = Buffer.alloc(n);

@@ -188,6 +188,29 @@ function M.result(server, res, digests)
   return { success = true, output = text, attachments = #attachments > 0 and attachments or nil }
 end
 
+-- Characters of a server's progress message shown under the spinner.
+H.MAX_PROGRESS = 200
+
+--- The line shown under a call's spinner for a server's notifications/progress: one
+--- line (control characters as spaces), at most H.MAX_PROGRESS characters, redacted
+--- as a result is. The server's message is its own text of any size (a 16 MiB one
+--- was drawn as virtual text at every spinner tick, a key it held shown as it was).
+function H.progress_line(p)
+  local function num(v)
+    return (type(v) == "number" or type(v) == "string") and tostring(v):sub(1, 20) or "?"
+  end
+  local msg = type(p.message) == "string" and p.message or ""
+  if #msg > H.MAX_PROGRESS * 4 then
+    msg = msg:sub(1, H.MAX_PROGRESS * 4)
+  end
+  msg = vim.fn.strcharpart(util.redact((msg:gsub("%c", " "))), 0, H.MAX_PROGRESS)
+  return ("progress %s%s%s"):format(
+    num(p.progress),
+    p.total ~= nil and ("/" .. num(p.total)) or "",
+    msg ~= "" and (" " .. msg) or ""
+  )
+end
+
 --- M.result, `cb(result)` in a later turn when the result holds images or audio: the
 --- sha256 naming each (flemma.files.save_media) is computed on a libuv thread
 --- (vim.fn.sha256 of a 5 MB image held the main loop about 20 ms, twice).
@@ -319,12 +342,7 @@ function H.definition(s, tool)
             timeout = ctx.timeout,
             on_progress = function(p)
               if listener then
-                local line = ("progress %s%s%s"):format(
-                  tostring(p.progress),
-                  p.total and ("/" .. tostring(p.total)) or "",
-                  type(p.message) == "string" and (" " .. p.message) or ""
-                )
-                listener({ last_line = line })
+                listener({ last_line = H.progress_line(p) })
               end
             end,
           }
