@@ -504,6 +504,15 @@ function M.outcome(rec, written)
   if written == rec.asked then
     return "The user reviewed this change in a diff and accepted it as it was."
   end
+  -- What the user kept of a secret file (.env, a key) is its own text: not for the
+  -- model, which never read it.
+  local secret = require("flemma.policy.secret_paths").check(rec.target)
+  if secret then
+    return (
+      "The user reviewed this change in a diff and changed it before it was written. %s is a secret file (%s): "
+      .. "what was written is not shown to you; ask the user if you need to know."
+    ):format(rec.path, secret)
+  end
   local before = rec.before or ""
   local bl, al, wl = H.lines(before), H.lines(rec.asked), H.lines(written)
   local asked_h = H.diff(before, rec.asked, { result_type = "indices" })
