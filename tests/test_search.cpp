@@ -418,6 +418,44 @@ TEST_CASE("search: rg --json and path list decoders") {
   CHECK(decode(1, 2) == whole);  // the same in any pieces
   CHECK(decode(7, 2) == whole);
 
+  SUBCASE("lines known by rg's spelling give what parsing them gives") {
+    // The same stream spelt with a space after "type": (valid JSON, parsed in full).
+    auto respell = [](std::string text) {
+      for (size_t at = 0; (at = text.find(R"({"type":")", at)) != std::string::npos; at += 9)
+        text.replace(at, 8, R"({"type": )");
+      return text;
+    };
+    // A binary file whose path holds what a text file's end line says after its path.
+    const std::string tricky =
+        R"({"type":"begin","data":{"path":{"text":"x\"},\"binary_offset\":null,\"stats\":{"}}})"
+        "\n"
+        R"({"type":"match","data":{"path":{"text":"x"},"lines":{"text":"needle\n"},"line_number":1}})"
+        "\n"
+        R"({"type":"end","data":{"path":{"text":"x\"},\"binary_offset\":null,\"stats\":{"},"binary_offset":3,"stats":{}}})"
+        "\n";
+    for (const std::string& text : {rg, tricky + rg}) {
+      const std::string spelt = respell(text);
+      REQUIRE(spelt != text);
+      for (int64_t max = 0; max <= 4; ++max) {
+        auto run_on = [&](const std::string& t) {
+          se::OutputDecoder d(se::OutputDecoder::Kind::RgJson, max);
+          std::vector<flemma::stream::Event> out;
+          d.feed(t, out);
+          d.finish(out);
+          return out;
+        };
+        INFO("max ", max);
+        CHECK(run_on(text) == run_on(spelt));
+      }
+    }
+    se::OutputDecoder d(se::OutputDecoder::Kind::RgJson, 0);
+    std::vector<flemma::stream::Event> out;
+    d.feed(tricky, out);
+    d.finish(out);
+    CHECK(summary_of(out).usage[2] == 1);  // binary: its end line was parsed
+    CHECK(summary_of(out).usage[0] == 0);
+  }
+
   SUBCASE("NUL-separated paths: filtered by the glob and skip list, newest first") {
     TempTree t;
     write(t.root / "a.c", "");

@@ -1602,7 +1602,47 @@ void OutputDecoder::line(std::string_view l, std::vector<stream::Event>& out) {
     path_entry(l);
 }
 
+namespace {
+
+// The starts of the lines rg writes, in its own spelling.
+constexpr std::string_view kRgBegin = R"({"type":"begin","data":{)";
+constexpr std::string_view kRgMatch = R"({"type":"match","data":{)";
+constexpr std::string_view kRgContext = R"({"type":"context","data":{)";
+constexpr std::string_view kRgEnd = R"({"type":"end","data":{"path":)";
+// In an "end" line, after its path: the file was not binary. A JSON string holds no
+// unescaped quote, so this cannot be part of a path.
+constexpr std::string_view kRgEndText = R"(},"binary_offset":null,"stats":{)";
+
+bool starts_with(std::string_view l, std::string_view p) { return l.substr(0, p.size()) == p; }
+
+}  // namespace
+
+// The lines whose kind alone matters, known by how rg spells them, without parsing
+// them: a file's begin, a match or context line past max_results (only counted),
+// the end of a text file. 2,000 matching files gave 1.1 MB of rg output, 14 ms of
+// parsing on the worker while rg wanted both cores. Anything else is parsed.
+bool OutputDecoder::rg_quick(std::string_view l, std::vector<stream::Event>& out) {
+  if (l.size() < 2 || l.substr(l.size() - 2) != "}}") return false;
+  if (starts_with(l, kRgBegin)) {
+    commit(false, out);
+    return true;
+  }
+  const bool full = emitted_ + pend_kept_ >= max_;
+  if (full && starts_with(l, kRgMatch)) {
+    ++pend_found_;
+    return true;
+  }
+  if (full && pend_kept_ == 0 && starts_with(l, kRgContext)) return true;
+  if (starts_with(l, kRgEnd) && l.find(kRgEndText) != std::string_view::npos) {
+    ++sum_.searched;
+    commit(false, out);
+    return true;
+  }
+  return false;
+}
+
 void OutputDecoder::rg_line(std::string_view l, std::vector<stream::Event>& out) {
+  if (rg_quick(l, out)) return;
   auto j = nlohmann::json::parse(l.begin(), l.end(), nullptr, false);
   if (j.is_discarded() || !j.is_object()) return;
   auto type = j.find("type");

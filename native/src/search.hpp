@@ -192,6 +192,7 @@ class OutputDecoder {
  private:
   void line(std::string_view l, std::vector<stream::Event>& out);
   void rg_line(std::string_view l, std::vector<stream::Event>& out);
+  bool rg_quick(std::string_view l, std::vector<stream::Event>& out);
   void path_entry(std::string_view p);
 
   Kind kind_;
