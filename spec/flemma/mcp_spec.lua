@@ -473,6 +473,28 @@ describe("mcp", function()
     os.remove(path)
   end)
 
+  it("the whole text of a long result is saved redacted before the result is handed on", function()
+    setup({})
+    local key = "sk-mcp-long-" .. tostring(math.random(1e9))
+    require("flemma.core.util").add_secret(key)
+    local long = ("x"):rep(300000) .. key .. ("\n"):rep(3000) .. key
+    local r
+    mcp.result_async("srv", { content = { { type = "text", text = long } } }, function(x)
+      r = x
+    end)
+    helpers.wait_for(function()
+      return r ~= nil
+    end, 10000, "no result")
+    local path = r.output:match("Full text: (%S+)%]")
+    assert.truthy(path, r.output:sub(1, 300))
+    local f = assert(io.open(path, "rb"))
+    local whole = f:read("*a")
+    f:close()
+    os.remove(path)
+    assert.is_nil(whole:find(key, 1, true))
+    assert.equals(300000 + #"[redacted]" * 2 + 3000, #whole)
+  end)
+
   it("an image result is saved under the sha256 of its data and attached (hashed off the main loop)", function()
     setup({ big = spec_server("big") })
     mcp.start()

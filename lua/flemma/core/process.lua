@@ -440,7 +440,9 @@ function H.redact_file(path, done)
       return true
     end)
     if ok and more then
-      vim.schedule(step)
+      -- A timer, not vim.schedule: Neovim runs callbacks scheduled by a scheduled
+      -- callback in the same turn, which made the whole file one block (20 ms per 10 MB).
+      vim.defer_fn(step, 0)
     else
       finish(ok)
     end
@@ -457,6 +459,12 @@ end
 
 -- Bytes of a kept output redacted in one turn of the loop.
 H.REDACT_PIECE = 256 * 1024
+
+--- The same for another file Flemma saved whole (an MCP result's text): `done()` once
+--- the file holds no secret (or is removed), a piece per turn of the loop.
+---@param path string|nil
+---@param done fun()
+M.redact_file = H.redact_file
 
 function H.result(ev, merged)
   local out, err = ev.out, ev.err

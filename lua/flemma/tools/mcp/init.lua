@@ -148,7 +148,9 @@ end
 ---@param server string
 ---@param res any
 ---@param digests? table<string, string>
-function M.result(server, res, digests)
+---@param later? { files: string[] } when given, a long text's file is written as it is and
+--- named here, to be redacted (core/process.redact_file) before the result is handed on
+function M.result(server, res, digests, later)
   if type(res) ~= "table" then
     return { success = false, error = ("server `%s` answered tools/call with %s"):format(server, type(res)) }
   end
@@ -181,7 +183,7 @@ function M.result(server, res, digests)
       parts[#parts + 1] = vim.json.encode(res.structuredContent)
     end
   end
-  local text = H.bounded(server, table.concat(parts, "\n"))
+  local text = H.bounded(server, table.concat(parts, "\n"), later)
   if res.isError == true then
     return { success = false, error = text ~= "" and text or ("server `%s` reported an error"):format(server) }
   end
@@ -213,7 +215,9 @@ end
 
 --- M.result, `cb(result)` in a later turn when the result holds images or audio: the
 --- sha256 naming each (flemma.files.save_media) is computed on a libuv thread
---- (vim.fn.sha256 of a 5 MB image held the main loop about 20 ms, twice).
+--- (vim.fn.sha256 of a 5 MB image held the main loop about 20 ms, twice); or a text
+--- longer than `tools.truncate`: its whole text's file is redacted a piece per turn
+--- (util.redact of 10 MB held it 12 ms) before the result is handed on.
 ---@param server string
 ---@param res any
 ---@param cb fun(result: table)
@@ -231,8 +235,31 @@ function M.result_async(server, res, cb)
       datas[#datas + 1] = c.data
     end
   end
+  local function finish(digests)
+    local later = { files = {} }
+    local result = M.result(server, res, digests, later)
+    local left = #later.files
+    if left == 0 then
+      return cb(result)
+    end
+    local function one_done()
+      left = left - 1
+      if left == 0 then
+        cb(result)
+      end
+    end
+    for _, f in ipairs(later.files) do
+      H.write_async(f.path, f.text, function(ok)
+        if not ok then
+          os.remove(f.path)
+          return one_done()
+        end
+        require("flemma.core.process").redact_file(f.path, one_done)
+      end)
+    end
+  end
   if #datas == 0 then
-    return cb(M.result(server, res))
+    return finish(nil)
   end
   local digests, left = {}, #datas
   for _, data in ipairs(datas) do
@@ -240,17 +267,36 @@ function M.result_async(server, res, cb)
       digests[data] = hex
       left = left - 1
       if left == 0 then
-        cb(M.result(server, res, digests))
+        finish(digests)
       end
     end)
   end
+end
+
+-- Writes a new private file (0600) on libuv's thread pool; done(ok) on the main loop.
+function H.write_async(path, text, done)
+  local function finish(ok)
+    vim.schedule(function()
+      done(ok)
+    end)
+  end
+  vim.uv.fs_open(path, "wx", 384, function(err, fd)
+    if err or not fd then
+      return finish(false)
+    end
+    vim.uv.fs_write(fd, text, 0, function(werr)
+      vim.uv.fs_close(fd, function()
+        finish(not werr)
+      end)
+    end)
+  end)
 end
 
 --- A result's text within `tools.truncate` (as every tool's output): a longer one
 --- keeps its head after a note naming a private file (0600) that holds the whole
 --- text, redacted as the result is. A server's 16 MiB answer never goes whole into
 --- the chat, nor into every later request.
-function H.bounded(server, text)
+function H.bounded(server, text, later)
   local t = require("flemma.core.config").get().tools.truncate or {}
   local cut = require("flemma.core.truncate").truncate_head(text, { max_lines = t.max_lines, max_bytes = t.max_bytes })
   if not cut.truncated then
@@ -258,13 +304,19 @@ function H.bounded(server, text)
   end
   local size = require("flemma.core.truncate").format_size
   local path = vim.fn.tempname() .. "-mcp-result.txt"
-  local fd = vim.uv.fs_open(path, "wx", 384) -- 0600
   local saved = false
-  if fd then
-    saved = vim.uv.fs_write(fd, util.redact(text), 0) ~= nil
-    vim.uv.fs_close(fd)
-    if not saved then
-      os.remove(path)
+  if later then
+    -- Written (libuv's thread pool) and redacted by M.result_async.
+    later.files[#later.files + 1] = { path = path, text = text }
+    saved = true
+  else
+    local fd = vim.uv.fs_open(path, "wx", 384) -- 0600
+    if fd then
+      saved = vim.uv.fs_write(fd, util.redact(text), 0) ~= nil
+      vim.uv.fs_close(fd)
+      if not saved then
+        os.remove(path)
+      end
     end
   end
   return ("[Result of %s truncated: showing the first %d of %d lines (%s of %s).%s]\n%s"):format(
