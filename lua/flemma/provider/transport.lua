@@ -20,7 +20,16 @@ M.reset_codes = { [52] = true, [55] = true, [56] = true }
 --- The `--config -` text (headers; see core/curl).
 M.config_text = curl.config_text
 
---- curl's argv. Nothing secret is in it.
+--- The whole `--config -` text of a request: its URL, then its headers.
+---@param url string
+---@param headers table<string, string>
+---@return string
+function M.config(url, headers)
+  return curl.config_url(url) .. M.config_text(headers)
+end
+
+--- curl's argv. Nothing secret is in it: the endpoint too goes on stdin (M.config), as
+--- an endpoint may hold a token in its path or query and argv is visible in `ps`.
 ---@param o { endpoint: string, body_path: string, connect_timeout?: number, timeout?: number }
 ---@return string[]
 function M.args(o)
@@ -51,13 +60,12 @@ function M.args(o)
   if secrets.is_loopback_host(host) then
     vim.list_extend(argv, { "--noproxy", "*" })
   end
-  argv[#argv + 1] = "--"
-  argv[#argv + 1] = o.endpoint
   return argv
 end
 
 --- curl's argv of a small GET (`--fail`: an HTTP error is exit code 22; no body is
---- read past `max_bytes`). Nothing secret is in it: headers go through `--config -`.
+--- read past `max_bytes`). Nothing secret is in it: the URL and headers go through
+--- `--config -`.
 ---@param o { url: string, connect_timeout: number, timeout: number, max_bytes: integer }
 ---@return string[]
 function M.get_args(o)
@@ -81,8 +89,6 @@ function M.get_args(o)
   if secrets.is_loopback_host(host) then
     vim.list_extend(argv, { "--noproxy", "*" })
   end
-  argv[#argv + 1] = "--"
-  argv[#argv + 1] = o.url
   return argv
 end
 
@@ -100,7 +106,7 @@ function M.get(o, cb)
   end
   local max_bytes = o.max_bytes or 262144
   local timeout = o.timeout or 10
-  local config = M.config_text(o.headers or {})
+  local config = M.config(o.url, o.headers or {})
   local argv = M.get_args({
     url = o.url,
     connect_timeout = math.min(5, timeout),
@@ -180,7 +186,7 @@ function M.start(o)
   if vim.fn.executable(M.program) ~= 1 then
     util.error(("`%s` is not installed (or not in $PATH): install it to talk to model providers"):format(M.program))
   end
-  local config = M.config_text(o.headers)
+  local config = M.config(o.endpoint, o.headers)
   local path = M.write_body(o.body)
   local argv = M.args({
     endpoint = o.endpoint,

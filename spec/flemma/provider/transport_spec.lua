@@ -31,8 +31,6 @@ describe("flemma.provider.transport", function()
       "10",
       "--max-time",
       "600",
-      "--",
-      "http://h/v1",
     }, argv)
     local text = transport.config_text({ ["x-api-key"] = 'k"e\\y', ["content-type"] = "application/json" })
     assert.equals(
@@ -92,6 +90,47 @@ describe("flemma.provider.transport", function()
       assert.is_nil(vim.uv.fs_stat(path))
     end
   )
+
+  it("keeps an endpoint's user info, path and query (a token) out of curl's argv: they go on stdin", function()
+    server:script({
+      { status = 200, body = '{"ok":true}', hang_ms = 1500 },
+      { status = 200, body = "{}", hang_ms = 1500 },
+    })
+    local token = "tok-" .. tostring(math.random(1e9))
+    local handles = {}
+    handles[1] = transport.start({
+      endpoint = server:url("/v1/messages?key=" .. token),
+      headers = { ["content-type"] = "application/json" },
+      body = "{}",
+      decoder = "anthropic",
+      connect_timeout = 5,
+      timeout = 20,
+      on_events = function() end,
+      on_exit = function() end,
+    })
+    local got
+    handles[2] = transport.get({ url = server:url("/v1/models?key=" .. token), headers = {} }, function(body)
+      got = body or false
+    end)
+    helpers.wait_for(function()
+      return #server:requests() == 2
+    end, 5000, "the requests did not arrive")
+    for _, h in ipairs(handles) do
+      local cmdline = helpers.read_file("/proc/" .. h.pid .. "/cmdline")
+      assert.truthy(cmdline and cmdline:find("curl", 1, true), cmdline)
+      assert.is_nil(cmdline:find(token, 1, true), cmdline)
+      assert.is_nil(cmdline:find("/v1/", 1, true), cmdline)
+    end
+    local paths = {}
+    for _, req in ipairs(server:requests()) do
+      paths[#paths + 1] = req.path
+    end
+    table.sort(paths)
+    assert.same({ "/v1/messages?key=" .. token, "/v1/models?key=" .. token }, paths)
+    helpers.wait_for(function()
+      return got ~= nil
+    end, 10000, "the GET did not end")
+  end)
 
   it("reads no ~/.curlrc: its header lines are not sent, its trace file never holds the key", function()
     local home = vim.fn.tempname()
