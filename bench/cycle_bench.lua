@@ -71,6 +71,9 @@ return {
       require("flemma").setup({ tools = { autopilot = { enabled = false } } })
       buf = vim.api.nvim_create_buf(true, false)
       vim.api.nvim_set_current_buf(buf)
+      -- As the chat ftplugin does for a .chat buffer: keys and the preview view (run
+      -- alone, no earlier benchmark had loaded ui.preview, and no preview was drawn).
+      require("flemma.ui.keymaps").attach(buf)
     end,
     teardown = function()
       pcall(vim.api.nvim_buf_delete, buf, { force = true })
