@@ -222,17 +222,7 @@ function H.read(path, dir, bufnr)
   if not fd then
     return nil, ("cannot read %s: %s"):format(shown, ferr)
   end
-  local chunks, got = {}, 0
-  while got <= M.MAX_FILE do
-    local data = vim.uv.fs_read(fd, M.MAX_FILE + 1 - got, got)
-    if not data or data == "" then
-      break
-    end
-    chunks[#chunks + 1] = data
-    got = got + #data
-  end
-  vim.uv.fs_close(fd)
-  local text = table.concat(chunks)
+  local text = require("flemma.core.files").read_fd(fd, M.MAX_FILE)
   if #text > M.MAX_FILE then
     return nil, ("%s is %d bytes; include() reads files of at most %d KB"):format(shown, #text, M.MAX_FILE / 1024)
   end

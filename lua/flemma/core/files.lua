@@ -62,6 +62,26 @@ function M.open_regular(path)
   return fd, nil, st
 end
 
+--- Reads an open file from its start until its end or past `max` bytes (at most
+--- `max` + 1 are read, so that a caller can tell a larger file), closes it and returns
+--- what was read.
+---@param fd integer
+---@param max integer
+---@return string
+function M.read_fd(fd, max)
+  local chunks, got = {}, 0
+  while got <= max do
+    local data = uv.fs_read(fd, math.min(max + 1 - got, 256 * 1024), got)
+    if not data or data == "" then
+      break
+    end
+    chunks[#chunks + 1] = data
+    got = got + #data
+  end
+  uv.fs_close(fd)
+  return table.concat(chunks)
+end
+
 ---@class flemma.files.ReadResult
 ---@field ok boolean
 ---@field timed_out? boolean

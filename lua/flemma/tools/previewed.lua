@@ -26,21 +26,12 @@ M.MAX_HASH = 1024 * 1024
 
 -- The content of a regular file (at most M.MAX_HASH bytes are read), or nil.
 function H.read(path)
-  local fd = require("flemma.core.files").open_regular(path)
+  local files = require("flemma.core.files")
+  local fd = files.open_regular(path)
   if not fd then
     return nil
   end
-  local chunks, offset = {}, 0
-  while offset <= M.MAX_HASH do
-    local data = vim.uv.fs_read(fd, 256 * 1024, offset)
-    if not data or data == "" then
-      break
-    end
-    chunks[#chunks + 1] = data
-    offset = offset + #data
-  end
-  vim.uv.fs_close(fd)
-  return table.concat(chunks)
+  return files.read_fd(fd, M.MAX_HASH)
 end
 
 -- The state of what a (followed) stat describes.
