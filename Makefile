@@ -142,6 +142,8 @@ fuzz:
 	@mkdir -p $(FUZZ_DIR)/corpus-jsonrpc
 	@printf '\003{"jsonrpc":"2.0","id":1,"result":{"tools":[]}}\n{"jsonrpc":"2.0","method":"ping","id":"x"}\r\n' \
 		> $(FUZZ_DIR)/corpus-jsonrpc/messages
+	@printf '\303{"jsonrpc":"2.0","id":"abcd","result":{"content":[{"type":"text","text":"a\\"\\u00e9b"}],"s":{"k":[["xyzw",1]]}}}\n' \
+		> $(FUZZ_DIR)/corpus-jsonrpc/blobs
 	@printf '\065[[[[{"jsonrpc":"2.0","method":"a\\\"[["}]]\ngarbage\n' > $(FUZZ_DIR)/corpus-jsonrpc/deep
 	$(FUZZ_CXX) $(FUZZ_FLAGS) fuzz/fuzz_jsonrpc.cpp native/src/jsonrpc.cpp native/src/stream.cpp native/src/capi_core.cpp \
 		-o $(FUZZ_DIR)/fuzz_jsonrpc

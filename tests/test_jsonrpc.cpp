@@ -1,5 +1,6 @@
 #include <doctest/doctest.h>
 
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -112,6 +113,114 @@ TEST_CASE(
   CHECK_THROWS_AS(d.feed("x", evs), flemma::Error);
 }
 
+namespace {
+
+using nlohmann::json;
+
+// The messages of events: each JsonRpc event's JSON with the Blob events after it
+// put back at their paths (a path that does not lead to a "" fails the test).
+std::vector<json> whole(const std::vector<s::Event>& evs) {
+  std::vector<json> out;
+  size_t wanted = 0;
+  for (const auto& e : evs) {
+    if (e.type == s::Type::JsonRpc) {
+      REQUIRE(wanted == 0);
+      out.push_back(json::parse(e.b));
+      wanted = static_cast<size_t>(e.usage[0]);
+    } else if (e.type == s::Type::Blob) {
+      REQUIRE(wanted > 0);
+      --wanted;
+      json* at = &out.back();
+      for (const auto& k : json::parse(e.a))
+        at = k.is_string() ? &at->at(k.get<std::string>()) : &at->at(k.get<size_t>());
+      REQUIRE(*at == "");
+      *at = e.b;
+    } else {
+      REQUIRE(wanted == 0);
+    }
+  }
+  REQUIRE(wanted == 0);
+  return out;
+}
+
+std::vector<s::Event> events(const std::string& bytes, size_t chunk, size_t blob_min) {
+  j::Decoder d(0, 0, blob_min);
+  std::vector<s::Event> evs;
+  for (size_t i = 0; i < bytes.size(); i += chunk)
+    d.feed(std::string_view(bytes).substr(i, chunk), evs);
+  d.finish(evs);
+  return evs;
+}
+
+}  // namespace
+
+TEST_CASE("jsonrpc: string values over 64 KiB come after their message, at their paths") {
+  // A text with everything JSON escapes, and multi-byte UTF-8 (escaped and not).
+  const std::string escaped =
+      "line \\\"q\\\" \\\\ \\t\\u0001 \\u00e9 \\ud83d\\ude00 \xe2\x82\xac\\n";
+  const std::string piece = "line \"q\" \\ \t\x01 \xc3\xa9 \xf0\x9f\x98\x80 \xe2\x82\xac\n";
+  std::string text, want;
+  while (want.size() <= s::kBlobMin) {
+    text += escaped;
+    want += piece;
+  }
+  const std::string exact(s::kBlobMin, 'x');  // exactly the limit: stays
+  const std::string over(s::kBlobMin + 1, 'y');
+  const std::string key(s::kBlobMin + 5, 'k');  // a long key stays where it is
+  const std::string in =
+      "{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"content\":[{\"type\":\"text\",\"text\":\"" +
+      text + "\"}]}}\n" + "{\"jsonrpc\":\"2.0\",\"method\":\"m\",\"params\":{\"a\":[{\"b\":[\"" +
+      over + "\",\"short\",1,null,\"" + exact + "\",[\"" + over + "\"]]}],\"" + key +
+      "\":\"v\",\"z\":\"" + over + "\"}}\n" +
+      "[{\"jsonrpc\":\"2.0\",\"method\":\"n\",\"params\":[\"" + over +
+      "\"]},{\"jsonrpc\":\"2.0\",\"id\":\"" + over + "\",\"result\":\"" + over + "\"}]\n";
+  auto evs = events(in, in.size(), s::kBlobMin);
+  std::vector<std::string> shape;
+  for (const auto& e : evs)
+    shape.push_back(e.type == s::Type::Blob      ? "blob " + e.a
+                    : e.type == s::Type::JsonRpc ? "jsonrpc " + std::to_string(e.usage[0])
+                                                 : s::describe(e));
+  const std::vector<std::string> want_shape = {
+      "jsonrpc 1",
+      "blob [\"result\",\"content\",0,\"text\"]",
+      "jsonrpc 3",
+      "blob [\"params\",\"a\",0,\"b\",0]",
+      "blob [\"params\",\"a\",0,\"b\",5,0]",
+      "blob [\"params\",\"z\"]",
+      "jsonrpc 1",
+      "blob [\"params\",0]",
+      "jsonrpc 2",
+      "blob [\"id\"]",
+      "blob [\"result\"]",
+      "end complete",
+  };
+  CHECK(shape == want_shape);
+  CHECK(evs[1].b == want);
+  CHECK(evs[0].b ==
+        "{\"id\":1,\"jsonrpc\":\"2.0\",\"result\":{\"content\":[{\"text\":\"\",\"type\":\"text\"}]}"
+        "}");
+  CHECK(evs[2].b.size() < 2 * s::kBlobMin + 200);  // the exact-limit string and the long key stay
+  CHECK(evs[2].b.find(exact) != std::string::npos);
+  CHECK(evs[2].b.find(key) != std::string::npos);
+  CHECK(evs[8].a == "");  // a result's method
+  // Put back, the messages are those the decoder gives with no blobs at all.
+  auto all = events(in, in.size(), SIZE_MAX);
+  REQUIRE(all.size() == 5);
+  std::vector<json> plain;
+  for (const auto& e : all) {
+    CHECK(e.type != s::Type::Blob);
+    CHECK(e.usage[0] == 0);
+    if (e.type == s::Type::JsonRpc) plain.push_back(json::parse(e.b));
+  }
+  CHECK(whole(evs) == plain);
+  CHECK(plain[0]["result"]["content"][0]["text"] == want);
+  // Any chunking, and a small limit that takes short strings too.
+  for (size_t chunk : {1000, 4096, 65537}) CHECK(events(in, chunk, s::kBlobMin) == evs);
+  auto small = events(in, 4096, 0);  // every non-empty string: "2.0", "text", "m", "v", ...
+  CHECK(whole(small) == plain);
+  CHECK(small[0].usage[0] == 3);  // jsonrpc, result.content[0].text and .type (id: a number)
+}
+
 TEST_CASE("jsonrpc: the C ABI") {
   flemma_jsonrpc* d = flemma_jsonrpc_new(64, 8);
   REQUIRE(d != nullptr);
@@ -126,6 +235,7 @@ TEST_CASE("jsonrpc: the C ABI") {
   CHECK(evs[0].type == FLEMMA_STREAM_JSONRPC);
   CHECK(evs[0].status == FLEMMA_JSONRPC_RESULT);
   CHECK(std::string(evs[0].b, evs[0].b_len) == "{\"id\":7,\"jsonrpc\":\"2.0\",\"result\":{}}");
+  CHECK(evs[0].usage[0] == 0);  // no blob follows
   REQUIRE(flemma_jsonrpc_finish(d, &evs, &n) == FLEMMA_OK);
   REQUIRE(n == 1);
   CHECK(evs[0].type == FLEMMA_STREAM_END);
@@ -207,4 +317,54 @@ TEST_CASE("mcp http: garbage, a bad status, a body over 16 MiB") {
   REQUIRE(out.size() == 3);
   CHECK(out[1].rfind("error \"limit_exceeded\"", 0) == 0);
   CHECK(out[2] == "end incomplete");
+}
+
+TEST_CASE("mcp http: long strings of a JSON body and of SSE events come as blobs") {
+  const std::string text(s::kBlobMin + 10, 't');
+  const std::string msg =
+      "{\"jsonrpc\":\"2.0\",\"id\":4,\"result\":{\"content\":[{\"type\":\"image\",\"data\":\"" +
+      text + "\"}],\"structuredContent\":{\"deep\":[[{\"s\":\"" + text + "\"}]]}}}";
+  const std::string plain =
+      "{\"id\":4,\"jsonrpc\":\"2.0\",\"result\":{\"content\":[{\"data\":\"\","
+      "\"type\":\"image\"}],\"structuredContent\":{\"deep\":[[{\"s\":\"\"}]]}}}";
+  const std::string json_body =
+      "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n\r\n" + msg + "\n";
+  const std::string sse =
+      "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\r\nid: e7\ndata: " + msg + "\n\n";
+  for (const auto* in : {&json_body, &sse}) {
+    for (size_t chunk : {0, 4096}) {
+      s::Decoder d(s::Kind::Mcp);
+      std::vector<s::Event> evs;
+      size_t step = chunk ? chunk : in->size();
+      for (size_t i = 0; i < in->size(); i += step)
+        d.feed(std::string_view(*in).substr(i, step), evs);
+      d.finish(evs);
+      const size_t at = 1;  // after the http event
+      REQUIRE(evs.size() >= 5);
+      CHECK(evs[at].type == s::Type::JsonRpc);
+      CHECK(evs[at].b == plain);
+      CHECK(evs[at].usage[0] == 2);
+      CHECK(evs[at + 1].type == s::Type::Blob);
+      CHECK(evs[at + 1].a == "[\"result\",\"content\",0,\"data\"]");
+      CHECK(evs[at + 1].b == text);
+      CHECK(evs[at + 2].a == "[\"result\",\"structuredContent\",\"deep\",0,0,\"s\"]");
+      CHECK(evs[at + 2].b == text);
+      if (in == &sse) CHECK(s::describe(evs[at + 3]) == "sse_id \"e7\"");
+    }
+  }
+  // The C ABI: the count in usage[0], then FLEMMA_STREAM_BLOB.
+  flemma_stream* st = flemma_stream_new("mcp");
+  REQUIRE(st != nullptr);
+  const flemma_stream_event* evs = nullptr;
+  size_t n = 0;
+  REQUIRE(flemma_stream_feed(st, json_body.data(), json_body.size(), &evs, &n) == FLEMMA_OK);
+  REQUIRE(flemma_stream_finish(st, &evs, &n) == FLEMMA_OK);  // a whole body: decoded at its end
+  REQUIRE(n == 4);
+  CHECK(evs[0].type == FLEMMA_STREAM_JSONRPC);
+  CHECK(evs[0].usage[0] == 2);
+  CHECK(evs[1].type == FLEMMA_STREAM_BLOB);
+  CHECK(std::string(evs[1].a, evs[1].a_len) == "[\"result\",\"content\",0,\"data\"]");
+  CHECK(std::string(evs[1].b, evs[1].b_len) == text);
+  CHECK(evs[3].type == FLEMMA_STREAM_END);
+  flemma_stream_free(st);
 }

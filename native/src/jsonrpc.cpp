@@ -43,9 +43,10 @@ int json_depth(std::string_view text, int limit) {
   return max;
 }
 
-Decoder::Decoder(size_t max_line, int max_depth)
+Decoder::Decoder(size_t max_line, int max_depth, size_t blob_min)
     : max_line_(max_line ? max_line : kDefaultMaxLine),
-      max_depth_(max_depth > 0 ? max_depth : kDefaultMaxDepth) {}
+      max_depth_(max_depth > 0 ? max_depth : kDefaultMaxDepth),
+      blob_min_(blob_min) {}
 
 void Decoder::overflow_error(std::vector<stream::Event>& out) {
   out.push_back(error_event("line_too_long", "a line of " + std::to_string(overflow_bytes_) +
@@ -104,7 +105,7 @@ void Decoder::finish(std::vector<stream::Event>& out) {
 }
 
 void Decoder::line(std::string_view text, std::vector<stream::Event>& out) {
-  stream::detail::jsonrpc_text(text, max_depth_, out);
+  stream::detail::jsonrpc_text(text, max_depth_, out, blob_min_);
 }
 
 }  // namespace flemma::jsonrpc

@@ -27,12 +27,16 @@ constexpr size_t kQuoteCap = 120;  // bytes of a bad line quoted in its error
 
 class Decoder {
  public:
-  // max_line == 0 / max_depth <= 0: the defaults.
-  Decoder(size_t max_line = kDefaultMaxLine, int max_depth = kDefaultMaxDepth);
+  // max_line == 0 / max_depth <= 0: the defaults. String values longer than
+  // blob_min bytes are taken out of the messages (Type::Blob, see jsonrpc_text).
+  Decoder(size_t max_line = kDefaultMaxLine, int max_depth = kDefaultMaxDepth,
+          size_t blob_min = stream::kBlobMin);
 
   // Appends the events of the complete lines in bytes: Type::JsonRpc (status:
   // MessageKind; a: the method of a request or notification; b: the message as
-  // compact JSON) or Type::Error (a: "line_too_long", "invalid_json",
+  // compact JSON, its string values longer than blob_min taken out: usage[0] of
+  // them, each in a Type::Blob event right after it, a = its path, b = the
+  // string) or Type::Error (a: "line_too_long", "invalid_json",
   // "too_deep" or "not_jsonrpc"; b: one line saying what was wrong).
   void feed(std::string_view in, std::vector<stream::Event>& out);
   // Ends the stream: a last line without newline is decoded; then the End event
@@ -45,6 +49,7 @@ class Decoder {
 
   size_t max_line_;
   int max_depth_;
+  size_t blob_min_;
   std::string line_;
   bool overflow_ = false;
   size_t overflow_bytes_ = 0;

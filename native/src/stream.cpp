@@ -485,9 +485,13 @@ std::string describe(const Event& e) {
       break;
     case Type::JsonRpc:
       s = "jsonrpc " + std::to_string(e.status) + " " + quote(e.a) + " " + quote(e.b);
+      if (e.usage[0]) s += " blobs=" + std::to_string(e.usage[0]);
       break;
     case Type::SseId:
       s = "sse_id " + quote(e.a);
+      break;
+    case Type::Blob:
+      s = "blob " + e.a + " " + quote(e.b);
       break;
   }
   return s;
@@ -512,6 +516,8 @@ class Provider {
   virtual ~Provider() = default;
   // Strings with room, from events the caller is done with (Decoder::recycle).
   std::vector<std::string>* spare = nullptr;
+  // Kind mcp: string values longer than this are taken out of a message (Type::Blob).
+  size_t blob_min = kBlobMin;
   // One SSE event: its `event:` name ("" if none) and its data.
   virtual void on_event(std::string_view name, std::string_view data, std::vector<Event>& out) = 0;
   // The stream closed (before `end`): whether the provider's end marker was seen.
@@ -1268,11 +1274,43 @@ bool rpc_classify(const json& m, int32_t& kind, std::string& method) {
   return true;
 }
 
+// Takes every string value longer than min out of v (depth first, in the
+// order of dump), leaving "" there: one Blob event each, its path the keys and
+// indices in `path` (the walk's own, never text of the message).
+void take_blobs(json& v, json& path, size_t min, std::vector<Event>& out) {
+  if (v.is_string()) {
+    auto& s = v.get_ref<std::string&>();
+    if (s.size() <= min) return;
+    Event e = make(Type::Blob);
+    e.a = path.dump(-1, ' ', false, json::error_handler_t::replace);
+    e.b = std::move(s);
+    // The parser lets only valid UTF-8 through; kept as the header promises anyway.
+    if (!detail::valid_utf8(e.b)) e.b = detail::sanitize_utf8(e.b);
+    v = "";
+    out.push_back(std::move(e));
+  } else if (v.is_object()) {
+    for (auto it = v.begin(); it != v.end(); ++it) {
+      if (!it->is_structured() && !it->is_string()) continue;
+      path.push_back(it.key());
+      take_blobs(it.value(), path, min, out);
+      path.erase(path.size() - 1);
+    }
+  } else if (v.is_array()) {
+    for (size_t i = 0; i < v.size(); ++i) {
+      auto& m = v[i];
+      if (!m.is_structured() && !m.is_string()) continue;
+      path.push_back(i);
+      take_blobs(m, path, min, out);
+      path.erase(path.size() - 1);
+    }
+  }
+}
+
 }  // namespace
 
 namespace detail {
 
-void jsonrpc_text(std::string_view text, int max_depth, std::vector<Event>& out) {
+void jsonrpc_text(std::string_view text, int max_depth, std::vector<Event>& out, size_t blob_min) {
   while (!text.empty() && (text.back() == '\r' || text.back() == '\n')) text.remove_suffix(1);
   size_t first = text.find_first_not_of(" \t\r\n");
   if (first == std::string_view::npos) return;  // blank
@@ -1287,7 +1325,8 @@ void jsonrpc_text(std::string_view text, int max_depth, std::vector<Event>& out)
     out.push_back(make(Type::Error, -1, "invalid_json", "not JSON: " + rpc_quote(text)));
     return;
   }
-  auto emit = [&](const json& m) {
+  std::vector<Event> blobs;
+  auto emit = [&](json& m) {
     int32_t kind = 0;
     std::string method;
     if (!rpc_classify(m, kind, method)) {
@@ -1295,14 +1334,19 @@ void jsonrpc_text(std::string_view text, int max_depth, std::vector<Event>& out)
           make(Type::Error, -1, "not_jsonrpc", "not a JSON-RPC 2.0 message: " + rpc_quote(text)));
       return;
     }
+    blobs.clear();
+    json path = json::array();
+    take_blobs(m, path, blob_min, blobs);
     Event e = make(Type::JsonRpc);
     e.status = kind;
     e.a = std::move(method);
     e.b = m.dump(-1, ' ', false, json::error_handler_t::replace);
+    e.usage[0] = static_cast<int64_t>(blobs.size());
     out.push_back(std::move(e));
+    for (auto& b : blobs) out.push_back(std::move(b));
   };
   if (j.is_array() && !j.empty()) {
-    for (const auto& m : j) emit(m);
+    for (auto& m : j) emit(m);
   } else {
     emit(j);
   }
@@ -1318,7 +1362,7 @@ class Mcp final : public Provider {
  public:
   void on_event(std::string_view /*name*/, std::string_view data,
                 std::vector<Event>& out) override {
-    detail::jsonrpc_text(data, kMcpMaxDepth, out);
+    detail::jsonrpc_text(data, kMcpMaxDepth, out, blob_min);
   }
   bool on_close(std::vector<Event>& /*out*/) override { return true; }
   void on_id(std::string_view id, std::vector<Event>& out) override {
@@ -1328,7 +1372,7 @@ class Mcp final : public Provider {
   }
   size_t body_limit() const override { return kMaxEventData; }
   bool on_body(std::string_view body, std::vector<Event>& out) override {
-    detail::jsonrpc_text(body, kMcpMaxDepth, out);
+    detail::jsonrpc_text(body, kMcpMaxDepth, out, blob_min);
     return true;
   }
 
@@ -1375,6 +1419,8 @@ Decoder::Decoder(Kind kind) : provider_(make_provider(kind)), body_limit_(provid
   provider_->spare = &spare_;
 }
 Decoder::~Decoder() = default;
+
+void Decoder::set_blob_min(size_t n) { provider_->blob_min = n; }
 
 void Decoder::recycle(std::vector<Event>& events) {
   // Bounded: at most kSpare strings of at most kSpareBytes each are kept.

@@ -33,9 +33,13 @@ enum class Type : int32_t {
   Stop = 11,              // a = reason
   Error = 12,             // a = error type, b = message
   End = 13,               // status = 1 if complete; mask bit 1: a = the kept non-SSE body
-  JsonRpc = 14,  // status = jsonrpc::MessageKind; a = method; b = the message (jsonrpc.hpp)
+  JsonRpc = 14,  // status = jsonrpc::MessageKind; a = method; b = the message (jsonrpc.hpp);
+                 // usage[0] = the number of Blob events that follow it
   // 15-17: the search output decoder's events (search.hpp)
   SseId = 18,  // a = the `id` of the SSE event just dispatched (kind "mcp")
+  // 19: spawn's decoder "fetch" (html.hpp)
+  Blob = 20,  // a = a path (compact JSON array of keys and 0-based indices); b = the string
+              // value taken out of the JsonRpc event before it at that path
 };
 
 // Usage fields, in the order of Event::usage (bit i of Event::mask: field i present).
@@ -73,6 +77,7 @@ constexpr size_t kMaxHeaderBlock = 64 * 1024;  // header lines beyond this are d
 constexpr size_t kMaxEventData = 16 << 20;  // one SSE line or event's data (then the stream fails)
 constexpr size_t kMaxJsonDepth = 128;       // nesting of an event's JSON (then the stream fails)
 constexpr size_t kMaxEventId = 1024;        // an SSE `id` (a longer one is ignored)
+constexpr size_t kBlobMin = 64 * 1024;  // longer string values of a JSON-RPC message: Type::Blob
 
 // The error type of a limit that failed the stream (Event::a of its Error event):
 // a line or event larger than kMaxEventData, JSON nested deeper than
@@ -99,6 +104,9 @@ class Decoder {
   // decoder fails by itself when a line, an event or its JSON passes the limits.
   void fail(std::string message, std::vector<Event>& out, const char* type = kLimitError);
   bool failed() const { return failed_; }
+  // Kind mcp: string values longer than n bytes are taken out of the messages
+  // (Type::Blob; default kBlobMin). For the tests and the fuzzer.
+  void set_blob_min(size_t n);
   // Clears events, keeping some of their strings' memory for the next events
   // (a caller that decodes batch after batch allocates less).
   void recycle(std::vector<Event>& events);
@@ -171,9 +179,13 @@ bool json_depth_within(std::string_view s, size_t max);
 // One JSON-RPC 2.0 text (a message or a batch) decoded into Type::JsonRpc events
 // (status: jsonrpc::MessageKind; a: the method; b: the message as compact JSON) or
 // one Type::Error (a: "invalid_json", "too_deep" or "not_jsonrpc"; b: why, with a
-// short quote). A blank text gives nothing. Shared by the JSON-RPC line decoder
-// and the kind "mcp".
-void jsonrpc_text(std::string_view text, int max_depth, std::vector<Event>& out);
+// short quote). A blank text gives nothing. Every string value (not an object's
+// key) longer than blob_min bytes is taken out of a message: its compact JSON holds
+// "" there, its JsonRpc event's usage[0] counts them, and one Type::Blob event per
+// string follows it (a: the path, made here, never read from the text; b: the
+// string). Shared by the JSON-RPC line decoder and the kind "mcp".
+void jsonrpc_text(std::string_view text, int max_depth, std::vector<Event>& out,
+                  size_t blob_min = kBlobMin);
 
 // Whether s is valid UTF-8 (no overlongs, surrogates or code points past U+10FFFF).
 bool valid_utf8(std::string_view s);

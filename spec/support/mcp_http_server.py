@@ -22,6 +22,8 @@ server cannot show:
            list_changed as event g-1 (tools/list then also has `fresh`), then breaks;
            a GET with Last-Event-ID g-1 is held open without events
   refuse   every GET is answered with HTTP 500
+  blobs    the tools of mcp_blob_server.py (long strings; what they send is written to
+           DIR): `text` answers with a JSON body, `nested` with an SSE stream
 """
 import json
 import os
@@ -29,6 +31,9 @@ import socket
 import sys
 import threading
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import mcp_blob_server  # noqa: E402
 
 DIR = sys.argv[1]
 MODE = sys.argv[2]
@@ -189,7 +194,21 @@ def stub(conn):
         send(conn, 202, b"")
     elif m == "tools/list":
         fresh = [{"name": "fresh", "description": "after list_changed", "inputSchema": {"type": "object"}}]
-        send(conn, 200, answer(rid, {"tools": TOOLS + (fresh if CHANGED else [])}))
+        if MODE == "blobs":
+            send(conn, 200, answer(rid, {"tools": mcp_blob_server.TOOLS}))
+        else:
+            send(conn, 200, answer(rid, {"tools": TOOLS + (fresh if CHANGED else [])}))
+    elif m == "tools/call" and MODE == "blobs":
+        p = msg["params"]
+        res = mcp_blob_server.result(p["name"], p.get("arguments") or {}, DIR)
+        body = mcp_blob_server.dumps({"jsonrpc": "2.0", "id": rid, "result": res})
+        if p["name"] == "nested":
+            conn.sendall(
+                b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n"
+                + b"id: n-1\ndata: " + body + b"\n\n"
+            )
+        else:
+            send(conn, 200, body)
     elif m == "tools/call" and msg["params"]["name"] == "big":
         text = "x" * (50 * 1024 * 1024)
         send(conn, 200, answer(rid, {"content": [{"type": "text", "text": text}]}))

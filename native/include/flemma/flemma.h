@@ -32,7 +32,7 @@ extern "C" {
 #endif
 
 /* Bumped whenever a declaration below changes in an incompatible way. */
-#define FLEMMA_ABI_VERSION 24
+#define FLEMMA_ABI_VERSION 25
 
 /* Status codes. */
 #define FLEMMA_OK 0
@@ -751,8 +751,9 @@ enum flemma_stream_event_type {
   FLEMMA_STREAM_STOP = 11,              /* a = stop reason */
   FLEMMA_STREAM_ERROR = 12,             /* a = error type, b = message */
   FLEMMA_STREAM_END = 13,               /* status: 1 complete, 0 not; flags bit 0: a = kept body */
-  FLEMMA_STREAM_JSONRPC =
-      14, /* status: FLEMMA_JSONRPC_*; a = method; b = the message (JSON-RPC decoder) */
+  FLEMMA_STREAM_JSONRPC = 14, /* status: FLEMMA_JSONRPC_*; a = method; b = the message (JSON-RPC
+                                 decoder), its long strings taken out; usage[0] = the number of
+                                 BLOB events that follow it (ABI 25) */
   FLEMMA_STREAM_SEARCH_MATCH = 15, /* a = path, b = line, index = line number, status 1 match / 2
                                       context, flags bit 0: the line was cut */
   FLEMMA_STREAM_SEARCH_FILE =
@@ -760,10 +761,12 @@ enum flemma_stream_event_type {
   FLEMMA_STREAM_SEARCH_SUMMARY = 17, /* usage: found, searched, binary, unreadable, files with a
                                        match; a = an error ("" none) */
   FLEMMA_STREAM_SSE_ID = 18, /* a = the id of the SSE event just dispatched (kind "mcp"). ABI 22. */
-  FLEMMA_STREAM_PAGE = 19    /* a fetched page (spawn's decoder "fetch"): a = its text (the head
+  FLEMMA_STREAM_PAGE = 19,   /* a fetched page (spawn's decoder "fetch"): a = its text (the head
                                 when cut), b = the file holding the whole text ("" none), status
                                 1 when cut; usage: total lines, total bytes, kept lines, kept
                                 bytes. ABI 23 */
+  FLEMMA_STREAM_BLOB = 20 /* a string value taken out of the JSONRPC event before it: a = its path
+                             in that message, b = the string (see the JSON-RPC decoder). ABI 25 */
 };
 
 /* The status and flag values of the events that have them (see above). */
@@ -804,7 +807,7 @@ typedef struct flemma_stream_event {
  * Streamable HTTP transport, whose SSE events' data, or a whole body of a 2xx
  * response that is no SSE stream (at most 16 MiB, else an ERROR
  * "limit_exceeded"), are JSON-RPC 2.0 messages, decoded as the JSON-RPC decoder
- * below does (JSONRPC events, ERROR "invalid_json", "too_deep", "not_jsonrpc"),
+ * below does (JSONRPC and BLOB events, ERROR "invalid_json", "too_deep", "not_jsonrpc"),
  * each SSE event with an id followed by an SSE_ID event (ABI 22). The caller owns
  * it: free it with flemma_stream_free. NULL for an unknown kind (see
  * flemma_last_error). */
@@ -831,7 +834,20 @@ FLEMMA_API int flemma_stream_finish(flemma_stream *stream, const flemma_stream_e
 /* Frames newline-delimited JSON-RPC 2.0 messages and parses them, with bounded
  * line length and nesting depth. Events are flemma_stream_events:
  * FLEMMA_STREAM_JSONRPC (status: the message kind below; a: the method of a
- * request or notification; b: the whole message as compact JSON, valid UTF-8),
+ * request or notification; b: the whole message as compact JSON, valid UTF-8,
+ * except for its long strings; usage[0]: how many of them), each followed by
+ * one FLEMMA_STREAM_BLOB per long string (ABI 25): every string value (not an
+ * object's key) of more than 64 KiB is taken out of the message, whose JSON
+ * holds "" in its place, and handed on as it is (a: its path in the message, a
+ * compact JSON array of object keys and 0-based array indices from the
+ * message's top, e.g. ["result","content",0,"text"], made by the decoder's walk
+ * and never read from the message's text; b: the string's bytes, unescaped,
+ * valid UTF-8), in the order of the message's JSON; put back at their paths
+ * they give the message whole. The blobs of a message come right after its
+ * JSONRPC event, before any other event, but a caller taking events in
+ * batches (the process manager's proc_events) may get them in a later batch.
+ * As every event, they are owned by the decoder (or the process manager's
+ * event), valid until its next call (flemma_proc_event_free).
  * FLEMMA_STREAM_ERROR for a line that is dropped (a: "line_too_long",
  * "invalid_json", "too_deep" or "not_jsonrpc"; b: one line saying why), and
  * FLEMMA_STREAM_END from finish (status 1 unless a line was being dropped).

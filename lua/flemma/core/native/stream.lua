@@ -18,6 +18,18 @@ function H.b(e)
   return e.b ~= nil and ffi.string(e.b, e.b_len) or ""
 end
 
+-- A JSON-RPC message; `blobs`: how many `blob` events follow it, each a long string
+-- taken out of `json` (which holds "" in its place).
+function H.jsonrpc(e, a)
+  return { type = "jsonrpc", kind = H.jsonrpc_kinds[e.status], method = a, json = H.b(e), blobs = tonumber(e.usage[0]) }
+end
+
+-- A string taken out of the message before it: `path`, its place there (a JSON array
+-- of keys and 0-based indices), and `data`, the string.
+function H.blob(e, a)
+  return { type = "blob", path = a, data = H.b(e) }
+end
+
 -- The converters of the events with fields of their own, keyed by the header's
 -- constants (the deltas are built in H.event, the others are { type, index }); `a` is
 -- the event's first string.
@@ -66,9 +78,8 @@ function H.converters(C)
       end
       return ev
     end,
-    [C.FLEMMA_STREAM_JSONRPC] = function(e, a)
-      return { type = "jsonrpc", kind = H.jsonrpc_kinds[e.status], method = a, json = H.b(e) }
-    end,
+    [C.FLEMMA_STREAM_JSONRPC] = H.jsonrpc,
+    [C.FLEMMA_STREAM_BLOB] = H.blob,
     [C.FLEMMA_STREAM_SSE_ID] = function(_, a)
       return { type = "sse_id", id = a }
     end,

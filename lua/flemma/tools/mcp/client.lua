@@ -7,6 +7,7 @@
 --- each a POST through curl.
 local http = require("flemma.tools.mcp.http")
 local log = require("flemma.core.log")
+local messages = require("flemma.tools.mcp.messages")
 local process = require("flemma.core.process")
 local util = require("flemma.core.util")
 
@@ -137,6 +138,11 @@ function Client:start(on_ready)
   -- The spawn is the process manager's worker's (it held the main loop for up to
   -- 3 ms on a loaded machine): the handshake's messages wait in its queue until the
   -- server runs; a program that cannot be started ends it with `result.error`.
+  -- A message's long strings come after it (flemma.tools.mcp.messages).
+  self.assembler = messages.new(function(why)
+    self:_log("warn", "stdout: %s", why)
+    self.last_error = "stdout: " .. why
+  end)
   local ok, handle = pcall(process.spawn, {
     cmd = cmd,
     async_spawn = true,
@@ -345,10 +351,10 @@ end
 
 function Client:_events(events)
   for _, ev in ipairs(events) do
-    if ev.type == "jsonrpc" then
-      local ok, msg = pcall(vim.json.decode, ev.json)
-      if ok and type(msg) == "table" then
-        self:_message(ev.kind, msg)
+    if ev.type == "jsonrpc" or ev.type == "blob" then
+      local msg, kind = self.assembler:feed(ev)
+      if msg then
+        self:_message(kind, msg)
       end
     elseif ev.type == "error" then
       self:_log("warn", "stdout: %s", ev.message)

@@ -11,6 +11,7 @@
 --- through its config on stdin, never argv, and are never logged.
 local curl = require("flemma.core.curl")
 local log = require("flemma.core.log")
+local messages = require("flemma.tools.mcp.messages")
 local process = require("flemma.core.process")
 local util = require("flemma.core.util")
 
@@ -201,6 +202,11 @@ function Http:_run(req)
   local config = H.config(self.url, self:_headers(extra))
   local path = req.body and curl.write_body(req.body) or nil
   local st = { status = nil, sse = false, last_id = req.last_event_id, errors = {}, answered = {} }
+  -- A message's long strings come after it (flemma.tools.mcp.messages).
+  st.assembler = messages.new(function(why)
+    st.errors[#st.errors + 1] = why
+    self:_log("warn", "%s", why)
+  end)
   local ok, handle = pcall(process.spawn, {
     cmd = H.argv(self.url, req.method, path, timeout),
     stdin = config,
@@ -252,15 +258,15 @@ function Http:_events(req, st, events)
         self.stream_last_id = st.last_id
         st.delivered = true
       end
-    elseif ev.type == "jsonrpc" then
+    elseif ev.type == "jsonrpc" or ev.type == "blob" then
       st.delivered = true
-      local ok, msg = pcall(vim.json.decode, ev.json)
-      if ok and type(msg) == "table" then
-        if (ev.kind == "result" or ev.kind == "error") and msg.id ~= nil then
+      local msg, kind = st.assembler:feed(ev)
+      if msg then
+        if (kind == "result" or kind == "error") and msg.id ~= nil then
           st.answered[tonumber(msg.id) or -1] = true
         end
         if not (st.status and st.status >= 400) then
-          self.client:_message(ev.kind, msg)
+          self.client:_message(kind, msg)
         end
       end
     elseif ev.type == "error" then
