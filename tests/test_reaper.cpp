@@ -13,6 +13,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -56,6 +58,26 @@ Run reap(std::vector<std::string> args, std::vector<std::string> env = {}) {
   ::close(fds[0]);
   REQUIRE(::waitpid(pid, &r.status, 0) == pid);
   return r;
+}
+
+// The CPUs of a "Cpus_allowed_list:\t0-3,5" line of the text, from the line
+// after `skip` such lines.
+std::set<int> cpu_list(const std::string& text, int skip = 0) {
+  size_t at = 0;
+  for (int i = 0; i <= skip; ++i) {
+    at = text.find("Cpus_allowed_list:", i == 0 ? 0 : at + 1);
+    REQUIRE(at != std::string::npos);
+  }
+  std::set<int> cpus;
+  std::istringstream in(text.substr(at + 18, text.find('\n', at) - at - 18));
+  std::string part;
+  while (std::getline(in, part, ',')) {
+    int a = std::stoi(part);
+    size_t dash = part.find('-');
+    int b = dash == std::string::npos ? a : std::stoi(part.substr(dash + 1));
+    for (int c = a; c <= b; ++c) cpus.insert(c);
+  }
+  return cpus;
 }
 
 std::string temp_dir() {
@@ -165,6 +187,34 @@ TEST_CASE("flemma-reap") {
       CHECK(r.out.find("/memfd:flemma-seccomp") == fds.size());
       CHECK(std::atoi(r.out.substr(r.out.rfind('\n', r.out.size() - 2) + 1).c_str()) > 0);
     }
+  }
+  SUBCASE("--spare-cpu keeps the command's tree off a CPU until the reaper gets SIGURG") {
+    std::string show = "grep Cpus_allowed_list /proc/self/status";
+    std::set<int> all = cpu_list(reap({"--", "sh", "-c", show}).out);
+    if (all.size() < 2) return;  // one CPU: nothing to spare
+    std::string cpu = std::to_string(*all.begin());
+    std::set<int> rest = all;
+    rest.erase(rest.begin());
+    // The command and what it starts, then (SIGURG to the reaper, the parent of
+    // the command's parent, which passes it on to that) all of them again.
+    Run r = reap({"--spare-cpu", cpu, "--spare-ms", "60000", "--", "sh", "-c",
+                  show +
+                      "; grep Cpus_allowed_list /proc/$$/status; kill -URG $(cut -d' ' -f4 "
+                      "/proc/$PPID/stat); sleep 0.5; " +
+                      show + "; grep Cpus_allowed_list /proc/$$/status"});
+    CHECK(WIFEXITED(r.status));
+    CHECK(cpu_list(r.out, 0) == rest);
+    CHECK(cpu_list(r.out, 1) == rest);
+    CHECK(cpu_list(r.out, 2) == all);
+    CHECK(cpu_list(r.out, 3) == all);
+    // Without SIGURG: back after --spare-ms.
+    Run t = reap(
+        {"--spare-cpu", cpu, "--spare-ms", "300", "--", "sh", "-c", show + "; sleep 1; " + show});
+    CHECK(cpu_list(t.out, 0) == rest);
+    CHECK(cpu_list(t.out, 1) == all);
+    // A CPU outside the set changes nothing.
+    Run o = reap({"--spare-cpu", "1023", "--spare-ms", "60000", "--", "sh", "-c", show});
+    CHECK(cpu_list(o.out) == all);
   }
 }
 #endif

@@ -1,7 +1,8 @@
 // flemma-reap: the intermediate every tool command runs under on Linux, so that
 // background jobs cannot outlive a cancel, a timeout or Neovim itself.
 //
-//   flemma-reap [--grace-ms MS] [--seccomp-fd N] [--exec PATH] [--] program [args...]
+//   flemma-reap [--grace-ms MS] [--seccomp-fd N] [--exec PATH]
+//               [--spare-cpu CPU --spare-ms MS] [--] program [args...]
 //
 // The process manager starts this program (R) in a new session. R forks a
 // keeper (K) that becomes a child subreaper in a process group of its own, and
@@ -21,6 +22,15 @@
 //
 // --exec PATH is the file to run for `program` (the manager already searched
 // PATH for it): argv[0] stays `program`, and no PATH search is repeated.
+//
+// --spare-cpu CPU keeps the command, every thread and process it starts, off
+// that CPU (the one the editor's main thread ran on when it asked for the
+// command) while it starts: until R gets SIGURG (forwarded to K), or --spare-ms
+// MS have passed, after which K gives every task of the tree K's own CPUs back.
+// On a machine with two CPUs a starting Node server's threads otherwise take
+// both, and the editor waits milliseconds for a CPU. With one CPU allowed, or a
+// CPU not in K's set, nothing changes. SIGURG is ignored by default, so one
+// that comes before R watches it is lost, not fatal (then MS decides).
 //
 // --seccomp-fd N hands bwrap (`--seccomp N`) the filter that refuses Unix
 // sockets, on descriptor N of the command. The command gets descriptors 0-2
@@ -122,6 +132,16 @@ long execve(const char* path, char* const* argv, char* const* envp) {
 long lseek0(int fd) { return call(__NR_lseek, fd, 0, 0 /* SEEK_SET */); }
 long memfd(const char* name, unsigned flags) { return call(__NR_memfd_create, L(name), flags); }
 long getdents(int fd, void* buf, size_t n) { return call(__NR_getdents64, fd, L(buf), L(n)); }
+// The CPU sets of sched_{get,set}affinity: 1024 CPUs (as glibc's cpu_set_t).
+struct CpuSet {
+  uint64_t bits[16];
+};
+long getaffinity(CpuSet* set) {
+  return call(__NR_sched_getaffinity, 0, sizeof set->bits, L(set->bits));
+}
+long setaffinity(int tid, const CpuSet* set) {
+  return call(__NR_sched_setaffinity, tid, sizeof set->bits, L(set->bits));
+}
 long close_range(unsigned lo, unsigned hi) {
 #if defined(__NR_close_range)
   return call(__NR_close_range, lo, hi, 0);
@@ -461,12 +481,14 @@ uint64_t sig_bit(int sig) { return uint64_t{1} << (sig - 1); }
 // The signals the helper takes through a signalfd.
 constexpr uint64_t kWatched = (uint64_t{1} << (SIGCHLD - 1)) | (uint64_t{1} << (SIGTERM - 1)) |
                               (uint64_t{1} << (SIGINT - 1)) | (uint64_t{1} << (SIGHUP - 1)) |
-                              (uint64_t{1} << (SIGQUIT - 1));
+                              (uint64_t{1} << (SIGQUIT - 1)) | (uint64_t{1} << (SIGURG - 1));
 
 struct Options {
   int64_t grace_ms = 2000;
   int seccomp_fd = -1;
   const char* exec_path = nullptr;  // --exec: the file to run (else argv[0], searched in PATH)
+  int spare_cpu = -1;               // --spare-cpu: the CPU the command starts without
+  int64_t spare_ms = 10000;         // --spare-ms: at the latest then it gets it back
   char** argv = nullptr;
 };
 
@@ -494,6 +516,11 @@ Options parse(int argc, char** argv) {
         sys::exit(125);
       }
       o.seccomp_fd = static_cast<int>(fd);
+    } else if (eq(a, "--spare-cpu") && i + 1 < argc) {
+      int64_t cpu = to_int(argv[++i]);
+      o.spare_cpu = cpu >= 0 && cpu < 1024 ? static_cast<int>(cpu) : -1;
+    } else if (eq(a, "--spare-ms") && i + 1 < argc) {
+      o.spare_ms = to_int(argv[++i]);
     } else if (a[0] == '-' && a[1] == '-') {
       say("flemma-reap: unknown option ", a, "\n");
       sys::exit(125);
@@ -502,8 +529,8 @@ Options parse(int argc, char** argv) {
     }
   }
   if (i >= argc) {
-    say("usage: flemma-reap [--grace-ms MS] [--seccomp-fd N] [--exec PATH] [--] program "
-        "[args...]\n");
+    say("usage: flemma-reap [--grace-ms MS] [--seccomp-fd N] [--exec PATH] [--spare-cpu CPU "
+        "--spare-ms MS] [--] program [args...]\n");
     sys::exit(125);
   }
   o.argv = argv + i;
@@ -604,7 +631,52 @@ struct CommandArgs {
   const Options* o;
   int group;
   int filter_fd;
+  const sys::CpuSet* start_cpus;  // the command's CPUs until K gives its own back; null: K's
 };
+
+// K's CPUs and the command's while it starts (K's less --spare-cpu).
+sys::CpuSet g_own_cpus, g_start_cpus;
+
+// The CPUs the command starts on: K's less `cpu`; false (no change) when K
+// cannot say, `cpu` is not among them or it is the only one.
+bool start_cpus_without(int cpu) {
+  if (cpu < 0 || sys::getaffinity(&g_own_cpus) <= 0) return false;
+  uint64_t bit = uint64_t{1} << (cpu % 64);
+  if (!(g_own_cpus.bits[cpu / 64] & bit)) return false;
+  g_start_cpus = g_own_cpus;
+  g_start_cpus.bits[cpu / 64] &= ~bit;
+  for (uint64_t w : g_start_cpus.bits)
+    if (w) return true;
+  return false;
+}
+
+// Every thread of every process below K gets K's CPUs back. Twice: a thread
+// started by one not yet given them back could be missed by the first walk.
+void give_cpus_back() {
+  int32_t self = static_cast<int32_t>(sys::getpid());
+  char path[64];
+  for (int round = 0; round < 2; ++round) {
+    int n = collect(self, g_found, static_cast<int>(sizeof g_found / sizeof g_found[0]));
+    for (int i = 0; i < n; ++i) {
+      char* e = put_str(put_int(put_str(path, "/proc/"), g_found[i]), "/task");
+      *e = '\0';
+      long dir = sys::open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+      if (dir < 0) continue;
+      long got;
+      while ((got = sys::getdents(static_cast<int>(dir), g_dirbuf, sizeof g_dirbuf)) > 0) {
+        for (long off = 0; off < got;) {
+          const char* rec = g_dirbuf + off;  // struct linux_dirent64, as in collect()
+          uint16_t reclen;
+          __builtin_memcpy(&reclen, rec + 16, sizeof reclen);
+          off += reclen;
+          if (rec[19] >= '0' && rec[19] <= '9')
+            sys::setaffinity(static_cast<int>(to_int(rec + 19)), &g_own_cpus);
+        }
+      }
+      sys::close(static_cast<int>(dir));
+    }
+  }
+}
 
 // The command's side of the vfork-style clone: it shares the keeper's memory
 // until execve, so it only makes system calls and never returns. Not
@@ -616,6 +688,7 @@ __attribute__((no_sanitize("address"))) int run_command(void* arg) {
   sys::setpgid(0, a.group);
   uint64_t none = 0;
   sys::sigmask(SIG_SETMASK, &none);
+  if (a.start_cpus) sys::setaffinity(0, a.start_cpus);  // best effort: it only spares a CPU
   if (a.filter_fd >= 0) {
     // dup3 onto itself fails: then clear close-on-exec.
     long r = a.filter_fd == o.seccomp_fd ? sys::fcntl(a.filter_fd, F_SETFD, 0)
@@ -631,13 +704,35 @@ __attribute__((no_sanitize("address"))) int run_command(void* arg) {
 
 alignas(16) char g_command_stack[64 * 1024];
 
+// --spare-cpu in K: until when the command is kept off the CPU.
+struct Spare {
+  bool on = false;
+  int64_t until = 0;
+  // A poll timeout (-1: none) that ends no later than the spare does.
+  int timeout(int t) const {
+    if (!on) return t;
+    int64_t left = until - sys::now_ms();
+    int spare = static_cast<int>(left < 0 ? 0 : left > 3600000 ? 3600000 : left);
+    return (t < 0 || t > spare) ? spare : t;
+  }
+  // After the poll: over (SIGURG set until to 0, or the time passed)?
+  void check() {
+    if (on && sys::now_ms() >= until) {
+      on = false;
+      give_cpus_back();
+    }
+  }
+};
+
 [[noreturn]] void keeper(const Options& o, int group, int host, int status_fd) {
   sys::setpgid(0, 0);  // out of R's group: the manager's SIGKILL to it must not end us first
   sys::prctl(PR_SET_CHILD_SUBREAPER, 1);
   long host_fd = sys::pidfd_open(host);
   long sfd = sys::signalfd(&kWatched, SFD_CLOEXEC | SFD_NONBLOCK);
   if (sfd < 0) die(125, "signalfd", sfd);
-  CommandArgs args{&o, group, o.seccomp_fd >= 0 ? seccomp_memfd() : -1};
+  Spare spare{start_cpus_without(o.spare_cpu), sys::now_ms() + o.spare_ms};
+  CommandArgs args{&o, group, o.seccomp_fd >= 0 ? seccomp_memfd() : -1,
+                   spare.on ? &g_start_cpus : nullptr};
   // Like vfork (the keeper waits until the command's execve): no copy of the
   // keeper's page tables and no copy-on-write faults, the costly part of
   // starting a command. The command runs on a stack of its own.
@@ -679,13 +774,15 @@ alignas(16) char g_command_stack[64 * 1024];
       timeout = static_cast<int>(left < 0 ? 0 : left);
     }
     if (host_fd < 0 && !killed) timeout = (timeout < 0 || timeout > 500) ? 500 : timeout;
-    long r = sys::poll(fds, n, timeout);
+    long r = sys::poll(fds, n, spare.timeout(timeout));
     if (r < 0 && r != -EINTR) die(125, "poll", r);
     signalfd_siginfo si;
     bool chld = false;
     while (sys::read(static_cast<int>(sfd), &si, sizeof si) == static_cast<long>(sizeof si)) {
       if (si.ssi_signo == SIGCHLD) {
         chld = true;
+      } else if (si.ssi_signo == SIGURG) {
+        spare.until = 0;  // the command has started: its CPUs back, below
       } else if (!terminating) {
         terminating = true;
         // The manager's own SIGKILL (which ends R, so we kill the tree) comes
@@ -703,6 +800,7 @@ alignas(16) char g_command_stack[64 * 1024];
     if (host_i >= 0 && (fds[host_i].revents & POLLIN)) kill_now();
     if (host_fd < 0 && sys::kill(host, 0) == -ESRCH) kill_now();
     if (terminating && sys::now_ms() >= deadline) kill_now();
+    spare.check();
     if (chld || r == 0) {
       for (;;) {
         int st = 0;
@@ -769,7 +867,11 @@ int reap_main(int argc, char** argv) {
     if (r < 0 && r != -EINTR) die(125, "poll", r);
     signalfd_siginfo si;
     while (sys::read(static_cast<int>(sfd), &si, sizeof si) == static_cast<long>(sizeof si)) {
-      if (si.ssi_signo != SIGCHLD) sys::kill(static_cast<int>(k), SIGTERM);
+      if (si.ssi_signo == SIGURG) {
+        sys::kill(static_cast<int>(k), SIGURG);  // the command has started (--spare-cpu)
+      } else if (si.ssi_signo != SIGCHLD) {
+        sys::kill(static_cast<int>(k), SIGTERM);
+      }
     }
     if (fds[0].revents & (POLLIN | POLLHUP | POLLERR)) {
       int32_t v = 0;

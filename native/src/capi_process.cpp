@@ -1,4 +1,6 @@
 // C ABI of the process manager.
+#include <sched.h>
+
 #include <cstddef>
 #include <string>
 #include <vector>
@@ -92,6 +94,12 @@ flemma::process::SpawnOptions spawn_options(const flemma_spawn_opts* opts) {
   o.max_stdout_bytes = opts->max_stdout_bytes;
   o.max_file_bytes = opts->max_file_bytes;
   if (opts->spill_dir) o.spill_dir = opts->spill_dir;
+#if defined(__linux__)
+  if (opts->spare_cpu_ms > 0) {
+    o.spare_cpu = sched_getcpu();  // the caller's (Neovim's main thread), now
+    o.spare_ms = opts->spare_cpu_ms;
+  }
+#endif
   return o;
 }
 
@@ -160,6 +168,14 @@ FLEMMA_API int flemma_procmgr_close_stdin(flemma_procmgr* mgr, int64_t id) {
 FLEMMA_API int flemma_procmgr_cancel(flemma_procmgr* mgr, int64_t id) {
   return flemma::guard([&] {
     need(mgr).cancel(id);
+    return FLEMMA_OK;
+  });
+}
+
+// A request to the worker; the manager keeps ownership of everything.
+FLEMMA_API int flemma_procmgr_release_cpu(flemma_procmgr* mgr, int64_t id) {
+  return flemma::guard([&] {
+    need(mgr).release_cpu(id);
     return FLEMMA_OK;
   });
 }

@@ -353,7 +353,8 @@ struct Request {
     Pause,
     Resume,
     Unhold,
-    Spawn
+    Spawn,
+    ReleaseCpu
   };
   Request(Kind k, int64_t i = 0, std::string d = {}, Proc* p = nullptr)
       : kind(k), id(i), data(std::move(d)), proc(p) {}
@@ -985,6 +986,10 @@ void Manager::Impl::handle_requests() {
         p->held = false;
         update_reading(p);
         break;
+      case Request::Kind::ReleaseCpu:
+        // To the reaper only (never its group: SIGURG would reach the command).
+        if (p->opts.spare_cpu >= 0 && p->pid > 0 && !p->exited) ::kill(p->pid, SIGURG);
+        break;
       default:
         break;
     }
@@ -1163,6 +1168,8 @@ int64_t Manager::search(search::Options opts) {
   return id;
 }
 
+void Manager::release_cpu(int64_t id) { impl_->post(Request{Request::Kind::ReleaseCpu, id}); }
+
 void Manager::pause(int64_t id, bool paused) {
   impl_->post(Request{paused ? Request::Kind::Pause : Request::Kind::Resume, id});
 }
@@ -1281,6 +1288,9 @@ std::vector<std::string> under_reaper(const SpawnOptions& opts,
     throw Error(FLEMMA_E_IO, "spawn: the helper `" + reaper +
                                  "` is missing: rebuild Flemma (`make` in the plugin's directory)");
   std::vector<std::string> out{reaper, "--grace-ms", std::to_string(opts.kill_grace_ms)};
+  if (opts.spare_cpu >= 0 && opts.spare_ms > 0)
+    out.insert(out.end(), {"--spare-cpu", std::to_string(opts.spare_cpu), "--spare-ms",
+                           std::to_string(opts.spare_ms)});
   size_t first = 0;
   if (opts.argv[0] == reaper) {
     first = 1;

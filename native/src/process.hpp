@@ -39,6 +39,10 @@ struct SpawnOptions {
           // stream fails (kResponseTooLarge) and the child is stopped; <= 0: none
   int64_t max_file_bytes = 0;  // each spill file ends with a note past this size; <= 0: none
   std::string spill_dir;       // where spill files are made; empty: $TMPDIR, else /tmp
+  // Linux, under the reaper: the child (its threads and processes) runs on every
+  // allowed CPU but this one until release_cpu(id) or spare_ms; < 0: no such CPU.
+  int spare_cpu = -1;
+  int64_t spare_ms = 0;
 };
 
 // The error type of the Error event that ends a stream longer than max_stdout_bytes.
@@ -125,6 +129,8 @@ class Manager {
   void write_stdin(int64_t id, std::string data);
   void close_stdin(int64_t id);
   void cancel(int64_t id);
+  // A child spawned with a spare_cpu gets that CPU back (the reaper's SIGURG).
+  void release_cpu(int64_t id);
   // Stops (true) or resumes reading the child's stdout: a host that cannot keep
   // up holds the child back (it blocks on the full pipe) instead of queueing.
   void pause(int64_t id, bool paused);

@@ -440,6 +440,65 @@ describe("mcp", function()
     assert.equals(1, #failed)
   end)
 
+  it("a starting server runs off the CPU Neovim's main thread is on; once ready it has every CPU", function()
+    local own = helpers.task_cpus(vim.fn.getpid())
+    if vim.tbl_count(own) < 2 then
+      pending("needs two CPUs")
+      return
+    end
+    -- A server that never answers stays starting: all its threads are kept off the
+    -- CPU the main thread was on when it was started.
+    setup({ silent = spec_server("silent") }, { mcp = { timeout = 20 } })
+    local cpu, pid
+    for _ = 1, 50 do
+      local before = helpers.main_cpu()
+      mcp.start()
+      if helpers.main_cpu() == before then
+        cpu = before
+        break
+      end
+      mcp.stop_all()
+      wait_ready()
+    end
+    assert(cpu, "the main thread moved during every start")
+    helpers.wait_for(function()
+      note_pids()
+      pid = mcp.status()[1].pid
+      -- node runs (its main thread and the threads it starts)
+      return pid and #helpers.command_tasks(pid) >= 2
+    end, 10000, "the server never started")
+    vim.wait(300) -- node's start-up threads
+    local tasks = helpers.command_tasks(pid)
+    assert.is_true(#tasks >= 2, vim.inspect(tasks))
+    for _, t in ipairs(tasks) do
+      local set = helpers.task_cpus(t.pid, t.tid)
+      if set then
+        assert.is_nil(set[cpu], ("thread %d may run on CPU %d: %s"):format(t.tid, cpu, vim.inspect(set)))
+        assert.equal(vim.tbl_count(own) - 1, vim.tbl_count(set))
+      end
+    end
+    assert.equal("starting", mcp.status()[1].state)
+    mcp.stop_all()
+    wait_ready() -- its tool source ends (failed) before the next setup
+    -- The everything server gets them all back once it answered (not after the 30 s
+    -- the spare lasts at most).
+    setup({ everything = everything() })
+    mcp.start()
+    wait_ready()
+    pid = mcp.status()[1].pid
+    local back = vim.wait(2000, function()
+      for _, t in ipairs(helpers.command_tasks(pid)) do
+        local set = helpers.task_cpus(t.pid, t.tid)
+        if set and not vim.deep_equal(set, own) then
+          return false
+        end
+      end
+      return true
+    end, 10)
+    assert(back, "the ready server's threads are still kept off a CPU")
+    assert.is_true(#helpers.command_tasks(pid) >= 2)
+  end)
+
   it("survives garbage and a 50 MB line on stdout", function()
     setup({ junk = spec_server("garbage") })
     mcp.start()

@@ -654,4 +654,127 @@ describe("flemma.core.process", function()
       os.remove(r.full_output_path)
     end)
   end)
+
+  describe("spare_cpu_ms", function()
+    local task_cpus, tree_tasks, command_tasks = helpers.task_cpus, helpers.tree_tasks, helpers.command_tasks
+    local own = task_cpus(vim.fn.getpid())
+    local n_own = vim.tbl_count(own)
+
+    -- Spawns a command whose tree has a background job, a second process and two
+    -- threads of one process (python), with the caller's CPU known: it is retried
+    -- until the main thread was on the same CPU before and after the spawn call.
+    local function spawn_tree(spare_ms)
+      local script = "import threading,time\n"
+        .. "threading.Thread(target=time.sleep,args=(60,)).start()\ntime.sleep(60)"
+      for _ = 1, 50 do
+        local before, pid = helpers.main_cpu(), nil
+        local h = process.spawn({
+          cmd = { "sh", "-c", ("sleep 60 & python3 -c '%s' & wait"):format(script) },
+          async_spawn = true,
+          spare_cpu_ms = spare_ms,
+          on_start = function(p)
+            pid = p
+          end,
+        }, function() end)
+        local after = helpers.main_cpu()
+        helpers.wait_for(function()
+          return pid ~= nil
+        end, 5000, "never started")
+        helpers.wait_for(function()
+          -- sh, sleep, python's two threads
+          return #command_tasks(pid) >= 4
+        end, 5000, "the tree never grew")
+        if before == after then
+          return h, pid, before
+        end
+        h:cancel()
+      end
+      error("the main thread moved during every spawn")
+    end
+
+    local function cpus_of(pid)
+      local out = {}
+      for _, t in ipairs(tree_tasks(pid)) do
+        out[#out + 1] = { t.tid, vim.tbl_keys(task_cpus(t.pid, t.tid) or {}) }
+      end
+      return out
+    end
+
+    -- Waits until every task below pid may run on every CPU Neovim may.
+    local function wait_all_back(pid)
+      local ok = vim.wait(8000, function()
+        for _, t in ipairs(tree_tasks(pid)) do
+          local set = task_cpus(t.pid, t.tid)
+          if set and not vim.deep_equal(set, own) then
+            return false
+          end
+        end
+        return true
+      end, 10)
+      assert(ok, "not every CPU back: " .. vim.inspect(cpus_of(pid)))
+    end
+
+    -- Every task of the command may run on every CPU but `cpu`.
+    local function assert_spared(pid, cpu)
+      -- A snapshot with sh, sleep and python's two threads (a shell's fork that is
+      -- gone meanwhile does not count).
+      local sets
+      assert(
+        vim.wait(5000, function()
+          sets = {}
+          for _, t in ipairs(command_tasks(pid)) do
+            sets[#sets + 1] = task_cpus(t.pid, t.tid)
+          end
+          return #sets >= 4
+        end, 10),
+        "the tree never had 4 tasks: " .. vim.inspect(cpus_of(pid))
+      )
+      for _, set in ipairs(sets) do
+        assert.is_nil(set[cpu], ("a task may run on CPU %d: %s"):format(cpu, vim.inspect(set)))
+        assert.equal(n_own - 1, vim.tbl_count(set))
+      end
+    end
+
+    it("keeps the command's tree off the caller's CPU until release_cpu()", function()
+      if n_own < 2 then
+        pending("needs two CPUs")
+        return
+      end
+      local h, pid, cpu = spawn_tree(60000)
+      assert_spared(pid, cpu)
+      -- The reaper's own processes keep every CPU.
+      local _, keeper = command_tasks(pid)
+      assert.same(own, task_cpus(pid))
+      assert.same(own, task_cpus(keeper))
+      h:release_cpu()
+      wait_all_back(pid)
+      -- Still running, under the same reaper: only its CPUs changed.
+      assert.is_true(h:is_running())
+      h:cancel()
+    end)
+
+    it("gives the CPU back by itself after spare_cpu_ms", function()
+      if n_own < 2 then
+        pending("needs two CPUs")
+        return
+      end
+      local h, pid, cpu = spawn_tree(3000)
+      -- Off it first (the tree is complete well within 3 s), then back.
+      assert_spared(pid, cpu)
+      wait_all_back(pid)
+      h:cancel()
+    end)
+
+    it("without spare_cpu_ms the command has every CPU", function()
+      local h, pid = spawn_tree(nil)
+      for _, t in ipairs(tree_tasks(pid)) do
+        assert.same(own, task_cpus(t.pid, t.tid) or own)
+      end
+      h:release_cpu() -- a no-op
+      h:cancel()
+      local ok, err = pcall(process.spawn, { cmd = { "true" }, spare_cpu_ms = "1" }, function() end)
+      assert.is_false(ok)
+      assert.truthy(err:find("`spare_cpu_ms` should be a number", 1, true), err)
+    end)
+  end)
 end)

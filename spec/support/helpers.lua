@@ -636,4 +636,62 @@ function M.anthropic_tool_stream(calls, text)
   return table.concat(ev)
 end
 
+--- The CPUs a task may run on, as a set ({ [0] = true, [1] = true }); nil when the
+--- task is gone.
+---@param pid integer
+---@param tid? integer (default: the process's main thread)
+---@return table<integer, true>|nil
+function M.task_cpus(pid, tid)
+  local status = M.read_file(("/proc/%d/task/%d/status"):format(pid, tid or pid))
+  local list = status and status:match("Cpus_allowed_list:%s*(%S+)")
+  if not list then
+    return nil
+  end
+  local set = {}
+  for part in list:gmatch("[^,]+") do
+    local a, b = part:match("^(%d+)%-(%d+)$")
+    a = tonumber(a or part)
+    for c = a, tonumber(b or a) do
+      set[c] = true
+    end
+  end
+  return set
+end
+
+--- The CPU Neovim's main thread last ran on.
+---@return integer
+function M.main_cpu()
+  local fields = vim.split(M.read_file("/proc/thread-self/stat"):match("%) (.*)"), " ")
+  return tonumber(fields[37]) -- field 39 of stat, counted from the state (field 3)
+end
+
+--- Every task (thread) of the processes below pid, recursively: { pid, tid }s.
+---@param pid integer
+---@return { pid: integer, tid: integer }[]
+function M.tree_tasks(pid, out)
+  out = out or {}
+  for _, tid in ipairs(vim.fn.readdir(("/proc/%d/task"):format(pid))) do
+    local kids = M.read_file(("/proc/%d/task/%s/children"):format(pid, tid)) or ""
+    for kid in kids:gmatch("%d+") do
+      for _, t in ipairs(vim.fn.readdir(("/proc/%s/task"):format(kid))) do
+        out[#out + 1] = { pid = tonumber(kid), tid = tonumber(t) }
+      end
+      M.tree_tasks(tonumber(kid), out)
+    end
+  end
+  return out
+end
+
+--- The tasks of the command flemma-reap `pid` runs (below its keeper), and the
+--- keeper's pid.
+---@param pid integer
+---@return { pid: integer, tid: integer }[], integer|nil
+function M.command_tasks(pid)
+  local kids = M.read_file(("/proc/%d/task/%d/children"):format(pid, pid)) or ""
+  local keeper = tonumber(kids:match("%d+"))
+  return vim.tbl_filter(function(t)
+    return t.pid ~= keeper
+  end, M.tree_tasks(pid)), keeper
+end
+
 return M

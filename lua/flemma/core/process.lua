@@ -43,6 +43,10 @@ local H = {}
 --- with on_exit({ error = "..." }). Writes, cancel and close_stdin may come at once; a
 --- cancel before the spawn means it never starts.
 ---@field on_start? fun(pid: integer) with `async_spawn`: the process started
+---@field spare_cpu_ms? integer (Linux) the process, its threads and the processes it
+--- starts run on every CPU but the one Neovim's main thread is on, until
+--- `handle:release_cpu()` or this many milliseconds: a server starting several threads
+--- on a machine with few CPUs does not make the editor wait for one
 
 ---@class flemma.process.Result
 ---@field code integer|nil exit code (nil when a signal ended the process)
@@ -77,6 +81,15 @@ function H.Handle:cancel()
   end
   self._cancelled = true
   native.proc_cancel(self.id)
+end
+
+--- Gives the process (spawned with `spare_cpu_ms`) every CPU again. A no-op once it
+--- finished, or when it spared none.
+function H.Handle:release_cpu()
+  if not self._done and self._spare then
+    self._spare = false
+    native.proc_release_cpu(self.id)
+  end
 end
 
 --- Stops reading the process's stdout (with `decoder`): a consumer that cannot keep
@@ -155,6 +168,7 @@ function H.check(opts)
   typed("on_events", "function")
   typed("spill_dir", "string")
   typed("async_spawn", "boolean")
+  typed("spare_cpu_ms", "number")
   typed("on_start", "function")
   if opts.on_start and not opts.async_spawn then
     util.error("process.spawn: `on_start` needs `async_spawn` (a synchronous spawn returns the pid)")
@@ -574,6 +588,7 @@ function M.spawn(opts, on_exit)
     max_file_bytes = opts.max_file_bytes and math.floor(opts.max_file_bytes) or 0,
     spill_dir = opts.spill_dir,
     async = opts.async_spawn,
+    spare_cpu_ms = opts.spare_cpu_ms and math.floor(opts.spare_cpu_ms) or 0,
   })
   local handle = setmetatable({
     id = id,
@@ -586,6 +601,7 @@ function M.spawn(opts, on_exit)
     _on_events = opts.on_events and util.safe(opts.on_events, "process on_events") or nil,
     _on_start = opts.on_start and util.safe(opts.on_start, "process on_start") or nil,
     _async = opts.async_spawn == true,
+    _spare = (opts.spare_cpu_ms or 0) > 0,
   }, H.Handle)
   H.handles[id] = handle
   return handle

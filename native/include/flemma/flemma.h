@@ -32,7 +32,7 @@ extern "C" {
 #endif
 
 /* Bumped whenever a declaration below changes in an incompatible way. */
-#define FLEMMA_ABI_VERSION 25
+#define FLEMMA_ABI_VERSION 26
 
 /* Status codes. */
 #define FLEMMA_OK 0
@@ -402,6 +402,13 @@ typedef struct flemma_spawn_opts {
    * ownership), so that their owner can remove them with it (an MCP server's
    * stderr, when the server stops). NULL or "": $TMPDIR, else /tmp. ABI 21. */
   const char *spill_dir;
+  /* > 0 (Linux, where commands run under the reaper): the child, and every
+   * thread and process it starts, runs on every CPU it may use but the one the
+   * calling thread runs on at this call, until flemma_procmgr_release_cpu or
+   * this many milliseconds: a starting server (Node starts several threads)
+   * then never takes the caller's CPU. No change with a single CPU. 0: none.
+   * ABI 26. */
+  int64_t spare_cpu_ms;
 } flemma_spawn_opts;
 
 /* The kind of a flemma_proc_event. */
@@ -496,6 +503,10 @@ FLEMMA_API int flemma_procmgr_close_stdin(flemma_procmgr *mgr, int64_t id);
 /* SIGTERM to the child's whole group, SIGKILL after the grace period; the exit
  * event reports cancelled. */
 FLEMMA_API int flemma_procmgr_cancel(flemma_procmgr *mgr, int64_t id);
+
+/* A child spawned with spare_cpu_ms gets the caller's CPU back now (all its
+ * threads and processes). Unknown, finished or not sparing: a no-op. ABI 26. */
+FLEMMA_API int flemma_procmgr_release_cpu(flemma_procmgr *mgr, int64_t id);
 
 /* paused != 0 stops reading the child's stdout, 0 reads it again: a host that
  * cannot keep up with a decoded stream holds the child back (it blocks on the

@@ -20,7 +20,7 @@ end
 --- Spawns a child; raises on a bad request. With `o.async` the spawn is the worker
 --- thread's (flemma_procmgr_spawn_async): no pid is returned, a "started" event
 --- brings it (or an exit event with `error` says why nothing started).
----@param o { argv: string[], cwd?: string, env?: string[], stdin?: string, stdin_mode: integer, merge_output: boolean, progress: boolean, timeout_ms: integer, kill_grace_ms: integer, max_lines: integer, max_bytes: integer, decoder?: string, max_stdout_bytes?: integer, max_file_bytes?: integer, spill_dir?: string, async?: boolean }
+---@param o { argv: string[], cwd?: string, env?: string[], stdin?: string, stdin_mode: integer, merge_output: boolean, progress: boolean, timeout_ms: integer, kill_grace_ms: integer, max_lines: integer, max_bytes: integer, decoder?: string, max_stdout_bytes?: integer, max_file_bytes?: integer, spill_dir?: string, async?: boolean, spare_cpu_ms?: integer }
 ---@return integer id
 ---@return integer|nil pid
 function S.proc_spawn(o)
@@ -47,6 +47,7 @@ function S.proc_spawn(o)
   opts.max_stdout_bytes = o.max_stdout_bytes or 0
   opts.max_file_bytes = o.max_file_bytes or 0
   opts.spill_dir = o.spill_dir -- anchored by o until the call returns
+  opts.spare_cpu_ms = o.spare_cpu_ms or 0
   local id = ffi.new("int64_t[1]")
   if o.async then
     if lib.flemma_procmgr_spawn_async(mgr, opts, id) ~= 0 then
@@ -71,6 +72,12 @@ end
 
 function S.proc_cancel(id)
   N.lib().flemma_procmgr_cancel(S.procmgr(), id)
+end
+
+--- A child spawned with `spare_cpu_ms` gets the spared CPU back now.
+---@param id integer
+function S.proc_release_cpu(id)
+  N.lib().flemma_procmgr_release_cpu(S.procmgr(), id)
 end
 
 --- Stops (true) or resumes reading a child's stdout.

@@ -43,6 +43,9 @@ M.STDERR_LINES = 10
 -- Bytes of the server's stderr kept in its spill file (a server runs for hours: its
 -- file ends with a note past this; the last lines above still follow the stream).
 M.STDERR_FILE_BYTES = 1024 * 1024
+-- Milliseconds a starting server is kept off the CPU Neovim's main thread is on, at
+-- most (it gets it back once ready).
+M.SPARE_CPU_MS = 30000
 
 ---@class flemma.mcp.Client
 ---@field name string
@@ -143,9 +146,13 @@ function Client:start(on_ready)
     self:_log("warn", "stdout: %s", why)
     self.last_error = "stdout: " .. why
   end)
+  -- Until it is ready (or M.SPARE_CPU_MS) it runs on every CPU but the one Neovim's
+  -- main thread is on: Node's start-up threads took both CPUs of a 2-CPU machine and
+  -- made the editor wait 2-7 ms for one.
   local ok, handle = pcall(process.spawn, {
     cmd = cmd,
     async_spawn = true,
+    spare_cpu_ms = M.SPARE_CPU_MS,
     on_start = function(pid)
       self:_log("info", "started (pid %d): %s", pid, table.concat(cmd, " "))
     end,
@@ -220,6 +227,9 @@ function Client:_handshake(on_ready)
         return self:_fail(on_ready, "tools/list failed: " .. lerr)
       end
       self.state = "ready"
+      if self.handle then
+        self.handle:release_cpu()
+      end
       if self.http then
         self.http:listen()
       end
