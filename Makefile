@@ -93,7 +93,9 @@ bench: deps build
 # approval rules (fuzz_shellwords) check theirs: see the files; a
 # crash becomes a case in tests/test_search.cpp. The `fetch` tool's HTML converter and page
 # decoder (fuzz_html; the first byte seeds how the input is split) check theirs; a crash
-# becomes a case in tests/test_html.cpp.
+# becomes a case in tests/test_html.cpp. The redaction of kept files (fuzz_redact: the
+# first byte gives the number of values and seeds where the text is cut) checks the
+# streamed result against the whole-text one; a crash becomes a case in tests/test_redact.cpp.
 FUZZ_CXX   ?= clang++-14
 FUZZ_FLAGS := -std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
 	-Inative/include -Inative/src -Ithird_party/nlohmann/include
@@ -185,6 +187,14 @@ fuzz:
 		-o $(FUZZ_DIR)/fuzz_html
 	cd $(FUZZ_DIR) && ./fuzz_html -max_total_time=$(FUZZ_TIME) -max_len=16384 -timeout=10 \
 		-print_final_stats=1 corpus-html
+	@mkdir -p $(FUZZ_DIR)/corpus-redact
+	@printf '\005\013sk-SECRET-9aa sk-SECRET-9 Authorization: Bearer x\r\nheader = "X-Api-Key: k"\n' \
+		> $(FUZZ_DIR)/corpus-redact/headers
+	@printf '\002\003abcd\003d]x abcdx-goog-api-key:\n\n v\000"' > $(FUZZ_DIR)/corpus-redact/overlap
+	$(FUZZ_CXX) $(FUZZ_FLAGS) fuzz/fuzz_redact.cpp native/src/redact.cpp native/src/capi_core.cpp \
+		-o $(FUZZ_DIR)/fuzz_redact
+	cd $(FUZZ_DIR) && ./fuzz_redact -max_total_time=$(FUZZ_TIME) -max_len=4096 -timeout=10 \
+		-print_final_stats=1 corpus-redact
 
 clean:
 	rm -rf $(BUILD_DIR) $(ASAN_DIR) $(FUZZ_DIR)

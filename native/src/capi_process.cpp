@@ -252,6 +252,29 @@ FLEMMA_API int flemma_procmgr_search(flemma_procmgr* mgr, const flemma_search_op
   });
 }
 
+// Borrows path and the values for the call; both are copied (the copies of
+// the values are wiped when the job ends).
+FLEMMA_API int flemma_procmgr_redact_file(flemma_procmgr* mgr, const char* path,
+                                          const char* const* values, const size_t* lens, size_t n,
+                                          int64_t* id_out) {
+  return flemma::guard([&] {
+    auto& m = need(mgr);
+    if (!path || path[0] == '\0' || !id_out)
+      throw flemma::Error(FLEMMA_E_INVALID, "redact_file: path and id_out are needed");
+    if (n > 0 && (!values || !lens))
+      throw flemma::Error(FLEMMA_E_INVALID, "redact_file: values and lens are needed");
+    flemma::redact::Secrets secrets;
+    secrets.values.reserve(n);
+    for (size_t i = 0; i < n; i++) {
+      if (!values[i] && lens[i] > 0)
+        throw flemma::Error(FLEMMA_E_INVALID, "redact_file: a value is NULL");
+      secrets.values.emplace_back(values[i] ? values[i] : "", lens[i]);
+    }
+    *id_out = m.redact_file(path, std::move(secrets));
+    return FLEMMA_OK;
+  });
+}
+
 // Borrows pattern.
 FLEMMA_API int flemma_search_check(const char* pattern, size_t len, int fixed_strings) {
   return flemma::guard([&] {

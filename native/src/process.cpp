@@ -387,7 +387,8 @@ struct Manager::Impl {
   std::unordered_map<int64_t, Proc*> procs;
   bool shutting_down = false;
 
-  // Searches (each on a thread of its own), shared with the host thread.
+  // Searches and file redactions (each on a thread of its own), shared with the
+  // host thread.
   struct SearchJob {
     std::thread thread;
     std::atomic<bool> cancel{false};
@@ -395,6 +396,18 @@ struct Manager::Impl {
   };
   std::mutex jobs_mu;
   std::unordered_map<int64_t, std::unique_ptr<SearchJob>> jobs;
+
+  // Joins the jobs that ended (jobs_mu held).
+  void join_ended_jobs() {
+    for (auto it = jobs.begin(); it != jobs.end();) {
+      if (it->second->done.load()) {
+        if (it->second->thread.joinable()) it->second->thread.join();
+        it = jobs.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
 
   // Set with a posted Pause or Resume: the reader applies it between two reads
   // (apply_pauses) instead of after the up to 32 reads of one loop turn, which
@@ -1126,15 +1139,7 @@ int64_t Manager::search(search::Options opts) {
   Impl* m = impl_.get();
   int64_t id = m->next_id.fetch_add(1);
   std::lock_guard<std::mutex> lock(m->jobs_mu);
-  // Join the searches that ended.
-  for (auto it = m->jobs.begin(); it != m->jobs.end();) {
-    if (it->second->done.load()) {
-      if (it->second->thread.joinable()) it->second->thread.join();
-      it = m->jobs.erase(it);
-    } else {
-      ++it;
-    }
-  }
+  m->join_ended_jobs();
   auto job = std::make_unique<Impl::SearchJob>();
   Impl::SearchJob* j = job.get();
   m->running.fetch_add(1);
@@ -1169,6 +1174,42 @@ int64_t Manager::search(search::Options opts) {
 }
 
 void Manager::release_cpu(int64_t id) { impl_->post(Request{Request::Kind::ReleaseCpu, id}); }
+
+int64_t Manager::redact_file(std::string path, redact::Secrets values) {
+  if (path.empty()) throw Error(FLEMMA_E_INVALID, "redact_file: empty path");
+  Impl* m = impl_.get();
+  int64_t id = m->next_id.fetch_add(1);
+  std::lock_guard<std::mutex> lock(m->jobs_mu);
+  m->join_ended_jobs();
+  auto job = std::make_unique<Impl::SearchJob>();
+  Impl::SearchJob* j = job.get();
+  auto secrets = std::make_shared<redact::Secrets>(std::move(values));
+  m->running.fetch_add(1);
+  try {
+    job->thread = std::thread([m, j, id, path = std::move(path), secrets]() mutable {
+      redact::FileResult res = redact::redact_file(path, secrets->values, j->cancel);
+      secrets.reset();
+      try {
+        auto ev = std::make_unique<Event>();
+        ev->kind = Event::Kind::Exit;
+        ev->id = id;
+        ev->exit_code = res.ok ? 0 : 2;
+        ev->cancelled = res.cancelled;
+        if (!res.ok) ev->error = res.error.empty() ? "redaction failed" : res.error;
+        m->running.fetch_sub(1);
+        m->emit(std::move(ev));
+      } catch (...) {
+        m->running.fetch_sub(1);
+      }
+      j->done = true;
+    });
+  } catch (...) {
+    m->running.fetch_sub(1);
+    throw;
+  }
+  m->jobs.emplace(id, std::move(job));
+  return id;
+}
 
 void Manager::pause(int64_t id, bool paused) {
   impl_->post(Request{paused ? Request::Kind::Pause : Request::Kind::Resume, id});

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "redact.hpp"
 #include "search.hpp"
 #include "stream.hpp"
 
@@ -147,6 +148,11 @@ class Manager {
   // or 2 when the search failed; cancelled after cancel(id)). The pattern is
   // checked here (flemma::Error when it cannot be used). Returns the id.
   int64_t search(search::Options opts);
+  // Redacts a kept file (redact::redact_file) on a worker thread of its own:
+  // then an Exit event (exit_code 0 when `path` holds the redacted text, 2 when
+  // it failed, with `error`; cancelled after cancel(id)), the file removed on
+  // failure. Takes the values (wiped when the job ends). Returns the id.
+  int64_t redact_file(std::string path, redact::Secrets values);
 
   struct Impl;
 

@@ -408,20 +408,51 @@ end
 
 --- The whole output kept on disk (a truncated or binary output) is redacted as the
 --- output in the buffer is (util.redact: every key Flemma resolved, secret-looking
---- environment values but those of `tools.env_passthrough`), a piece at a time, so
---- that a key split between two pieces goes as well. The file is rewritten into a new
---- private file renamed over it (if that fails it is removed), one piece per turn of
---- the loop: a 100 MB output never holds Neovim. `done()` runs when it is over.
+--- environment values but those of `tools.env_passthrough`, authentication headers),
+--- so that a key split between two reads goes as well. The file is rewritten into a
+--- new private file renamed over it (if that fails both are removed). The library
+--- does it on a native worker thread of its own (flemma_procmgr_redact_file: the
+--- values are passed in memory), the main loop only starts it and takes its exit
+--- event; without it, it is done here one piece per turn of the loop. Either way a
+--- 100 MB output never holds Neovim. `done()` runs when it is over.
 ---@param path string|nil
 ---@param done fun()
 function H.redact_file(path, done)
   if not path or path == "" then
     return done()
   end
+  local except = H.redact_except()
+  if native.proc_can_redact_file() then
+    local ok, id = pcall(function()
+      H.ensure_poll()
+      return native.proc_redact_file(path, util.redact_values(except))
+    end)
+    if ok then
+      H.redacting[id] = done
+      return
+    end
+    -- It could not start: fail closed.
+    os.remove(path .. ".redacted")
+    os.remove(path)
+    return done()
+  end
+  H.redact_file_lua(path, except, done)
+end
+
+-- Redactions running natively: their id -> done().
+H.redacting = {}
+
+-- The environment variables whose values a kept output keeps (tools.env_passthrough).
+function H.redact_except()
   local except = {}
   for _, n in ipairs((require("flemma.core.config").get().tools or {}).env_passthrough or {}) do
     except[n] = true
   end
+  return except
+end
+
+-- Without the native redaction: util.redactor, one piece per turn of the loop.
+function H.redact_file_lua(path, except, done)
   local r = util.redactor(except)
   local tmp = path .. ".redacted"
   local src, fd
@@ -517,7 +548,11 @@ end
 function H.dispatch(events)
   for _, ev in ipairs(events) do
     local h = H.handles[ev.id]
-    if h then
+    local redacted = H.redacting[ev.id]
+    if redacted and ev.kind == "exit" then
+      H.redacting[ev.id] = nil
+      util.safe(redacted, "redact_file done")()
+    elseif h then
       if ev.kind == "started" then
         h.pid = ev.pid
         if h._on_start and not h._done then

@@ -102,6 +102,14 @@ local function redact_values(env_except)
   return values
 end
 
+--- The literal values util.redact removes, longest first (then its header rules
+--- run): what a native redaction of a file is given (process.redact_file).
+---@param env_except? table<string, true>
+---@return string[]
+function M.redact_values(env_except)
+  return redact_values(env_except)
+end
+
 --- A text without secrets: each registered secret (M.add_secret: every key Flemma
 --- resolved) and each value of a secret-looking environment variable, longest first,
 --- becomes `[redacted]`, as does the value of an authentication header

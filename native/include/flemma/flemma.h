@@ -32,7 +32,7 @@ extern "C" {
 #endif
 
 /* Bumped whenever a declaration below changes in an incompatible way. */
-#define FLEMMA_ABI_VERSION 26
+#define FLEMMA_ABI_VERSION 27
 
 /* Status codes. */
 #define FLEMMA_OK 0
@@ -568,6 +568,26 @@ typedef struct flemma_search_opts {
  * ABI 15. */
 FLEMMA_API int flemma_procmgr_search(flemma_procmgr *mgr, const flemma_search_opts *opts,
                                      int64_t *id_out);
+
+/* Redacts a file Flemma kept (a process's whole output, an MCP result's text)
+ * on a native worker thread of its own, which never calls back, as
+ * util.redact would the whole text: each of the n values (values[i], lens[i]
+ * bytes; give them longest first, as util.redact orders them; empty ones are
+ * ignored) becomes "[redacted]", each over the text the previous one left,
+ * then the values of the headers x-api-key, authorization and x-goog-api-key
+ * (any case; `name: value` to "\r", "\n" or a quote, and curl's config form
+ * `header = "name: value"` to the quote or the end of the line). A value split
+ * between two reads is removed all the same. The text is written into a new
+ * private file (path + ".redacted", O_EXCL, mode 0600) renamed over `path`.
+ * Completion is an exit event (kind 2) with the id written to id_out:
+ * exit_code 0 when `path` holds the redacted text; 2 when it failed, `error`
+ * saying why, and `path` and the temporary file are removed (fail closed);
+ * cancelled (removed too) after flemma_procmgr_cancel or kill_all. Borrows
+ * path, values and lens for the call: they are copied, and the library wipes
+ * its copies of the values when the job ends. ABI 27. */
+FLEMMA_API int flemma_procmgr_redact_file(flemma_procmgr *mgr, const char *path,
+                                          const char *const *values, const size_t *lens, size_t n,
+                                          int64_t *id_out);
 
 /* The pattern screen of the grep tool: FLEMMA_OK when the `len` bytes at
  * pattern may be searched, else FLEMMA_E_INVALID with the reason in

@@ -87,6 +87,37 @@ function S.proc_pause(id, paused)
   N.lib().flemma_procmgr_pause(S.procmgr(), id, paused and 1 or 0)
 end
 
+--- Whether the library redacts files natively (flemma_procmgr_redact_file).
+---@return boolean
+function S.proc_can_redact_file()
+  local ok, has = pcall(function()
+    return N.lib().flemma_procmgr_redact_file ~= nil
+  end)
+  return ok and has
+end
+
+--- Starts redacting a kept file on a native worker thread (see
+--- flemma_procmgr_redact_file): `values` (byte strings, longest first) are passed in
+--- memory; its completion is an exit event with the id (code 0, or 2 with `error`:
+--- the file is then removed). Raises when it cannot start.
+---@param path string
+---@param values string[]
+---@return integer id
+function S.proc_redact_file(path, values)
+  local n = #values
+  local ptrs = ffi.new("const char*[?]", math.max(n, 1))
+  local lens = ffi.new("size_t[?]", math.max(n, 1))
+  for i, v in ipairs(values) do
+    ptrs[i - 1] = v
+    lens[i - 1] = #v
+  end
+  local id = ffi.new("int64_t[1]")
+  if N.lib().flemma_procmgr_redact_file(S.procmgr(), path, ptrs, lens, n, id) ~= 0 then
+    util.error(N.last_error())
+  end
+  return tonumber(id[0])
+end
+
 --- SIGKILL to every group the library started (also without a manager).
 function S.proc_kill_all()
   if N.loaded() then
