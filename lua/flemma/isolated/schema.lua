@@ -104,7 +104,7 @@ M.OPTIONS = {
   { path = "ui.signs.streaming", type = "string", default = "▶", doc = "a message still streaming" },
   { path = "ui.signs.pending", type = "string", default = "?", doc = "an @Assistant: message whose tool uses have no result yet" },
   { path = "ui.treesitter", type = "boolean", default = true, doc = "highlight the markdown with tree-sitter when the parser is there" },
-  { path = "ui.treesitter_max_bytes", type = "number", default = 1024 * 1024, min = 0, unit = "bytes", doc = "larger chats get Vim's markdown syntax instead" },
+  { path = "ui.treesitter_max_bytes", type = "number", default = 32 * 1024, min = 0, unit = "bytes", doc = "larger chats get Vim's markdown syntax instead" },
   { path = "ui.fold_max_bytes", type = "number", default = 1024 * 1024, min = 0, unit = "bytes", doc = "larger chats are not folded" },
 
   { path = "tools", type = "table", keys = "open", doc = "tools (per-tool subtrees are read by ctx:get_config())" },

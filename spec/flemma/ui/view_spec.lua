@@ -186,6 +186,30 @@ describe("flemma.ui (chat buffers)", function()
       assert.equals("FlemmaToolUse[0,13) FlemmaToolName[14,20) FlemmaToolId[22,32)", drawn(buf3, 17))
       assert.is_false(pcall(require("flemma").setup, { ui = { treesitter_max_bytes = -1 } }))
     end)
+
+    it("by default, a chat over 32 KB gets the syntax: tree-sitter parsed it again after every deleted line", function()
+      require("flemma").setup({})
+      local small = open_chat(CHAT, "small.chat")
+      assert.is_true(vim.treesitter.highlighter.active[small] ~= nil)
+      -- 40 KB: prose and a fenced block per message.
+      local lines = vim.deepcopy(CHAT)
+      while #table.concat(lines, "\n") < 40 * 1024 do
+        vim.list_extend(lines, {
+          "",
+          "@You:",
+          "Another question about the module, long enough to take some room in the chat.",
+          "",
+          "@Assistant:",
+          "```lua",
+          "local answer = compute(42) -- a line of code in a fenced block",
+          "```",
+        })
+      end
+      local big = open_chat(lines, "big.chat")
+      assert.is_nil(vim.treesitter.highlighter.active[big])
+      assert.equals("chat", vim.bo[big].syntax)
+      assert.equals("FlemmaToolUse[0,13) FlemmaToolName[14,20) FlemmaToolId[22,32)", drawn(big, 17))
+    end)
   end)
 
   describe("folds", function()
