@@ -202,3 +202,36 @@ describe("a key echoed by the server", function()
     assert.truthy(log:find("[redacted]", 1, true), log)
   end)
 end)
+
+describe("util.redact and the environment", function()
+  local util = require("flemma.core.util")
+
+  it("follows the environment as it changes (vim.env, setenv(), a second variable)", function()
+    local a = "flemma-env-secret-" .. tostring(math.random(1e9))
+    local b = "flemma-env-other-" .. tostring(math.random(1e9))
+    vim.env.FLEMMA_SPEC_API_KEY = nil
+    -- Read (and kept) before the variable exists.
+    for _ = 1, 3 do
+      assert.equals("x " .. a, util.redact("x " .. a))
+    end
+    vim.env.FLEMMA_SPEC_API_KEY = a
+    assert.equals("x [redacted]", util.redact("x " .. a))
+    -- A new value for the same name.
+    vim.fn.setenv("FLEMMA_SPEC_API_KEY", b)
+    assert.equals("x [redacted] " .. a, util.redact("x " .. b .. " " .. a))
+    -- Another name, set by C code as a plugin's library might.
+    local ffi = require("ffi")
+    pcall(ffi.cdef, "int setenv(const char *name, const char *value, int overwrite);")
+    ffi.C.setenv("FLEMMA_SPEC_TOKEN", a, 1)
+    assert.equals("[redacted] [redacted]", util.redact(a .. " " .. b))
+    -- Gone again: kept as it is.
+    vim.env.FLEMMA_SPEC_API_KEY = nil
+    vim.env.FLEMMA_SPEC_TOKEN = nil
+    assert.equals(a .. " " .. b, util.redact(a .. " " .. b))
+    -- An exception by name.
+    vim.env.FLEMMA_SPEC_API_KEY = a
+    assert.equals(a, util.redact(a, { FLEMMA_SPEC_API_KEY = true }))
+    assert.equals("[redacted]", util.redact(a))
+    vim.env.FLEMMA_SPEC_API_KEY = nil
+  end)
+end)

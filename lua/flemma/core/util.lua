@@ -47,18 +47,68 @@ function M.add_secret(value)
   secret_sorted = nil
 end
 
+-- The environment's secret-looking variables ({ name, value } pairs), kept while the
+-- process's environment is the same: H.env_same() compares the `environ` array (the
+-- address of every "NAME=value" string; setenv and unsetenv change it, and glibc
+-- never frees a string it set) with its copy from the last read. Where `environ`
+-- cannot be read through the FFI, the environment is read at every call.
+H.env_pairs, H.env_copy, H.env_count = nil, nil, -1
+H.ffi_ok, H.ffi = pcall(require, "ffi")
+if H.ffi_ok then
+  H.ffi_ok = pcall(H.ffi.cdef, "extern char **environ;")
+  H.ffi_ok = H.ffi_ok and pcall(function()
+    return H.ffi.C.environ
+  end)
+end
+
+function H.env_same()
+  if not H.ffi_ok then
+    return false
+  end
+  local env, copy = H.ffi.C.environ, H.env_copy
+  local n = 0
+  while env[n] ~= nil do
+    n = n + 1
+  end
+  if n ~= H.env_count then
+    H.env_count, H.env_copy = n, H.ffi.new("char *[?]", n + 1)
+    H.ffi.copy(H.env_copy, env, H.ffi.sizeof("char *") * n)
+    return false
+  end
+  for i = 0, n - 1 do
+    if env[i] ~= copy[i] then
+      H.ffi.copy(copy, env, H.ffi.sizeof("char *") * n)
+      return false
+    end
+  end
+  return true
+end
+
 -- Values of the environment that look like secrets (names ending in _API_KEY,
 -- _TOKEN, _SECRET, _ACCESS_KEY; 8 bytes or more), but those of the names in `except`.
 local function env_secrets(out, except)
-  for name, value in pairs(vim.uv.os_environ()) do
-    local upper = name:upper()
-    if
-      type(value) == "string"
-      and not (except and except[name])
-      and #value >= 8
-      and (upper:match("_API_KEY$") or upper:match("_TOKEN$") or upper:match("_SECRET$") or upper:match("_ACCESS_KEY$"))
-    then
-      out[#out + 1] = value
+  if not (H.env_pairs and H.env_same()) then
+    local pairs_ = {}
+    for name, value in pairs(vim.uv.os_environ()) do
+      local upper = name:upper()
+      if
+        type(value) == "string"
+        and #value >= 8
+        and (
+          upper:match("_API_KEY$")
+          or upper:match("_TOKEN$")
+          or upper:match("_SECRET$")
+          or upper:match("_ACCESS_KEY$")
+        )
+      then
+        pairs_[#pairs_ + 1] = { name, value }
+      end
+    end
+    H.env_pairs = pairs_
+  end
+  for _, p in ipairs(H.env_pairs) do
+    if not (except and except[p[1]]) then
+      out[#out + 1] = p[2]
     end
   end
 end
