@@ -303,8 +303,11 @@ local cases = {
   -- The longest of sixteen edits, not their median: one edit in four (a line deleted
   -- or put) made tree-sitter parse a 1 MB chat again, 250-370 ms each.
   H.edit_case("edit_1mb_worst_blocking", 1000 * 1000, 16, true),
-  -- The largest chat tree-sitter highlights by default (ui.treesitter_max_bytes).
-  H.edit_case("edit_treesitter_max_worst_blocking", 30 * 1000, 16, true),
+  -- The largest chat tree-sitter highlights by default (ui.treesitter_max_bytes): its
+  -- longest edit within two frames. What an edit costs depends on where it is (0.6 to
+  -- 18.5 ms over runs at 31 KB, 13 to 18 ms at 22 KB): tree-sitter's markdown parser
+  -- reads again all that the edit may change.
+  H.edit_case("edit_treesitter_max_worst_blocking", 30 * 1000, 33, true),
   {
     name = "append_10mb_total",
     unit = "ms",
