@@ -59,6 +59,21 @@ function M.config_url(url)
   return "url = " .. H.quote(url) .. "\n"
 end
 
+--- The URL as logs and status show it: no user info, no query or fragment (either may
+--- hold a key or a token).
+---@param url string
+---@return string
+function M.display_url(url)
+  local scheme, rest = tostring(url):match("^(%a[%w+.-]*)://(.*)$")
+  if not scheme then
+    return "(not a URL)"
+  end
+  local authority = rest:match("^[^/?#]*")
+  local path = rest:sub(#authority + 1):match("^[^?#]*")
+  authority = authority:gsub("^.*@", "")
+  return scheme .. "://" .. authority .. path
+end
+
 --- The size in bytes of a body given as a string or a list of pieces.
 ---@param body string|string[]
 ---@return integer

@@ -117,7 +117,7 @@ function M.get(o, cb)
   local names = vim.tbl_keys(o.headers or {})
   table.sort(names)
   -- Header names only: their values may hold the key.
-  log.info("request GET %s (headers: %s)", o.url, table.concat(names, ", "))
+  log.info("request GET %s (headers: %s)", curl.display_url(o.url), table.concat(names, ", "))
   local handle
   local too_large = false
   handle = require("flemma.core.process").spawn({
@@ -140,7 +140,7 @@ function M.get(o, cb)
         os.remove(path)
       end
     end
-    log.info("curl GET %s exited with %s", o.url, tostring(result.code))
+    log.info("curl GET %s exited with %s", curl.display_url(o.url), tostring(result.code))
     if too_large or result.truncated or (result.total_bytes or 0) > max_bytes or result.code == 63 then
       return cb(nil, ("the answer is larger than %d bytes"):format(max_bytes))
     end
@@ -201,7 +201,7 @@ function M.start(o)
     -- Header names only: their values may hold the key.
     log.info(
       "request POST %s (%d bytes, decoder %s, headers: %s)",
-      o.endpoint,
+      curl.display_url(o.endpoint),
       M.body_size(o.body),
       o.decoder,
       table.concat(names, ", ")
@@ -262,7 +262,7 @@ function M.start(o)
     os.remove(path)
     log.info(
       "curl for %s exited with %s%s%s",
-      o.endpoint,
+      curl.display_url(o.endpoint),
       tostring(result.code),
       result.signal and (" signal " .. result.signal) or "",
       (result.stderr or "") ~= "" and (": " .. vim.trim(result.stderr)) or ""

@@ -91,6 +91,45 @@ describe("flemma.provider.transport", function()
     end
   )
 
+  it("names an endpoint in the log without its user info or query (a token)", function()
+    local log = require("flemma.core.log")
+    local saved = vim.env.XDG_STATE_HOME
+    vim.env.XDG_STATE_HOME = helpers.tmpdir()
+    log.enable("info")
+    server:script({ { status = 200, body = '{"ok":true}' }, { status = 200, body = "{}" } })
+    local token = "tok-" .. tostring(math.random(1e9))
+    local url = server:url("/v1/messages?key=" .. token):gsub("^http://", "http://user:" .. token .. "x@")
+    local done, got = false, nil
+    transport.start({
+      endpoint = url,
+      headers = { ["content-type"] = "application/json" },
+      body = "{}",
+      decoder = "anthropic",
+      connect_timeout = 5,
+      timeout = 20,
+      on_events = function() end,
+      on_exit = function()
+        done = true
+      end,
+    })
+    transport.get({ url = server:url("/v1/models?key=" .. token), headers = {} }, function(body)
+      got = body or false
+    end)
+    helpers.wait_for(function()
+      return done and got ~= nil
+    end, 10000, "the requests did not end")
+    local text = helpers.read_file(log.path()) or ""
+    log.disable()
+    os.remove(log.path())
+    vim.env.XDG_STATE_HOME = saved
+    assert.is_nil(text:find(token, 1, true), text)
+    local host = server:url(""):gsub("^http://", "")
+    assert.truthy(text:find("request POST http://" .. host .. "/v1/messages (", 1, true), text)
+    assert.truthy(text:find("curl for http://" .. host .. "/v1/messages exited with 0", 1, true), text)
+    assert.truthy(text:find("request GET http://" .. host .. "/v1/models (", 1, true), text)
+    assert.truthy(text:find("curl GET http://" .. host .. "/v1/models exited with 0", 1, true), text)
+  end)
+
   it("keeps an endpoint's user info, path and query (a token) out of curl's argv: they go on stdin", function()
     server:script({
       { status = 200, body = '{"ok":true}', hang_ms = 1500 },

@@ -47,18 +47,7 @@ local Http = {}
 Http.__index = Http
 
 --- The URL as logs and status show it: no user info, no query (either may hold a key).
----@param url string
----@return string
-function M.display_url(url)
-  local scheme, rest = tostring(url):match("^(%a[%w+.-]*)://(.*)$")
-  if not scheme then
-    return "(not a URL)"
-  end
-  local authority = rest:match("^[^/?#]*")
-  local path = rest:sub(#authority + 1):match("^[^?#]*")
-  authority = authority:gsub("^.*@", "")
-  return scheme .. "://" .. authority .. path
-end
+M.display_url = curl.display_url
 
 --- The headers of every request: the entry's `headers`, `Authorization: Bearer`
 --- from the variable `bearer_env`; raises when that variable is empty or when a key
