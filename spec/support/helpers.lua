@@ -694,4 +694,66 @@ function M.command_tasks(pid)
   end, M.tree_tasks(pid)), keeper
 end
 
+-- One SSE event's data line (JSON) and the blank line after it.
+local function sse_data(t)
+  return "data: " .. vim.json.encode(t) .. "\n\n"
+end
+
+--- A whole Anthropic answer as an SSE body: `answer` in one text event, then the tool
+--- uses `{ id, name, input }` given (stop reason tool_use), or none (end_turn).
+---@param answer string
+---@param uses? { id: string, name: string, input: table }[]
+---@return string
+function M.anthropic_answer(answer, uses)
+  local out = {
+    "event: message_start\n",
+    sse_data({
+      type = "message_start",
+      message = {
+        id = "msg_a",
+        type = "message",
+        role = "assistant",
+        model = "m",
+        content = {},
+        usage = { input_tokens = 1, output_tokens = 1 },
+      },
+    }),
+    "event: content_block_start\n",
+    sse_data({ type = "content_block_start", index = 0, content_block = { type = "text", text = "" } }),
+    "event: content_block_delta\n",
+    sse_data({ type = "content_block_delta", index = 0, delta = { type = "text_delta", text = answer } }),
+    "event: content_block_stop\n",
+    sse_data({ type = "content_block_stop", index = 0 }),
+  }
+  for i, u in ipairs(uses or {}) do
+    vim.list_extend(out, {
+      "event: content_block_start\n",
+      sse_data({
+        type = "content_block_start",
+        index = i,
+        content_block = { type = "tool_use", id = u.id, name = u.name, input = vim.empty_dict() },
+      }),
+      "event: content_block_delta\n",
+      sse_data({
+        type = "content_block_delta",
+        index = i,
+        delta = { type = "input_json_delta", partial_json = vim.json.encode(u.input) },
+      }),
+      "event: content_block_stop\n",
+      sse_data({ type = "content_block_stop", index = i }),
+    })
+  end
+  vim.list_extend(out, {
+    "event: message_delta\n",
+    sse_data({
+      type = "message_delta",
+      delta = { stop_reason = uses and "tool_use" or "end_turn" },
+      usage = { output_tokens = 9 },
+    }),
+    "event: message_stop\n",
+    sse_data({ type = "message_stop" }),
+  })
+  return table.concat(out)
+end
+
 return M
